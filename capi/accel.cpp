@@ -1,0 +1,667 @@
+// The C ABI: handle structs, argument checks, and exceptions turned into status codes.
+// Every exported function runs its body inside guard(), so no exception crosses it.
+#include "accel/accel.h"
+
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "runtime/runtime.h"
+
+using accel::Status;
+
+struct accel_context {
+  std::unique_ptr<accel::Accelerator> acc;
+  mutable std::string last_error;  // written by failing calls, also through const handles
+};
+struct accel_tensor {
+  torch::Tensor t;
+};
+struct accel_model {
+  accel_context* ctx;
+  std::shared_ptr<accel::Model> impl;
+};
+struct accel_optimizer {
+  accel_model* model;
+  std::shared_ptr<accel::Optimizer> impl;
+};
+struct accel_scheduler {
+  std::shared_ptr<accel::Scheduler> impl;
+};
+struct accel_dataloader {
+  std::shared_ptr<accel::DataLoader> impl;
+};
+
+namespace {
+
+thread_local std::string tls_error;
+
+accel_status record(const accel_context* ctx, accel_status s, const char* fn, const std::string& msg) {
+  std::string full = std::string(fn) + ": " + msg;
+  if (ctx) ctx->last_error = full;
+  tls_error = std::move(full);
+  return s;
+}
+
+accel_status map_c10(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ACCEL_ERR_OUT_OF_MEMORY;
+  if (dynamic_cast<const c10::IndexError*>(&e) || dynamic_cast<const c10::ValueError*>(&e) ||
+      dynamic_cast<const c10::TypeError*>(&e))
+    return ACCEL_ERR_INVALID_ARGUMENT;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return ACCEL_ERR_UNSUPPORTED;
+  return ACCEL_ERR_INTERNAL;
+}
+
+template <class F>
+accel_status guard(const accel_context* ctx, const char* fn, F&& body) {
+  try {
+    body();
+    return ACCEL_OK;
+  } catch (const accel::Error& e) {
+    return record(ctx, static_cast<accel_status>(e.status()), fn, e.what());
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    return record(ctx, map_c10(e), fn, "libtorch: " + what.substr(0, what.find('\n')));
+  } catch (const std::bad_alloc&) {
+    return record(ctx, ACCEL_ERR_OUT_OF_MEMORY, fn, "out of host memory");
+  } catch (const std::exception& e) {
+    return record(ctx, ACCEL_ERR_INTERNAL, fn, e.what());
+  } catch (...) {
+    return record(ctx, ACCEL_ERR_INTERNAL, fn, "unknown exception");
+  }
+}
+
+#define NEED(ptr) ACCEL_CHECK((ptr) != nullptr, Status::InvalidArgument, #ptr " is NULL")
+
+// Versioned options: a NULL pointer means defaults; a known version is accepted.
+template <class T>
+void check_version(const T* opts, uint32_t known, const char* what) {
+  ACCEL_CHECK(opts->version >= 1 && opts->version <= known, Status::InvalidArgument, what, " version ", opts->version,
+              " is not known to this library (it knows 1..", known, "); initialise it with the _OPTIONS_INIT macro");
+}
+
+c10::ScalarType to_scalar(accel_dtype d) {
+  switch (d) {
+    case ACCEL_FLOAT32: return torch::kFloat;
+    case ACCEL_FLOAT16: return torch::kHalf;
+    case ACCEL_BFLOAT16: return torch::kBFloat16;
+    case ACCEL_INT64: return torch::kLong;
+    case ACCEL_INT32: return torch::kInt;
+    case ACCEL_UINT8: return torch::kByte;
+    case ACCEL_FLOAT64: return torch::kDouble;
+    case ACCEL_INT8: return torch::kChar;
+  }
+  accel::fail(Status::InvalidArgument, "unknown dtype ", static_cast<int>(d));
+}
+
+accel_dtype from_scalar(c10::ScalarType s) {
+  switch (s) {
+    case torch::kFloat: return ACCEL_FLOAT32;
+    case torch::kHalf: return ACCEL_FLOAT16;
+    case torch::kBFloat16: return ACCEL_BFLOAT16;
+    case torch::kLong: return ACCEL_INT64;
+    case torch::kInt: return ACCEL_INT32;
+    case torch::kByte: return ACCEL_UINT8;
+    case torch::kDouble: return ACCEL_FLOAT64;
+    case torch::kChar: return ACCEL_INT8;
+    default: accel::fail(Status::Unsupported, "tensor dtype ", c10::toString(s), " has no accel_dtype");
+  }
+}
+
+accel_tensor* wrap(torch::Tensor t) { return new accel_tensor{std::move(t)}; }
+
+// Copies a host tensor's elements, row-major, into dst after checking the size.
+void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_bytes) {
+  auto host = host_tensor.contiguous();
+  const size_t n = static_cast<size_t>(host.numel()) * host.element_size();
+  ACCEL_CHECK(dst_bytes == n, Status::InvalidArgument, "the tensor ", accel::shape_str(host), " ",
+              c10::toString(host.scalar_type()), " holds ", n, " bytes, dst_bytes is ", dst_bytes);
+  ACCEL_CHECK(n == 0 || dst != nullptr, Status::InvalidArgument, "dst is NULL");
+  if (n) std::memcpy(dst, host.data_ptr(), n);
+}
+
+accel::Accelerator& acc_of(accel_context* ctx) { return *ctx->acc; }
+
+}  // namespace
+
+extern "C" {
+
+int accel_version_number(void) { return ACCEL_VERSION_NUMBER; }
+const char* accel_version_string(void) { return ACCEL_VERSION_STRING; }
+
+const char* accel_status_name(accel_status s) {
+  switch (s) {
+    case ACCEL_OK: return "ACCEL_OK";
+    case ACCEL_ERR_INVALID_ARGUMENT: return "ACCEL_ERR_INVALID_ARGUMENT";
+    case ACCEL_ERR_INVALID_STATE: return "ACCEL_ERR_INVALID_STATE";
+    case ACCEL_ERR_OUT_OF_MEMORY: return "ACCEL_ERR_OUT_OF_MEMORY";
+    case ACCEL_ERR_COMMUNICATION: return "ACCEL_ERR_COMMUNICATION";
+    case ACCEL_ERR_TIMEOUT: return "ACCEL_ERR_TIMEOUT";
+    case ACCEL_ERR_IO: return "ACCEL_ERR_IO";
+    case ACCEL_ERR_FORMAT: return "ACCEL_ERR_FORMAT";
+    case ACCEL_ERR_UNSUPPORTED: return "ACCEL_ERR_UNSUPPORTED";
+    case ACCEL_ERR_INTERNAL: return "ACCEL_ERR_INTERNAL";
+    case ACCEL_ERR_NON_FINITE: return "ACCEL_ERR_NON_FINITE";
+  }
+  return "ACCEL_ERR_UNKNOWN";
+}
+
+const char* accel_last_error(const accel_context* ctx) { return ctx ? ctx->last_error.c_str() : tls_error.c_str(); }
+
+// ---------------------------------------------------------------------------------------
+// Tensors
+
+size_t accel_dtype_size(accel_dtype d) {
+  switch (d) {
+    case ACCEL_FLOAT32: case ACCEL_INT32: return 4;
+    case ACCEL_FLOAT16: case ACCEL_BFLOAT16: return 2;
+    case ACCEL_INT64: case ACCEL_FLOAT64: return 8;
+    case ACCEL_UINT8: case ACCEL_INT8: return 1;
+  }
+  return 0;
+}
+
+accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t ndim, const void* data,
+                                 accel_tensor** out) {
+  return guard(nullptr, "accel_tensor_create", [&] {
+    NEED(out);
+    auto st = to_scalar(dtype);
+    ACCEL_CHECK(ndim <= 16, Status::InvalidArgument, "at most 16 dimensions, got ", ndim);
+    ACCEL_CHECK(ndim == 0 || shape != nullptr, Status::InvalidArgument, "shape is NULL with ndim ", ndim);
+    std::vector<int64_t> dims(shape, shape + ndim);
+    int64_t numel = 1;
+    for (size_t i = 0; i < ndim; ++i) {
+      ACCEL_CHECK(dims[i] >= 0, Status::InvalidArgument, "dimension ", i, " is negative (", dims[i], ")");
+      ACCEL_CHECK(dims[i] == 0 || numel <= INT64_MAX / 16 / dims[i], Status::InvalidArgument, "the shape is too large");
+      numel *= dims[i];
+    }
+    ACCEL_CHECK(numel == 0 || data != nullptr, Status::InvalidArgument, "data is NULL for a tensor of ", numel, " elements");
+    auto t = torch::empty(dims, torch::TensorOptions().dtype(st));
+    if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(numel) * accel_dtype_size(dtype));
+    *out = wrap(std::move(t));
+  });
+}
+
+void accel_tensor_destroy(accel_tensor* tensor) { delete tensor; }
+
+accel_status accel_tensor_copy_to_host(const accel_tensor* tensor, void* dst, size_t dst_bytes) {
+  return guard(nullptr, "accel_tensor_copy_to_host", [&] {
+    NEED(tensor);
+    copy_out(tensor->t.detach().to(torch::kCPU), dst, dst_bytes);
+  });
+}
+
+accel_status accel_tensor_copy_to_host_as(const accel_tensor* tensor, accel_dtype dtype, void* dst, size_t dst_bytes) {
+  return guard(nullptr, "accel_tensor_copy_to_host_as", [&] {
+    NEED(tensor);
+    copy_out(tensor->t.detach().to(torch::kCPU, to_scalar(dtype)), dst, dst_bytes);
+  });
+}
+
+accel_status accel_tensor_item(const accel_tensor* tensor, double* out) {
+  return guard(nullptr, "accel_tensor_item", [&] {
+    NEED(tensor);
+    NEED(out);
+    ACCEL_CHECK(tensor->t.numel() == 1, Status::InvalidArgument, "item of a tensor with ", tensor->t.numel(),
+                " elements (needs exactly 1)");
+    *out = tensor->t.detach().to(torch::kCPU, torch::kDouble).item<double>();
+  });
+}
+
+accel_status accel_tensor_dtype(const accel_tensor* tensor, accel_dtype* out) {
+  return guard(nullptr, "accel_tensor_dtype", [&] {
+    NEED(tensor);
+    NEED(out);
+    *out = from_scalar(tensor->t.scalar_type());
+  });
+}
+
+accel_status accel_tensor_ndim(const accel_tensor* tensor, size_t* out) {
+  return guard(nullptr, "accel_tensor_ndim", [&] {
+    NEED(tensor);
+    NEED(out);
+    *out = static_cast<size_t>(tensor->t.dim());
+  });
+}
+
+accel_status accel_tensor_shape(const accel_tensor* tensor, int64_t* out, size_t capacity) {
+  return guard(nullptr, "accel_tensor_shape", [&] {
+    NEED(tensor);
+    const size_t nd = static_cast<size_t>(tensor->t.dim());
+    ACCEL_CHECK(capacity >= nd, Status::InvalidArgument, "the tensor has ", nd, " dimensions, capacity is ", capacity);
+    ACCEL_CHECK(nd == 0 || out != nullptr, Status::InvalidArgument, "out is NULL");
+    for (size_t i = 0; i < nd; ++i) out[i] = tensor->t.size(static_cast<int64_t>(i));
+  });
+}
+
+accel_status accel_tensor_numel(const accel_tensor* tensor, int64_t* out) {
+  return guard(nullptr, "accel_tensor_numel", [&] {
+    NEED(tensor);
+    NEED(out);
+    *out = tensor->t.numel();
+  });
+}
+
+accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* out) {
+  return guard(nullptr, "accel_tensor_nbytes", [&] {
+    NEED(tensor);
+    NEED(out);
+    *out = static_cast<size_t>(tensor->t.numel()) * tensor->t.element_size();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Context
+
+accel_status accel_options_init(accel_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_OPTIONS_VERSION, Status::InvalidArgument, "accel_options version ", version,
+                " is not known to this library (it knows ", ACCEL_OPTIONS_VERSION, ")");
+    accel_options d = ACCEL_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_init(const accel_options* opts, accel_context** out) {
+  return guard(nullptr, "accel_init", [&] {
+    NEED(out);
+    accel_options o = ACCEL_OPTIONS_INIT;
+    if (opts) {
+      check_version(opts, ACCEL_OPTIONS_VERSION, "accel_options");
+      o = *opts;
+    }
+    accel::Options ro;
+    ro.precision = static_cast<accel::Precision>(o.mixed_precision);
+    ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
+    ro.seed = o.seed;
+    ro.device = static_cast<accel::DeviceKind>(o.device);
+    ro.device_index = o.device_index;
+    ro.loss_scale_init = o.loss_scale_init;
+    ro.loss_scale_growth_factor = o.loss_scale_growth_factor;
+    ro.loss_scale_backoff_factor = o.loss_scale_backoff_factor;
+    ro.loss_scale_growth_interval = o.loss_scale_growth_interval;
+    ro.num_threads = o.num_threads;
+    auto ctx = std::make_unique<accel_context>();
+    ctx->acc = std::make_unique<accel::Accelerator>(ro);
+    *out = ctx.release();
+  });
+}
+
+void accel_destroy(accel_context* ctx) { delete ctx; }
+
+accel_status accel_device_kind(const accel_context* ctx, accel_device* out) {
+  return guard(ctx, "accel_device_kind", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->device().is_cuda() ? ACCEL_DEVICE_CUDA : ACCEL_DEVICE_CPU;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Models
+
+accel_status accel_mlp_options_init(accel_mlp_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_mlp_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_MLP_OPTIONS_VERSION, Status::InvalidArgument, "accel_mlp_options version ", version,
+                " is not known to this library");
+    accel_mlp_options d = ACCEL_MLP_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_model_create_mlp(accel_context* ctx, const accel_mlp_options* opts, accel_model** out) {
+  return guard(ctx, "accel_model_create_mlp", [&] {
+    NEED(ctx);
+    NEED(opts);
+    NEED(out);
+    check_version(opts, ACCEL_MLP_OPTIONS_VERSION, "accel_mlp_options");
+    ACCEL_CHECK(opts->num_layer_sizes == 0 || opts->layer_sizes != nullptr, Status::InvalidArgument,
+                "layer_sizes is NULL");
+    ACCEL_CHECK(opts->activation >= ACCEL_ACT_RELU && opts->activation <= ACCEL_ACT_SIGMOID, Status::InvalidArgument,
+                "unknown activation ", static_cast<int>(opts->activation));
+    accel::MLPConfig cfg;
+    cfg.sizes.assign(opts->layer_sizes, opts->layer_sizes + opts->num_layer_sizes);
+    cfg.activation = static_cast<accel::Activation>(opts->activation);
+    cfg.dropout = opts->dropout;
+    cfg.bias = opts->bias != 0;
+    auto m = accel::make_mlp(cfg, acc_of(ctx).generator());
+    *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
+  });
+}
+
+accel_status accel_model_load_torchscript(accel_context* ctx, const char* path, accel_model** out) {
+  return guard(ctx, "accel_model_load_torchscript", [&] {
+    NEED(ctx);
+    NEED(path);
+    NEED(out);
+    auto m = accel::load_torchscript(path);
+    *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
+  });
+}
+
+void accel_model_destroy(accel_model* model) { delete model; }
+
+accel_status accel_model_forward(accel_context* ctx, accel_model* model, accel_tensor* const* inputs,
+                                 size_t num_inputs, accel_tensor** out) {
+  return guard(ctx, "accel_model_forward", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    ACCEL_CHECK(num_inputs == 0 || inputs != nullptr, Status::InvalidArgument, "inputs is NULL");
+    std::vector<torch::Tensor> ins;
+    ins.reserve(num_inputs);
+    for (size_t i = 0; i < num_inputs; ++i) {
+      ACCEL_CHECK(inputs[i] != nullptr, Status::InvalidArgument, "inputs[", i, "] is NULL");
+      ins.push_back(inputs[i]->t);
+    }
+    *out = wrap(acc_of(ctx).forward(*model->impl, ins));
+  });
+}
+
+accel_status accel_model_set_training(accel_context* ctx, accel_model* model, int training) {
+  return guard(ctx, "accel_model_set_training", [&] {
+    NEED(ctx);
+    NEED(model);
+    model->impl->train(training != 0);
+  });
+}
+
+accel_status accel_model_num_parameters(const accel_model* model, size_t* out_tensors, int64_t* out_elements) {
+  return guard(nullptr, "accel_model_num_parameters", [&] {
+    NEED(model);
+    ACCEL_CHECK(out_tensors || out_elements, Status::InvalidArgument, "both outputs are NULL");
+    if (out_tensors) *out_tensors = model->impl->parameters().size();
+    if (out_elements) *out_elements = model->impl->num_elements();
+  });
+}
+
+accel_status accel_model_parameter_name(const accel_model* model, size_t index, const char** out) {
+  return guard(nullptr, "accel_model_parameter_name", [&] {
+    NEED(model);
+    NEED(out);
+    const auto& names = model->impl->parameter_names();
+    ACCEL_CHECK(index < names.size(), Status::InvalidArgument, "parameter index ", index, " out of range (the model has ",
+                names.size(), ")");
+    *out = names[index].c_str();
+  });
+}
+
+accel_status accel_model_parameter(accel_context* ctx, const accel_model* model, size_t index, accel_tensor** out) {
+  return guard(ctx, "accel_model_parameter", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    const auto& params = model->impl->parameters();
+    ACCEL_CHECK(index < params.size(), Status::InvalidArgument, "parameter index ", index,
+                " out of range (the model has ", params.size(), ")");
+    *out = wrap(params[index].detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+  });
+}
+
+accel_status accel_save_model(accel_context* ctx, const accel_model* model, const char* path) {
+  return guard(ctx, "accel_save_model", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(path);
+    accel::save_model_safetensors(*model->impl, path);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Losses
+
+accel_status accel_loss_cross_entropy(accel_context* ctx, const accel_tensor* logits, const accel_tensor* targets,
+                                      accel_tensor** out) {
+  return guard(ctx, "accel_loss_cross_entropy", [&] {
+    NEED(ctx);
+    NEED(logits);
+    NEED(targets);
+    NEED(out);
+    *out = wrap(accel::cross_entropy(logits->t, targets->t));
+  });
+}
+
+accel_status accel_loss_mse(accel_context* ctx, const accel_tensor* input, const accel_tensor* target,
+                            accel_tensor** out) {
+  return guard(ctx, "accel_loss_mse", [&] {
+    NEED(ctx);
+    NEED(input);
+    NEED(target);
+    NEED(out);
+    *out = wrap(accel::mse(input->t, target->t));
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Optimizers and schedulers
+
+accel_status accel_sgd_options_init(accel_sgd_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_sgd_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_SGD_OPTIONS_VERSION, Status::InvalidArgument, "accel_sgd_options version ", version,
+                " is not known to this library");
+    accel_sgd_options d = ACCEL_SGD_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_adamw_options_init(accel_adamw_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_adamw_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_ADAMW_OPTIONS_VERSION, Status::InvalidArgument, "accel_adamw_options version ",
+                version, " is not known to this library");
+    accel_adamw_options d = ACCEL_ADAMW_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_optimizer_create_sgd(accel_context* ctx, accel_model* model, const accel_sgd_options* opts,
+                                        accel_optimizer** out) {
+  return guard(ctx, "accel_optimizer_create_sgd", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    accel_sgd_options o = ACCEL_SGD_OPTIONS_INIT;
+    if (opts) {
+      check_version(opts, ACCEL_SGD_OPTIONS_VERSION, "accel_sgd_options");
+      o = *opts;
+    }
+    accel::SGDConfig c{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov != 0};
+    *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
+  });
+}
+
+accel_status accel_optimizer_create_adamw(accel_context* ctx, accel_model* model, const accel_adamw_options* opts,
+                                          accel_optimizer** out) {
+  return guard(ctx, "accel_optimizer_create_adamw", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    accel_adamw_options o = ACCEL_ADAMW_OPTIONS_INIT;
+    if (opts) {
+      check_version(opts, ACCEL_ADAMW_OPTIONS_VERSION, "accel_adamw_options");
+      o = *opts;
+    }
+    accel::AdamWConfig c{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+    *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
+  });
+}
+
+void accel_optimizer_destroy(accel_optimizer* optimizer) { delete optimizer; }
+
+accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out) {
+  return guard(nullptr, "accel_optimizer_lr", [&] {
+    NEED(optimizer);
+    NEED(out);
+    *out = optimizer->impl->lr();
+  });
+}
+
+accel_status accel_scheduler_options_init(accel_scheduler_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_scheduler_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_SCHEDULER_OPTIONS_VERSION, Status::InvalidArgument, "accel_scheduler_options version ",
+                version, " is not known to this library");
+    accel_scheduler_options d = ACCEL_SCHEDULER_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_scheduler_create(accel_context* ctx, accel_optimizer* optimizer, const accel_scheduler_options* opts,
+                                    accel_scheduler** out) {
+  return guard(ctx, "accel_scheduler_create", [&] {
+    NEED(ctx);
+    NEED(optimizer);
+    NEED(opts);
+    NEED(out);
+    check_version(opts, ACCEL_SCHEDULER_OPTIONS_VERSION, "accel_scheduler_options");
+    accel::SchedulerConfig c{static_cast<accel::Schedule>(opts->kind), opts->warmup_steps, opts->total_steps,
+                             opts->min_lr_ratio};
+    *out = new accel_scheduler{std::make_shared<accel::Scheduler>(optimizer->impl, c)};
+  });
+}
+
+void accel_scheduler_destroy(accel_scheduler* scheduler) { delete scheduler; }
+
+accel_status accel_scheduler_steps(const accel_scheduler* scheduler, int64_t* out) {
+  return guard(nullptr, "accel_scheduler_steps", [&] {
+    NEED(scheduler);
+    NEED(out);
+    *out = scheduler->impl->steps();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Data
+
+accel_status accel_dataloader_options_init(accel_dataloader_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_dataloader_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_DATALOADER_OPTIONS_VERSION, Status::InvalidArgument,
+                "accel_dataloader_options version ", version, " is not known to this library");
+    accel_dataloader_options d = ACCEL_DATALOADER_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_dataloader_create(accel_context* ctx, const accel_tensor* inputs, const accel_tensor* targets,
+                                     const accel_dataloader_options* opts, accel_dataloader** out) {
+  return guard(ctx, "accel_dataloader_create", [&] {
+    NEED(ctx);
+    NEED(inputs);
+    NEED(opts);
+    NEED(out);
+    check_version(opts, ACCEL_DATALOADER_OPTIONS_VERSION, "accel_dataloader_options");
+    accel::DataLoaderConfig c{opts->batch_size, opts->shuffle != 0, opts->seed, opts->drop_last != 0};
+    auto dl = std::make_shared<accel::DataLoader>(inputs->t.clone(), targets ? targets->t.clone() : torch::Tensor(), c);
+    *out = new accel_dataloader{std::move(dl)};
+  });
+}
+
+void accel_dataloader_destroy(accel_dataloader* loader) { delete loader; }
+
+accel_status accel_dataloader_next(accel_context* ctx, accel_dataloader* loader, accel_tensor** out_inputs,
+                                   accel_tensor** out_targets) {
+  return guard(ctx, "accel_dataloader_next", [&] {
+    NEED(ctx);
+    NEED(loader);
+    NEED(out_inputs);
+    auto b = acc_of(ctx).next_batch(*loader->impl);
+    if (!b) {
+      *out_inputs = nullptr;
+      if (out_targets) *out_targets = nullptr;
+      return;
+    }
+    std::unique_ptr<accel_tensor> x(wrap(std::move(b->inputs)));
+    accel_tensor* y = (out_targets && b->targets.defined()) ? wrap(std::move(b->targets)) : nullptr;
+    *out_inputs = x.release();
+    if (out_targets) *out_targets = y;
+  });
+}
+
+accel_status accel_dataloader_epoch(const accel_dataloader* loader, int64_t* out) {
+  return guard(nullptr, "accel_dataloader_epoch", [&] {
+    NEED(loader);
+    NEED(out);
+    *out = loader->impl->epoch();
+  });
+}
+
+accel_status accel_dataloader_num_batches(const accel_dataloader* loader, int64_t* out) {
+  return guard(nullptr, "accel_dataloader_num_batches", [&] {
+    NEED(loader);
+    NEED(out);
+    *out = loader->impl->num_batches();
+  });
+}
+
+accel_status accel_dataloader_set_epoch(accel_dataloader* loader, int64_t epoch) {
+  return guard(nullptr, "accel_dataloader_set_epoch", [&] {
+    NEED(loader);
+    loader->impl->set_epoch(epoch);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Training
+
+accel_status accel_prepare(accel_context* ctx, accel_model* model, accel_optimizer* optimizer,
+                           accel_scheduler* scheduler, accel_dataloader* loader) {
+  return guard(ctx, "accel_prepare", [&] {
+    NEED(ctx);
+    ACCEL_CHECK(!model || model->ctx == ctx, Status::InvalidArgument, "the model was created on another context");
+    acc_of(ctx).prepare(model ? model->impl : nullptr, optimizer ? optimizer->impl : nullptr,
+                        scheduler ? scheduler->impl : nullptr, loader ? loader->impl : nullptr);
+  });
+}
+
+accel_status accel_backward(accel_context* ctx, const accel_tensor* loss) {
+  return guard(ctx, "accel_backward", [&] {
+    NEED(ctx);
+    NEED(loss);
+    acc_of(ctx).backward(loss->t);
+  });
+}
+
+accel_status accel_sync_gradients(const accel_context* ctx, int* out) {
+  return guard(ctx, "accel_sync_gradients", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->sync_gradients() ? 1 : 0;
+  });
+}
+
+accel_status accel_clip_grad_norm(accel_context* ctx, double max_norm, double* out) {
+  return guard(ctx, "accel_clip_grad_norm", [&] {
+    NEED(ctx);
+    double norm = acc_of(ctx).clip_grad_norm(max_norm);
+    if (out) *out = norm;
+  });
+}
+
+accel_status accel_step(accel_context* ctx, accel_step_result* out) {
+  return guard(ctx, "accel_step", [&] {
+    NEED(ctx);
+    auto r = acc_of(ctx).step();
+    if (out) {
+      out->stepped = r.stepped;
+      out->skipped = r.skipped;
+      out->sync_step = r.sync_step;
+      out->loss_scale = r.loss_scale;
+      out->optimizer_steps = r.optimizer_steps;
+      out->micro_steps = r.micro_steps;
+    }
+  });
+}
+
+accel_status accel_loss_scale(const accel_context* ctx, double* out) {
+  return guard(ctx, "accel_loss_scale", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->loss_scale();
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,391 @@
+// The Accelerator (placement, precision, accumulation, loss scaling), optimizers,
+// schedulers and the data loader.
+#include <cmath>
+
+#include "runtime/compat.h"
+#include "runtime/runtime.h"
+
+namespace accel {
+
+void validate(const Options& o) {
+  ACCEL_CHECK(o.precision == Precision::No || o.precision == Precision::BF16 || o.precision == Precision::FP16,
+              Status::InvalidArgument, "unknown mixed_precision value ", static_cast<int>(o.precision));
+  ACCEL_CHECK(o.gradient_accumulation_steps >= 1, Status::InvalidArgument,
+              "gradient_accumulation_steps must be >= 1, got ", o.gradient_accumulation_steps);
+  ACCEL_CHECK(o.device == DeviceKind::Auto || o.device == DeviceKind::CPU || o.device == DeviceKind::CUDA,
+              Status::InvalidArgument, "unknown device value ", static_cast<int>(o.device));
+  ACCEL_CHECK(o.device_index >= 0, Status::InvalidArgument, "device_index must be >= 0, got ", o.device_index);
+  ACCEL_CHECK(std::isfinite(o.loss_scale_init) && o.loss_scale_init > 0, Status::InvalidArgument,
+              "loss_scale_init must be positive and finite, got ", o.loss_scale_init);
+  ACCEL_CHECK(std::isfinite(o.loss_scale_growth_factor) && o.loss_scale_growth_factor > 1, Status::InvalidArgument,
+              "loss_scale_growth_factor must be > 1, got ", o.loss_scale_growth_factor);
+  ACCEL_CHECK(o.loss_scale_backoff_factor > 0 && o.loss_scale_backoff_factor < 1, Status::InvalidArgument,
+              "loss_scale_backoff_factor must be in (0, 1), got ", o.loss_scale_backoff_factor);
+  ACCEL_CHECK(o.loss_scale_growth_interval >= 1, Status::InvalidArgument, "loss_scale_growth_interval must be >= 1, got ",
+              o.loss_scale_growth_interval);
+  ACCEL_CHECK(o.num_threads >= 0, Status::InvalidArgument, "num_threads must be >= 0, got ", o.num_threads);
+}
+
+// ---------------------------------------------------------------------------------------
+// Optimizers
+
+void validate(const SGDConfig& c) {
+  ACCEL_CHECK(std::isfinite(c.lr) && c.lr > 0, Status::InvalidArgument, "SGD lr must be positive, got ", c.lr);
+  ACCEL_CHECK(c.momentum >= 0, Status::InvalidArgument, "SGD momentum must be >= 0, got ", c.momentum);
+  ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "SGD weight_decay must be >= 0, got ", c.weight_decay);
+  ACCEL_CHECK(!c.nesterov || (c.momentum > 0 && c.dampening == 0), Status::InvalidArgument,
+              "Nesterov momentum needs momentum > 0 and dampening 0");
+}
+
+void validate(const AdamWConfig& c) {
+  ACCEL_CHECK(std::isfinite(c.lr) && c.lr > 0, Status::InvalidArgument, "AdamW lr must be positive, got ", c.lr);
+  ACCEL_CHECK(c.beta1 >= 0 && c.beta1 < 1, Status::InvalidArgument, "AdamW beta1 must be in [0, 1), got ", c.beta1);
+  ACCEL_CHECK(c.beta2 >= 0 && c.beta2 < 1, Status::InvalidArgument, "AdamW beta2 must be in [0, 1), got ", c.beta2);
+  ACCEL_CHECK(c.eps > 0, Status::InvalidArgument, "AdamW eps must be positive, got ", c.eps);
+  ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "AdamW weight_decay must be >= 0, got ", c.weight_decay);
+}
+
+Optimizer::Optimizer(std::shared_ptr<Model> model, SGDConfig cfg)
+    : model_(std::move(model)), sgd_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
+  validate(cfg);
+}
+
+Optimizer::Optimizer(std::shared_ptr<Model> model, AdamWConfig cfg)
+    : model_(std::move(model)), adamw_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
+  validate(cfg);
+}
+
+void Optimizer::set_lr(double lr) {
+  lr_ = lr;
+  if (!impl_) return;
+  for (auto& group : impl_->param_groups()) group.options().set_lr(lr);
+}
+
+void Optimizer::bind() {
+  const auto& params = model_->parameters();
+  if (sgd_) {
+    const auto& c = *sgd_;
+    impl_ = std::make_unique<torch::optim::SGD>(
+        params, torch::optim::SGDOptions(lr_).momentum(c.momentum).dampening(c.dampening).weight_decay(c.weight_decay).nesterov(
+                    c.nesterov));
+  } else {
+    const auto& c = *adamw_;
+    impl_ = std::make_unique<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(lr_).betas(std::make_tuple(c.beta1, c.beta2)).eps(c.eps).weight_decay(
+                    c.weight_decay));
+  }
+}
+
+void Optimizer::step() {
+  ACCEL_CHECK(impl_ != nullptr, Status::InvalidState, "the optimizer is not prepared");
+  impl_->step();
+}
+
+void Optimizer::zero_grad() {
+  for (const auto& p : model_->parameters()) {
+    if (p.grad().defined()) p.mutable_grad().reset();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Schedulers
+
+void validate(const SchedulerConfig& c) {
+  ACCEL_CHECK(c.kind == Schedule::Constant || c.kind == Schedule::Linear || c.kind == Schedule::Cosine,
+              Status::InvalidArgument, "unknown schedule kind ", static_cast<int>(c.kind));
+  ACCEL_CHECK(c.warmup_steps >= 0, Status::InvalidArgument, "warmup_steps must be >= 0, got ", c.warmup_steps);
+  ACCEL_CHECK(c.kind == Schedule::Constant || c.total_steps > c.warmup_steps, Status::InvalidArgument,
+              "total_steps (", c.total_steps, ") must exceed warmup_steps (", c.warmup_steps,
+              ") for a decaying schedule");
+  ACCEL_CHECK(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, Status::InvalidArgument, "min_lr_ratio must be in [0, 1], got ",
+              c.min_lr_ratio);
+}
+
+double schedule_factor(const SchedulerConfig& c, int64_t step) {
+  if (step < c.warmup_steps) return static_cast<double>(step) / static_cast<double>(std::max<int64_t>(1, c.warmup_steps));
+  if (c.kind == Schedule::Constant) return 1.0;
+  double progress = static_cast<double>(step - c.warmup_steps) / static_cast<double>(std::max<int64_t>(1, c.total_steps - c.warmup_steps));
+  progress = std::min(progress, 1.0);
+  double decay = c.kind == Schedule::Linear ? 1.0 - progress : 0.5 * (1.0 + std::cos(M_PI * progress));
+  return c.min_lr_ratio + (1.0 - c.min_lr_ratio) * decay;
+}
+
+Scheduler::Scheduler(std::shared_ptr<Optimizer> opt, SchedulerConfig cfg) : opt_(std::move(opt)), cfg_(cfg) {
+  validate(cfg_);
+  opt_->set_lr(opt_->base_lr() * schedule_factor(cfg_, 0));
+}
+
+void Scheduler::step() {
+  ++steps_;
+  opt_->set_lr(opt_->base_lr() * schedule_factor(cfg_, steps_));
+}
+
+// ---------------------------------------------------------------------------------------
+// Data
+
+DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderConfig cfg) : cfg_(cfg) {
+  ACCEL_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(0) >= 1, Status::InvalidArgument,
+              "the loader's inputs need at least one sample along dimension 0, got ",
+              inputs.defined() ? shape_str(inputs) : std::string("no tensor"));
+  ACCEL_CHECK(!targets.defined() || (targets.dim() >= 1 && targets.size(0) == inputs.size(0)), Status::InvalidArgument,
+              "inputs ", shape_str(inputs), " and targets ", targets.defined() ? shape_str(targets) : "", " differ in the number of samples");
+  ACCEL_CHECK(cfg.batch_size >= 1, Status::InvalidArgument, "batch_size must be >= 1, got ", cfg.batch_size);
+  inputs_ = inputs.to(torch::kCPU).contiguous();
+  if (targets.defined()) targets_ = targets.to(torch::kCPU).contiguous();
+  ACCEL_CHECK(num_batches() >= 1, Status::InvalidArgument, "with drop_last, ", inputs.size(0),
+              " samples make no full batch of ", cfg.batch_size);
+}
+
+int64_t DataLoader::num_batches() const {
+  int64_t n = inputs_.size(0), b = cfg_.batch_size;
+  return cfg_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+void DataLoader::set_epoch(int64_t epoch) {
+  ACCEL_CHECK(epoch >= 0, Status::InvalidArgument, "epoch must be >= 0, got ", epoch);
+  epoch_ = epoch;
+  position_ = 0;
+}
+
+std::optional<Batch> DataLoader::next(const torch::Device& device) {
+  if (position_ >= num_batches()) {
+    ++epoch_;
+    position_ = 0;
+    return std::nullopt;
+  }
+  const int64_t n = inputs_.size(0), start = position_ * cfg_.batch_size;
+  const int64_t len = std::min(cfg_.batch_size, n - start);
+  Batch b;
+  if (cfg_.shuffle) {
+    if (order_epoch_ != epoch_) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed + static_cast<uint64_t>(epoch_));
+      order_ = torch::randperm(n, gen, torch::kLong);
+      order_epoch_ = epoch_;
+    }
+    auto idx = order_.narrow(0, start, len);
+    b.inputs = inputs_.index_select(0, idx);
+    if (targets_.defined()) b.targets = targets_.index_select(0, idx);
+  } else {
+    b.inputs = inputs_.narrow(0, start, len);
+    if (targets_.defined()) b.targets = targets_.narrow(0, start, len);
+  }
+  if (!device.is_cpu()) {
+    b.inputs = b.inputs.to(device);
+    if (b.targets.defined()) b.targets = b.targets.to(device);
+  }
+  ++position_;
+  b.last = position_ == num_batches();
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------
+// Loss scaling
+
+bool LossScaler::unscale(const std::vector<torch::Tensor>& params) const {
+  if (!enabled_) return false;
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return false;
+  // As torch.cuda.amp: the reciprocal is taken in double and applied in fp32.
+  const double inv = static_cast<double>(static_cast<float>(1.0 / scale_));
+  if (grads.front().is_cuda()) {
+    auto found = torch::zeros({1}, grads.front().options().dtype(torch::kFloat));
+    auto inv_t = torch::full({1}, inv, grads.front().options().dtype(torch::kFloat));
+    at::_amp_foreach_non_finite_check_and_unscale_(grads, found, inv_t);
+    return found.item<float>() != 0.0f;
+  }
+  torch::Tensor finite = torch::ones({}, torch::kBool);
+  for (auto& g : grads) {
+    g.mul_(inv);
+    finite = finite.logical_and(torch::isfinite(g).all());
+  }
+  return !finite.item<bool>();
+}
+
+void LossScaler::update(bool found_inf) {
+  if (!enabled_) return;
+  if (found_inf) {
+    scale_ *= backoff_;
+    tracker_ = 0;
+    return;
+  }
+  if (++tracker_ >= interval_) {
+    double grown = scale_ * growth_;
+    if (std::isfinite(grown) && grown <= static_cast<double>(std::numeric_limits<float>::max())) scale_ = grown;
+    tracker_ = 0;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The Accelerator
+
+namespace {
+torch::Device pick_device(const Options& o) {
+  const bool cuda = torch::cuda::is_available();
+  switch (o.device) {
+    case DeviceKind::CPU: return torch::Device(torch::kCPU);
+    case DeviceKind::CUDA:
+      ACCEL_CHECK(cuda, Status::Unsupported,
+                  "device CUDA was requested but CUDA is not available (this libtorch has no CUDA, or no GPU is visible)");
+      ACCEL_CHECK(o.device_index < static_cast<int>(torch::cuda::device_count()), Status::InvalidArgument,
+                  "device_index ", o.device_index, " but only ", torch::cuda::device_count(), " CUDA devices are visible");
+      return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
+    case DeviceKind::Auto:
+    default:
+      return cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index)) : torch::Device(torch::kCPU);
+  }
+}
+}  // namespace
+
+Accelerator::Accelerator(const Options& opts)
+    : opts_((validate(opts), opts)),
+      device_(pick_device(opts)),
+      gen_(at::make_generator<at::CPUGeneratorImpl>(opts.seed)),
+      scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
+              opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {
+  if (opts_.num_threads > 0) at::set_num_threads(opts_.num_threads);
+  // TorchScript models draw dropout masks and initial values from libtorch's default
+  // generator; seed it too so their runs repeat.
+  torch::manual_seed(opts_.seed);
+}
+
+void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
+                          const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader) {
+  // Check everything first: a failed prepare changes nothing.
+  std::shared_ptr<Model> m = model ? model : (opt ? opt->model() : model_);
+  ACCEL_CHECK(!model_ || !m || m == model_, Status::InvalidState,
+              "this context already trains another model; a context trains one model with one optimizer");
+  ACCEL_CHECK(!opt || opt->model() == m, Status::InvalidArgument, "the optimizer was created for a different model");
+  ACCEL_CHECK(!opt_ || !opt || opt == opt_, Status::InvalidState, "this context already steps another optimizer");
+  std::shared_ptr<Optimizer> o = opt ? opt : opt_;
+  ACCEL_CHECK(!sched || (o && sched->optimizer() == o), Status::InvalidArgument,
+              "the scheduler belongs to an optimizer that is not prepared on this context");
+  ACCEL_CHECK(!sched_ || !sched || sched == sched_, Status::InvalidState, "this context already has a scheduler");
+
+  if (m && !model_) {
+    m->to(device_);
+    if (emulate_fp16()) m->set_grad_rounding(true);
+    model_ = m;
+  }
+  if (o && !opt_) {
+    if (!o->bound()) o->bind();
+    opt_ = o;
+  }
+  if (sched) sched_ = sched;
+  if (loader && !prepared(loader.get())) loaders_.push_back(loader);
+}
+
+bool Accelerator::prepared(const DataLoader* loader) const {
+  for (const auto& l : loaders_)
+    if (l.get() == loader) return true;
+  return false;
+}
+
+torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor>& inputs) {
+  torch::Device target = model.parameters().empty() ? device_ : model.parameters().front().device();
+  std::vector<torch::Tensor> placed;
+  placed.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ACCEL_CHECK(inputs[i].defined(), Status::InvalidArgument, "input ", i, " is empty");
+    placed.push_back(inputs[i].device() == target ? inputs[i] : inputs[i].to(target));
+  }
+  ForwardMode mode;
+  mode.emulate_fp16 = emulate_fp16();
+  std::optional<torch::NoGradGuard> no_grad;
+  if (!model.is_training()) no_grad.emplace();
+  std::optional<compat::AutocastGuard> autocast;
+  if (opts_.precision == Precision::BF16) {
+    autocast.emplace(target.type(), torch::kBFloat16);
+  } else if (opts_.precision == Precision::FP16 && target.is_cuda()) {
+    autocast.emplace(target.type(), torch::kHalf);
+  }
+  return model.forward(placed, mode);
+}
+
+std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
+  auto b = loader.next(device_);
+  if (b && prepared(&loader)) end_of_data_ = b->last;
+  return b;
+}
+
+void Accelerator::backward(const torch::Tensor& loss) {
+  ACCEL_CHECK(model_ != nullptr, Status::InvalidState, "backward before accel_prepare bound a model");
+  ACCEL_CHECK(loss.defined() && loss.numel() == 1, Status::InvalidArgument, "the loss must be a tensor of one element, got ",
+              loss.defined() ? shape_str(loss) : std::string("none"));
+  ACCEL_CHECK(loss.is_floating_point(), Status::InvalidArgument, "the loss must be floating-point");
+  ACCEL_CHECK(loss.requires_grad(), Status::InvalidArgument,
+              "the loss has no autograd graph (was the model in evaluation mode, or the loss computed from constants?)");
+  if (!scaler_.enabled()) {
+    const double v = loss.detach().to(torch::kDouble).item<double>();
+    ACCEL_CHECK(std::isfinite(v), Status::NonFinite, "the loss is ", v,
+                "; gradients are unchanged and this micro-batch is not counted");
+  }
+  torch::Tensor scaled = loss.to(torch::kFloat).reshape({});
+  if (opts_.gradient_accumulation_steps > 1) scaled = scaled / static_cast<double>(opts_.gradient_accumulation_steps);
+  if (scaler_.enabled()) scaled = scaled * scaler_.scale();
+  scaled.backward();
+  ++micro_steps_;
+  ++accum_count_;
+  sync_ = accum_count_ >= opts_.gradient_accumulation_steps || end_of_data_;
+  pending_ = true;
+}
+
+bool Accelerator::unscale_once() {
+  if (!scaler_.enabled()) return false;
+  if (!unscaled_) {
+    found_inf_ = scaler_.unscale(model_->parameters());
+    unscaled_ = true;
+  }
+  return found_inf_;
+}
+
+double Accelerator::clip_grad_norm(double max_norm) {
+  ACCEL_CHECK(model_ != nullptr, Status::InvalidState, "clip_grad_norm before accel_prepare bound a model");
+  ACCEL_CHECK(std::isfinite(max_norm) && max_norm > 0, Status::InvalidArgument, "max_norm must be positive, got ",
+              max_norm);
+  if (!pending_ || !sync_) return std::nan("");
+  unscale_once();
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : model_->parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.norm(2));
+  const double total = torch::stack(norms).norm(2).item<double>();
+  if (!std::isfinite(total)) return total;
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0)
+    for (auto& g : grads) g.mul_(coef);
+  return total;
+}
+
+StepResult Accelerator::step() {
+  ACCEL_CHECK(model_ != nullptr && opt_ != nullptr, Status::InvalidState,
+              "step before accel_prepare bound a model and an optimizer");
+  StepResult r;
+  if (pending_ && sync_) {
+    r.sync_step = true;
+    if (unscale_once()) {
+      r.skipped = true;
+      scaler_.update(true);
+    } else {
+      opt_->step();
+      scaler_.update(false);
+      if (sched_) sched_->step();
+      ++optimizer_steps_;
+      r.stepped = true;
+    }
+    opt_->zero_grad();
+    accum_count_ = 0;
+    pending_ = false;
+    unscaled_ = false;
+    found_inf_ = false;
+  }
+  r.loss_scale = scaler_.scale();
+  r.optimizer_steps = optimizer_steps_;
+  r.micro_steps = micro_steps_;
+  return r;
+}
+
+}  // namespace accel

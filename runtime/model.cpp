@@ -1,0 +1,291 @@
+// Models (built-in MLP, TorchScript), fp16 emulation by rounding, losses and weight export.
+#include <sys/stat.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "runtime/runtime.h"
+#include "runtime/safetensors.h"
+
+namespace accel {
+
+std::string shape_str(const torch::Tensor& t) {
+  std::ostringstream os;
+  os << "[";
+  for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
+  os << "]";
+  return os.str();
+}
+
+int64_t Model::num_elements() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p.numel();
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------
+// fp16 emulation
+
+namespace {
+struct RoundFP16 : public torch::autograd::Function<RoundFP16> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    return x.to(torch::kHalf).to(x.scalar_type());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    const auto& g = grads[0];
+    return {g.to(torch::kHalf).to(g.scalar_type())};
+  }
+};
+}  // namespace
+
+torch::Tensor round_through_fp16(const torch::Tensor& x) {
+  if (!x.defined() || !x.is_floating_point()) return x;
+  return RoundFP16::apply(x);
+}
+
+// ---------------------------------------------------------------------------------------
+// The built-in MLP
+
+namespace {
+
+class MLP final : public Model {
+ public:
+  MLP(const MLPConfig& cfg, at::Generator gen) : cfg_(cfg), gen_(std::move(gen)) {
+    ACCEL_CHECK(cfg.sizes.size() >= 2, Status::InvalidArgument, "an MLP needs at least 2 layer sizes (input and output), got ",
+                cfg.sizes.size());
+    for (size_t i = 0; i < cfg.sizes.size(); ++i)
+      ACCEL_CHECK(cfg.sizes[i] >= 1, Status::InvalidArgument, "layer size ", i, " is ", cfg.sizes[i], ", must be >= 1");
+    ACCEL_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, Status::InvalidArgument, "dropout must be in [0, 1), got ",
+                cfg.dropout);
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params;
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i + 1 < cfg.sizes.size(); ++i) {
+      int64_t in = cfg.sizes[i], out = cfg.sizes[i + 1];
+      double bound = 1.0 / std::sqrt(static_cast<double>(in));
+      auto w = torch::empty({out, in}, torch::kFloat).uniform_(-bound, bound, gen_);
+      names.push_back("layers." + std::to_string(i) + ".weight");
+      params.push_back(w.requires_grad_(true));
+      if (cfg.bias) {
+        auto b = torch::empty({out}, torch::kFloat).uniform_(-bound, bound, gen_);
+        names.push_back("layers." + std::to_string(i) + ".bias");
+        params.push_back(b.requires_grad_(true));
+      }
+    }
+    set_parameters(std::move(names), std::move(params));
+  }
+
+  torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
+    ACCEL_CHECK(inputs.size() == 1, Status::InvalidArgument, "the MLP takes 1 input tensor, got ", inputs.size());
+    torch::Tensor x = inputs[0];
+    ACCEL_CHECK(x.dim() == 2 && x.size(1) == cfg_.sizes[0], Status::InvalidArgument, "the MLP expects input [batch, ",
+                cfg_.sizes[0], "], got ", shape_str(x));
+    ACCEL_CHECK(x.is_floating_point(), Status::InvalidArgument, "the MLP expects a floating-point input, got ",
+                c10::toString(x.scalar_type()));
+    if (x.scalar_type() != torch::kFloat) x = x.to(torch::kFloat);
+    const auto& p = parameters();
+    const size_t layers = cfg_.sizes.size() - 1;
+    const size_t per = cfg_.bias ? 2 : 1;
+    for (size_t i = 0; i < layers; ++i) {
+      torch::Tensor w = p[i * per];
+      torch::Tensor b = cfg_.bias ? p[i * per + 1] : torch::Tensor();
+      if (mode.emulate_fp16) {
+        x = round_through_fp16(torch::linear(round_through_fp16(x), round_through_fp16(w), round_through_fp16(b)));
+      } else {
+        x = torch::linear(x, w, b);
+      }
+      if (i + 1 < layers) {
+        x = activate(x);
+        if (mode.emulate_fp16) x = round_through_fp16(x);
+        if (training_ && cfg_.dropout > 0.0) {
+          auto keep = torch::empty_like(x).bernoulli_(1.0 - cfg_.dropout, gen_);
+          x = x * keep / (1.0 - cfg_.dropout);
+        }
+      }
+    }
+    return x;
+  }
+
+  void to(const torch::Device& device) override {
+    std::vector<torch::Tensor> moved;
+    for (const auto& t : parameters()) {
+      if (t.device() == device) {
+        moved.push_back(t);
+      } else {
+        moved.push_back(t.detach().to(device).requires_grad_(true));
+      }
+    }
+    set_parameters(parameter_names(), std::move(moved));
+  }
+  void train(bool on) override { training_ = on; }
+  bool is_training() const override { return training_; }
+
+ private:
+  torch::Tensor activate(const torch::Tensor& x) const {
+    switch (cfg_.activation) {
+      case Activation::ReLU: return torch::relu(x);
+      case Activation::GELU: return torch::gelu(x);
+      case Activation::Tanh: return torch::tanh(x);
+      case Activation::Sigmoid: return torch::sigmoid(x);
+    }
+    return x;
+  }
+
+  MLPConfig cfg_;
+  at::Generator gen_;
+  bool training_ = true;
+};
+
+// ---------------------------------------------------------------------------------------
+// TorchScript
+
+class ScriptModel final : public Model {
+ public:
+  explicit ScriptModel(torch::jit::Module m) : module_(std::move(m)), rounding_(std::make_shared<bool>(false)) {
+    refresh();
+    for (const auto& p : parameters()) p.requires_grad_(true);
+    module_.train(true);
+  }
+
+  torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
+    std::vector<torch::jit::IValue> args;
+    args.reserve(inputs.size());
+    for (const auto& t : inputs) args.emplace_back(mode.emulate_fp16 ? round_through_fp16(t) : t);
+    torch::jit::IValue out;
+    try {
+      out = module_.forward(std::move(args));
+    } catch (const c10::Error& e) {
+      fail(Status::InvalidArgument, "the TorchScript forward failed on inputs ", describe(inputs), ": ",
+           first_line(e.what_without_backtrace()));
+    }
+    ACCEL_CHECK(out.isTensor(), Status::Format, "the TorchScript forward returned ", out.tagKind(),
+                ", accel expects a tensor");
+    auto y = out.toTensor();
+    return mode.emulate_fp16 ? round_through_fp16(y) : y;
+  }
+
+  void to(const torch::Device& device) override {
+    module_.to(device);
+    refresh();
+  }
+  void train(bool on) override { module_.train(on); }
+  bool is_training() const override { return module_.is_training(); }
+
+  void set_grad_rounding(bool on) override {
+    *rounding_ = on;
+    if (!on || hooked_) return;
+    hooked_ = true;
+    std::shared_ptr<bool> flag = rounding_;
+    for (const auto& p : parameters()) {
+      p.register_hook([flag](const torch::Tensor& g) -> torch::Tensor {
+        return *flag ? g.to(torch::kHalf).to(g.scalar_type()) : g;
+      });
+    }
+  }
+
+ private:
+  void refresh() {
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> params;
+    for (const auto& np : module_.named_parameters(/*recurse=*/true)) {
+      names.push_back(np.name);
+      params.push_back(np.value);
+    }
+    set_parameters(std::move(names), std::move(params));
+  }
+  static std::string describe(const std::vector<torch::Tensor>& ts) {
+    std::string s;
+    for (size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + shape_str(ts[i]) + " " + c10::toString(ts[i].scalar_type());
+    return s;
+  }
+  static std::string first_line(const std::string& s) {
+    // TorchScript errors carry a stack of source locations; keep the informative lines.
+    std::istringstream in(s);
+    std::string line, last;
+    while (std::getline(in, line))
+      if (!line.empty() && line.find_first_not_of(" ~^") != std::string::npos) last = line;
+    return last.empty() ? s : last;
+  }
+
+  torch::jit::Module module_;
+  std::shared_ptr<bool> rounding_;
+  bool hooked_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_mlp(const MLPConfig& cfg, at::Generator gen) {
+  return std::make_unique<MLP>(cfg, std::move(gen));
+}
+
+std::unique_ptr<Model> load_torchscript(const std::string& path) {
+  struct stat st {};
+  ACCEL_CHECK(::stat(path.c_str(), &st) == 0, Status::IO, "cannot open TorchScript file '", path, "': ",
+              std::strerror(errno));
+  ACCEL_CHECK(S_ISREG(st.st_mode), Status::IO, "'", path, "' is not a regular file");
+  {
+    std::ifstream probe(path, std::ios::binary);
+    ACCEL_CHECK(probe.good(), Status::IO, "cannot read TorchScript file '", path, "'");
+  }
+  torch::jit::Module m;
+  try {
+    m = torch::jit::load(path);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    fail(Status::Format, "'", path, "' is not a TorchScript module: ", what.substr(0, what.find('\n')));
+  }
+  ACCEL_CHECK(m.find_method("forward").has_value(), Status::Format, "the TorchScript module in '", path,
+              "' has no forward method");
+  return std::make_unique<ScriptModel>(std::move(m));
+}
+
+void save_model_safetensors(const Model& model, const std::string& path) {
+  std::vector<torch::Tensor> host;
+  std::vector<safetensors::TensorView> views;
+  host.reserve(model.parameters().size());
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    host.push_back(model.parameters()[i].detach().to(torch::kCPU, torch::kFloat).contiguous());
+    const auto& t = host.back();
+    views.push_back({model.parameter_names()[i], "F32", t.sizes().vec(), t.data_ptr(), t.numel() * sizeof(float)});
+  }
+  safetensors::write_file_atomic(path, safetensors::serialize(views, {{"format", "pt"}}));
+}
+
+// ---------------------------------------------------------------------------------------
+// Losses
+
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  ACCEL_CHECK(logits.dim() == 2, Status::InvalidArgument, "cross-entropy logits must be [batch, classes], got ",
+              shape_str(logits));
+  ACCEL_CHECK(logits.is_floating_point(), Status::InvalidArgument, "cross-entropy logits must be floating-point, got ",
+              c10::toString(logits.scalar_type()));
+  ACCEL_CHECK(targets.dim() == 1, Status::InvalidArgument, "cross-entropy targets must be [batch] class indices, got ",
+              shape_str(targets));
+  ACCEL_CHECK(targets.scalar_type() == torch::kLong || targets.scalar_type() == torch::kInt ||
+                  targets.scalar_type() == torch::kByte,
+              Status::InvalidArgument, "cross-entropy targets must be int64, int32 or uint8 class indices, got ",
+              c10::toString(targets.scalar_type()));
+  ACCEL_CHECK(targets.size(0) == logits.size(0), Status::InvalidArgument, "cross-entropy batch sizes differ: logits ",
+              shape_str(logits), ", targets ", shape_str(targets));
+  ACCEL_CHECK(logits.size(0) > 0, Status::InvalidArgument, "cross-entropy of an empty batch");
+  auto t = targets.to(logits.device(), torch::kLong);
+  const int64_t classes = logits.size(1);
+  auto mm = torch::aminmax(t);
+  int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
+  ACCEL_CHECK(lo >= 0 && hi < classes, Status::InvalidArgument, "cross-entropy target ", (lo < 0 ? lo : hi),
+              " is out of range for ", classes, " classes");
+  return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), t);
+}
+
+torch::Tensor mse(const torch::Tensor& input, const torch::Tensor& target) {
+  ACCEL_CHECK(input.sizes() == target.sizes(), Status::InvalidArgument, "MSE shapes differ: input ", shape_str(input),
+              ", target ", shape_str(target));
+  ACCEL_CHECK(input.is_floating_point() && target.is_floating_point(), Status::InvalidArgument,
+              "MSE needs floating-point input and target, got ", c10::toString(input.scalar_type()), " and ",
+              c10::toString(target.scalar_type()));
+  ACCEL_CHECK(input.numel() > 0, Status::InvalidArgument, "MSE of an empty tensor");
+  return torch::mse_loss(input.to(torch::kFloat), target.to(input.device(), torch::kFloat));
+}
+
+}  // namespace accel

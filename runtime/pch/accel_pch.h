@@ -1,0 +1,3 @@
+// Precompiled header for the translation units that include libtorch.
+#include <torch/script.h>
+#include <torch/torch.h>

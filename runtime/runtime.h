@@ -1,0 +1,282 @@
+// accel's internal C++ runtime. The C ABI in capi/ wraps it thinly.
+// UNSTABLE: this API changes without notice; programs use include/accel/accel.h.
+#pragma once
+
+#include <torch/torch.h>
+#include <torch/script.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace accel {
+
+enum class Precision { No = 0, BF16 = 1, FP16 = 2 };
+enum class DeviceKind { Auto = 0, CPU = 1, CUDA = 2 };
+
+struct Options {
+  Precision precision = Precision::No;
+  int gradient_accumulation_steps = 1;
+  uint64_t seed = 0;
+  DeviceKind device = DeviceKind::Auto;
+  int device_index = 0;
+  double loss_scale_init = 65536.0;
+  double loss_scale_growth_factor = 2.0;
+  double loss_scale_backoff_factor = 0.5;
+  int loss_scale_growth_interval = 2000;
+  int num_threads = 0;
+};
+
+// Validates options; throws Error(InvalidArgument) naming the bad field.
+void validate(const Options& o);
+
+// Rounds a float tensor through float16 and back, in both directions of autograd: the
+// forward value and the gradient flowing back are both representable in float16 (values
+// beyond 65504 become inf, tiny ones flush to zero), which is what a GPU holding them in
+// fp16 would see. Used to emulate fp16 where no fp16 kernels exist.
+torch::Tensor round_through_fp16(const torch::Tensor& x);
+
+// ---------------------------------------------------------------------------------------
+// Models
+
+struct ForwardMode {
+  bool emulate_fp16 = false;  // round activations/weights/gradients through fp16
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) = 0;
+  virtual void to(const torch::Device& device) = 0;
+  virtual void train(bool on) = 0;
+  virtual bool is_training() const = 0;
+  // Parameters in a stable order with dotted names ("layers.0.weight").
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  const std::vector<torch::Tensor>& parameters() const { return params_; }
+  int64_t num_elements() const;
+  // Rounds each parameter's gradient contribution through fp16 while `on` (set by the
+  // Accelerator for fp16 emulation on models whose layers it cannot instrument).
+  virtual void set_grad_rounding(bool on) { (void)on; }
+
+ protected:
+  void set_parameters(std::vector<std::string> names, std::vector<torch::Tensor> params) {
+    names_ = std::move(names);
+    params_ = std::move(params);
+  }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> params_;
+};
+
+enum class Activation { ReLU = 0, GELU = 1, Tanh = 2, Sigmoid = 3 };
+
+struct MLPConfig {
+  std::vector<int64_t> sizes;  // input, hidden..., output
+  Activation activation = Activation::ReLU;
+  double dropout = 0.0;
+  bool bias = true;
+};
+
+// The built-in multi-layer perceptron. `gen` draws the initial weights (like torch.nn.Linear:
+// U(-1/sqrt(fan_in), 1/sqrt(fan_in))) and the dropout masks.
+std::unique_ptr<Model> make_mlp(const MLPConfig& cfg, at::Generator gen);
+
+// Loads a TorchScript module (IO error when the file is missing, Format error when it is
+// not a module with a forward method).
+std::unique_ptr<Model> load_torchscript(const std::string& path);
+
+// Writes the model's parameters (fp32, on the host) to `path` as safetensors, atomically.
+void save_model_safetensors(const Model& model, const std::string& path);
+
+// ---------------------------------------------------------------------------------------
+// Losses (fp32 whatever the input precision; validate shapes, dtypes and class ranges)
+
+torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets);
+torch::Tensor mse(const torch::Tensor& input, const torch::Tensor& target);
+
+// ---------------------------------------------------------------------------------------
+// Optimizers and schedulers
+
+struct SGDConfig {
+  double lr = 0.01, momentum = 0.0, dampening = 0.0, weight_decay = 0.0;
+  bool nesterov = false;
+};
+struct AdamWConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+};
+void validate(const SGDConfig& c);
+void validate(const AdamWConfig& c);
+
+// An optimizer over a model's parameters. The libtorch optimizer (and its state) is built
+// at bind(), after the model is placed; the learning rate may be set before.
+class Optimizer {
+ public:
+  Optimizer(std::shared_ptr<Model> model, SGDConfig cfg);
+  Optimizer(std::shared_ptr<Model> model, AdamWConfig cfg);
+  const std::shared_ptr<Model>& model() const { return model_; }
+  double base_lr() const { return base_lr_; }
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+  void bind();  // builds the libtorch optimizer over the model's (placed) parameters
+  bool bound() const { return impl_ != nullptr; }
+  void step();
+  void zero_grad();  // sets gradients to none
+  torch::optim::Optimizer& impl() { return *impl_; }
+
+ private:
+  std::shared_ptr<Model> model_;
+  std::optional<SGDConfig> sgd_;
+  std::optional<AdamWConfig> adamw_;
+  double base_lr_, lr_;
+  std::unique_ptr<torch::optim::Optimizer> impl_;
+};
+
+enum class Schedule { Constant = 0, Linear = 1, Cosine = 2 };
+struct SchedulerConfig {
+  Schedule kind = Schedule::Constant;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  double min_lr_ratio = 0.0;
+};
+void validate(const SchedulerConfig& c);
+
+// lr(step) = base_lr * factor(step); the factors of transformers' schedules with warmup.
+double schedule_factor(const SchedulerConfig& c, int64_t step);
+
+class Scheduler {
+ public:
+  Scheduler(std::shared_ptr<Optimizer> opt, SchedulerConfig cfg);
+  void step();  // one real optimizer step happened
+  int64_t steps() const { return steps_; }
+  const std::shared_ptr<Optimizer>& optimizer() const { return opt_; }
+
+ private:
+  std::shared_ptr<Optimizer> opt_;
+  SchedulerConfig cfg_;
+  int64_t steps_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------
+// Data
+
+struct DataLoaderConfig {
+  int64_t batch_size = 1;
+  bool shuffle = false;
+  uint64_t seed = 0;
+  bool drop_last = false;
+};
+
+struct Batch {
+  torch::Tensor inputs, targets;  // targets undefined when the loader has none
+  bool last = false;              // the last batch of its epoch
+};
+
+// A loader over tensors in host memory. Epoch e's order is torch.randperm(N) drawn from a
+// generator seeded with seed + e (as Accelerate's SeedableRandomSampler), so every
+// process and every resumed run sees the same order.
+class DataLoader {
+ public:
+  DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderConfig cfg);
+  int64_t num_batches() const;
+  int64_t epoch() const { return epoch_; }
+  int64_t position() const { return position_; }
+  void set_epoch(int64_t epoch);
+  // The next batch on `device`, or nullopt at the end of the epoch (then the epoch advances).
+  std::optional<Batch> next(const torch::Device& device);
+
+ private:
+  torch::Tensor inputs_, targets_, order_;
+  DataLoaderConfig cfg_;
+  int64_t epoch_ = 0, position_ = 0;
+  int64_t order_epoch_ = -1;
+};
+
+// ---------------------------------------------------------------------------------------
+// The Accelerator
+
+// Dynamic loss scaling with torch.cuda.amp.GradScaler's update rule, written with generic
+// tensor ops so it runs on every device.
+class LossScaler {
+ public:
+  LossScaler(bool enabled, double init, double growth, double backoff, int interval)
+      : enabled_(enabled), scale_(enabled ? init : 1.0), growth_(growth), backoff_(backoff), interval_(interval) {}
+  bool enabled() const { return enabled_; }
+  double scale() const { return scale_; }
+  int growth_tracker() const { return tracker_; }
+  // Multiplies every defined gradient by 1/scale; returns true when any holds inf/NaN.
+  bool unscale(const std::vector<torch::Tensor>& params) const;
+  // After a real step: back off on overflow, else grow every `interval` clean steps.
+  void update(bool found_inf);
+
+ private:
+  bool enabled_;
+  double scale_;
+  double growth_, backoff_;
+  int interval_;
+  int tracker_ = 0;
+};
+
+struct StepResult {
+  bool stepped = false, skipped = false, sync_step = false;
+  double loss_scale = 1.0;
+  int64_t optimizer_steps = 0, micro_steps = 0;
+};
+
+class Accelerator {
+ public:
+  explicit Accelerator(const Options& opts);
+
+  const Options& options() const { return opts_; }
+  const torch::Device& device() const { return device_; }
+  Precision precision() const { return opts_.precision; }
+  // fp16 requested where the device has no fp16 kernels: emulated by rounding.
+  bool emulate_fp16() const { return opts_.precision == Precision::FP16 && device_.is_cpu(); }
+  at::Generator& generator() { return gen_; }
+
+  void prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
+               const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader);
+  bool prepared(const DataLoader* loader) const;
+
+  torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs);
+  std::optional<Batch> next_batch(DataLoader& loader);
+
+  void backward(const torch::Tensor& loss);
+  bool sync_gradients() const { return sync_; }
+  // Norm before clipping; NaN on accumulation micro-steps (nothing done).
+  double clip_grad_norm(double max_norm);
+  StepResult step();
+  double loss_scale() const { return scaler_.scale(); }
+  int64_t optimizer_steps() const { return optimizer_steps_; }
+  int64_t micro_steps() const { return micro_steps_; }
+
+ private:
+  bool unscale_once();  // returns found_inf; unscales at most once per real step
+
+  Options opts_;
+  torch::Device device_;
+  at::Generator gen_;
+  LossScaler scaler_;
+  std::shared_ptr<Model> model_;
+  std::shared_ptr<Optimizer> opt_;
+  std::shared_ptr<Scheduler> sched_;
+  std::vector<std::shared_ptr<DataLoader>> loaders_;
+
+  int64_t accum_count_ = 0;       // micro-batches since the last real step
+  bool end_of_data_ = false;      // the last batch yielded was the last of its epoch
+  bool sync_ = false;             // the current micro-batch completes the gradients
+  bool pending_ = false;          // backward ran since the last step
+  bool unscaled_ = false;         // gradients of this step already unscaled
+  bool found_inf_ = false;
+  int64_t optimizer_steps_ = 0, micro_steps_ = 0;
+};
+
+// Human-readable "[32, 64]".
+std::string shape_str(const torch::Tensor& t);
+
+}  // namespace accel
