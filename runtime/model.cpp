@@ -158,6 +158,9 @@ class ScriptModel final : public Model {
     } catch (const c10::Error& e) {
       fail(Status::InvalidArgument, "the TorchScript forward failed on inputs ", describe(inputs), ": ",
            first_line(e.what_without_backtrace()));
+    } catch (const std::runtime_error& e) {  // the interpreter rethrows errors as runtime_error
+      fail(Status::InvalidArgument, "the TorchScript forward failed on inputs ", describe(inputs), ": ",
+           first_line(e.what()));
     }
     ACCEL_CHECK(out.isTensor(), Status::Format, "the TorchScript forward returned ", out.tagKind(),
                 ", accel expects a tensor");

@@ -1,0 +1,407 @@
+// Tests of the C++ runtime: accumulation equivalence, loss scaling, autocast and fp16
+// emulation, schedules, the data loader, gradient clipping, TorchScript models.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "runtime/runtime.h"
+
+namespace accel {
+namespace {
+
+std::string tmp_path(const std::string& name) {
+  const char* dir = std::getenv("TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/accel_test_runtime_" + std::to_string(::getpid()) + "_" + name;
+}
+
+double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  auto denom = b.abs().max().item<double>();
+  return (a - b).abs().max().item<double>() / std::max(denom, 1e-30);
+}
+
+struct Trained {
+  std::vector<torch::Tensor> params;
+  int64_t optimizer_steps = 0;
+};
+
+enum class Opt { SGD, AdamW };
+
+// Trains an MLP (same seed, so the same initial weights) over `steps` optimizer steps of
+// global batch K*B, as K micro-batches of B with accumulation.
+Trained train(int K, int64_t B, int steps, Opt which, const torch::Tensor& X, const torch::Tensor& Y, bool clip) {
+  Options o;
+  o.gradient_accumulation_steps = K;
+  o.seed = 123;
+  o.device = DeviceKind::CPU;
+  Accelerator acc(o);
+  MLPConfig cfg;
+  cfg.sizes = {16, 32, 32, 5};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  std::shared_ptr<Optimizer> opt;
+  if (which == Opt::SGD) {
+    SGDConfig c;
+    c.lr = 0.05;
+    c.momentum = 0.9;
+    c.nesterov = true;
+    c.weight_decay = 1e-3;
+    opt = std::make_shared<Optimizer>(model, c);
+  } else {
+    AdamWConfig c;
+    c.lr = 1e-2;
+    opt = std::make_shared<Optimizer>(model, c);
+  }
+  DataLoaderConfig lc;
+  lc.batch_size = B;
+  auto loader = std::make_shared<DataLoader>(X, Y, lc);
+  acc.prepare(model, opt, nullptr, loader);
+  Trained t;
+  while (acc.optimizer_steps() < steps) {
+    auto b = acc.next_batch(*loader);
+    if (!b) continue;
+    auto loss = cross_entropy(acc.forward(*model, {b->inputs}), b->targets);
+    acc.backward(loss);
+    if (clip) acc.clip_grad_norm(0.5);
+    acc.step();
+  }
+  for (const auto& p : model->parameters()) t.params.push_back(p.detach().clone());
+  t.optimizer_steps = acc.optimizer_steps();
+  return t;
+}
+
+class Accumulation : public ::testing::TestWithParam<std::tuple<Opt, int, bool>> {};
+
+TEST_P(Accumulation, KMicroBatchesEqualOneBatchOfKTimesB) {
+  auto [which, K, clip] = GetParam();
+  const int64_t B = 8;
+  const int steps = 20;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  auto X = torch::randn({K * B * steps, 16}, gen);
+  auto Y = torch::randint(0, 5, {K * B * steps}, gen, torch::kLong);
+  auto a = train(K, B, steps, which, X, Y, clip);
+  auto b = train(1, K * B, steps, which, X, Y, clip);
+  ASSERT_EQ(a.optimizer_steps, steps);
+  ASSERT_EQ(a.params.size(), b.params.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.params.size(); ++i) worst = std::max(worst, max_rel_diff(a.params[i], b.params[i]));
+  EXPECT_LE(worst, 1e-6) << "K=" << K;
+  // and training did move the weights
+  auto init = train(1, K * B, 0, which, X, Y, clip);
+  EXPECT_GT(max_rel_diff(init.params[0], b.params[0]), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtime, Accumulation,
+                         ::testing::Combine(::testing::Values(Opt::SGD, Opt::AdamW), ::testing::Values(2, 4),
+                                            ::testing::Values(false, true)));
+
+TEST(LossScaler, GrowthAndBackoffFollowGradScaler) {
+  LossScaler s(true, 65536.0, 2.0, 0.5, 3);
+  std::vector<double> seen;
+  for (bool inf : {false, false, false, false, true, false, false, false, true, true}) {
+    s.update(inf);
+    seen.push_back(s.scale());
+  }
+  std::vector<double> expect = {65536, 65536, 131072, 131072, 65536, 65536, 65536, 131072, 65536, 32768};
+  EXPECT_EQ(seen, expect);
+  EXPECT_EQ(s.growth_tracker(), 0);
+  LossScaler off(false, 65536.0, 2.0, 0.5, 3);
+  off.update(true);
+  EXPECT_EQ(off.scale(), 1.0);
+}
+
+TEST(LossScaler, UnscaleDetectsInfAndNaN) {
+  LossScaler s(true, 4.0, 2.0, 0.5, 10);
+  auto p = torch::zeros({3}, torch::requires_grad());
+  p.mutable_grad() = torch::tensor({4.0f, 8.0f, -12.0f});
+  EXPECT_FALSE(s.unscale({p}));
+  EXPECT_TRUE(torch::equal(p.grad(), torch::tensor({1.0f, 2.0f, -3.0f})));
+  p.mutable_grad() = torch::tensor({4.0f, NAN, 1.0f});
+  EXPECT_TRUE(s.unscale({p}));
+  p.mutable_grad() = torch::tensor({INFINITY, 0.0f, 1.0f});
+  EXPECT_TRUE(s.unscale({p}));
+}
+
+// fp16 training from an absurd initial scale: every step overflows and is skipped (weights,
+// scheduler and step count untouched) while the scale halves, until the scaled gradients
+// fit in fp16; after that, steps are real and the scale grows every `interval` clean steps.
+TEST(LossScaler, SkipSequenceInFp16Training) {
+  Options o;
+  o.precision = Precision::FP16;
+  o.device = DeviceKind::CPU;
+  o.loss_scale_init = std::ldexp(1.0, 60);
+  o.loss_scale_growth_interval = 3;
+  Accelerator acc(o);
+  MLPConfig cfg;
+  cfg.sizes = {8, 16, 4};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  auto opt = std::make_shared<Optimizer>(model, SGDConfig{});
+  SchedulerConfig sc;
+  sc.kind = Schedule::Linear;
+  sc.total_steps = 1000;
+  auto sched = std::make_shared<Scheduler>(opt, sc);
+  acc.prepare(model, opt, sched, nullptr);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  auto x = torch::randn({32, 8}, gen);
+  auto y = torch::randint(0, 4, {32}, gen, torch::kLong);
+  auto w0 = model->parameters()[0].detach().clone();
+  int skipped = 0;
+  double scale = o.loss_scale_init;
+  StepResult r;
+  for (;;) {
+    acc.backward(cross_entropy(acc.forward(*model, {x}), y));
+    r = acc.step();
+    if (!r.skipped) break;
+    ++skipped;
+    scale *= 0.5;
+    ASSERT_EQ(r.loss_scale, scale);
+    ASSERT_EQ(sched->steps(), 0);
+    ASSERT_EQ(r.optimizer_steps, 0);
+    ASSERT_TRUE(torch::equal(model->parameters()[0], w0));
+    ASSERT_LT(skipped, 80);
+  }
+  EXPECT_GT(skipped, 20);  // gradients ~1e-2 * 2^k overflow fp16 (65504) until 2^k < ~2^22
+  EXPECT_TRUE(r.stepped);
+  EXPECT_EQ(sched->steps(), 1);
+  EXPECT_FALSE(torch::equal(model->parameters()[0], w0));
+  const double fitted = r.loss_scale;
+  // two more clean steps: the third clean step doubles the scale (interval 3)
+  std::vector<double> scales;
+  for (int i = 0; i < 2; ++i) {
+    acc.backward(cross_entropy(acc.forward(*model, {x}), y));
+    r = acc.step();
+    ASSERT_TRUE(r.stepped);
+    scales.push_back(r.loss_scale);
+  }
+  EXPECT_EQ(scales, (std::vector<double>{fitted, 2 * fitted}));
+}
+
+TEST(Precision, Bf16AutocastRunsMatmulsInBf16) {
+  Options o;
+  o.precision = Precision::BF16;
+  o.device = DeviceKind::CPU;
+  Accelerator acc(o);
+  MLPConfig cfg;
+  cfg.sizes = {32, 16};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  acc.prepare(model, nullptr, nullptr, nullptr);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto x = torch::randn({8, 32}, gen);
+  auto y = acc.forward(*model, {x});
+  EXPECT_EQ(y.scalar_type(), torch::kBFloat16);
+  const auto& p = model->parameters();
+  auto expect = torch::linear(x.to(torch::kBFloat16), p[0].to(torch::kBFloat16), p[1].to(torch::kBFloat16));
+  EXPECT_TRUE(torch::equal(y, expect));
+  auto fp32 = torch::linear(x, p[0], p[1]);
+  EXPECT_GT((y.to(torch::kFloat) - fp32).abs().max().item<double>(), 1e-4);  // really lower precision
+  // master weights stay fp32 and gradients reach them in fp32
+  EXPECT_EQ(p[0].scalar_type(), torch::kFloat);
+  acc.backward(y.to(torch::kFloat).pow(2).mean());
+  EXPECT_EQ(p[0].grad().scalar_type(), torch::kFloat);
+  // autocast is scoped to the forward: outside it, matmuls are fp32 again
+  EXPECT_EQ(torch::matmul(x, x.t()).scalar_type(), torch::kFloat);
+}
+
+TEST(Precision, Fp16EmulationRoundsActivationsWeightsAndGradients) {
+  Options o;
+  o.precision = Precision::FP16;
+  o.device = DeviceKind::CPU;
+  Accelerator acc(o);
+  ASSERT_TRUE(acc.emulate_fp16());
+  MLPConfig cfg;
+  cfg.sizes = {4, 3};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  acc.prepare(model, nullptr, nullptr, nullptr);
+  auto r16 = [](const torch::Tensor& t) { return t.to(torch::kHalf).to(torch::kFloat); };
+  auto x = torch::tensor({{0.1f, 0.2f, 0.3f, 1e-9f}});
+  const auto& p = model->parameters();
+  auto y = acc.forward(*model, {x});
+  auto expect = r16(torch::linear(r16(x), r16(p[0]), r16(p[1])));
+  EXPECT_TRUE(torch::equal(y, expect));
+  EXPECT_FALSE(torch::equal(y, torch::linear(x, p[0], p[1])));
+  // values beyond fp16's range (65504) overflow to inf, as on a GPU
+  auto big = acc.forward(*model, {torch::full({1, 4}, 70000.0f)});
+  EXPECT_FALSE(torch::isfinite(big).all().item<bool>());
+}
+
+TEST(Precision, Fp16GradientOverflowThroughRounding) {
+  auto w = torch::tensor({1.0f, 2.0f}, torch::requires_grad());
+  auto y = round_through_fp16(w);
+  (y * 1e5f).sum().backward();
+  EXPECT_TRUE(torch::isinf(w.grad()).all().item<bool>());  // 1e5 > 65504
+  auto v = torch::tensor({1.0f}, torch::requires_grad());
+  (round_through_fp16(v) * 1e-8f).sum().backward();
+  EXPECT_EQ(v.grad().item<float>(), 0.0f);  // below fp16's smallest subnormal: flushed
+}
+
+TEST(Schedule, FactorsMatchTransformersFormulas) {
+  SchedulerConfig c;
+  c.kind = Schedule::Linear;
+  c.warmup_steps = 10;
+  c.total_steps = 110;
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 0), 0.0);
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 5), 0.5);
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 10), 1.0);
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 60), 0.5);
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 110), 0.0);
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 500), 0.0);
+  c.kind = Schedule::Cosine;
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 10), 1.0);
+  EXPECT_NEAR(schedule_factor(c, 60), 0.5, 1e-12);
+  EXPECT_NEAR(schedule_factor(c, 35), 0.5 * (1 + std::cos(M_PI * 0.25)), 1e-12);
+  EXPECT_NEAR(schedule_factor(c, 110), 0.0, 1e-12);
+  EXPECT_NEAR(schedule_factor(c, 300), 0.0, 1e-12);  // clamped: no second cycle
+  c.min_lr_ratio = 0.1;
+  EXPECT_NEAR(schedule_factor(c, 110), 0.1, 1e-12);
+  EXPECT_NEAR(schedule_factor(c, 60), 0.55, 1e-12);
+  c.kind = Schedule::Constant;
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 3), 0.3);
+  EXPECT_DOUBLE_EQ(schedule_factor(c, 1000), 1.0);
+}
+
+TEST(DataLoader, ShufflesPerEpochDeterministicallyAndCoversEverySample) {
+  auto X = torch::arange(10, torch::kFloat).unsqueeze(1);
+  auto Y = torch::arange(10, torch::kLong);
+  DataLoaderConfig c;
+  c.batch_size = 3;
+  c.shuffle = true;
+  c.seed = 9;
+  DataLoader a(X, Y, c), b(X, Y, c);
+  EXPECT_EQ(a.num_batches(), 4);
+  std::vector<std::vector<int64_t>> epochs;
+  for (int e = 0; e < 2; ++e) {
+    std::vector<int64_t> seen;
+    int batches = 0;
+    while (auto batch = a.next(torch::kCPU)) {
+      auto other = b.next(torch::kCPU);
+      ASSERT_TRUE(other);
+      EXPECT_TRUE(torch::equal(batch->inputs, other->inputs));
+      EXPECT_TRUE(torch::equal(batch->inputs.squeeze(1).to(torch::kLong), batch->targets));
+      ++batches;
+      EXPECT_EQ(batch->last, batches == 4);
+      for (int64_t i = 0; i < batch->targets.size(0); ++i) seen.push_back(batch->targets[i].item<int64_t>());
+    }
+    EXPECT_FALSE(b.next(torch::kCPU));
+    EXPECT_EQ(a.epoch(), e + 1);
+    ASSERT_EQ(seen.size(), 10u);
+    // the permutation is torch.randperm(10) from a generator seeded with seed + epoch
+    auto perm = torch::randperm(10, at::make_generator<at::CPUGeneratorImpl>(9 + e), torch::kLong);
+    for (int i = 0; i < 10; ++i) EXPECT_EQ(seen[i], perm[i].item<int64_t>());
+    epochs.push_back(seen);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  a.set_epoch(1);
+  EXPECT_EQ(a.next(torch::kCPU)->targets[0].item<int64_t>(), epochs[1][0]);
+
+  c.shuffle = false;
+  c.drop_last = true;
+  DataLoader d(X, Y, c);
+  EXPECT_EQ(d.num_batches(), 3);
+  std::vector<int64_t> last;
+  while (auto batch = d.next(torch::kCPU)) last.assign(batch->targets.data_ptr<int64_t>(), batch->targets.data_ptr<int64_t>() + 3);
+  EXPECT_EQ(last, (std::vector<int64_t>{6, 7, 8}));
+}
+
+TEST(Clip, ReturnsTheGlobalNormAndClipsToMaxNorm) {
+  Options o;
+  o.device = DeviceKind::CPU;
+  Accelerator acc(o);
+  MLPConfig cfg;
+  cfg.sizes = {6, 5, 3};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  auto opt = std::make_shared<Optimizer>(model, SGDConfig{});
+  acc.prepare(model, opt, nullptr, nullptr);
+  auto x = torch::randn({4, 6});
+  acc.backward(acc.forward(*model, {x}).pow(2).sum() * 100);
+  double expect = 0;
+  for (const auto& p : model->parameters()) expect += p.grad().pow(2).sum().item<double>();
+  expect = std::sqrt(expect);
+  double norm = acc.clip_grad_norm(1.0);
+  EXPECT_NEAR(norm, expect, 1e-4 * expect);
+  double after = 0;
+  for (const auto& p : model->parameters()) after += p.grad().pow(2).sum().item<double>();
+  EXPECT_NEAR(std::sqrt(after), 1.0, 1e-5);
+  EXPECT_NEAR(acc.clip_grad_norm(10.0), 1.0, 1e-5);  // already below: unchanged
+}
+
+TEST(TorchScript, LoadsTrainsAndRejectsNonTensorOutputs) {
+  torch::jit::Module m("Net");
+  m.register_parameter("w", torch::ones({3, 2}), false);
+  m.define(R"(
+def forward(self, x):
+    return torch.matmul(x, self.w)
+
+def pair(self, x):
+    return x, x
+)");
+  std::string path = tmp_path("net.pt");
+  m.save(path);
+  Options o;
+  o.device = DeviceKind::CPU;
+  Accelerator acc(o);
+  std::shared_ptr<Model> model = load_torchscript(path);
+  ASSERT_EQ(model->parameter_names(), std::vector<std::string>{"w"});
+  auto opt = std::make_shared<Optimizer>(model, SGDConfig{0.5});
+  acc.prepare(model, opt, nullptr, nullptr);
+  auto x = torch::ones({1, 3});
+  auto y = acc.forward(*model, {x});
+  EXPECT_TRUE(torch::equal(y, torch::full({1, 2}, 3.0f)));
+  acc.backward(mse(y, torch::zeros({1, 2})));  // d/dw mean((xw)^2) = x^T * 2*3/2 = 3
+  acc.step();
+  EXPECT_TRUE(torch::allclose(model->parameters()[0], torch::full({3, 2}, 1.0f - 0.5f * 3.0f)));
+  try {
+    acc.forward(*model, {torch::ones({1, 4})});
+    FAIL() << "a shape mismatch must throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("[1, 4]"), std::string::npos) << e.what();
+  }
+
+  torch::jit::Module t("Tuple");
+  t.define(R"(
+def forward(self, x):
+    return x, x
+)");
+  std::string tpath = tmp_path("tuple.pt");
+  t.save(tpath);
+  std::shared_ptr<Model> tm = load_torchscript(tpath);
+  try {
+    acc.forward(*tm, {x});
+    FAIL() << "a tuple output must be rejected";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::Format);
+    EXPECT_NE(std::string(e.what()).find("returned Tuple"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+  std::remove(tpath.c_str());
+}
+
+TEST(TorchScript, Fp16EmulationRoundsParameterGradients) {
+  torch::jit::Module m("Scale");
+  m.register_parameter("w", torch::ones({2}), false);
+  m.define(R"(
+def forward(self, x):
+    return x * self.w
+)");
+  std::string path = tmp_path("scale.pt");
+  m.save(path);
+  Options o;
+  o.device = DeviceKind::CPU;
+  o.precision = Precision::FP16;
+  o.loss_scale_init = 1.0;
+  Accelerator acc(o);
+  std::shared_ptr<Model> model = load_torchscript(path);
+  auto opt = std::make_shared<Optimizer>(model, SGDConfig{});
+  acc.prepare(model, opt, nullptr, nullptr);
+  auto y = acc.forward(*model, {torch::tensor({1e5f, 0.1f})});  // 1e5 overflows fp16 on the way in
+  EXPECT_TRUE(std::isinf(y[0].item<float>()));
+  auto y2 = acc.forward(*model, {torch::tensor({3e4f, 0.1f})});
+  acc.backward((y2 * 4.0f).sum());  // d/dw = 4x: 1.2e5 overflows fp16, 0.4 rounds
+  const auto& g = model->parameters()[0].grad();
+  EXPECT_TRUE(std::isinf(g[0].item<float>()));
+  EXPECT_EQ(g[1].item<float>(), torch::tensor({0.4f}).to(torch::kHalf).to(torch::kFloat).item<float>());
+  EXPECT_TRUE(acc.step().skipped);
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace accel
