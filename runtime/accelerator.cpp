@@ -317,7 +317,7 @@ void Accelerator::backward(const torch::Tensor& loss) {
   ACCEL_CHECK(loss.requires_grad(), Status::InvalidArgument,
               "the loss has no autograd graph (was the model in evaluation mode, or the loss computed from constants?)");
   if (!scaler_.enabled()) {
-    const double v = loss.detach().to(torch::kDouble).item<double>();
+    const double v = loss.item<double>();
     ACCEL_CHECK(std::isfinite(v), Status::NonFinite, "the loss is ", v,
                 "; gradients are unchanged and this micro-batch is not counted");
   }

@@ -274,8 +274,20 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
   ACCEL_CHECK(logits.size(0) > 0, Status::InvalidArgument, "cross-entropy of an empty batch");
   auto t = targets.to(logits.device(), torch::kLong);
   const int64_t classes = logits.size(1);
-  auto mm = torch::aminmax(t);
-  int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
+  int64_t lo = 0, hi = 0;
+  if (t.is_cpu()) {  // a plain scan: cheaper than two reductions and their syncs on small batches
+    auto c = t.contiguous();
+    const int64_t* p = c.data_ptr<int64_t>();
+    lo = hi = p[0];
+    for (int64_t i = 1, n = c.numel(); i < n; ++i) {
+      lo = std::min(lo, p[i]);
+      hi = std::max(hi, p[i]);
+    }
+  } else {
+    auto mm = torch::aminmax(t);
+    lo = std::get<0>(mm).item<int64_t>();
+    hi = std::get<1>(mm).item<int64_t>();
+  }
   ACCEL_CHECK(lo >= 0 && hi < classes, Status::InvalidArgument, "cross-entropy target ", (lo < 0 ? lo : hi),
               " is out of range for ", classes, " classes");
   return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), t);

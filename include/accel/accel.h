@@ -191,7 +191,9 @@ typedef struct accel_options {
     uint32_t version;                    /* ACCEL_OPTIONS_VERSION */
     accel_precision mixed_precision;     /* default ACCEL_PRECISION_NO */
     int32_t gradient_accumulation_steps; /* K >= 1, default 1 */
-    uint64_t seed;                       /* seeds accel's and libtorch's generators; default 0 */
+    uint64_t seed;                       /* seeds the context's generator (MLP init, dropout) and
+                                            libtorch's process-wide default one (used by
+                                            TorchScript models); default 0 */
     accel_device device;                 /* default ACCEL_DEVICE_AUTO */
     int32_t device_index;                /* CUDA device ordinal, default 0 */
     /* Dynamic loss scaling (fp16 only). Defaults match Accelerate / torch.cuda.amp. */
@@ -199,7 +201,7 @@ typedef struct accel_options {
     double loss_scale_growth_factor;     /* default 2 */
     double loss_scale_backoff_factor;    /* default 0.5 */
     int32_t loss_scale_growth_interval;  /* default 2000 real steps without overflow */
-    int32_t num_threads;                 /* libtorch intra-op threads; 0 = leave libtorch's default */
+    int32_t num_threads;                 /* libtorch's intra-op threads (process-wide); 0 = leave as is */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
