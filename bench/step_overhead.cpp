@@ -9,14 +9,19 @@
 // index_select), in fp32 without accumulation, with the same number of intra-op threads.
 // Blocks of steps alternate between the two sides for several rounds (the side that goes
 // first alternates too); a block's time divided by its steps is one sample, and the
-// medians of the samples are reported, one JSON line per model:
+// medians of the samples are reported (and, less disturbed by other processes, the
+// medians of single steps timed one by one: *_step_p50_us), one JSON line per model:
 //
 //   {"bench":"step_overhead","model":"mlp-64-128-64-10","batch":32,"threads":2,...,
 //    "accel_us":…,"baseline_us":…,"ratio":…}
 //
-// ratio = accel_us / baseline_us (the target is <= 1.05). As both sides do the same
-// arithmetic, their weights at the end must agree: "max_abs_diff" is the largest
-// difference between them (0 when the two loops really do the same work).
+// ratio = accel_us / baseline_us (the target is <= 1.05), overhead_us = accel_us -
+// baseline_us. As both sides do the same arithmetic, their weights at the end must agree:
+// "max_abs_diff" is the largest difference between them (0 when the two loops really do
+// the same work on the same batches).
+//
+// Threads: --threads N, else libtorch's default (at::get_num_threads() at start-up);
+// the count both sides ran with is reported as "threads".
 //
 //   bench_step_overhead [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N]
 //                       [--model SUBSTRING] [--data PATH] [--breakdown]
@@ -45,7 +50,7 @@
 
 namespace {
 
-#define ACHECK(ctx, call)                                                                             \
+#define ACHECK(ctx, call)                                                                            \
   do {                                                                                               \
     accel_status s_ = (call);                                                                        \
     if (s_ != ACCEL_OK) {                                                                            \
@@ -290,6 +295,10 @@ class TorchSide {
     lap(kBackward);
     opt_->step();
     for (auto& p : params_) p.mutable_grad().reset();
+    loss.reset();  // released here as accel's side releases its handles in this phase
+    h.reset();
+    x.reset();
+    y.reset();
     lap(kStep);
   }
 
@@ -371,16 +380,23 @@ void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
   for (int i = 0; i < warmup; ++i) acc.step(nullptr);
   for (int i = 0; i < warmup; ++i) base.step(nullptr);
 
-  std::vector<double> acc_samples, base_samples;
+  // A block's mean step time is one sample (it includes every cost, periodic ones such as
+  // the per-epoch permutation too). Each step is timed as well: the median single step is
+  // less disturbed when other processes take the CPU now and then.
+  std::vector<double> acc_samples, base_samples, acc_steps, base_steps;
   for (int r = 0; r < rounds; ++r) {
     for (int k = 0; k < 2; ++k) {
       const bool accel_turn = (k == 0) == (r % 2 == 0);  // who goes first alternates
-      auto t0 = Clock::now();
-      if (accel_turn)
-        for (int i = 0; i < steps; ++i) acc.step(nullptr);
-      else
-        for (int i = 0; i < steps; ++i) base.step(nullptr);
-      (accel_turn ? acc_samples : base_samples).push_back(us_since(t0) / steps);
+      auto& per_step = accel_turn ? acc_steps : base_steps;
+      const auto t0 = Clock::now();
+      auto prev = t0;
+      for (int i = 0; i < steps; ++i) {
+        if (accel_turn) acc.step(nullptr); else base.step(nullptr);
+        const auto now = Clock::now();
+        per_step.push_back(std::chrono::duration<double, std::micro>(now - prev).count());
+        prev = now;
+      }
+      (accel_turn ? acc_samples : base_samples).push_back(std::chrono::duration<double, std::micro>(prev - t0).count() / steps);
     }
   }
 
@@ -409,10 +425,13 @@ void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
   }
 
   const double a_us = median(acc_samples), b_us = median(base_samples);
+  const double a_p50 = median(acc_steps), b_p50 = median(base_steps);
   std::printf("{\"bench\":\"step_overhead\",\"model\":\"%s\",\"batch\":%" PRId64
               ",\"threads\":%d,\"rounds\":%d,\"steps\":%d,\"accel_us\":%.1f,\"baseline_us\":%.1f,\"ratio\":%.3f,"
-              "\"overhead_us\":%.1f,\"max_abs_diff\":%.3g}\n",
-              spec.name.c_str(), spec.batch, used_threads, rounds, steps, a_us, b_us, a_us / b_us, a_us - b_us, max_diff);
+              "\"overhead_us\":%.1f,\"accel_step_p50_us\":%.1f,\"baseline_step_p50_us\":%.1f,\"step_p50_ratio\":%.3f,"
+              "\"max_abs_diff\":%.3g}\n",
+              spec.name.c_str(), spec.batch, used_threads, rounds, steps, a_us, b_us, a_us / b_us, a_us - b_us, a_p50,
+              b_p50, a_p50 / b_p50, max_diff);
   if (cfg.breakdown) {
     for (int side = 0; side < 2; ++side) {
       const auto& ph = side == 0 ? acc_ph : base_ph;

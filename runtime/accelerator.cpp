@@ -321,7 +321,9 @@ void Accelerator::backward(const torch::Tensor& loss) {
     ACCEL_CHECK(std::isfinite(v), Status::NonFinite, "the loss is ", v,
                 "; gradients are unchanged and this micro-batch is not counted");
   }
-  torch::Tensor scaled = loss.to(torch::kFloat).reshape({});
+  // The common case (a 0-d fp32 loss, no accumulation, no scaling) adds nothing to the graph.
+  torch::Tensor scaled = loss;
+  if (scaled.dim() != 0 || scaled.scalar_type() != torch::kFloat) scaled = scaled.to(torch::kFloat).reshape({});
   if (opts_.gradient_accumulation_steps > 1) scaled = scaled / static_cast<double>(opts_.gradient_accumulation_steps);
   if (scaler_.enabled()) scaled = scaled * scaler_.scale();
   scaled.backward();

@@ -283,7 +283,7 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
       lo = std::min(lo, p[i]);
       hi = std::max(hi, p[i]);
     }
-  } else {
+  } else if (((t < 0) | (t >= classes)).any().item<bool>()) {  // one device sync when all is well
     auto mm = torch::aminmax(t);
     lo = std::get<0>(mm).item<int64_t>();
     hi = std::get<1>(mm).item<int64_t>();
