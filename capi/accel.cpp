@@ -80,7 +80,17 @@ void check_version(const T* opts, uint32_t known, const char* what) {
               " is not known to this library (it knows 1..", known, "); initialise it with the _OPTIONS_INIT macro");
 }
 
-c10::ScalarType to_scalar(accel_dtype d) {
+// The integer value of an enum that came from C. A C caller may pass any int (42, -1); in
+// C++ reading such a value as the enum type is undefined, so read its bytes instead.
+template <class E>
+int raw(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+c10::ScalarType to_scalar(int d) {
   switch (d) {
     case ACCEL_FLOAT32: return torch::kFloat;
     case ACCEL_FLOAT16: return torch::kHalf;
@@ -91,7 +101,7 @@ c10::ScalarType to_scalar(accel_dtype d) {
     case ACCEL_FLOAT64: return torch::kDouble;
     case ACCEL_INT8: return torch::kChar;
   }
-  accel::fail(Status::InvalidArgument, "unknown dtype ", static_cast<int>(d));
+  accel::fail(Status::InvalidArgument, "unknown dtype ", d);
 }
 
 accel_dtype from_scalar(c10::ScalarType s) {
@@ -130,7 +140,7 @@ int accel_version_number(void) { return ACCEL_VERSION_NUMBER; }
 const char* accel_version_string(void) { return ACCEL_VERSION_STRING; }
 
 const char* accel_status_name(accel_status s) {
-  switch (s) {
+  switch (raw(s)) {
     case ACCEL_OK: return "ACCEL_OK";
     case ACCEL_ERR_INVALID_ARGUMENT: return "ACCEL_ERR_INVALID_ARGUMENT";
     case ACCEL_ERR_INVALID_STATE: return "ACCEL_ERR_INVALID_STATE";
@@ -152,7 +162,7 @@ const char* accel_last_error(const accel_context* ctx) { return ctx ? ctx->last_
 // Tensors
 
 size_t accel_dtype_size(accel_dtype d) {
-  switch (d) {
+  switch (raw(d)) {
     case ACCEL_FLOAT32: case ACCEL_INT32: return 4;
     case ACCEL_FLOAT16: case ACCEL_BFLOAT16: return 2;
     case ACCEL_INT64: case ACCEL_FLOAT64: return 8;
@@ -165,7 +175,7 @@ accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t
                                  accel_tensor** out) {
   return guard(nullptr, "accel_tensor_create", [&] {
     NEED(out);
-    auto st = to_scalar(dtype);
+    auto st = to_scalar(raw(dtype));
     ACCEL_CHECK(ndim <= 16, Status::InvalidArgument, "at most 16 dimensions, got ", ndim);
     ACCEL_CHECK(ndim == 0 || shape != nullptr, Status::InvalidArgument, "shape is NULL with ndim ", ndim);
     std::vector<int64_t> dims(shape, shape + ndim);
@@ -177,7 +187,7 @@ accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t
     }
     ACCEL_CHECK(numel == 0 || data != nullptr, Status::InvalidArgument, "data is NULL for a tensor of ", numel, " elements");
     auto t = torch::empty(dims, torch::TensorOptions().dtype(st));
-    if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(numel) * accel_dtype_size(dtype));
+    if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(numel) * t.element_size());
     *out = wrap(std::move(t));
   });
 }
@@ -194,7 +204,7 @@ accel_status accel_tensor_copy_to_host(const accel_tensor* tensor, void* dst, si
 accel_status accel_tensor_copy_to_host_as(const accel_tensor* tensor, accel_dtype dtype, void* dst, size_t dst_bytes) {
   return guard(nullptr, "accel_tensor_copy_to_host_as", [&] {
     NEED(tensor);
-    copy_out(tensor->t.detach().to(torch::kCPU, to_scalar(dtype)), dst, dst_bytes);
+    copy_out(tensor->t.detach().to(torch::kCPU, to_scalar(raw(dtype))), dst, dst_bytes);
   });
 }
 
@@ -272,10 +282,10 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
       o = *opts;
     }
     accel::Options ro;
-    ro.precision = static_cast<accel::Precision>(o.mixed_precision);
+    ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
     ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
     ro.seed = o.seed;
-    ro.device = static_cast<accel::DeviceKind>(o.device);
+    ro.device = static_cast<accel::DeviceKind>(raw(o.device));
     ro.device_index = o.device_index;
     ro.loss_scale_init = o.loss_scale_init;
     ro.loss_scale_growth_factor = o.loss_scale_growth_factor;
@@ -319,11 +329,11 @@ accel_status accel_model_create_mlp(accel_context* ctx, const accel_mlp_options*
     check_version(opts, ACCEL_MLP_OPTIONS_VERSION, "accel_mlp_options");
     ACCEL_CHECK(opts->num_layer_sizes == 0 || opts->layer_sizes != nullptr, Status::InvalidArgument,
                 "layer_sizes is NULL");
-    ACCEL_CHECK(opts->activation >= ACCEL_ACT_RELU && opts->activation <= ACCEL_ACT_SIGMOID, Status::InvalidArgument,
-                "unknown activation ", static_cast<int>(opts->activation));
+    const int act = raw(opts->activation);
+    ACCEL_CHECK(act >= ACCEL_ACT_RELU && act <= ACCEL_ACT_SIGMOID, Status::InvalidArgument, "unknown activation ", act);
     accel::MLPConfig cfg;
     cfg.sizes.assign(opts->layer_sizes, opts->layer_sizes + opts->num_layer_sizes);
-    cfg.activation = static_cast<accel::Activation>(opts->activation);
+    cfg.activation = static_cast<accel::Activation>(act);
     cfg.dropout = opts->dropout;
     cfg.bias = opts->bias != 0;
     auto m = accel::make_mlp(cfg, acc_of(ctx).generator());
@@ -517,7 +527,7 @@ accel_status accel_scheduler_create(accel_context* ctx, accel_optimizer* optimiz
     NEED(opts);
     NEED(out);
     check_version(opts, ACCEL_SCHEDULER_OPTIONS_VERSION, "accel_scheduler_options");
-    accel::SchedulerConfig c{static_cast<accel::Schedule>(opts->kind), opts->warmup_steps, opts->total_steps,
+    accel::SchedulerConfig c{static_cast<accel::Schedule>(raw(opts->kind)), opts->warmup_steps, opts->total_steps,
                              opts->min_lr_ratio};
     *out = new accel_scheduler{std::make_shared<accel::Scheduler>(optimizer->impl, c)};
   });
@@ -612,6 +622,8 @@ accel_status accel_prepare(accel_context* ctx, accel_model* model, accel_optimiz
   return guard(ctx, "accel_prepare", [&] {
     NEED(ctx);
     ACCEL_CHECK(!model || model->ctx == ctx, Status::InvalidArgument, "the model was created on another context");
+    ACCEL_CHECK(!optimizer || optimizer->model->ctx == ctx, Status::InvalidArgument,
+                "the optimizer's model was created on another context");
     acc_of(ctx).prepare(model ? model->impl : nullptr, optimizer ? optimizer->impl : nullptr,
                         scheduler ? scheduler->impl : nullptr, loader ? loader->impl : nullptr);
   });

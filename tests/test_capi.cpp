@@ -163,6 +163,8 @@ TEST(Misuse, TensorArguments) {
   EXPECT_EQ(t, nullptr);
   EXPECT_EQ(accel_tensor_create(static_cast<accel_dtype>(42), shape, 2, data, &t), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(accel_last_error(nullptr), "unknown dtype 42"));
+  EXPECT_EQ(accel_tensor_create(static_cast<accel_dtype>(-1), shape, 2, data, &t), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_dtype_size(static_cast<accel_dtype>(-1)), 0u);
   int64_t neg[2] = {2, -1};
   EXPECT_EQ(accel_tensor_create(ACCEL_FLOAT32, neg, 2, data, &t), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(accel_last_error(nullptr), "negative"));
@@ -213,6 +215,22 @@ TEST(Misuse, OptionsWithUnknownVersionOrBadValues) {
   accel_model* model = nullptr;
   EXPECT_EQ(accel_model_create_mlp(f.ctx, &m, &model), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(accel_last_error(f.ctx), "accel_mlp_options version 3"));
+  m = ACCEL_MLP_OPTIONS_INIT;
+  int64_t sizes[] = {2, 2};
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 2;
+  m.activation = static_cast<accel_activation>(-3);
+  EXPECT_EQ(accel_model_create_mlp(f.ctx, &m, &model), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(f.ctx), "unknown activation -3"));
+  m.activation = ACCEL_ACT_TANH;
+  m.dropout = 1.0;
+  EXPECT_EQ(accel_model_create_mlp(f.ctx, &m, &model), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(f.ctx), "dropout"));
+  m.dropout = 0.0;
+  m.num_layer_sizes = 1;
+  EXPECT_EQ(accel_model_create_mlp(f.ctx, &m, &model), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(f.ctx), "at least 2 layer sizes"));
+  EXPECT_EQ(model, nullptr);
   accel_sgd_options s = ACCEL_SGD_OPTIONS_INIT;
   s.lr = -1;
   accel_optimizer* opt = nullptr;
@@ -360,6 +378,8 @@ TEST(Misuse, PrepareWithForeignObjects) {
   Fixture f, g(ACCEL_PRECISION_NO, false);
   EXPECT_EQ(accel_prepare(f.ctx, g.model, nullptr, nullptr, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(accel_last_error(f.ctx), "another context"));
+  EXPECT_EQ(accel_prepare(f.ctx, nullptr, g.opt, nullptr, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(f.ctx), "optimizer's model was created on another context"));
   // a second model on the same context
   int64_t sizes[] = {4, 3};
   accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
