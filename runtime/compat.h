@@ -3,14 +3,8 @@
 #pragma once
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
-#ifndef TORCH_VERSION_MAJOR
-#error "torch/version.h did not define TORCH_VERSION_MAJOR"
-#endif
-
-#define ACCEL_TORCH_AT_LEAST(major, minor) \
-  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+#include "runtime/torch_version.h"
 
 namespace accel::compat {
 

@@ -1,0 +1,128 @@
+// The Communicator: one interface, in NCCL's vocabulary, that every strategy (DDP, ZeRO)
+// is written against. Backends: local (one rank), sim (the simulator), later gloo and nccl.
+// Torch-free: buffers are raw pointers with a count and a data type, as in nccl.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/status.h"
+
+namespace accel::comm {
+
+// The element types of nccl.h (ncclInt8 ... ncclBfloat16).
+enum class DataType : int {
+  Int8 = 0,
+  Uint8 = 1,
+  Int32 = 2,
+  Uint32 = 3,
+  Int64 = 4,
+  Uint64 = 5,
+  Float16 = 6,
+  Float32 = 7,
+  Float64 = 8,
+  BFloat16 = 9,
+};
+constexpr int kNumDataTypes = 10;
+
+// The reduction operations of nccl.h. PreMulSum multiplies each rank's input by a scalar
+// (of the operation's data type, or a host double) before summing.
+enum class RedOp : int { Sum = 0, Prod = 1, Max = 2, Min = 3, Avg = 4, PreMulSum = 5 };
+constexpr int kNumRedOps = 6;
+
+// Mirrors ncclResult_t (0..7), plus Timeout, which NCCL lacks (it hangs instead).
+enum class Result : int {
+  Success = 0,
+  UnhandledCudaError = 1,
+  SystemError = 2,
+  InternalError = 3,
+  InvalidArgument = 4,
+  InvalidUsage = 5,
+  RemoteError = 6,
+  InProgress = 7,
+  Timeout = 8,
+};
+
+size_t dtype_size(DataType t);
+const char* dtype_name(DataType t);
+const char* op_name(RedOp op);
+const char* result_name(Result r);
+// The accel status a communication result surfaces as through the C ABI.
+Status to_status(Result r);
+
+// A failed communication call: the ncclResult_t-like code and a message naming the ranks
+// and calls involved.
+class CommError : public Error {
+ public:
+  CommError(Result r, const std::string& msg) : Error(to_status(r), msg), result_(r) {}
+  Result result() const noexcept { return result_; }
+
+ private:
+  Result result_;
+};
+
+// An asynchronous operation. Operations posted by one rank complete in the order posted.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the operation completes; throws CommError if it failed.
+  virtual void wait() = 0;
+  // Non-blocking: true once complete (successfully or not).
+  virtual bool test() = 0;
+};
+
+// The scalar of PreMulSum: a host value applied in the operation's data type.
+struct PreMul {
+  double value = 1.0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+
+  // All operations are asynchronous: they return a Work to wait on. Buffers must stay
+  // valid and untouched until the Work completes. Outside a group, posting may block until
+  // the operation can start (as NCCL's calls on a busy stream do); inside a group nothing
+  // runs before group_end().
+  //
+  // In-place rules (as NCCL): all_reduce, broadcast, reduce: send == recv.
+  // reduce_scatter: recv == send + rank * recvcount (in elements).
+  // all_gather: send == recv + rank * sendcount.
+  virtual std::shared_ptr<Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
+                                           PreMul premul = {}) = 0;
+  virtual std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, size_t recvcount, DataType t, RedOp op,
+                                               PreMul premul = {}) = 0;
+  virtual std::shared_ptr<Work> all_gather(const void* send, void* recv, size_t sendcount, DataType t) = 0;
+  virtual std::shared_ptr<Work> broadcast(const void* send, void* recv, size_t count, DataType t, int root) = 0;
+  // recv is only written (and only needs to be valid) on the root.
+  virtual std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root,
+                                       PreMul premul = {}) = 0;
+  virtual std::shared_ptr<Work> send(const void* buf, size_t count, DataType t, int peer) = 0;
+  virtual std::shared_ptr<Work> recv(void* buf, size_t count, DataType t, int peer) = 0;
+  // Returns when every rank has reached the barrier.
+  virtual void barrier() = 0;
+
+  // ncclGroupStart/End: operations posted between them are launched together at
+  // group_end (needed for send/recv pairs that would otherwise deadlock). Nested groups
+  // count; group_end without group_start is InvalidUsage.
+  virtual void group_start() = 0;
+  virtual void group_end() = 0;
+
+  // Charges `seconds` of compute to this rank's virtual clock (the simulator's cost
+  // model); a no-op on real backends.
+  virtual void charge_compute(double seconds, const char* label) {
+    (void)seconds;
+    (void)label;
+  }
+};
+
+// The single-rank backend: collectives are copies (or scalings), send/recv to oneself
+// pair up in a group, everything completes immediately.
+std::unique_ptr<Communicator> make_local_communicator();
+
+}  // namespace accel::comm

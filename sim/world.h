@@ -1,0 +1,149 @@
+// The simulator: a world of N ranks inside one process, one thread per rank, with NCCL's
+// semantics, per-rank device-memory budgets, a virtual clock driven by a cost model, a
+// Chrome trace, and fault injection.
+//
+// Determinism ("maestro" scheduling, as SimGrid): the rank threads never run at the same
+// time. One rank runs until it blocks on communication (waits on an operation that cannot
+// complete yet, a barrier, a blocking call) or finishes; then the next runnable rank in
+// rank order runs. So every side effect on libtorch's process-wide state (the default
+// generator used by dropout and initialisers, the allocator) happens in the same order on
+// every run, whatever the OS does with the threads. Reductions combine ranks in rank order.
+// The collective engine itself may use several threads on disjoint slices of the data.
+//
+// Torch-free except sim/memory.cpp, which hooks libtorch's CPU allocator.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "sim/cost.h"
+
+namespace accel::sim {
+
+struct Fault {
+  enum class Kind { KillAtCollective, KillAtStep, Delay };
+  Kind kind = Kind::KillAtCollective;
+  int rank = 0;
+  int64_t at = 0;        // the rank's k-th collective (1-based) or its step number
+  double seconds = 0.0;  // Delay: virtual seconds added before each of the rank's operations
+};
+
+// Parses "kill:3@collective:5,kill:1@step:10,delay:2:0.005" (comma-separated; rank first).
+std::vector<Fault> parse_faults(const std::string& spec);
+
+// Parses "16GiB", "64MiB", "512KiB", "1000B", "80GB" (powers of 1000) or a plain number of bytes.
+uint64_t parse_bytes(const std::string& text);
+std::string format_bytes(uint64_t bytes);
+
+struct WorldOptions {
+  int world_size = 1;
+  uint64_t device_capacity = 0;      // bytes per rank; 0 = unlimited
+  std::string topology = "8xH100";   // a preset name (see sim/cost.h)
+  double timeout_seconds = 10.0;     // no progress anywhere for this long: waiting ranks fail with Timeout
+  std::vector<Fault> faults;
+  int engine_threads = 0;            // threads for large reductions; 0 = the machine's cores
+  bool record_trace = false;
+  uint64_t noise_seed = 0;           // non-zero: random sleeps at scheduling points (determinism tests)
+};
+
+struct RankReport {
+  int rank = 0;
+  Status status = Status::Ok;        // Ok, or why the rank's function failed
+  std::string error;
+  uint64_t peak_bytes = 0, current_bytes = 0;
+  double virtual_seconds = 0.0;      // the rank's clock at the end (compute + communication)
+  uint64_t collectives = 0;          // collectives posted
+  uint64_t bytes_sent = 0;           // bytes this rank put on the wire, per the algorithm's volume
+};
+
+struct RunReport {
+  std::vector<RankReport> ranks;
+  double predicted_seconds = 0.0;    // the slowest rank's virtual clock
+  bool ok() const;
+  std::string first_error() const;
+};
+
+class World;
+
+// What a rank's function receives.
+class Rank {
+ public:
+  int rank() const;
+  int size() const;
+  comm::Communicator& comm();
+  World& world();
+  // Called by the runtime at every optimizer step; fault injection may kill the rank here.
+  void notify_step(int64_t step);
+
+ private:
+  friend class World;
+  Rank(World* w, int r) : world_(w), rank_(r) {}
+  World* world_;
+  int rank_;
+};
+
+class World {
+ public:
+  explicit World(WorldOptions opts);
+  ~World();
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+
+  const WorldOptions& options() const;
+  const Topology& topology() const;
+
+  // Runs fn once per rank, each in its own thread (maestro scheduling), and returns when all
+  // have finished. A function that throws marks its rank failed; the other ranks' pending
+  // and later operations with it fail with RemoteError. Never hangs on mismatched or
+  // missing collectives: they fail on every rank involved, naming the ranks and calls.
+  RunReport run(const std::function<void(Rank&)>& fn);
+
+  // The last run's timeline as Chrome trace JSON (chrome://tracing, ui.perfetto.dev);
+  // empty events unless options().record_trace.
+  std::string trace_json() const;
+  void write_trace(const std::string& path) const;
+
+  // Device-memory accounting per rank. Shared with the allocations themselves, which may
+  // outlive the world (a tensor freed later is still released from its rank's count).
+  const std::shared_ptr<class MemoryBudget>& budget() const;
+  uint64_t current_bytes(int rank) const;
+  uint64_t peak_bytes(int rank) const;
+
+  struct Impl;
+
+ private:
+  friend class Rank;
+  std::unique_ptr<Impl> impl_;
+};
+
+class MemoryBudget {
+ public:
+  MemoryBudget(int ranks, uint64_t capacity) : capacity_(capacity), current_(ranks, 0), peak_(ranks, 0) {}
+  // Throws an out-of-memory error shaped like CUDA's (c10::OutOfMemoryError) over capacity.
+  void charge(int rank, uint64_t bytes);
+  void release(int rank, uint64_t bytes);
+  uint64_t current(int rank) const;
+  uint64_t peak(int rank) const;
+  uint64_t capacity() const { return capacity_; }
+  void reset_peaks();  // peak := current, at the start of a run
+
+ private:
+  mutable std::mutex mu_;
+  uint64_t capacity_;
+  std::vector<uint64_t> current_, peak_;
+};
+
+// The rank the calling thread runs as, and its world; -1 / nullptr outside a simulated rank.
+int current_rank();
+World* current_world();
+
+// Installs (once per process) the CPU-allocator hook that charges every libtorch
+// allocation made on a rank thread to that rank's budget. Called by World's constructor.
+void install_allocator_hook();
+
+}  // namespace accel::sim
