@@ -7,6 +7,7 @@
 #include <new>
 
 #include "runtime/runtime.h"
+#include "sim/world.h"
 
 using accel::Status;
 
@@ -30,6 +31,9 @@ struct accel_scheduler {
 };
 struct accel_dataloader {
   std::shared_ptr<accel::DataLoader> impl;
+};
+struct accel_sim_report {
+  accel::sim::RunReport rep;
 };
 
 namespace {
@@ -128,6 +132,28 @@ void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_bytes) {
               c10::toString(host.scalar_type()), " holds ", n, " bytes, dst_bytes is ", dst_bytes);
   ACCEL_CHECK(n == 0 || dst != nullptr, Status::InvalidArgument, "dst is NULL");
   if (n) std::memcpy(dst, host.data_ptr(), n);
+}
+
+// accel_options (NULL: defaults) as the runtime's options, after the version check.
+accel::Options runtime_options(const accel_options* opts) {
+  accel_options o = ACCEL_OPTIONS_INIT;
+  if (opts) {
+    check_version(opts, ACCEL_OPTIONS_VERSION, "accel_options");
+    o = *opts;
+  }
+  accel::Options ro;
+  ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
+  ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
+  ro.seed = o.seed;
+  ro.device = static_cast<accel::DeviceKind>(raw(o.device));
+  ro.device_index = o.device_index;
+  ro.loss_scale_init = o.loss_scale_init;
+  ro.loss_scale_growth_factor = o.loss_scale_growth_factor;
+  ro.loss_scale_backoff_factor = o.loss_scale_backoff_factor;
+  ro.loss_scale_growth_interval = o.loss_scale_growth_interval;
+  ro.num_threads = o.num_threads;
+  accel::validate(ro);
+  return ro;
 }
 
 accel::Accelerator& acc_of(accel_context* ctx) { return *ctx->acc; }
@@ -276,24 +302,8 @@ accel_status accel_options_init(accel_options* opts, uint32_t version) {
 accel_status accel_init(const accel_options* opts, accel_context** out) {
   return guard(nullptr, "accel_init", [&] {
     NEED(out);
-    accel_options o = ACCEL_OPTIONS_INIT;
-    if (opts) {
-      check_version(opts, ACCEL_OPTIONS_VERSION, "accel_options");
-      o = *opts;
-    }
-    accel::Options ro;
-    ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
-    ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
-    ro.seed = o.seed;
-    ro.device = static_cast<accel::DeviceKind>(raw(o.device));
-    ro.device_index = o.device_index;
-    ro.loss_scale_init = o.loss_scale_init;
-    ro.loss_scale_growth_factor = o.loss_scale_growth_factor;
-    ro.loss_scale_backoff_factor = o.loss_scale_backoff_factor;
-    ro.loss_scale_growth_interval = o.loss_scale_growth_interval;
-    ro.num_threads = o.num_threads;
     auto ctx = std::make_unique<accel_context>();
-    ctx->acc = std::make_unique<accel::Accelerator>(ro);
+    ctx->acc = std::make_unique<accel::Accelerator>(runtime_options(opts));
     *out = ctx.release();
   });
 }
@@ -673,6 +683,149 @@ accel_status accel_loss_scale(const accel_context* ctx, double* out) {
     NEED(ctx);
     NEED(out);
     *out = ctx->acc->loss_scale();
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Processes
+
+accel_status accel_process_index(const accel_context* ctx, int32_t* out) {
+  return guard(ctx, "accel_process_index", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->process_index();
+  });
+}
+
+accel_status accel_num_processes(const accel_context* ctx, int32_t* out) {
+  return guard(ctx, "accel_num_processes", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->num_processes();
+  });
+}
+
+accel_status accel_barrier(accel_context* ctx) {
+  return guard(ctx, "accel_barrier", [&] {
+    NEED(ctx);
+    acc_of(ctx).comm().barrier();
+  });
+}
+
+accel_status accel_reduce(accel_context* ctx, const accel_tensor* tensor, accel_reduce_op op, accel_tensor** out) {
+  return guard(ctx, "accel_reduce", [&] {
+    NEED(ctx);
+    NEED(tensor);
+    NEED(out);
+    accel::comm::RedOp rop;
+    switch (raw(op)) {
+      case ACCEL_REDUCE_SUM: rop = accel::comm::RedOp::Sum; break;
+      case ACCEL_REDUCE_MEAN: rop = accel::comm::RedOp::Avg; break;
+      case ACCEL_REDUCE_MAX: rop = accel::comm::RedOp::Max; break;
+      case ACCEL_REDUCE_MIN: rop = accel::comm::RedOp::Min; break;
+      case ACCEL_REDUCE_PROD: rop = accel::comm::RedOp::Prod; break;
+      default: accel::fail(Status::InvalidArgument, "unknown reduce op ", raw(op));
+    }
+    auto& acc = acc_of(ctx);
+    torch::Tensor result = tensor->t.detach().to(torch::kCPU).contiguous().clone();
+    acc.comm().all_reduce(result.data_ptr(), result.data_ptr(), static_cast<size_t>(result.numel()),
+                          accel::comm_dtype(result.scalar_type()), rop)->wait();
+    *out = wrap(result.device() == acc.device() ? result : result.to(acc.device()));
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// The simulator
+
+accel_status accel_sim_options_init(accel_sim_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_sim_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_SIM_OPTIONS_VERSION, Status::InvalidArgument, "accel_sim_options version ", version,
+                " is not known to this library");
+    accel_sim_options d = ACCEL_SIM_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ctx_opts, accel_rank_fn fn, void* user,
+                           accel_sim_report** out) {
+  std::unique_ptr<accel_sim_report> report;
+  accel_status st = guard(nullptr, "accel_sim_run", [&] {
+    NEED(fn);
+    accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+    if (sim) {
+      check_version(sim, ACCEL_SIM_OPTIONS_VERSION, "accel_sim_options");
+      so = *sim;
+    }
+    accel::sim::WorldOptions wo;
+    wo.world_size = so.world_size;
+    ACCEL_CHECK(so.world_size >= 1, Status::InvalidArgument, "world_size must be >= 1, got ", so.world_size);
+    if (so.device_memory) wo.device_capacity = accel::sim::parse_bytes(so.device_memory);
+    if (so.topology) wo.topology = so.topology;
+    wo.timeout_seconds = so.timeout_seconds;
+    if (so.faults) wo.faults = accel::sim::parse_faults(so.faults);
+    wo.engine_threads = so.engine_threads;
+    wo.record_trace = so.trace_path != nullptr;
+    accel::Options ro = runtime_options(ctx_opts);
+    ACCEL_CHECK(ro.device != accel::DeviceKind::CUDA, Status::Unsupported,
+                "simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
+    ro.device = accel::DeviceKind::CPU;
+    accel::sim::World world(wo);
+    report = std::make_unique<accel_sim_report>();
+    report->rep = world.run([&](accel::sim::Rank& rank) {
+      auto ctx = std::make_unique<accel_context>();
+      std::shared_ptr<accel::comm::Communicator> comm(&rank.comm(), [](accel::comm::Communicator*) {});
+      ctx->acc = std::make_unique<accel::Accelerator>(ro, comm);
+      tls_error.clear();
+      accel_status s = fn(ctx.get(), user);
+      // the rank's last failure message: this thread's slot holds the latest of them all
+      if (s != ACCEL_OK)
+        throw accel::Error(static_cast<Status>(s), tls_error.empty() ? std::string(accel_status_name(s)) : tls_error);
+    });
+    if (so.trace_path) world.write_trace(so.trace_path);
+    for (const auto& r : report->rep.ranks)
+      if (r.status != Status::Ok) throw accel::Error(r.status, "rank " + std::to_string(r.rank) + ": " + r.error);
+  });
+  if (report && out) *out = report.release();
+  return st;
+}
+
+void accel_sim_report_destroy(accel_sim_report* report) { delete report; }
+
+accel_status accel_sim_report_world_size(const accel_sim_report* report, int32_t* out) {
+  return guard(nullptr, "accel_sim_report_world_size", [&] {
+    NEED(report);
+    NEED(out);
+    *out = static_cast<int32_t>(report->rep.ranks.size());
+  });
+}
+
+accel_status accel_sim_report_rank(const accel_sim_report* report, int32_t rank, accel_status* out_status,
+                                   const char** out_error, uint64_t* out_peak_bytes) {
+  return guard(nullptr, "accel_sim_report_rank", [&] {
+    NEED(report);
+    ACCEL_CHECK(rank >= 0 && static_cast<size_t>(rank) < report->rep.ranks.size(), Status::InvalidArgument, "rank ",
+                rank, " is not in this ", report->rep.ranks.size(), "-rank report");
+    const auto& r = report->rep.ranks[static_cast<size_t>(rank)];
+    if (out_status) *out_status = static_cast<accel_status>(r.status);
+    if (out_error) *out_error = r.error.c_str();
+    if (out_peak_bytes) *out_peak_bytes = r.peak_bytes;
+  });
+}
+
+accel_status accel_sim_report_predicted_seconds(const accel_sim_report* report, double* out) {
+  return guard(nullptr, "accel_sim_report_predicted_seconds", [&] {
+    NEED(report);
+    NEED(out);
+    *out = report->rep.predicted_seconds;
+  });
+}
+
+accel_status accel_sim_charge_compute(accel_context* ctx, double seconds, const char* label) {
+  return guard(ctx, "accel_sim_charge_compute", [&] {
+    NEED(ctx);
+    ACCEL_CHECK(std::isfinite(seconds) && seconds >= 0, Status::InvalidArgument, "seconds must be >= 0, got ", seconds);
+    acc_of(ctx).comm().charge_compute(seconds, label);
   });
 }
 

@@ -238,8 +238,23 @@ torch::Device pick_device(const Options& o) {
 }
 }  // namespace
 
-Accelerator::Accelerator(const Options& opts)
+comm::DataType comm_dtype(c10::ScalarType t) {
+  switch (t) {
+    case torch::kChar: return comm::DataType::Int8;
+    case torch::kByte: return comm::DataType::Uint8;
+    case torch::kInt: return comm::DataType::Int32;
+    case torch::kLong: return comm::DataType::Int64;
+    case torch::kHalf: return comm::DataType::Float16;
+    case torch::kBFloat16: return comm::DataType::BFloat16;
+    case torch::kFloat: return comm::DataType::Float32;
+    case torch::kDouble: return comm::DataType::Float64;
+    default: fail(Status::Unsupported, "tensors of ", c10::toString(t), " cannot be communicated");
+  }
+}
+
+Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm)
     : opts_((validate(opts), opts)),
+      comm_(comm ? std::move(comm) : std::shared_ptr<comm::Communicator>(comm::make_local_communicator())),
       device_(pick_device(opts)),
       gen_(at::make_generator<at::CPUGeneratorImpl>(opts.seed)),
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
@@ -367,6 +382,7 @@ StepResult Accelerator::step() {
               "step before accel_prepare bound a model and an optimizer");
   StepResult r;
   if (pending_ && sync_) {
+    comm_->on_step(optimizer_steps_ + 1);
     r.sync_step = true;
     if (unscale_once()) {
       r.skipped = true;

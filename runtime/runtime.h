@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/comm/communicator.h"
 #include "runtime/status.h"
 
 namespace accel {
@@ -230,7 +231,13 @@ struct StepResult {
 
 class Accelerator {
  public:
-  explicit Accelerator(const Options& opts);
+  // `comm` connects the context to its world (the simulator's rank, later gloo or nccl);
+  // null means a single process (the local backend).
+  explicit Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm = nullptr);
+
+  comm::Communicator& comm() { return *comm_; }
+  int process_index() const { return comm_->rank(); }
+  int num_processes() const { return comm_->size(); }
 
   const Options& options() const { return opts_; }
   const torch::Device& device() const { return device_; }
@@ -259,6 +266,7 @@ class Accelerator {
   bool unscale_once();  // returns found_inf; unscales at most once per real step
 
   Options opts_;
+  std::shared_ptr<comm::Communicator> comm_;
   torch::Device device_;
   at::Generator gen_;
   LossScaler scaler_;
@@ -275,6 +283,9 @@ class Accelerator {
   bool found_inf_ = false;
   int64_t optimizer_steps_ = 0, micro_steps_ = 0;
 };
+
+// The communicator's element type for a tensor's dtype (Unsupported for bool, complex...).
+comm::DataType comm_dtype(c10::ScalarType t);
 
 // Human-readable "[32, 64]".
 std::string shape_str(const torch::Tensor& t);

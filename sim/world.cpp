@@ -762,6 +762,13 @@ class SimCommunicator final : public comm::Communicator {
     }
   }
 
+  void on_step(int64_t step) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    if (w_->ranks[rank_].kill_at_step >= 1 && step == w_->ranks[rank_].kill_at_step)
+      throw CommError(Result::SystemError, "rank " + std::to_string(rank_) + " was killed by fault injection at step " +
+                                               std::to_string(step));
+  }
+
   void charge_compute(double seconds, const char* label) override {
     std::lock_guard<std::mutex> lk(w_->mu);
     auto& d = w_->ranks[rank_];
@@ -809,13 +816,7 @@ World& Rank::world() { return *world_; }
 
 comm::Communicator& Rank::comm() { return *world_->impl_->comms.at(rank_); }
 
-void Rank::notify_step(int64_t step) {
-  auto* w = world_->impl_.get();
-  std::lock_guard<std::mutex> lk(w->mu);
-  if (w->ranks[rank_].kill_at_step >= 0 && step == w->ranks[rank_].kill_at_step)
-    throw CommError(Result::SystemError, "rank " + std::to_string(rank_) + " was killed by fault injection at step " +
-                                             std::to_string(step));
-}
+void Rank::notify_step(int64_t step) { comm().on_step(step); }
 
 World::World(WorldOptions opts) : impl_(std::make_unique<Impl>()) {
   ACCEL_CHECK(opts.world_size >= 1, Status::InvalidArgument, "world_size must be >= 1, got ", opts.world_size);

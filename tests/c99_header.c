@@ -12,6 +12,7 @@ int main(void) {
     accel_adamw_options w = ACCEL_ADAMW_OPTIONS_INIT, w2;
     accel_scheduler_options c = ACCEL_SCHEDULER_OPTIONS_INIT, c2;
     accel_dataloader_options d = ACCEL_DATALOADER_OPTIONS_INIT, d2;
+    accel_sim_options so = ACCEL_SIM_OPTIONS_INIT, so2;
     int failures = 0;
     if (accel_version_number() != ACCEL_VERSION_NUMBER) {
         fprintf(stderr, "library %d, header %d\n", accel_version_number(), ACCEL_VERSION_NUMBER);
@@ -23,12 +24,14 @@ int main(void) {
     memset(&w2, 0xff, sizeof w2);
     memset(&c2, 0xff, sizeof c2);
     memset(&d2, 0xff, sizeof d2);
+    memset(&so2, 0xff, sizeof so2);
     failures += accel_options_init(&b, ACCEL_OPTIONS_VERSION) != ACCEL_OK;
     failures += accel_mlp_options_init(&m2, ACCEL_MLP_OPTIONS_VERSION) != ACCEL_OK;
     failures += accel_sgd_options_init(&s2, ACCEL_SGD_OPTIONS_VERSION) != ACCEL_OK;
     failures += accel_adamw_options_init(&w2, ACCEL_ADAMW_OPTIONS_VERSION) != ACCEL_OK;
     failures += accel_scheduler_options_init(&c2, ACCEL_SCHEDULER_OPTIONS_VERSION) != ACCEL_OK;
     failures += accel_dataloader_options_init(&d2, ACCEL_DATALOADER_OPTIONS_VERSION) != ACCEL_OK;
+    failures += accel_sim_options_init(&so2, ACCEL_SIM_OPTIONS_VERSION) != ACCEL_OK;
     /* field by field: padding bytes may differ */
     failures += a.version != b.version || a.mixed_precision != b.mixed_precision ||
                 a.gradient_accumulation_steps != b.gradient_accumulation_steps || a.seed != b.seed ||
@@ -46,6 +49,9 @@ int main(void) {
                 c.total_steps != c2.total_steps || c.min_lr_ratio != c2.min_lr_ratio;
     failures += d.version != d2.version || d.batch_size != d2.batch_size || d.shuffle != d2.shuffle ||
                 d.seed != d2.seed || d.drop_last != d2.drop_last;
+    failures += so.version != so2.version || so.world_size != so2.world_size || so.device_memory != so2.device_memory ||
+                strcmp(so.topology, so2.topology) != 0 || so.timeout_seconds != so2.timeout_seconds ||
+                so.faults != so2.faults || so.trace_path != so2.trace_path || so.engine_threads != so2.engine_threads;
     if (failures) fprintf(stderr, "%d mismatches between the _INIT macros and the _init functions\n", failures);
     else printf("accel %s: header compiles as C99; option macros match the library\n", accel_version_string());
     return failures != 0;

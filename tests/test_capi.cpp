@@ -582,4 +582,282 @@ TEST(Training, DestroyOrderDoesNotMatter) {
   delete f;
 }
 
+
+// ---------------------------------------------------------------------------------------
+// The simulator through the C ABI
+
+struct SimCase {
+  accel_reduce_op op;
+  std::vector<float> got[8];
+  std::vector<int32_t> index, size;
+};
+
+accel_status reduce_rank(accel_context* ctx, void* user) {
+  auto* c = static_cast<SimCase*>(user);
+  int32_t rank = -1, n = -1;
+  accel_status s = accel_process_index(ctx, &rank);
+  if (s == ACCEL_OK) s = accel_num_processes(ctx, &n);
+  if (s != ACCEL_OK) return s;
+  c->index[rank] = rank;
+  c->size[rank] = n;
+  std::vector<float> mine = {static_cast<float>(rank + 1), static_cast<float>(2 * rank), -1.0f};
+  int64_t shape = 3;
+  accel_tensor *t = nullptr, *r = nullptr;
+  if ((s = accel_tensor_create(ACCEL_FLOAT32, &shape, 1, mine.data(), &t)) != ACCEL_OK) return s;
+  s = accel_reduce(ctx, t, c->op, &r);
+  if (s == ACCEL_OK) {
+    c->got[rank].resize(3);
+    s = accel_tensor_copy_to_host(r, c->got[rank].data(), 12);
+  }
+  if (s == ACCEL_OK) s = accel_barrier(ctx);
+  accel_tensor_destroy(t);
+  accel_tensor_destroy(r);
+  return s;
+}
+
+TEST(Sim, ReduceAcrossFourRanks) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 4;
+  struct Want {
+    accel_reduce_op op;
+    std::vector<float> v;
+  } wants[] = {{ACCEL_REDUCE_SUM, {10, 12, -4}}, {ACCEL_REDUCE_MEAN, {2.5f, 3, -1}}, {ACCEL_REDUCE_MAX, {4, 6, -1}},
+               {ACCEL_REDUCE_MIN, {1, 0, -1}},   {ACCEL_REDUCE_PROD, {24, 0, 1}}};
+  for (const auto& w : wants) {
+    SimCase c;
+    c.op = w.op;
+    c.index.assign(4, -1);
+    c.size.assign(4, -1);
+    accel_sim_report* rep = nullptr;
+    ASSERT_EQ(accel_sim_run(&so, nullptr, reduce_rank, &c, &rep), ACCEL_OK) << accel_last_error(nullptr);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_EQ(c.got[r], w.v) << "op " << w.op << " rank " << r;
+      EXPECT_EQ(c.index[r], r);
+      EXPECT_EQ(c.size[r], 4);
+    }
+    int32_t n = 0;
+    ASSERT_EQ(accel_sim_report_world_size(rep, &n), ACCEL_OK);
+    EXPECT_EQ(n, 4);
+    accel_status st;
+    const char* err = nullptr;
+    uint64_t peak = 0;
+    ASSERT_EQ(accel_sim_report_rank(rep, 3, &st, &err, &peak), ACCEL_OK);
+    EXPECT_EQ(st, ACCEL_OK);
+    EXPECT_STREQ(err, "");
+    EXPECT_GE(peak, 12u);  // at least the tensors it made
+    double predicted = 0;
+    ASSERT_EQ(accel_sim_report_predicted_seconds(rep, &predicted), ACCEL_OK);
+    EXPECT_GT(predicted, 0.0);
+    EXPECT_EQ(accel_sim_report_rank(rep, 4, &st, nullptr, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+    accel_sim_report_destroy(rep);
+  }
+  // a single process reduces to itself
+  Fixture f;
+  float v[2] = {3, 4};
+  int64_t shape = 2;
+  accel_tensor *t = nullptr, *r = nullptr;
+  ASSERT_EQ(accel_tensor_create(ACCEL_FLOAT32, &shape, 1, v, &t), ACCEL_OK);
+  ASSERT_OK(f.ctx, accel_reduce(f.ctx, t, ACCEL_REDUCE_MEAN, &r));
+  float back[2];
+  ASSERT_EQ(accel_tensor_copy_to_host(r, back, sizeof back), ACCEL_OK);
+  EXPECT_EQ(back[0], 3.f);
+  EXPECT_EQ(accel_reduce(f.ctx, t, static_cast<accel_reduce_op>(17), &r), ACCEL_ERR_INVALID_ARGUMENT);
+  int32_t idx = -1, n = -1;
+  ASSERT_OK(f.ctx, accel_process_index(f.ctx, &idx));
+  ASSERT_OK(f.ctx, accel_num_processes(f.ctx, &n));
+  EXPECT_EQ(idx, 0);
+  EXPECT_EQ(n, 1);
+  ASSERT_OK(f.ctx, accel_barrier(f.ctx));
+  accel_tensor_destroy(t);
+  accel_tensor_destroy(r);
+}
+
+accel_status big_alloc_on_rank1(accel_context* ctx, void*) {
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  std::vector<float> data(rank == 1 ? (1 << 19) : 16, 1.f);  // 2 MiB on rank 1
+  int64_t shape = static_cast<int64_t>(data.size());
+  accel_tensor* t = nullptr;
+  accel_status s = accel_tensor_create(ACCEL_FLOAT32, &shape, 1, data.data(), &t);
+  accel_tensor_destroy(t);
+  return s;
+}
+
+TEST(Sim, OutOfMemoryOnOneRankIsReportedLikeCuda) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 3;
+  so.device_memory = "1MiB";
+  accel_sim_report* rep = nullptr;
+  EXPECT_EQ(accel_sim_run(&so, nullptr, big_alloc_on_rank1, nullptr, &rep), ACCEL_ERR_OUT_OF_MEMORY);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "rank 1: accel_tensor_create: libtorch: CUDA out of memory (simulated). Tried to allocate 2.00 MiB (rank 1; 1.00 MiB total capacity"))
+      << accel_last_error(nullptr);
+  ASSERT_NE(rep, nullptr);
+  accel_status st;
+  ASSERT_EQ(accel_sim_report_rank(rep, 1, &st, nullptr, nullptr), ACCEL_OK);
+  EXPECT_EQ(st, ACCEL_ERR_OUT_OF_MEMORY);
+  ASSERT_EQ(accel_sim_report_rank(rep, 0, &st, nullptr, nullptr), ACCEL_OK);
+  EXPECT_EQ(st, ACCEL_OK);
+  accel_sim_report_destroy(rep);
+}
+
+accel_status mismatched_reduce(accel_context* ctx, void*) {
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  std::vector<float> data(rank == 1 ? 4 : 3, 1.f);
+  int64_t shape = static_cast<int64_t>(data.size());
+  accel_tensor *t = nullptr, *r = nullptr;
+  accel_status s = accel_tensor_create(ACCEL_FLOAT32, &shape, 1, data.data(), &t);
+  if (s == ACCEL_OK) s = accel_reduce(ctx, t, ACCEL_REDUCE_SUM, &r);
+  accel_tensor_destroy(t);
+  accel_tensor_destroy(r);
+  return s;
+}
+
+TEST(Sim, MismatchedCollectivesFailInsteadOfHanging) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  accel_sim_report* rep = nullptr;
+  EXPECT_EQ(accel_sim_run(&so, nullptr, mismatched_reduce, nullptr, &rep), ACCEL_ERR_INVALID_STATE);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "mismatched collectives at call #1")) << accel_last_error(nullptr);
+  for (int r = 0; r < 2; ++r) {
+    accel_status st;
+    const char* err = nullptr;
+    ASSERT_EQ(accel_sim_report_rank(rep, r, &st, &err, nullptr), ACCEL_OK);
+    EXPECT_EQ(st, ACCEL_ERR_INVALID_STATE);
+    EXPECT_TRUE(contains(err, "rank 1 called all_reduce #1(count=4, float32, sum)")) << err;
+  }
+  accel_sim_report_destroy(rep);
+}
+
+accel_status reduce_three_times(accel_context* ctx, void*) {
+  float v = 1;
+  int64_t shape = 1;
+  accel_tensor* t = nullptr;
+  accel_status s = accel_tensor_create(ACCEL_FLOAT32, &shape, 1, &v, &t);
+  for (int i = 0; i < 3 && s == ACCEL_OK; ++i) {
+    accel_tensor* r = nullptr;
+    s = accel_sim_charge_compute(ctx, 0.01, "step");
+    if (s == ACCEL_OK) s = accel_reduce(ctx, t, ACCEL_REDUCE_SUM, &r);
+    accel_tensor_destroy(r);
+  }
+  accel_tensor_destroy(t);
+  return s;
+}
+
+TEST(Sim, FaultsTraceAndBadOptions) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 3;
+  so.faults = "kill:2@collective:2";
+  accel_sim_report* rep = nullptr;
+  EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_COMMUNICATION);
+  accel_status st;
+  const char* err = nullptr;
+  ASSERT_EQ(accel_sim_report_rank(rep, 0, &st, &err, nullptr), ACCEL_OK);
+  EXPECT_EQ(st, ACCEL_ERR_COMMUNICATION);
+  EXPECT_TRUE(contains(err, "rank 2 died")) << err;
+  accel_sim_report_destroy(rep);
+
+  std::string trace = tmp_path("trace.json");
+  so.faults = nullptr;
+  so.trace_path = trace.c_str();
+  so.topology = "8xA100";
+  rep = nullptr;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, &rep), ACCEL_OK) << accel_last_error(nullptr);
+  double predicted = 0;
+  ASSERT_EQ(accel_sim_report_predicted_seconds(rep, &predicted), ACCEL_OK);
+  EXPECT_GT(predicted, 0.03);  // three charged 10 ms steps plus three all-reduces
+  EXPECT_LT(predicted, 0.031);
+  accel_sim_report_destroy(rep);
+  std::ifstream in(trace);
+  std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(contains(json.c_str(), "\"traceEvents\"")) << json.substr(0, 200);
+  EXPECT_TRUE(contains(json.c_str(), "\"name\":\"all_reduce\""));
+  EXPECT_TRUE(contains(json.c_str(), "\"topology\":\"8xA100\""));
+  std::remove(trace.c_str());
+
+  accel_sim_options bad = ACCEL_SIM_OPTIONS_INIT;
+  bad.world_size = 0;
+  rep = nullptr;
+  EXPECT_EQ(accel_sim_run(&bad, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(rep, nullptr);
+  bad = so;
+  bad.trace_path = nullptr;
+  bad.topology = "8xTPU";
+  EXPECT_EQ(accel_sim_run(&bad, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "unknown topology '8xTPU'; presets: 8xH100 8xA100 8xPCIe"));
+  bad.topology = nullptr;
+  bad.device_memory = "12 parsecs";
+  EXPECT_EQ(accel_sim_run(&bad, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  bad.device_memory = nullptr;
+  bad.faults = "explode:1";
+  EXPECT_EQ(accel_sim_run(&bad, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  bad.faults = nullptr;
+  bad.version = 77;
+  EXPECT_EQ(accel_sim_run(&bad, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_sim_run(nullptr, nullptr, nullptr, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  accel_options cuda = ACCEL_OPTIONS_INIT;
+  cuda.device = ACCEL_DEVICE_CUDA;
+  EXPECT_EQ(accel_sim_run(nullptr, &cuda, reduce_three_times, nullptr, &rep), ACCEL_ERR_UNSUPPORTED);
+  EXPECT_EQ(rep, nullptr);
+}
+
+// Each rank trains its own MLP with the same seed on rank-specific data, then the ranks
+// average their first weight: twice, bit for bit.
+accel_status train_and_average(accel_context* ctx, void* user) {
+  auto* out = static_cast<std::vector<std::vector<float>>*>(user);
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  int64_t sizes[] = {4, 16, 3};
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 3;
+  m.dropout = 0.2;
+  accel_model* model = nullptr;
+  accel_optimizer* opt = nullptr;
+  accel_status s = accel_model_create_mlp(ctx, &m, &model);
+  if (s == ACCEL_OK) s = accel_optimizer_create_adamw(ctx, model, nullptr, &opt);
+  if (s == ACCEL_OK) s = accel_prepare(ctx, model, opt, nullptr, nullptr);
+  for (int step = 0; step < 5 && s == ACCEL_OK; ++step) {
+    std::vector<float> xs(8 * 4);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>((i * 7 + rank * 3 + step) % 11) / 11.f;
+    std::vector<int64_t> ys(8);
+    for (size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<int64_t>((i + rank) % 3);
+    accel_tensor* x = make_f32({8, 4}, xs);
+    accel_tensor* y = make_i64({8}, ys);
+    accel_tensor *logits = nullptr, *loss = nullptr;
+    s = accel_model_forward(ctx, model, &x, 1, &logits);
+    if (s == ACCEL_OK) s = accel_loss_cross_entropy(ctx, logits, y, &loss);
+    if (s == ACCEL_OK) s = accel_backward(ctx, loss);
+    if (s == ACCEL_OK) s = accel_step(ctx, nullptr);
+    for (auto* t : {x, y, logits, loss}) accel_tensor_destroy(t);
+  }
+  accel_tensor *w = nullptr, *avg = nullptr;
+  if (s == ACCEL_OK) s = accel_model_parameter(ctx, model, 0, &w);
+  if (s == ACCEL_OK) s = accel_reduce(ctx, w, ACCEL_REDUCE_MEAN, &avg);
+  if (s == ACCEL_OK) {
+    (*out)[rank].resize(16 * 4 * 2);
+    s = accel_tensor_copy_to_host(w, (*out)[rank].data(), 16 * 4 * 4);
+    if (s == ACCEL_OK) s = accel_tensor_copy_to_host(avg, (*out)[rank].data() + 64, 16 * 4 * 4);
+  }
+  accel_tensor_destroy(w);
+  accel_tensor_destroy(avg);
+  accel_optimizer_destroy(opt);
+  accel_model_destroy(model);
+  return s;
+}
+
+TEST(Sim, TrainingOnRanksIsDeterministic) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 4;
+  accel_options o = ACCEL_OPTIONS_INIT;
+  o.seed = 5;
+  std::vector<std::vector<float>> a(4), b(4);
+  ASSERT_EQ(accel_sim_run(&so, &o, train_and_average, &a, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  ASSERT_EQ(accel_sim_run(&so, &o, train_and_average, &b, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(std::vector<float>(a[0].begin(), a[0].begin() + 64), std::vector<float>(a[1].begin(), a[1].begin() + 64));
+  for (int r = 1; r < 4; ++r)  // the averages agree everywhere
+    EXPECT_EQ(std::vector<float>(a[r].begin() + 64, a[r].end()), std::vector<float>(a[0].begin() + 64, a[0].end()));
+}
+
 }  // namespace

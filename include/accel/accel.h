@@ -507,6 +507,102 @@ ACCEL_API accel_status accel_step(accel_context *ctx, accel_step_result *out);
 /* The current loss scale (1 unless fp16). */
 ACCEL_API accel_status accel_loss_scale(const accel_context *ctx, double *out);
 
+/* ------------------------------------------------------------------------------------
+ * Processes
+ * ---------------------------------------------------------------------------------- */
+
+/* This process's (rank's) index in its world, 0-based; 0 for a single process. */
+ACCEL_API accel_status accel_process_index(const accel_context *ctx, int32_t *out);
+
+/* The number of processes (ranks) in the context's world; 1 for a single process. */
+ACCEL_API accel_status accel_num_processes(const accel_context *ctx, int32_t *out);
+
+/* Waits until every process of the world has called it (Accelerate's wait_for_everyone). */
+ACCEL_API accel_status accel_barrier(accel_context *ctx);
+
+typedef enum accel_reduce_op {
+    ACCEL_REDUCE_SUM = 0,
+    ACCEL_REDUCE_MEAN = 1, /* the sum divided by the number of processes (integer division for integers) */
+    ACCEL_REDUCE_MAX = 2,
+    ACCEL_REDUCE_MIN = 3,
+    ACCEL_REDUCE_PROD = 4
+} accel_reduce_op;
+
+/* Reduces `tensor` element-wise across all processes; every process receives the result
+ * as a new tensor in *out (same shape and dtype). Every process must call it with the same
+ * shape, dtype and op, in the same order as its other collective calls; a mismatch fails
+ * on every process involved (ACCEL_ERR_INVALID_STATE with the calls named) instead of
+ * hanging. Errors: ACCEL_ERR_COMMUNICATION when a peer died, ACCEL_ERR_TIMEOUT. */
+ACCEL_API accel_status accel_reduce(accel_context *ctx, const accel_tensor *tensor, accel_reduce_op op,
+                                    accel_tensor **out);
+
+/* ------------------------------------------------------------------------------------
+ * The simulator: N ranks in this process, NCCL's semantics, memory budgets, a cost model
+ * ---------------------------------------------------------------------------------- */
+
+#define ACCEL_SIM_OPTIONS_VERSION 1
+
+typedef struct accel_sim_options {
+    uint32_t version;            /* ACCEL_SIM_OPTIONS_VERSION */
+    int32_t world_size;          /* simulated GPUs, >= 1; default 2 */
+    const char *device_memory;   /* per-rank capacity such as "80GiB" or "64MiB"; NULL = unlimited */
+    const char *topology;        /* cost-model preset: "8xH100" (default), "8xA100", "8xPCIe",
+                                    "Nx8xH100-IB" (e.g. "4x8xH100-IB") */
+    double timeout_seconds;      /* no progress for this long: waiting ranks fail with
+                                    ACCEL_ERR_TIMEOUT; default 60 */
+    const char *faults;          /* fault injection, comma-separated: "kill:RANK@collective:K",
+                                    "kill:RANK@step:K", "delay:RANK:SECONDS"; NULL = none */
+    const char *trace_path;      /* write the run's timeline here as Chrome trace JSON
+                                    (opens in ui.perfetto.dev); NULL = none */
+    int32_t engine_threads;      /* threads for large reductions; 0 = the machine's cores */
+} accel_sim_options;
+
+#define ACCEL_SIM_OPTIONS_INIT { ACCEL_SIM_OPTIONS_VERSION, 2, NULL, "8xH100", 60.0, NULL, NULL, 0 }
+
+ACCEL_API accel_status accel_sim_options_init(accel_sim_options *opts, uint32_t version);
+
+/* A rank's function: runs once per simulated rank with that rank's context. Its return
+ * value is the rank's status (ACCEL_OK, or the error that stopped it). */
+typedef accel_status (*accel_rank_fn)(accel_context *ctx, void *user);
+
+/* The outcome of accel_sim_run: per-rank status, error message and peak device memory,
+ * and the cost model's predicted time. */
+typedef struct accel_sim_report accel_sim_report;
+
+/* Runs fn once per rank of a simulated world, each rank in its own thread with its own
+ * context created from ctx_opts (NULL for defaults; the device is the CPU). The ranks run
+ * one at a time, switching only at communication, so a run is deterministic: the same
+ * program, seed and world size give bit-identical results, trace and report.
+ * Every tensor a rank allocates counts against its device_memory budget; exceeding it
+ * fails that rank with ACCEL_ERR_OUT_OF_MEMORY and a message shaped like CUDA's.
+ * A rank that fails or dies makes the others' collectives with it fail (never a hang).
+ * The contexts exist only during fn: do not keep them.
+ * Returns ACCEL_OK when every rank returned ACCEL_OK; otherwise the first failing rank's
+ * status, with "rank R: message" in accel_last_error(NULL). *out (may be NULL) receives
+ * the report in both cases, once the world ran; invalid options fail before and leave it. */
+ACCEL_API accel_status accel_sim_run(const accel_sim_options *sim, const accel_options *ctx_opts, accel_rank_fn fn,
+                                     void *user, accel_sim_report **out);
+
+/* Releases a report. NULL is accepted. */
+ACCEL_API void accel_sim_report_destroy(accel_sim_report *report);
+
+/* The number of ranks. */
+ACCEL_API accel_status accel_sim_report_world_size(const accel_sim_report *report, int32_t *out);
+
+/* Rank `rank`'s outcome: its status, its error message ("" when OK; owned by the report),
+ * and its peak device memory in bytes. Any out-parameter may be NULL. */
+ACCEL_API accel_status accel_sim_report_rank(const accel_sim_report *report, int32_t rank, accel_status *out_status,
+                                             const char **out_error, uint64_t *out_peak_bytes);
+
+/* The cost model's predicted wall time of the run on the topology (the slowest rank's
+ * virtual clock: charged compute plus communication). */
+ACCEL_API accel_status accel_sim_report_predicted_seconds(const accel_sim_report *report, double *out);
+
+/* Charges `seconds` of compute to the calling rank's virtual clock (what a forward or
+ * backward would take on the simulated GPU); `label` names it in the trace (may be NULL).
+ * A no-op outside the simulator. */
+ACCEL_API accel_status accel_sim_charge_compute(accel_context *ctx, double seconds, const char *label);
+
 #ifdef __cplusplus
 }
 #endif

@@ -113,6 +113,10 @@ class Communicator {
   virtual void group_start() = 0;
   virtual void group_end() = 0;
 
+  // Called by the runtime as a rank starts optimizer step `step` (1-based); the simulator's
+  // fault injection may kill the rank here. A no-op on real backends.
+  virtual void on_step(int64_t step) { (void)step; }
+
   // Charges `seconds` of compute to this rank's virtual clock (the simulator's cost
   // model); a no-op on real backends.
   virtual void charge_compute(double seconds, const char* label) {
