@@ -246,7 +246,9 @@ struct World::Impl {
   Topology topo;
   int n = 0;
   mutable std::mutex mu;
-  std::condition_variable cv;
+  // One condition variable per rank: handing over the baton wakes only its new holder
+  // (a shared one would wake every rank thread at every switch: N^2 wake-ups per collective).
+  std::unique_ptr<std::condition_variable[]> cvs;
   int holder = -1;  // the rank allowed to run
   std::vector<RankData> ranks;
   std::map<uint64_t, CollEntry> colls;
@@ -276,7 +278,7 @@ struct World::Impl {
         int r = (from + i) % n;
         if (runnable(r)) {
           holder = r;
-          cv.notify_all();
+          cvs[r].notify_one();
           return;
         }
       }
@@ -284,13 +286,11 @@ struct World::Impl {
       for (const auto& d : ranks) waiting |= d.state == RankState::Blocked;
       if (!waiting) {
         holder = -1;
-        cv.notify_all();
         return;
       }
       diagnose_deadlock();
     }
     holder = -1;
-    cv.notify_all();
   }
 
   void maybe_noise(std::unique_lock<std::mutex>& lk) {
@@ -311,7 +311,7 @@ struct World::Impl {
       bool timed_out = false;
       while (!(holder == r && op->done)) {
         auto deadline = last_progress + std::chrono::duration<double>(opts.timeout_seconds);
-        if (cv.wait_until(lk, deadline) == std::cv_status::timeout && !op->done &&
+        if (cvs[r].wait_until(lk, deadline) == std::cv_status::timeout && !op->done &&
             std::chrono::steady_clock::now() >= last_progress + std::chrono::duration<double>(opts.timeout_seconds)) {
           // Nothing moved for the whole timeout: fail now, without waiting for the baton
           // (its holder is stuck outside the simulator). Determinism ends with this error.
@@ -854,6 +854,7 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
       if (f.kind == Fault::Kind::KillAtCollective) d.kill_at_collective = f.at;
       if (f.kind == Fault::Kind::KillAtStep) d.kill_at_step = f.at;
     }
+    w.cvs.reset(new std::condition_variable[w.n]);
     w.comms.clear();
     for (int r = 0; r < w.n; ++r) w.comms.push_back(std::make_unique<SimCommunicator>(&w, r));
     w.budget->reset_peaks();
@@ -869,7 +870,7 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
       Rank rank(this, r);
       {
         std::unique_lock<std::mutex> lk(w.mu);
-        w.cv.wait(lk, [&] { return w.holder == r; });
+        w.cvs[r].wait(lk, [&] { return w.holder == r; });
       }
       Status status = Status::Ok;
       std::string error;
