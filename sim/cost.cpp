@@ -1,10 +1,14 @@
-// Alpha-beta costs for collectives (ring; tree for all-reduce) over topology presets.
-// The parameters are documented, with their sources and the error reached, in
-// docs/sim-calibration.md.
+// Alpha-beta costs for collectives over topology presets: ring (every collective), NVLink
+// SHARP ("nvls", all-reduce inside an H100 node) and NVLS tree ("nvls_tree", all-reduce
+// across H100 nodes), each with NCCL's Simple and low-latency (LL) protocols. The
+// parameters were fitted to published nccl-tests results; the model, the fit, the sources
+// and the error reached are in docs/sim-calibration.md, the reference rows in
+// sim/calibration/nccl_tests.csv (checked by tests/test_calibration.cpp).
 #include "sim/cost.h"
 
+#include <algorithm>
 #include <cmath>
-#include <map>
+#include <cstdio>
 #include <sstream>
 
 #include "runtime/status.h"
@@ -26,38 +30,87 @@ const char* coll_name(CollKind k) {
 
 namespace {
 
-// `bandwidth` is the bus bandwidth (nccl-tests' busbw) the ring algorithm sustains on
-// that link class for large messages; `alpha` the latency of one algorithm step.
+constexpr double us = 1e-6;
+constexpr double GB = 1e9;  // nccl-tests' GB/s are 10^9 bytes per second
+
+// Every preset: the fixed cost of one call (launch, proxy and protocol setup). The rest of
+// the small-message floor (~25-35 us in the data) is in the LL protocol's steps.
+constexpr double kLaunch = 10 * us;
+
+// ---------------------------------------------------------------------------------------
+// The presets. Each number names the dataset of sim/calibration/nccl_tests.csv it was
+// fitted to (minimax relative error over its rows of 16 MiB .. 8 GiB; docs/sim-calibration.md).
+
+Link nvlink4() {
+  // ring over NVLink 4 / NVSwitch: fitted to H2-AG (all_gather, NCCL 2.28.7), 353 GB/s busbw,
+  // a little below the "~370 GB/s effective NVLink bandwidth" NVIDIA quotes for ring
+  // (nccl-tests #212, #309). LL: fitted to H1's 1-8 MiB rows (NCCL uses RING/LL there).
+  Link l;
+  l.name = "NVLink4";
+  l.alpha = 4.73 * us;
+  l.bandwidth = 353 * GB;
+  l.ll_alpha = 1.53 * us;
+  l.ll_efficiency = 0.815;
+  return l;
+}
+
+void add(Topology& t, CollKind kind, const char* algorithm, int nodes, double alpha, double bandwidth,
+         const char* dataset) {
+  t.calibration.push_back({kind, algorithm, nodes, alpha, bandwidth, dataset});
+}
+
+void h100_node_calibration(Topology& t) {
+  // NVLink SHARP all-reduce (NCCL's default on one H100 node from 2 MB up): each GPU moves
+  // (n+1)/n of the buffer each way through the switch's multimem operations at 298.6 GB/s,
+  // i.e. busbw 464.5 GB/s on 8 GPUs (H1 plateau 479.7); 2 steps (reduce, multicast).
+  add(t, CollKind::AllReduce, "nvls", 1, 28.49 * us, 298.6 * GB, "H1");
+  add(t, CollKind::AllGather, "ring", 1, 4.73 * us, 353 * GB, "H2-AG");
+  add(t, CollKind::ReduceScatter, "ring", 1, 3.17 * us, 351 * GB, "H2-RS");
+}
+
 Topology h100_node() {
   Topology t;
   t.name = "8xH100";
-  t.description = "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch (DGX/HGX H100)";
+  t.description = "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (DGX/HGX H100)";
   t.gpus_per_node = 8;
-  t.intra = {"NVLink4", 3.0e-6, 480e9};
+  t.intra = nvlink4();
   t.inter = t.intra;
-  t.launch_overhead = 8e-6;
+  t.launch_overhead = kLaunch;
+  h100_node_calibration(t);
   return t;
 }
 
 Topology a100_node() {
   Topology t;
   t.name = "8xA100";
-  t.description = "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch (DGX/HGX A100)";
+  t.description = "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch (DGX/HGX A100), no NVLink SHARP";
   t.gpus_per_node = 8;
-  t.intra = {"NVLink3", 4.0e-6, 235e9};
+  // ring over NVLink 3: A1 (OCI BM.GPU4.8, all_reduce 1 MiB .. 8 GiB, plateau 235 GB/s);
+  // LL fitted to A1's 1-8 MiB rows and its small-message floor (64 B .. 32 KiB: ~32 us).
+  t.intra = {"NVLink3", 8.29 * us, 235.9 * GB, 1.84 * us, 0.261};
   t.inter = t.intra;
-  t.launch_overhead = 8e-6;
+  t.launch_overhead = kLaunch;
+  add(t, CollKind::AllReduce, "ring", 1, 8.29 * us, 235.9 * GB, "A1");
   return t;
 }
 
 Topology pcie_node() {
   Topology t;
   t.name = "8xPCIe";
-  t.description = "one node of 8 GPUs on PCIe 4.0 switches, no NVLink";
+  t.description =
+      "one node of 8 GPUs on PCIe 4.0 x16, no NVLink, two domains (CPU sockets or switches) of 4 GPUs";
   t.gpus_per_node = 8;
-  t.intra = {"PCIe4", 10.0e-6, 22e9};
+  // Weak data (docs/sim-calibration.md, "8xPCIe"): the ring bandwidth inside one domain is
+  // P3 (4x RTX 4090, PCIe Gen4, P2P on: 25.9 GB/s busbw); a ring over both domains crosses
+  // the CPU interconnect and reaches 0.8 of that (P2: 8 GPUs 28 against 4 GPUs 35 GB/s on
+  // a dual-socket Gen5 host), 20.7 GB/s. alpha: the 4-GPU Gen5 latency of P1 (ASUS box:
+  // 2 MB in 152 us, 32 MB in 1790 us -> ~43 us at 6 steps).
+  t.intra = {"PCIe4", 5.5 * us, 25.87 * GB, 1.5 * us, 0.5};
   t.inter = t.intra;
-  t.launch_overhead = 10e-6;
+  t.launch_overhead = kLaunch;
+  t.gpus_per_domain = 4;
+  t.cross_domain_bandwidth = 20.7 * GB;
+  add(t, CollKind::AllReduce, "ring", 1, 5.5 * us, 25.87 * GB, "P3");
   return t;
 }
 
@@ -66,14 +119,138 @@ Topology h100_ib(int nodes) {
   t.name = std::to_string(nodes) + "x8xH100-IB";
   t.description = std::to_string(nodes) +
                   " nodes of 8 H100 SXM (NVLink 4), one 400 Gb/s NDR InfiniBand NIC per GPU, rail-optimised fabric";
-  t.inter = {"IB-NDR400", 12.0e-6, 380e9};
+  t.nodes = nodes;
+  // The network as a ring sees it: ring step ~6.4 us across nodes (N7-AG 6.48, N10-AG 6.28)
+  // and the bus bandwidth of 8 NICs with out-of-the-box NCCL, 320 GB/s (8 GiB plateaus of
+  // N6 324.5, N7 330.9, N8 320.7, N10 316.3; 8 x 40 GB/s). It is the ceiling beyond the
+  // calibrated node counts. LL: fitted to N1, N7 and N8's 1-8 MiB rows.
+  t.inter = {"IB-NDR400x8", 6.4 * us, 320 * GB, 3.68 * us, 0.218};
+  t.nics_per_node = 8;
+  t.nic_bandwidth = 48 * GB;  // one NDR NIC: "46-48 GB/s" (nccl-tests #290); N10 1 GPU/node 48.9
+  // All-reduce across nodes: NCCL's NVLSTree (NVLS inside each node, a tree across nodes).
+  // Two nodes exchange each half once, so the busbw exceeds the NICs' (N1: 468 GB/s);
+  // from 4 nodes on it is NIC-bound like a ring.
+  add(t, CollKind::AllReduce, "nvls_tree", 2, 29.85 * us, 429.7 * GB, "N1");
+  add(t, CollKind::AllReduce, "nvls_tree", 4, 28.77 * us, 299.0 * GB, "N7-AR");
+  add(t, CollKind::AllReduce, "nvls_tree", 8, 33.22 * us, 312.0 * GB, "N8-default");
+  add(t, CollKind::AllReduce, "nvls_tree", 10, 52.99 * us, 350.3 * GB, "N10-AR");
+  // All-gather and reduce-scatter across nodes: ring.
+  add(t, CollKind::AllGather, "ring", 4, 6.48 * us, 298.7 * GB, "N7-AG");
+  add(t, CollKind::AllGather, "ring", 10, 6.28 * us, 277.0 * GB, "N10-AG");
+  add(t, CollKind::ReduceScatter, "ring", 10, 8.43 * us, 299.5 * GB, "N10-RS");
   return t;
 }
 
 int nodes_spanned(const Topology& t, int nranks) { return (nranks + t.gpus_per_node - 1) / t.gpus_per_node; }
 
-// The link class a ring over `nranks` consecutive ranks is limited by.
-const Link& ring_link(const Topology& t, int nranks) { return nodes_spanned(t, nranks) > 1 ? t.inter : t.intra; }
+struct Params {
+  double alpha = 0.0;
+  double bandwidth = 0.0;
+};
+
+// The calibrated parameters of (kind, algorithm) over `nodes` nodes. One node: the entry for
+// one node. Several: linear interpolation in the node count between calibrated counts; the
+// nearest count below the first; beyond the last, its alpha per step with the bandwidth
+// capped by the network's ring bandwidth (t.inter.bandwidth, the NIC limit).
+bool calibrated(const Topology& t, CollKind kind, const std::string& algorithm, int nodes, Params* out) {
+  const Calibration* below = nullptr;
+  const Calibration* above = nullptr;
+  for (const auto& c : t.calibration) {
+    if (c.kind != kind || c.algorithm != algorithm) continue;
+    if ((c.nodes == 1) != (nodes == 1)) continue;  // inside a node and across nodes are separate regimes
+    if (c.nodes == nodes) {
+      *out = {c.alpha, c.bandwidth};
+      return true;
+    }
+    if (c.nodes < nodes && (!below || c.nodes > below->nodes)) below = &c;
+    if (c.nodes > nodes && (!above || c.nodes < above->nodes)) above = &c;
+  }
+  if (!below && !above) return false;
+  if (below && above) {
+    const double w = double(nodes - below->nodes) / (above->nodes - below->nodes);
+    *out = {below->alpha + w * (above->alpha - below->alpha), below->bandwidth + w * (above->bandwidth - below->bandwidth)};
+  } else if (above) {
+    *out = {above->alpha, above->bandwidth};
+  } else {
+    *out = {below->alpha, std::min(below->bandwidth, t.inter.bandwidth > 0 ? t.inter.bandwidth : below->bandwidth)};
+  }
+  return true;
+}
+
+// One way to run a collective: time = fixed + per_byte * bytes.
+struct Candidate {
+  double fixed = 0.0;
+  double per_byte = 0.0;
+  const char* algorithm = "";
+  const char* protocol = "";
+};
+
+int ring_steps(CollKind kind, int n) {
+  return kind == CollKind::AllReduce || kind == CollKind::Barrier ? 2 * (n - 1) : n - 1;
+}
+
+// The per-rank data volume of a ring, as a multiple of the collective's size.
+double ring_volume(CollKind kind, int n) {
+  switch (kind) {
+    case CollKind::AllReduce:
+    case CollKind::Barrier: return 2.0 * (n - 1) / n;
+    case CollKind::ReduceScatter:
+    case CollKind::AllGather: return static_cast<double>(n - 1) / n;
+    default: return 1.0;  // broadcast, reduce: a pipelined ring forwards the whole buffer
+  }
+}
+
+// The ring's Simple-protocol parameters for `kind` inside one node.
+Params intra_ring(const Topology& t, CollKind kind, int ranks_in_node) {
+  Params p{t.intra.alpha, t.intra.bandwidth};
+  calibrated(t, kind, "ring", 1, &p);
+  if (t.gpus_per_domain > 0 && ranks_in_node > t.gpus_per_domain && t.cross_domain_bandwidth > 0)
+    p.bandwidth = std::min(p.bandwidth, t.cross_domain_bandwidth);
+  return p;
+}
+
+void push_with_ll(std::vector<Candidate>& out, const Topology& t, const Link& ll_link, int steps, double alpha,
+                  double volume, double bandwidth, const char* algorithm, const char* ll_algorithm) {
+  out.push_back({t.launch_overhead + steps * alpha, volume / bandwidth, algorithm, "Simple"});
+  if (ll_link.ll_efficiency > 0)
+    out.push_back({t.launch_overhead + steps * ll_link.ll_alpha, volume / (ll_link.ll_efficiency * bandwidth),
+                   ll_algorithm, "LL"});
+}
+
+std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n) {
+  std::vector<Candidate> out;
+  const int nodes = nodes_spanned(t, n);
+  const CollKind k = kind == CollKind::Barrier ? CollKind::AllReduce : kind;
+  if (kind == CollKind::SendRecv) {
+    const double bw = nodes > 1 ? (t.nic_bandwidth > 0 ? t.nic_bandwidth : t.inter.bandwidth) : t.intra.bandwidth;
+    out.push_back({t.launch_overhead + (nodes > 1 ? t.inter.alpha : t.intra.alpha), 1.0 / bw, "direct", "Simple"});
+    return out;
+  }
+  const int steps = ring_steps(k, n);
+  const double volume = ring_volume(k, n);
+  const Params ring1 = intra_ring(t, k, std::min(n, t.gpus_per_node));
+  if (nodes == 1) {
+    push_with_ll(out, t, t.intra, steps, ring1.alpha, volume, ring1.bandwidth, "ring", "ring");
+    Params nv;
+    if (k == CollKind::AllReduce && calibrated(t, k, "nvls", 1, &nv))  // NVLS: Simple protocol only
+      out.push_back({t.launch_overhead + 2 * nv.alpha, (n + 1.0) / n / nv.bandwidth, "nvls", "Simple"});
+    return out;
+  }
+  Params tree;
+  if (k == CollKind::AllReduce && calibrated(t, k, "nvls_tree", nodes, &tree)) {
+    // NCCL's choice for all-reduce across NVLS nodes: NVLSTree (Simple); small messages run
+    // its Tree with the LL protocol. Steps: NVLS reduce and multicast, then up and down a
+    // tree of depth ceil(log2 nodes).
+    const int tree_steps = 2 + 2 * static_cast<int>(std::ceil(std::log2(static_cast<double>(nodes))));
+    push_with_ll(out, t, t.inter, tree_steps, tree.alpha, volume, tree.bandwidth, "nvls_tree", "tree");
+    return out;
+  }
+  Params ring{t.inter.alpha, t.inter.bandwidth};
+  if (!calibrated(t, k, "ring", nodes, &ring)) calibrated(t, CollKind::AllGather, "ring", nodes, &ring);
+  ring.bandwidth = std::min(ring.bandwidth, ring1.bandwidth);  // a ring is as fast as its slowest link
+  push_with_ll(out, t, t.inter, steps, ring.alpha, volume, ring.bandwidth, "ring", "ring");
+  return out;
+}
 
 }  // namespace
 
@@ -104,6 +281,12 @@ double busbw_factor(CollKind kind, int n) {
   }
 }
 
+double algbw(uint64_t bytes, double seconds) { return seconds > 0 ? static_cast<double>(bytes) / seconds : 0.0; }
+
+double busbw(CollKind kind, uint64_t bytes, double seconds, int nranks) {
+  return algbw(bytes, seconds) * busbw_factor(kind, nranks);
+}
+
 uint64_t bytes_sent_per_rank(CollKind kind, uint64_t bytes, int n) {
   if (n <= 1) return 0;
   switch (kind) {
@@ -123,49 +306,38 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
     e.seconds = kind == CollKind::Barrier ? 0.0 : t.launch_overhead;
     return e;
   }
-  const Link& link = ring_link(t, n);
   const double S = static_cast<double>(bytes);
-  const double steps_ring_ar = 2.0 * (n - 1);
-  switch (kind) {
-    case CollKind::AllReduce:
-    case CollKind::Barrier: {
-      // ring: 2(n-1) steps, each rank moves 2(n-1)/n * S at the bus bandwidth
-      const double ring = t.launch_overhead + steps_ring_ar * link.alpha + busbw_factor(CollKind::AllReduce, n) * S / link.bandwidth;
-      // tree (double binary tree): 2 log2(n) steps of latency, half the ring's bandwidth
-      const double depth = std::ceil(std::log2(static_cast<double>(n)));
-      const double tree = t.launch_overhead + 2.0 * depth * link.alpha + 2.0 * S / link.bandwidth;
-      if (tree < ring) {
-        e.seconds = tree;
-        e.algorithm = "tree";
-      } else {
-        e.seconds = ring;
-        e.algorithm = "ring";
-      }
-      return e;
+  bool first = true;
+  for (const Candidate& c : candidates(t, kind, n)) {
+    const double seconds = c.fixed + c.per_byte * S;
+    if (first || seconds < e.seconds) {
+      e.seconds = seconds;
+      e.algorithm = c.algorithm;
+      e.protocol = c.protocol;
+      first = false;
     }
-    case CollKind::ReduceScatter:
-    case CollKind::AllGather:
-      e.seconds = t.launch_overhead + (n - 1) * link.alpha + busbw_factor(kind, n) * S / link.bandwidth;
-      e.algorithm = "ring";
-      return e;
-    case CollKind::Broadcast:
-    case CollKind::Reduce:
-      e.seconds = t.launch_overhead + (n - 1) * link.alpha + S / link.bandwidth;
-      e.algorithm = "ring";
-      return e;
-    case CollKind::SendRecv:
-      e.seconds = t.launch_overhead + link.alpha + S / link.bandwidth;
-      e.algorithm = "direct";
-      return e;
   }
   return e;
 }
 
+double peak_busbw(const Topology& t, CollKind kind, int n) {
+  if (n <= 1) return 0.0;
+  double per_byte = 0.0;
+  bool first = true;
+  for (const Candidate& c : candidates(t, kind, n)) {
+    if (first || c.per_byte < per_byte) per_byte = c.per_byte;
+    first = false;
+  }
+  return busbw_factor(kind, n) / per_byte;
+}
+
 double p2p_cost(const Topology& t, int src, int dst, uint64_t bytes) {
   const bool same_node = src / t.gpus_per_node == dst / t.gpus_per_node;
+  // a point-to-point copy uses one direction of the path: inside a node the GPU's NVLink
+  // (or PCIe) rate as a ring sees it; across nodes one NIC
   const Link& link = same_node ? t.intra : t.inter;
-  // a point-to-point copy uses one direction of the link: per-GPU uni-directional bandwidth
-  return t.launch_overhead + link.alpha + static_cast<double>(bytes) / link.bandwidth;
+  const double bw = same_node ? t.intra.bandwidth : (t.nic_bandwidth > 0 ? t.nic_bandwidth : t.inter.bandwidth);
+  return t.launch_overhead + link.alpha + static_cast<double>(bytes) / bw;
 }
 
 }  // namespace accel::sim

@@ -1,6 +1,6 @@
 // The simulator's cost model: alpha-beta costs per collective algorithm and link, with
 // topology presets calibrated against published nccl-tests measurements
-// (docs/sim-calibration.md). Torch-free.
+// (docs/sim-calibration.md, reference rows in sim/calibration/nccl_tests.csv). Torch-free.
 #pragma once
 
 #include <cstddef>
@@ -13,11 +13,31 @@ namespace accel::sim {
 enum class CollKind { AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, Barrier, SendRecv };
 const char* coll_name(CollKind k);
 
-// A link class: latency per algorithm step (alpha, seconds) and bandwidth (bytes/second).
+// A link class. `alpha` and `bandwidth` are the ring algorithm's costs on it with NCCL's
+// Simple protocol: the latency of one ring step (seconds) and the bus bandwidth
+// (nccl-tests' busbw, bytes/second) a ring sustains on large messages. They serve every
+// collective that has no calibration entry of its own (Topology::calibration).
 struct Link {
   std::string name;
   double alpha = 0.0;
   double bandwidth = 0.0;
+  // NCCL's low-latency protocols (LL/LL128): seconds per step, and the fraction of the
+  // algorithm's Simple-protocol bandwidth they reach. 0 = not modelled on this link.
+  double ll_alpha = 0.0;
+  double ll_efficiency = 0.0;
+};
+
+// One calibrated algorithm: the alpha-beta parameters of `algorithm` for collective `kind`
+// over `nodes` nodes (1 = inside one node), fitted to the dataset named (an id of
+// sim/calibration/nccl_tests.csv). `bandwidth` is the bus bandwidth for "ring" and
+// "nvls_tree", and the per-GPU NVLink rate of the multimem operations for "nvls".
+struct Calibration {
+  CollKind kind = CollKind::AllReduce;
+  std::string algorithm;  // "ring", "nvls", "nvls_tree"
+  int nodes = 1;
+  double alpha = 0.0;      // seconds per algorithm step
+  double bandwidth = 0.0;  // bytes/second
+  std::string dataset;
 };
 
 struct Topology {
@@ -25,9 +45,20 @@ struct Topology {
   std::string description;
   int gpus_per_node = 8;
   Link intra;                // between GPUs of one node (NVLink/NVSwitch, PCIe)
-  Link inter;                // between nodes (InfiniBand); unused on one node
+  Link inter;                // between nodes (InfiniBand); single-node presets copy `intra`
   // Fixed cost per collective call (kernel launch, protocol setup), seconds.
   double launch_overhead = 0.0;
+  // --- added by the calibration (docs/sim-calibration.md) ---
+  int nodes = 1;                        // nodes in the preset
+  // PCIe hosts: GPUs behind one switch / CPU socket; a ring over more crosses the CPU
+  // interconnect and is limited to cross_domain_bandwidth (bus bandwidth). 0 = one domain.
+  int gpus_per_domain = 0;
+  double cross_domain_bandwidth = 0.0;
+  // Network adapters: count per node and the rate one GPU pair gets through one (p2p).
+  int nics_per_node = 0;
+  double nic_bandwidth = 0.0;
+  // Per-collective, per-algorithm, per-node-count parameters (see Calibration).
+  std::vector<Calibration> calibration;
 };
 
 // The presets: "8xH100" (one NVLink node), "8xA100", "8xPCIe", "Nx8xH100-IB" (N nodes of
@@ -38,13 +69,19 @@ std::vector<std::string> topology_preset_names();
 
 struct Estimate {
   double seconds = 0.0;
-  std::string algorithm;     // "ring", "tree", "direct"
+  std::string algorithm;     // "ring", "nvls", "nvls_tree", "direct", "local"
+  std::string protocol;      // "Simple" or "LL" (NCCL's LL/LL128), "" for local
 };
 
 // The time of one collective over `nranks` ranks (consecutive ranks fill nodes first).
 // `bytes` is nccl-tests' "size": the all-reduce / broadcast / reduce buffer, the all-gather
-// output, the reduce-scatter input.
+// output, the reduce-scatter input. The algorithm and protocol are those NCCL picks on the
+// preset's hardware (the cheapest of the candidates the model knows for it).
 Estimate collective_cost(const Topology& topo, CollKind kind, uint64_t bytes, int nranks);
+
+// The bus bandwidth (bytes/second) collective_cost approaches for very large messages:
+// busbw_factor / the smallest per-byte cost of the candidate algorithms.
+double peak_busbw(const Topology& topo, CollKind kind, int nranks);
 
 // A point-to-point transfer.
 double p2p_cost(const Topology& topo, int src, int dst, uint64_t bytes);
@@ -52,6 +89,11 @@ double p2p_cost(const Topology& topo, int src, int dst, uint64_t bytes);
 // nccl-tests' bus-bandwidth factor: busbw = algbw * factor (all-reduce 2(n-1)/n,
 // reduce-scatter and all-gather (n-1)/n, broadcast and reduce 1).
 double busbw_factor(CollKind kind, int nranks);
+
+// nccl-tests' figures for a collective of `bytes` (its "size") that took `seconds`:
+// algbw = bytes / seconds and busbw = algbw * busbw_factor, in bytes/second.
+double algbw(uint64_t bytes, double seconds);
+double busbw(CollKind kind, uint64_t bytes, double seconds, int nranks);
 
 // The bytes one rank sends for a collective with the algorithm's data volume (ring:
 // all-reduce 2(n-1)/n * bytes, reduce-scatter / all-gather (n-1)/n * bytes, ...).

@@ -1,0 +1,473 @@
+// The simulator's cost model against published nccl-tests results
+// (sim/calibration/nccl_tests.csv, docs/sim-calibration.md).
+//
+// Every primary dataset must be reproduced within 15% at every size >= 16 MiB. The same
+// binary prints the markdown tables of docs/sim-calibration.md:
+//   ACCEL_CALIBRATION_MD=/tmp/tables.md ./build/tests/test_calibration --gtest_filter=Calibration.MarkdownTables
+// (without the variable it prints them to stdout).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "sim/cost.h"
+
+#ifndef ACCEL_CALIBRATION_CSV
+#error "ACCEL_CALIBRATION_CSV (the path of sim/calibration/nccl_tests.csv) must be defined"
+#endif
+
+namespace accel::sim {
+namespace {
+
+constexpr uint64_t MiB = 1ull << 20;
+constexpr uint64_t GiB = 1ull << 30;
+constexpr double kTarget = 0.15;             // the target, sizes >= 16 MiB
+constexpr double kUnreachableBound = 0.18;   // primary-unreachable datasets
+constexpr uint64_t kTargetFrom = 16 * MiB;
+
+struct Row {
+  std::string dataset, role, preset, collective, source;
+  CollKind kind = CollKind::AllReduce;
+  int nranks = 0, nodes = 0;
+  uint64_t size = 0;
+  double time_us = 0.0;
+  bool has_bw = false;
+  double algbw = 0.0, busbw = 0.0;  // GB/s as printed
+};
+
+CollKind parse_kind(const std::string& s) {
+  if (s == "all_reduce") return CollKind::AllReduce;
+  if (s == "all_gather") return CollKind::AllGather;
+  if (s == "reduce_scatter") return CollKind::ReduceScatter;
+  if (s == "broadcast") return CollKind::Broadcast;
+  if (s == "reduce") return CollKind::Reduce;
+  throw std::runtime_error("unknown collective '" + s + "'");
+}
+
+std::vector<std::string> split(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cell;
+  std::istringstream is(line);
+  while (std::getline(is, cell, ',')) out.push_back(cell);
+  if (!line.empty() && line.back() == ',') out.push_back("");
+  return out;
+}
+
+const std::vector<Row>& rows() {
+  static const std::vector<Row> all = [] {
+    std::ifstream in(ACCEL_CALIBRATION_CSV);
+    if (!in) throw std::runtime_error(std::string("cannot open ") + ACCEL_CALIBRATION_CSV);
+    std::vector<Row> out;
+    std::string line;
+    bool header = true;
+    while (std::getline(in, line)) {
+      if (line.empty() || line[0] == '#') continue;
+      if (header) {
+        header = false;
+        if (line.rfind("dataset,role,preset,collective,nranks,nodes,size_bytes,time_us,algbw_gbps,busbw_gbps,source", 0) != 0)
+          throw std::runtime_error("unexpected header: " + line);
+        continue;
+      }
+      auto c = split(line);
+      if (c.size() != 11) throw std::runtime_error("expected 11 columns: " + line);
+      Row r;
+      r.dataset = c[0];
+      r.role = c[1];
+      r.preset = c[2];
+      r.collective = c[3];
+      r.kind = parse_kind(c[3]);
+      r.nranks = std::stoi(c[4]);
+      r.nodes = std::stoi(c[5]);
+      r.size = std::stoull(c[6]);
+      r.time_us = std::stod(c[7]);
+      r.has_bw = !c[8].empty() && !c[9].empty();
+      if (r.has_bw) {
+        r.algbw = std::stod(c[8]);
+        r.busbw = std::stod(c[9]);
+      }
+      r.source = c[10];
+      out.push_back(r);
+    }
+    return out;
+  }();
+  return all;
+}
+
+bool asserted(const Row& r) { return r.role == "primary" || r.role == "primary-unreachable"; }
+
+double model_us(const Row& r) {
+  return collective_cost(topology_preset(r.preset), r.kind, r.size, r.nranks).seconds * 1e6;
+}
+
+double error(const Row& r) { return model_us(r) / r.time_us - 1.0; }
+
+// Datasets in file order, with their rows.
+std::vector<std::pair<std::string, std::vector<Row>>> datasets() {
+  std::vector<std::pair<std::string, std::vector<Row>>> out;
+  for (const Row& r : rows()) {
+    if (out.empty() || out.back().first != r.dataset) out.push_back({r.dataset, {}});
+    out.back().second.push_back(r);
+  }
+  return out;
+}
+
+double max_abs_error(const std::vector<Row>& rs, uint64_t from) {
+  double m = 0.0;
+  for (const Row& r : rs)
+    if (r.size >= from) m = std::max(m, std::fabs(error(r)));
+  return m;
+}
+
+// The smallest maximum relative error that ANY concave function of the size can reach on
+// these rows. collective_cost is the minimum over algorithms of alpha + beta * bytes, hence
+// concave: for sizes x_i < x_j < x_k, f(x_j) >= w f(x_i) + (1-w) f(x_k) with
+// w = (x_k - x_j) / (x_k - x_i); with f within (1 +- e) of the measured t that needs
+// (1+e) t_j >= (1-e) L, L = w t_i + (1-w) t_k, so e >= (L - t_j) / (L + t_j).
+double concave_lower_bound(const std::vector<Row>& rs) {
+  double bound = 0.0;
+  for (size_t i = 0; i < rs.size(); ++i)
+    for (size_t j = i + 1; j < rs.size(); ++j)
+      for (size_t k = j + 1; k < rs.size(); ++k) {
+        const double xi = double(rs[i].size), xj = double(rs[j].size), xk = double(rs[k].size);
+        const double w = (xk - xj) / (xk - xi);
+        const double L = w * rs[i].time_us + (1 - w) * rs[k].time_us;
+        bound = std::max(bound, (L - rs[j].time_us) / (L + rs[j].time_us));
+      }
+  return bound;
+}
+
+std::vector<Row> from(const std::vector<Row>& rs, uint64_t min_size) {
+  std::vector<Row> out;
+  for (const Row& r : rs)
+    if (r.size >= min_size) out.push_back(r);
+  return out;
+}
+
+std::string pct(double e) {
+  std::ostringstream os;
+  os << std::showpos << std::fixed << std::setprecision(1) << e * 100 << "%";
+  return os.str();
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << v;
+  return os.str();
+}
+
+std::string human(uint64_t b) {
+  std::ostringstream os;
+  if (b % GiB == 0) os << b / GiB << " GiB";
+  else if (b % MiB == 0) os << b / MiB << " MiB";
+  else os << b << " B (≈" << (b + MiB / 2) / MiB << " MiB)";
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(Calibration, ReferenceRowsAreConsistentAndCoverThePresets) {
+  ASSERT_GT(rows().size(), 200u);
+  std::set<std::string> primaries;
+  for (const Row& r : rows()) {
+    SCOPED_TRACE(r.dataset + " " + std::to_string(r.size));
+    EXPECT_TRUE(r.role == "primary" || r.role == "primary-unreachable" || r.role == "crosscheck") << r.role;
+    EXPECT_NO_THROW(topology_preset(r.preset));
+    EXPECT_GE(r.size, 1 * MiB);
+    EXPECT_LE(r.size, 8 * GiB);
+    EXPECT_GT(r.time_us, 0.0);
+    if (r.preset != "8xPCIe") {
+      EXPECT_EQ(r.nodes, (r.nranks + 7) / 8);
+    }
+    if (r.has_bw) {
+      // as nccl-tests prints them: algbw = size / time, busbw = algbw * factor (GB/s), to
+      // the rounding of the printed digits -- the copy is faithful
+      const double alg = r.size / (r.time_us * 1e-6) / 1e9;
+      EXPECT_NEAR(r.algbw, alg, 0.011 + 2e-4 * alg);
+      EXPECT_NEAR(r.busbw, r.algbw * busbw_factor(r.kind, r.nranks), 0.02 + 2e-4 * r.busbw);
+      EXPECT_NEAR(r.busbw, busbw(r.kind, r.size, r.time_us * 1e-6, r.nranks) / 1e9, 0.03 + 3e-4 * r.busbw);
+    } else {
+      EXPECT_EQ(r.role, "crosscheck");  // only nccl-tests rows can be primary
+    }
+    if (asserted(r)) primaries.insert(r.preset + " " + r.collective);
+  }
+  // the presets: one 8xH100 node, one 8xA100 node, 8 PCIe GPUs, N nodes over IB
+  for (const char* need : {"8xH100 all_reduce", "8xH100 all_gather", "8xH100 reduce_scatter", "8xA100 all_reduce",
+                           "8xPCIe all_reduce", "2x8xH100-IB all_reduce", "4x8xH100-IB all_reduce",
+                           "4x8xH100-IB all_gather", "8x8xH100-IB all_reduce", "10x8xH100-IB all_reduce",
+                           "10x8xH100-IB reduce_scatter"})
+    EXPECT_TRUE(primaries.count(need)) << need;
+}
+
+TEST(Calibration, PrimaryDatasetsWithinFifteenPercentFromSixteenMiB) {
+  int checked = 0;
+  std::cout << "max |model/measured - 1|, sizes >= 16 MiB (all sizes):\n";
+  for (const auto& [id, rs] : datasets()) {
+    const Row& r0 = rs.front();
+    const double big = max_abs_error(rs, kTargetFrom), all = max_abs_error(rs, 0);
+    const bool any_big = std::any_of(rs.begin(), rs.end(), [](const Row& r) { return r.size >= kTargetFrom; });
+    std::cout << "  " << std::left << std::setw(20) << r0.role << std::setw(11) << id << std::setw(14) << r0.preset
+              << std::setw(15) << r0.collective << std::right << std::setw(9)
+              << (any_big ? fixed(big * 100, 1) + "%" : "-") << "  (" << fixed(all * 100, 1) << "%)\n";
+    if (r0.role == "crosscheck") continue;
+    RecordProperty("max_error_" + r0.preset + "_" + r0.collective + "_" + id, fixed(big * 100, 2) + "%");
+    const double bound = r0.role == "primary" ? kTarget : kUnreachableBound;
+    for (const Row& r : rs) {
+      if (r.size < kTargetFrom) continue;
+      ++checked;
+      const double e = error(r);
+      EXPECT_LE(std::fabs(e), bound) << id << " (" << r.preset << " " << r.collective << ") at " << human(r.size)
+                                     << ": measured " << r.time_us << " us, model " << model_us(r) << " us";
+    }
+  }
+  EXPECT_GT(checked, 90);
+}
+
+TEST(Calibration, UnreachableDatasetsAreProvablyUnreachable) {
+  int n = 0;
+  for (const auto& [id, rs] : datasets()) {
+    if (rs.front().role != "primary-unreachable") continue;
+    ++n;
+    const double bound = concave_lower_bound(from(rs, kTargetFrom));
+    std::cout << id << ": no concave model comes closer than " << fixed(bound * 100, 2) << "% (ours: "
+              << fixed(max_abs_error(rs, kTargetFrom) * 100, 2) << "%)\n";
+    EXPECT_GT(bound, kTarget) << id << " is reachable within 15%: make it primary";
+  }
+  // and every primary dataset is within reach (the bound is below the target)
+  for (const auto& [id, rs] : datasets()) {
+    if (rs.front().role == "primary") {
+      EXPECT_LE(concave_lower_bound(from(rs, kTargetFrom)), kTarget) << id;
+    }
+  }
+  EXPECT_EQ(n, 1);
+}
+
+// ---------------------------------------------------------------------------------------
+// Sanity of the model
+
+const std::vector<std::string>& presets() {
+  static const std::vector<std::string> p = {"8xH100",      "8xA100",      "8xPCIe",       "1x8xH100-IB",
+                                             "2x8xH100-IB", "3x8xH100-IB", "4x8xH100-IB",  "6x8xH100-IB",
+                                             "8x8xH100-IB", "10x8xH100-IB", "16x8xH100-IB", "128x8xH100-IB"};
+  return p;
+}
+
+const CollKind kKinds[] = {CollKind::AllReduce, CollKind::AllGather, CollKind::ReduceScatter, CollKind::Broadcast,
+                           CollKind::Reduce};
+
+TEST(Calibration, BusbwInNcclTestsSense) {
+  EXPECT_NEAR(busbw_factor(CollKind::AllReduce, 8), 2.0 * 7 / 8, 1e-15);
+  EXPECT_NEAR(busbw_factor(CollKind::AllReduce, 16), 2.0 * 15 / 16, 1e-15);
+  EXPECT_NEAR(busbw_factor(CollKind::ReduceScatter, 80), 79.0 / 80, 1e-15);
+  EXPECT_NEAR(busbw_factor(CollKind::AllGather, 32), 31.0 / 32, 1e-15);
+  EXPECT_EQ(busbw_factor(CollKind::Broadcast, 8), 1.0);
+  EXPECT_EQ(busbw_factor(CollKind::Reduce, 8), 1.0);
+  // nccl-tests' own example: 8 GiB all-reduce over 8 ranks in 31335.8 us (H1)
+  EXPECT_NEAR(algbw(8 * GiB, 31335.8e-6) / 1e9, 274.13, 0.01);
+  EXPECT_NEAR(busbw(CollKind::AllReduce, 8 * GiB, 31335.8e-6, 8) / 1e9, 479.72, 0.01);
+  // on the model's own estimates
+  for (const auto& name : presets()) {
+    const Topology t = topology_preset(name);
+    for (CollKind k : kKinds)
+      for (int n : {2, 8, 8 * t.nodes}) {
+        if (n < 2) continue;
+        for (uint64_t s : {1 * MiB, 256 * MiB, 8 * GiB}) {
+          const double sec = collective_cost(t, k, s, n).seconds;
+          EXPECT_DOUBLE_EQ(algbw(s, sec), s / sec);
+          EXPECT_DOUBLE_EQ(busbw(k, s, sec, n), s / sec * busbw_factor(k, n));
+        }
+        // large messages approach the algorithm's bus bandwidth from below
+        const double peak = peak_busbw(t, k, n);
+        const double b = busbw(k, 1024 * GiB, collective_cost(t, k, 1024 * GiB, n).seconds, n);
+        EXPECT_LE(b, peak * (1 + 1e-12)) << name << " " << coll_name(k) << " n=" << n;
+        EXPECT_GT(b, 0.99 * peak) << name << " " << coll_name(k) << " n=" << n;
+      }
+  }
+  // what NCCL reports on these machines
+  EXPECT_NEAR(peak_busbw(topology_preset("8xH100"), CollKind::AllReduce, 8) / 1e9, 464.5, 0.1);  // NVLS
+  EXPECT_NEAR(peak_busbw(topology_preset("8xH100"), CollKind::AllGather, 8) / 1e9, 353.0, 0.1);  // ring
+  EXPECT_NEAR(peak_busbw(topology_preset("8xA100"), CollKind::AllReduce, 8) / 1e9, 235.9, 0.1);
+  EXPECT_NEAR(peak_busbw(topology_preset("8xPCIe"), CollKind::AllReduce, 4) / 1e9, 25.87, 0.01);
+  EXPECT_NEAR(peak_busbw(topology_preset("8xPCIe"), CollKind::AllReduce, 8) / 1e9, 20.7, 0.01);
+  // beyond the calibrated node counts, the NICs: 8 x 400 Gb/s = 400 GB/s line rate
+  for (int nodes : {16, 32, 128})
+    EXPECT_LE(peak_busbw(topology_preset(std::to_string(nodes) + "x8xH100-IB"), CollKind::AllReduce, 8 * nodes), 400e9);
+}
+
+TEST(Calibration, AlgorithmsAreWhatNcclPicks) {
+  const Topology h = topology_preset("8xH100");
+  // the NCCL tuner on one H100 node: RING/LL up to ~1 MB, NVLS/SIMPLE above (nccl-tests #309)
+  EXPECT_EQ(collective_cost(h, CollKind::AllReduce, 64 * 1024, 8).algorithm, "ring");
+  EXPECT_EQ(collective_cost(h, CollKind::AllReduce, 64 * 1024, 8).protocol, "LL");
+  EXPECT_EQ(collective_cost(h, CollKind::AllReduce, 256 * MiB, 8).algorithm, "nvls");
+  EXPECT_EQ(collective_cost(h, CollKind::AllReduce, 256 * MiB, 8).protocol, "Simple");
+  EXPECT_EQ(collective_cost(h, CollKind::AllGather, 256 * MiB, 8).algorithm, "ring");
+  EXPECT_EQ(collective_cost(topology_preset("8xA100"), CollKind::AllReduce, 256 * MiB, 8).algorithm, "ring");
+  const Topology ib = topology_preset("4x8xH100-IB");
+  EXPECT_EQ(collective_cost(ib, CollKind::AllReduce, 256 * MiB, 32).algorithm, "nvls_tree");
+  EXPECT_EQ(collective_cost(ib, CollKind::AllReduce, 64 * 1024, 32).algorithm, "tree");
+  EXPECT_EQ(collective_cost(ib, CollKind::AllReduce, 64 * 1024, 32).protocol, "LL");
+  EXPECT_EQ(collective_cost(ib, CollKind::AllGather, 256 * MiB, 32).algorithm, "ring");
+  EXPECT_EQ(collective_cost(ib, CollKind::AllReduce, 256 * MiB, 8).algorithm, "nvls");  // one node of it
+}
+
+TEST(Calibration, TimeGrowsWithSize) {
+  for (const auto& name : presets()) {
+    const Topology t = topology_preset(name);
+    for (CollKind k : kKinds)
+      for (int n : {2, 3, 4, 5, 8, 12, 8 * t.nodes, 8 * t.nodes + 3}) {
+        double prev_t = 0.0, prev_alg = 0.0;
+        for (uint64_t s = 1024; s <= 16 * GiB; s *= 2) {
+          const double sec = collective_cost(t, k, s, n).seconds;
+          EXPECT_GT(sec, prev_t) << name << " " << coll_name(k) << " n=" << n << " " << s;
+          EXPECT_GE(algbw(s, sec), prev_alg * (1 - 1e-12)) << name << " " << coll_name(k) << " n=" << n << " " << s;
+          prev_t = sec;
+          prev_alg = algbw(s, sec);
+        }
+      }
+  }
+}
+
+TEST(Calibration, MultiNodeSlowerThanOneNodePerByte) {
+  const Topology one = topology_preset("8xH100");
+  for (int nodes : {2, 3, 4, 6, 8, 10, 16, 128}) {
+    const Topology t = topology_preset(std::to_string(nodes) + "x8xH100-IB");
+    for (CollKind k : kKinds)
+      for (uint64_t s = 1 * MiB; s <= 8 * GiB; s *= 2) {
+        const double single = collective_cost(one, k, s, 8).seconds;
+        const double multi = collective_cost(t, k, s, 8 * nodes).seconds;
+        EXPECT_LT(algbw(s, multi), algbw(s, single)) << nodes << " nodes, " << coll_name(k) << " " << human(s);
+      }
+    // and a point-to-point copy across nodes (one NIC) is slower than inside a node
+    EXPECT_GT(p2p_cost(t, 0, 8, 1 * GiB), p2p_cost(t, 0, 1, 1 * GiB));
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// docs/sim-calibration.md's tables
+
+std::string markdown() {
+  std::ostringstream md;
+  md << "<!-- generated by: ACCEL_CALIBRATION_MD=<file> ./build/tests/test_calibration "
+        "--gtest_filter=Calibration.MarkdownTables -->\n\n";
+  // the parameters
+  md << "### Parameters per preset\n\n";
+  md << "| preset | link | ring alpha (us/step) | ring busbw (GB/s) | LL alpha (us/step) | LL efficiency | other |\n";
+  md << "|---|---|---:|---:|---:|---:|---|\n";
+  for (const char* name : {"8xH100", "8xA100", "8xPCIe", "4x8xH100-IB"}) {
+    const Topology t = topology_preset(name);
+    auto link_row = [&](const char* preset, const Link& l, const std::string& other) {
+      md << "| " << preset << " | " << l.name << " | " << fixed(l.alpha * 1e6, 2) << " | " << fixed(l.bandwidth / 1e9, 2)
+         << " | " << fixed(l.ll_alpha * 1e6, 2) << " | " << fixed(l.ll_efficiency, 3) << " | " << other << " |\n";
+    };
+    std::string other = "launch " + fixed(t.launch_overhead * 1e6, 0) + " us";
+    if (t.gpus_per_domain)
+      other += "; " + std::to_string(t.gpus_per_domain) + " GPUs per PCIe domain, ring across domains " +
+               fixed(t.cross_domain_bandwidth / 1e9, 1) + " GB/s";
+    link_row(std::string(name) == "4x8xH100-IB" ? "Nx8xH100-IB (intra)" : name, t.intra, other);
+    if (t.nodes > 1)
+      link_row("Nx8xH100-IB (inter)", t.inter,
+               std::to_string(t.nics_per_node) + " NICs per node, " + fixed(t.nic_bandwidth / 1e9, 0) +
+                   " GB/s per NIC (p2p)");
+  }
+  md << "\n| preset | collective | algorithm | nodes | alpha (us/step) | bandwidth (GB/s) | fitted to |\n";
+  md << "|---|---|---|---:|---:|---:|---|\n";
+  for (const char* name : {"8xH100", "8xA100", "8xPCIe", "4x8xH100-IB"}) {
+    const Topology t = topology_preset(name);
+    for (const auto& c : t.calibration) {
+      if (std::string(name) == "4x8xH100-IB" && c.nodes == 1) continue;  // the 8xH100 rows again
+      md << "| " << (t.nodes > 1 ? "Nx8xH100-IB" : name) << " | " << coll_name(c.kind) << " | " << c.algorithm << " | "
+         << c.nodes << " | " << fixed(c.alpha * 1e6, 2) << " | " << fixed(c.bandwidth / 1e9, 1)
+         << (c.algorithm == "nvls" ? " (link; busbw " + fixed(c.bandwidth * 2 * 7 / 9 / 1e9, 1) + " on 8 GPUs)" : "")
+         << " | " << c.dataset << " |\n";
+    }
+  }
+  // the summary
+  md << "\n### Error per dataset\n\n";
+  md << "Max |model/measured − 1| over the rows of 16 MiB and up (and over all rows, from 1 MiB).\n\n";
+  md << "| dataset | role | preset | collective | ranks | max error ≥ 16 MiB | max error, all sizes |\n";
+  md << "|---|---|---|---|---:|---:|---:|\n";
+  for (const auto& [id, rs] : datasets()) {
+    const Row& r0 = rs.front();
+    const bool any_big = std::any_of(rs.begin(), rs.end(), [](const Row& r) { return r.size >= kTargetFrom; });
+    md << "| " << id << " | " << r0.role << " | " << r0.preset << " | " << r0.collective << " | " << r0.nranks << " | "
+       << (any_big ? fixed(max_abs_error(rs, kTargetFrom) * 100, 1) + "%" : "—") << " | "
+       << fixed(max_abs_error(rs, 0) * 100, 1) << "% |\n";
+  }
+  // a table per primary dataset
+  md << "\n### Measured against model, per primary dataset\n";
+  for (const auto& [id, rs] : datasets()) {
+    const Row& r0 = rs.front();
+    if (!asserted(r0)) continue;
+    md << "\n#### " << r0.preset << ", " << r0.collective << ", " << r0.nranks << " ranks — " << id << " ("
+       << r0.role << ")\n\n";
+    md << "Source: " << r0.source << ".\n\n";
+    md << "| size | measured (us) | model (us) | error | model algorithm | measured busbw | model busbw |\n";
+    md << "|---:|---:|---:|---:|---|---:|---:|\n";
+    const Topology t = topology_preset(r0.preset);
+    // every power of two from 1 MiB to 8 GiB; sizes the dataset lacks show the model only
+    for (uint64_t s = 1 * MiB; s <= 8 * GiB; s *= 2) {
+      const Row* r = nullptr;
+      for (const Row& x : rs)
+        if (x.size + s / 1000 >= s && x.size <= s + s / 1000) r = &x;
+      const uint64_t bytes = r ? r->size : s;
+      const Estimate e = collective_cost(t, r0.kind, bytes, r0.nranks);
+      const double model_busbw = busbw(r0.kind, bytes, e.seconds, r0.nranks) / 1e9;
+      md << "| " << human(bytes) << " | " << (r ? fixed(r->time_us, 2) : "—") << " | " << fixed(e.seconds * 1e6, 2)
+         << " | " << (r ? pct(e.seconds * 1e6 / r->time_us - 1) : "—") << " | " << e.algorithm << "/" << e.protocol
+         << " | " << (r ? fixed(r->busbw, 2) : "—") << " | " << fixed(model_busbw, 2) << " |\n";
+    }
+    md << "\nMax error, sizes ≥ 16 MiB: **" << fixed(max_abs_error(rs, kTargetFrom) * 100, 1) << "%**; all sizes: "
+       << fixed(max_abs_error(rs, 0) * 100, 1) << "%.\n";
+  }
+  // presets and node counts without a full-size nccl-tests table
+  md << "\n### Model only (no per-size nccl-tests table)\n";
+  struct Case {
+    const char* preset;
+    CollKind kind;
+    int nranks;
+    const char* why;
+  };
+  const Case cases[] = {
+      {"8xPCIe", CollKind::AllReduce, 8, "8 GPUs over both PCIe domains (proxy: P2's 8-against-4-GPU ratio)"},
+      {"16x8xH100-IB", CollKind::AllReduce, 128, "16 nodes: beyond the data, NIC-bound"},
+      {"16x8xH100-IB", CollKind::AllGather, 128, "16 nodes: beyond the data"},
+      {"16x8xH100-IB", CollKind::ReduceScatter, 128, "16 nodes: beyond the data"},
+  };
+  for (const Case& c : cases) {
+    const Topology t = topology_preset(c.preset);
+    md << "\n#### " << c.preset << ", " << coll_name(c.kind) << ", " << c.nranks << " ranks — " << c.why << "\n\n";
+    md << "| size | model (us) | model algorithm | algbw (GB/s) | busbw (GB/s) |\n|---:|---:|---|---:|---:|\n";
+    for (uint64_t s = 1 * MiB; s <= 8 * GiB; s *= 2) {
+      const Estimate e = collective_cost(t, c.kind, s, c.nranks);
+      md << "| " << human(s) << " | " << fixed(e.seconds * 1e6, 2) << " | " << e.algorithm << "/" << e.protocol << " | "
+         << fixed(algbw(s, e.seconds) / 1e9, 2) << " | " << fixed(busbw(c.kind, s, e.seconds, c.nranks) / 1e9, 2)
+         << " |\n";
+    }
+  }
+  return md.str();
+}
+
+TEST(Calibration, MarkdownTables) {
+  const std::string md = markdown();
+  if (const char* path = std::getenv("ACCEL_CALIBRATION_MD")) {
+    std::ofstream out(path);
+    ASSERT_TRUE(out) << path;
+    out << md;
+    std::cout << "wrote " << path << "\n";
+  } else {
+    std::cout << md;
+  }
+}
+
+}  // namespace
+}  // namespace accel::sim
