@@ -675,5 +675,38 @@ TEST(Scale, TwoHundredFiftySixRanksFinishQuickly) {
   RecordProperty("seconds", std::to_string(secs));
 }
 
+
+TEST(Local, OneRankBackendFollowsTheSameRules) {
+  auto c = comm::make_local_communicator();
+  EXPECT_EQ(c->rank(), 0);
+  EXPECT_EQ(c->size(), 1);
+  std::vector<float> a = {1, 2, 3}, b(3);
+  c->all_reduce(a.data(), b.data(), 3, DataType::Float32, RedOp::PreMulSum, {2.0})->wait();
+  EXPECT_EQ(b, (std::vector<float>{2, 4, 6}));
+  c->all_gather(a.data(), b.data(), 3, DataType::Float32)->wait();
+  EXPECT_EQ(b, a);
+  EXPECT_THROW(c->broadcast(a.data(), b.data(), 3, DataType::Float32, 1), CommError);
+  // send/recv to oneself only inside a group, where they pair up
+  c->group_start();
+  c->send(a.data(), 3, DataType::Float32, 0);
+  std::vector<float> got(3);
+  c->recv(got.data(), 3, DataType::Float32, 0);
+  c->group_end();
+  EXPECT_EQ(got, a);
+  try {
+    c->send(a.data(), 3, DataType::Float32, 0);
+    ADD_FAILURE() << "a lone send to oneself must fail";
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.result(), Result::InvalidUsage);
+  }
+  try {
+    c->group_end();
+    ADD_FAILURE();
+  } catch (const CommError& e) {
+    EXPECT_EQ(e.result(), Result::InvalidUsage);
+  }
+  c->barrier();
+}
+
 }  // namespace
 }  // namespace accel::sim
