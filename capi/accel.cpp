@@ -3,6 +3,7 @@
 #include "accel/accel.h"
 
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -574,7 +575,16 @@ accel_status accel_dataloader_create(accel_context* ctx, const accel_tensor* inp
     NEED(opts);
     NEED(out);
     check_version(opts, ACCEL_DATALOADER_OPTIONS_VERSION, "accel_dataloader_options");
-    accel::DataLoaderConfig c{opts->batch_size, opts->shuffle != 0, opts->seed, opts->drop_last != 0};
+    // a version-1 struct ends before even_batches: read only what the caller has
+    accel_dataloader_options o = ACCEL_DATALOADER_OPTIONS_INIT;
+    std::memcpy(&o, opts, opts->version == 1 ? offsetof(accel_dataloader_options, even_batches) : sizeof o);
+    accel::DataLoaderConfig c;
+    c.batch_size = o.batch_size;
+    c.shuffle = o.shuffle != 0;
+    c.seed = o.seed;
+    c.drop_last = o.drop_last != 0;
+    c.even_batches = o.even_batches != 0;
+    c.split_batches = o.split_batches != 0;
     auto dl = std::make_shared<accel::DataLoader>(inputs->t.clone(), targets ? targets->t.clone() : torch::Tensor(), c);
     *out = new accel_dataloader{std::move(dl)};
   });

@@ -1,6 +1,8 @@
 // The Accelerator (placement, precision, accumulation, loss scaling), optimizers,
 // schedulers and the data loader.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "runtime/compat.h"
 #include "runtime/runtime.h"
@@ -123,6 +125,100 @@ void Scheduler::step() {
 // ---------------------------------------------------------------------------------------
 // Data
 
+std::vector<PlannedBatch> shard_batches(const std::vector<int64_t>& order, int64_t b, bool drop_last, int rank,
+                                        int world, bool split_batches, bool even_batches) {
+  using Idx = std::vector<int64_t>;
+  std::vector<Idx> batches;
+  const int64_t n = static_cast<int64_t>(order.size());
+  for (int64_t s = 0; s < n; s += b) {
+    if (drop_last && s + b > n) break;
+    batches.emplace_back(order.begin() + s, order.begin() + std::min(n, s + b));
+  }
+  std::vector<PlannedBatch> plan;
+  auto full = [](Idx v) {
+    PlannedBatch p;
+    p.valid = static_cast<int64_t>(v.size());
+    p.indices = std::move(v);
+    return p;
+  };
+  if (world <= 1) {
+    for (auto& batch : batches) plan.push_back(full(std::move(batch)));
+    return plan;
+  }
+  const int64_t P = world, nb = static_cast<int64_t>(batches.size());
+  if (nb == 0) return plan;
+  if (split_batches) {
+    // every batch is cut into P slices of b/P; rank r takes slice r
+    const int64_t bl = b / P;
+    auto slice = [&](const Idx& v) {
+      Idx out;
+      for (int64_t i = bl * rank; i < std::min<int64_t>(bl * (rank + 1), static_cast<int64_t>(v.size())); ++i)
+        out.push_back(v[static_cast<size_t>(i)]);
+      return out;
+    };
+    for (const auto& batch : batches)
+      if (static_cast<int64_t>(batch.size()) == b) plan.push_back(full(slice(batch)));
+    const Idx& last = batches.back();
+    if (!drop_last && static_cast<int64_t>(last.size()) < b) {
+      if (!even_batches) {
+        if (static_cast<int64_t>(last.size()) > bl * rank) plan.push_back(full(slice(last)));
+      } else {
+        Idx initial = batches.front();
+        while (static_cast<int64_t>(initial.size()) < b) initial.insert(initial.end(), initial.begin(), initial.end());
+        Idx padded = last;
+        padded.insert(padded.end(), initial.begin(), initial.end());
+        PlannedBatch p;
+        p.indices = slice(padded);
+        p.valid = std::clamp<int64_t>(static_cast<int64_t>(last.size()) - bl * rank, 0, bl);
+        plan.push_back(std::move(p));
+      }
+    }
+    return plan;
+  }
+  // batch i goes to process i % P, yielded only once the whole round is complete
+  Idx initial, to_yield;
+  for (int64_t idx = 0; idx < nb; ++idx) {
+    const Idx& batch = batches[static_cast<size_t>(idx)];
+    if (!drop_last && idx < P) initial.insert(initial.end(), batch.begin(), batch.end());
+    if (idx % P == rank) to_yield = batch;
+    if (idx % P == P - 1 && static_cast<int64_t>(batch.size()) == b) {
+      plan.push_back(full(to_yield));
+      to_yield.clear();
+    }
+  }
+  if (drop_last || initial.empty()) return plan;
+  if (!even_batches) {
+    if (!to_yield.empty()) plan.push_back(full(to_yield));
+    return plan;
+  }
+  if (static_cast<int64_t>(to_yield.size()) == b) plan.push_back(full(to_yield));
+  while (static_cast<int64_t>(initial.size()) < P * b) initial.insert(initial.end(), initial.begin(), initial.end());
+  int64_t idx = nb - 1;
+  Idx batch = batches.back();
+  if (static_cast<int64_t>(batch.size()) == b) {
+    batch.clear();
+    ++idx;
+  }
+  // complete the last round from the start of the data, so every process gets a full batch
+  size_t cycle = 0;
+  while (idx % P != 0 || !batch.empty()) {
+    const int64_t valid = static_cast<int64_t>(batch.size());
+    const size_t need = static_cast<size_t>(b) - batch.size();
+    batch.insert(batch.end(), initial.begin() + static_cast<std::ptrdiff_t>(cycle),
+                 initial.begin() + static_cast<std::ptrdiff_t>(cycle + need));
+    if (idx % P == rank) {
+      PlannedBatch p;
+      p.indices = batch;
+      p.valid = valid;
+      plan.push_back(std::move(p));
+    }
+    cycle += need;
+    batch.clear();
+    ++idx;
+  }
+  return plan;
+}
+
 DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderConfig cfg) : cfg_(cfg) {
   ACCEL_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(0) >= 1, Status::InvalidArgument,
               "the loader's inputs need at least one sample along dimension 0, got ",
@@ -132,14 +228,37 @@ DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderCo
   ACCEL_CHECK(cfg.batch_size >= 1, Status::InvalidArgument, "batch_size must be >= 1, got ", cfg.batch_size);
   inputs_ = inputs.to(torch::kCPU).contiguous();
   if (targets.defined()) targets_ = targets.to(torch::kCPU).contiguous();
-  ACCEL_CHECK(num_batches() >= 1, Status::InvalidArgument, "with drop_last, ", inputs.size(0),
-              " samples make no full batch of ", cfg.batch_size);
+  ACCEL_CHECK(!cfg.drop_last || inputs_.size(0) >= cfg.batch_size, Status::InvalidArgument, "with drop_last, ",
+              inputs.size(0), " samples make no full batch of ", cfg.batch_size);
 }
 
-int64_t DataLoader::num_batches() const {
-  int64_t n = inputs_.size(0), b = cfg_.batch_size;
-  return cfg_.drop_last ? n / b : (n + b - 1) / b;
+void DataLoader::shard(int rank, int world) {
+  ACCEL_CHECK(world >= 1 && rank >= 0 && rank < world, Status::InvalidArgument, "bad shard ", rank, " of ", world);
+  ACCEL_CHECK(!cfg_.split_batches || cfg_.batch_size % world == 0, Status::InvalidArgument, "split_batches needs a batch size (",
+              cfg_.batch_size, ") divisible by the number of processes (", world, ")");
+  rank_ = rank;
+  world_ = world;
+  plan_epoch_ = -1;
 }
+
+const std::vector<PlannedBatch>& DataLoader::plan() {
+  if (plan_epoch_ != epoch_) {
+    const int64_t n = inputs_.size(0);
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    if (cfg_.shuffle) {
+      auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed + static_cast<uint64_t>(epoch_));
+      auto perm = torch::randperm(n, gen, torch::kLong);
+      std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
+    } else {
+      for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    }
+    plan_ = shard_batches(order, cfg_.batch_size, cfg_.drop_last, rank_, world_, cfg_.split_batches, cfg_.even_batches);
+    plan_epoch_ = epoch_;
+  }
+  return plan_;
+}
+
+int64_t DataLoader::num_batches() { return static_cast<int64_t>(plan().size()); }
 
 void DataLoader::set_epoch(int64_t epoch) {
   ACCEL_CHECK(epoch >= 0, Status::InvalidArgument, "epoch must be >= 0, got ", epoch);
@@ -148,33 +267,32 @@ void DataLoader::set_epoch(int64_t epoch) {
 }
 
 std::optional<Batch> DataLoader::next(const torch::Device& device) {
-  if (position_ >= num_batches()) {
+  const auto& p = plan();
+  if (position_ >= static_cast<int64_t>(p.size())) {
     ++epoch_;
     position_ = 0;
     return std::nullopt;
   }
-  const int64_t n = inputs_.size(0), start = position_ * cfg_.batch_size;
-  const int64_t len = std::min(cfg_.batch_size, n - start);
+  const PlannedBatch& pb = p[static_cast<size_t>(position_)];
+  const int64_t len = static_cast<int64_t>(pb.indices.size());
   Batch b;
-  if (cfg_.shuffle) {
-    if (order_epoch_ != epoch_) {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed + static_cast<uint64_t>(epoch_));
-      order_ = torch::randperm(n, gen, torch::kLong);
-      order_epoch_ = epoch_;
-    }
-    auto idx = order_.narrow(0, start, len);
+  b.valid = pb.valid;
+  const bool contiguous = len > 0 && pb.indices.back() - pb.indices.front() == len - 1 &&
+                          std::is_sorted(pb.indices.begin(), pb.indices.end());
+  if (contiguous) {
+    b.inputs = inputs_.narrow(0, pb.indices.front(), len);
+    if (targets_.defined()) b.targets = targets_.narrow(0, pb.indices.front(), len);
+  } else {
+    auto idx = torch::from_blob(const_cast<int64_t*>(pb.indices.data()), {len}, torch::kLong);
     b.inputs = inputs_.index_select(0, idx);
     if (targets_.defined()) b.targets = targets_.index_select(0, idx);
-  } else {
-    b.inputs = inputs_.narrow(0, start, len);
-    if (targets_.defined()) b.targets = targets_.narrow(0, start, len);
   }
   if (!device.is_cpu()) {
     b.inputs = b.inputs.to(device);
     if (b.targets.defined()) b.targets = b.targets.to(device);
   }
   ++position_;
-  b.last = position_ == num_batches();
+  b.last = position_ == static_cast<int64_t>(p.size());
   return b;
 }
 
@@ -277,6 +395,9 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
   ACCEL_CHECK(!sched || (o && sched->optimizer() == o), Status::InvalidArgument,
               "the scheduler belongs to an optimizer that is not prepared on this context");
   ACCEL_CHECK(!sched_ || !sched || sched == sched_, Status::InvalidState, "this context already has a scheduler");
+  ACCEL_CHECK(!loader || !loader->config().split_batches || loader->config().batch_size % comm_->size() == 0,
+              Status::InvalidArgument, "split_batches needs a batch size (", loader ? loader->config().batch_size : 0,
+              ") divisible by the number of processes (", comm_->size(), ")");
 
   if (m && !model_) {
     m->to(device_);
@@ -288,7 +409,11 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
     opt_ = o;
   }
   if (sched) sched_ = sched;
-  if (loader && !prepared(loader.get())) loaders_.push_back(loader);
+  if (loader && !prepared(loader.get())) {
+    // Accelerate shards at prepare: every process gets its share of each epoch's batches
+    if (comm_->size() > 1) loader->shard(comm_->rank(), comm_->size());
+    loaders_.push_back(loader);
+  }
 }
 
 bool Accelerator::prepared(const DataLoader* loader) const {

@@ -48,7 +48,8 @@ int main(void) {
     failures += c.version != c2.version || c.kind != c2.kind || c.warmup_steps != c2.warmup_steps ||
                 c.total_steps != c2.total_steps || c.min_lr_ratio != c2.min_lr_ratio;
     failures += d.version != d2.version || d.batch_size != d2.batch_size || d.shuffle != d2.shuffle ||
-                d.seed != d2.seed || d.drop_last != d2.drop_last;
+                d.seed != d2.seed || d.drop_last != d2.drop_last ||
+                d.even_batches != d2.even_batches || d.split_batches != d2.split_batches;
     failures += so.version != so2.version || so.world_size != so2.world_size || so.device_memory != so2.device_memory ||
                 strcmp(so.topology, so2.topology) != 0 || so.timeout_seconds != so2.timeout_seconds ||
                 so.faults != so2.faults || so.trace_path != so2.trace_path || so.engine_threads != so2.engine_threads;

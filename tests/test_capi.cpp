@@ -860,4 +860,93 @@ TEST(Sim, TrainingOnRanksIsDeterministic) {
     EXPECT_EQ(std::vector<float>(a[r].begin() + 64, a[r].end()), std::vector<float>(a[0].begin() + 64, a[0].end()));
 }
 
+
+// The loader prepared on a 2-rank world shards with Accelerate's semantics (DESIGN.md:
+// P=2, b=3, N=22, even batches: rank 1's last batch is [21, 0, 1]).
+struct ShardCase {
+  int32_t split = 0, even = 1;
+  int64_t batch = 3, n = 22;
+  std::vector<std::vector<int64_t>> got[2];
+};
+
+accel_status collect_shard(accel_context* ctx, void* user) {
+  auto* c = static_cast<ShardCase*>(user);
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  std::vector<float> xs(static_cast<size_t>(c->n));
+  std::vector<int64_t> ys(static_cast<size_t>(c->n));
+  for (int64_t i = 0; i < c->n; ++i) xs[static_cast<size_t>(i)] = static_cast<float>(i), ys[static_cast<size_t>(i)] = i;
+  accel_tensor* X = make_f32({c->n, 1}, xs);
+  accel_tensor* Y = make_i64({c->n}, ys);
+  accel_dataloader_options lo = ACCEL_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = c->batch;
+  lo.split_batches = c->split;
+  lo.even_batches = c->even;
+  accel_dataloader* dl = nullptr;
+  accel_status s = accel_dataloader_create(ctx, X, Y, &lo, &dl);
+  if (s == ACCEL_OK) s = accel_prepare(ctx, nullptr, nullptr, nullptr, dl);
+  while (s == ACCEL_OK) {
+    accel_tensor *x = nullptr, *y = nullptr;
+    s = accel_dataloader_next(ctx, dl, &x, &y);
+    if (s != ACCEL_OK || !x) break;
+    int64_t len = 0;
+    accel_tensor_numel(y, &len);
+    std::vector<int64_t> v(static_cast<size_t>(len));
+    s = accel_tensor_copy_to_host(y, v.data(), v.size() * 8);
+    c->got[rank].push_back(v);
+    accel_tensor_destroy(x);
+    accel_tensor_destroy(y);
+  }
+  accel_dataloader_destroy(dl);
+  accel_tensor_destroy(X);
+  accel_tensor_destroy(Y);
+  return s;
+}
+
+TEST(Sim, PreparedLoaderShardsLikeAccelerate) {
+  using VV = std::vector<std::vector<int64_t>>;
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  ShardCase even;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, collect_shard, &even, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(even.got[0], (VV{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}));
+  EXPECT_EQ(even.got[1], (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 0, 1}}));
+  ShardCase uneven;
+  uneven.even = 0;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, collect_shard, &uneven, nullptr), ACCEL_OK);
+  EXPECT_EQ(uneven.got[1].back(), (std::vector<int64_t>{21}));
+  ShardCase split;
+  split.split = 1;
+  split.batch = 4;
+  split.n = 24;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, collect_shard, &split, nullptr), ACCEL_OK);
+  EXPECT_EQ(split.got[0], (VV{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}}));
+  ShardCase bad;
+  bad.split = 1;
+  bad.batch = 3;
+  EXPECT_EQ(accel_sim_run(&so, nullptr, collect_shard, &bad, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "split_batches needs a batch size (3) divisible by the number of processes (2)"))
+      << accel_last_error(nullptr);
+}
+
+TEST(Misuse, VersionOneLoaderOptionsStillWork) {
+  // the layout a program compiled against version 1 of the header passes
+  struct V1 {
+    uint32_t version;
+    int64_t batch_size;
+    int32_t shuffle;
+    uint64_t seed;
+    int32_t drop_last;
+  } v1 = {1, 4, 0, 0, 1};
+  Fixture f;
+  accel_tensor* X = make_f32({10, 1}, std::vector<float>(10, 0.f));
+  accel_dataloader* dl = nullptr;
+  ASSERT_OK(f.ctx, accel_dataloader_create(f.ctx, X, nullptr, reinterpret_cast<const accel_dataloader_options*>(&v1), &dl));
+  int64_t nb = 0;
+  ASSERT_OK(f.ctx, accel_dataloader_num_batches(dl, &nb));
+  EXPECT_EQ(nb, 2);  // drop_last read from the version-1 layout
+  accel_dataloader_destroy(dl);
+  accel_tensor_destroy(X);
+}
+
 }  // namespace

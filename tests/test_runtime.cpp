@@ -403,5 +403,83 @@ def forward(self, x):
   std::remove(path.c_str());
 }
 
+
+// ---------------------------------------------------------------------------------------
+// Sharding across processes: Accelerate's batch-sampler semantics (DESIGN.md's examples)
+
+std::vector<std::vector<int64_t>> shard(int64_t n, int64_t b, int rank, int world, bool split, bool even,
+                                        bool drop_last = false) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::vector<std::vector<int64_t>> out;
+  for (auto& p : shard_batches(order, b, drop_last, rank, world, split, even)) out.push_back(p.indices);
+  return out;
+}
+
+using VV = std::vector<std::vector<int64_t>>;
+
+TEST(Sharding, WorkedExamplesFromTheDesign) {
+  EXPECT_EQ(shard(24, 3, 0, 2, false, true), (VV{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}));
+  EXPECT_EQ(shard(24, 3, 1, 2, false, true), (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}));
+  EXPECT_EQ(shard(22, 3, 1, 2, false, true), (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 0, 1}}));
+  EXPECT_EQ(shard(22, 3, 1, 2, false, false), (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21}}));
+  EXPECT_EQ(shard(22, 3, 0, 2, false, false), (VV{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}));
+  EXPECT_EQ(shard(24, 4, 0, 2, true, true), (VV{{0, 1}, {4, 5}, {8, 9}, {12, 13}, {16, 17}, {20, 21}}));
+  EXPECT_EQ(shard(24, 4, 1, 2, true, true), (VV{{2, 3}, {6, 7}, {10, 11}, {14, 15}, {18, 19}, {22, 23}}));
+  // drop_last stops at the last full round
+  EXPECT_EQ(shard(22, 3, 0, 2, false, true, true), (VV{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}}));
+  EXPECT_EQ(shard(22, 3, 1, 2, false, true, true), (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}}));
+  // split with an incomplete last batch: padded from the start with even batches
+  EXPECT_EQ(shard(10, 4, 1, 2, true, true).back(), (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(shard(10, 4, 0, 2, true, true).back(), (std::vector<int64_t>{8, 9}));
+  EXPECT_EQ(shard(10, 4, 1, 2, true, false).size(), 2u);  // nothing left for rank 1 without even batches
+}
+
+TEST(Sharding, EverySampleOnceAmongTheValidRowsAndEqualCountsWithEvenBatches) {
+  for (int world : {2, 3, 4, 8})
+    for (int64_t b : {1, 2, 3, 4, 8})
+      for (int64_t n : {1, 5, 22, 24, 37, 64})
+        for (bool split : {false, true})
+          for (bool even : {false, true}) {
+            if (split && b % world != 0) continue;
+            std::vector<int64_t> order(static_cast<size_t>(n));
+            for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+            std::vector<int> seen(static_cast<size_t>(n), 0);
+            std::vector<size_t> counts;
+            for (int r = 0; r < world; ++r) {
+              auto plan = shard_batches(order, b, false, r, world, split, even);
+              counts.push_back(plan.size());
+              for (const auto& p : plan) {
+                ASSERT_LE(p.valid, static_cast<int64_t>(p.indices.size()));
+                if (even) {
+                  ASSERT_EQ(static_cast<int64_t>(p.indices.size()), split ? b / world : b);
+                }
+                for (int64_t i = 0; i < p.valid; ++i) ++seen[static_cast<size_t>(p.indices[static_cast<size_t>(i)])];
+              }
+            }
+            for (int64_t i = 0; i < n; ++i)
+              ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "sample " << i << " n=" << n << " b=" << b << " P=" << world
+                                                          << " split=" << split << " even=" << even;
+            if (even) {
+              for (size_t c : counts) ASSERT_EQ(c, counts[0]) << "n=" << n << " b=" << b << " P=" << world;
+            }
+          }
+}
+
+TEST(Sharding, SplitNeedsADivisibleBatchSize) {
+  DataLoaderConfig c;
+  c.batch_size = 3;
+  c.split_batches = true;
+  DataLoader d(torch::zeros({10, 1}), torch::Tensor(), c);
+  try {
+    d.shard(0, 2);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("split_batches needs a batch size (3) divisible by the number of processes (2)"),
+              std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace accel

@@ -410,17 +410,25 @@ ACCEL_API accel_status accel_scheduler_steps(const accel_scheduler *scheduler, i
 
 typedef struct accel_dataloader accel_dataloader;
 
-#define ACCEL_DATALOADER_OPTIONS_VERSION 1
+#define ACCEL_DATALOADER_OPTIONS_VERSION 2
 
 typedef struct accel_dataloader_options {
     uint32_t version;   /* ACCEL_DATALOADER_OPTIONS_VERSION */
     int64_t batch_size; /* >= 1, default 1 */
     int32_t shuffle;    /* non-zero: a new permutation each epoch, from seed and epoch */
     uint64_t seed;      /* shuffling seed; default 0 */
-    int32_t drop_last;  /* non-zero: drop the last incomplete batch */
+    int32_t drop_last;  /* non-zero: drop the last incomplete batch (with several processes:
+                           stop at the last round that gives every process a full batch) */
+    /* version 2: how batches are shared among processes (Accelerate's semantics; they
+       matter once the loader is prepared on a context with more than one process) */
+    int32_t even_batches;  /* non-zero (default): the data wraps around from the start so
+                              every process gets the same number of full batches */
+    int32_t split_batches; /* non-zero: every batch is cut into one slice per process (the
+                              batch size must divide by their number); zero (default): batch
+                              i goes whole to process i % P */
 } accel_dataloader_options;
 
-#define ACCEL_DATALOADER_OPTIONS_INIT { ACCEL_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0 }
+#define ACCEL_DATALOADER_OPTIONS_INIT { ACCEL_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0, 1, 0 }
 
 ACCEL_API accel_status accel_dataloader_options_init(accel_dataloader_options *opts, uint32_t version);
 
