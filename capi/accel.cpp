@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -736,11 +737,87 @@ accel_status accel_reduce(accel_context* ctx, const accel_tensor* tensor, accel_
       case ACCEL_REDUCE_PROD: rop = accel::comm::RedOp::Prod; break;
       default: accel::fail(Status::InvalidArgument, "unknown reduce op ", raw(op));
     }
-    auto& acc = acc_of(ctx);
-    torch::Tensor result = tensor->t.detach().to(torch::kCPU).contiguous().clone();
-    acc.comm().all_reduce(result.data_ptr(), result.data_ptr(), static_cast<size_t>(result.numel()),
-                          accel::comm_dtype(result.scalar_type()), rop)->wait();
-    *out = wrap(result.device() == acc.device() ? result : result.to(acc.device()));
+    *out = wrap(acc_of(ctx).reduce(tensor->t, rop));
+  });
+}
+
+accel_status accel_local_process_index(const accel_context* ctx, int32_t* out) {
+  return guard(ctx, "accel_local_process_index", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->local_process_index();
+  });
+}
+
+accel_status accel_is_main_process(const accel_context* ctx, int* out) {
+  return guard(ctx, "accel_is_main_process", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->process_index() == 0;
+  });
+}
+
+accel_status accel_is_local_main_process(const accel_context* ctx, int* out) {
+  return guard(ctx, "accel_is_local_main_process", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->acc->local_process_index() == 0;
+  });
+}
+
+accel_status accel_broadcast(accel_context* ctx, const accel_tensor* tensor, int32_t root, accel_tensor** out) {
+  return guard(ctx, "accel_broadcast", [&] {
+    NEED(ctx);
+    NEED(tensor);
+    NEED(out);
+    *out = wrap(acc_of(ctx).broadcast(tensor->t, root));
+  });
+}
+
+accel_status accel_gather(accel_context* ctx, const accel_tensor* tensor, accel_tensor** out) {
+  return guard(ctx, "accel_gather", [&] {
+    NEED(ctx);
+    NEED(tensor);
+    NEED(out);
+    *out = wrap(acc_of(ctx).gather(tensor->t));
+  });
+}
+
+accel_status accel_gather_for_metrics(accel_context* ctx, const accel_tensor* tensor, accel_tensor** out) {
+  return guard(ctx, "accel_gather_for_metrics", [&] {
+    NEED(ctx);
+    NEED(tensor);
+    NEED(out);
+    *out = wrap(acc_of(ctx).gather_for_metrics(tensor->t));
+  });
+}
+
+accel_status accel_pad_across_processes(accel_context* ctx, const accel_tensor* tensor, int32_t dim, double pad_value,
+                                        int pad_first, accel_tensor** out) {
+  return guard(ctx, "accel_pad_across_processes", [&] {
+    NEED(ctx);
+    NEED(tensor);
+    NEED(out);
+    *out = wrap(acc_of(ctx).pad_across_processes(tensor->t, dim, pad_value, pad_first != 0));
+  });
+}
+
+accel_status accel_print(accel_context* ctx, const char* message) {
+  return guard(ctx, "accel_print", [&] {
+    NEED(ctx);
+    NEED(message);
+    if (ctx->acc->process_index() == 0) {
+      std::fputs(message, stdout);
+      std::fputc('\n', stdout);
+      std::fflush(stdout);
+    }
+  });
+}
+
+accel_status accel_set_seed(accel_context* ctx, uint64_t seed, int per_process) {
+  return guard(ctx, "accel_set_seed", [&] {
+    NEED(ctx);
+    acc_of(ctx).set_seed(seed, per_process != 0);
   });
 }
 

@@ -445,8 +445,100 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
 
 std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
   auto b = loader.next(device_);
-  if (b && prepared(&loader)) end_of_data_ = b->last;
+  if (b && prepared(&loader)) {
+    end_of_data_ = b->last;
+    last_rows_ = b->inputs.size(0);
+    last_valid_ = b->valid;
+  }
   return b;
+}
+
+// ---------------------------------------------------------------------------------------
+// Process utilities
+
+namespace {
+torch::Tensor host_contiguous(const torch::Tensor& t) {
+  ACCEL_CHECK(t.defined(), Status::InvalidArgument, "no tensor");
+  return t.detach().to(torch::kCPU).contiguous();
+}
+}  // namespace
+
+torch::Tensor Accelerator::reduce(const torch::Tensor& t, comm::RedOp op) {
+  torch::Tensor r = host_contiguous(t).clone();
+  comm_->all_reduce(r.data_ptr(), r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), op)->wait();
+  return r.device() == device_ ? r : r.to(device_);
+}
+
+torch::Tensor Accelerator::broadcast(const torch::Tensor& t, int root) {
+  torch::Tensor r = host_contiguous(t).clone();
+  comm_->broadcast(r.data_ptr(), r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), root)->wait();
+  return r.device() == device_ ? r : r.to(device_);
+}
+
+torch::Tensor Accelerator::gather(const torch::Tensor& t) {
+  torch::Tensor x = host_contiguous(t);
+  ACCEL_CHECK(x.dim() >= 1, Status::InvalidArgument, "gather needs a tensor of at least one dimension, got a scalar");
+  const int n = comm_->size();
+  // the shapes first: a clear error instead of silently mixed rows
+  std::vector<int64_t> mine(x.sizes().begin(), x.sizes().end()), all(mine.size() * static_cast<size_t>(n));
+  comm_->all_gather(mine.data(), all.data(), mine.size(), comm::DataType::Int64)->wait();
+  for (int r = 0; r < n; ++r)
+    for (size_t d = 0; d < mine.size(); ++d)
+      ACCEL_CHECK(all[r * mine.size() + d] == all[d], Status::InvalidArgument, "gather needs the same shape on every process: ",
+                  "process 0 has ", shape_str(torch::empty(std::vector<int64_t>(all.begin(), all.begin() + mine.size()), torch::kByte)),
+                  ", process ", r, " has ",
+                  shape_str(torch::empty(std::vector<int64_t>(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size()), torch::kByte)),
+                  " (pad_across_processes makes them equal)");
+  std::vector<int64_t> out_shape = mine;
+  out_shape[0] *= n;
+  torch::Tensor out = torch::empty(out_shape, x.options());
+  comm_->all_gather(x.data_ptr(), out.data_ptr(), static_cast<size_t>(x.numel()), comm_dtype(x.scalar_type()))->wait();
+  return out.device() == device_ ? out : out.to(device_);
+}
+
+torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& t, int64_t dim, double value, bool pad_first) {
+  torch::Tensor x = host_contiguous(t);
+  ACCEL_CHECK(x.dim() >= 1, Status::InvalidArgument, "pad_across_processes needs a tensor of at least one dimension");
+  if (dim < 0) dim += x.dim();
+  ACCEL_CHECK(dim >= 0 && dim < x.dim(), Status::InvalidArgument, "dimension ", dim, " out of range for ", shape_str(x));
+  const int n = comm_->size();
+  int64_t size = x.size(dim);
+  std::vector<int64_t> sizes(static_cast<size_t>(n));
+  comm_->all_gather(&size, sizes.data(), 1, comm::DataType::Int64)->wait();
+  const int64_t target = *std::max_element(sizes.begin(), sizes.end());
+  torch::Tensor out = x;
+  if (target > size) {
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape[static_cast<size_t>(dim)] = target;
+    out = torch::full(shape, value, x.options());
+    out.narrow(dim, pad_first ? target - size : 0, size).copy_(x);
+  }
+  return out.device() == device_ ? out : out.to(device_);
+}
+
+torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& t) {
+  torch::Tensor x = host_contiguous(t);
+  ACCEL_CHECK(x.dim() >= 1, Status::InvalidArgument, "gather_for_metrics needs a tensor of at least one dimension");
+  // this process's rows that are not even_batches' duplicates (they come first)
+  int64_t keep = x.size(0);
+  if (last_rows_ == x.size(0) && last_valid_ >= 0) keep = last_valid_;
+  const torch::Tensor mine = x.narrow(0, 0, keep);
+  const int n = comm_->size();
+  std::vector<int64_t> counts(static_cast<size_t>(n));
+  comm_->all_gather(&keep, counts.data(), 1, comm::DataType::Int64)->wait();
+  torch::Tensor padded = pad_across_processes(mine, 0, 0.0, false).to(torch::kCPU);
+  torch::Tensor all = gather(padded).to(torch::kCPU);
+  const int64_t per = padded.size(0);
+  std::vector<torch::Tensor> parts;
+  for (int r = 0; r < n; ++r) parts.push_back(all.narrow(0, r * per, counts[static_cast<size_t>(r)]));
+  torch::Tensor out = torch::cat(parts, 0);
+  return out.device() == device_ ? out : out.to(device_);
+}
+
+void Accelerator::set_seed(uint64_t seed, bool per_process) {
+  const uint64_t s = seed + (per_process ? static_cast<uint64_t>(comm_->rank()) : 0);
+  gen_.set_current_seed(s);
+  torch::manual_seed(s);
 }
 
 void Accelerator::backward(const torch::Tensor& loss) {

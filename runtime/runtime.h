@@ -264,6 +264,21 @@ class Accelerator {
   comm::Communicator& comm() { return *comm_; }
   int process_index() const { return comm_->rank(); }
   int num_processes() const { return comm_->size(); }
+  int local_process_index() const { return comm_->local_rank(); }
+
+  // Process utilities (Accelerate's names). Tensors go through the host; results are
+  // placed on this context's device. Every process must make the same calls in order.
+  // gather: concatenation along dim 0 of every process's tensor (same shape everywhere).
+  torch::Tensor gather(const torch::Tensor& t);
+  // gather_for_metrics: gather, minus the rows that even_batches duplicated in the last
+  // batch a prepared loader yielded, so every sample counts once.
+  torch::Tensor gather_for_metrics(const torch::Tensor& t);
+  torch::Tensor broadcast(const torch::Tensor& t, int root);
+  torch::Tensor reduce(const torch::Tensor& t, comm::RedOp op);
+  // pads dimension `dim` to the largest size among the processes with `value`
+  torch::Tensor pad_across_processes(const torch::Tensor& t, int64_t dim, double value, bool pad_first);
+  // reseeds the context's generator and libtorch's default one (seed + rank if per_process)
+  void set_seed(uint64_t seed, bool per_process);
 
   const Options& options() const { return opts_; }
   const torch::Device& device() const { return device_; }
@@ -303,6 +318,7 @@ class Accelerator {
 
   int64_t accum_count_ = 0;       // micro-batches since the last real step
   bool end_of_data_ = false;      // the last batch yielded was the last of its epoch
+  int64_t last_rows_ = -1, last_valid_ = -1;  // the last prepared batch: rows, non-duplicate rows
   bool sync_ = false;             // the current micro-batch completes the gradients
   bool pending_ = false;          // backward ran since the last step
   bool unscaled_ = false;         // gradients of this step already unscaled

@@ -4,6 +4,7 @@
 #include <accel/accel.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -947,6 +948,176 @@ TEST(Misuse, VersionOneLoaderOptionsStillWork) {
   EXPECT_EQ(nb, 2);  // drop_last read from the version-1 layout
   accel_dataloader_destroy(dl);
   accel_tensor_destroy(X);
+}
+
+
+// Process utilities on 10 simulated ranks (two nodes of 8 GPUs).
+struct UtilCase {
+  std::vector<int32_t> local;
+  std::vector<int> main, local_main;
+  std::vector<std::vector<float>> bcast, gathered, padded;
+  std::vector<accel_status> bad_gather;
+  std::vector<std::string> bad_msg;
+};
+
+std::vector<float> host_floats(accel_tensor* t) {
+  size_t nb = 0;
+  accel_tensor_nbytes(t, &nb);
+  std::vector<float> v(nb / 4);
+  accel_tensor_copy_to_host(t, v.data(), nb);
+  return v;
+}
+
+accel_status utilities(accel_context* ctx, void* user) {
+  auto* c = static_cast<UtilCase*>(user);
+  int32_t rank = 0;
+  accel_status s = accel_process_index(ctx, &rank);
+  if (s == ACCEL_OK) s = accel_local_process_index(ctx, &c->local[rank]);
+  if (s == ACCEL_OK) s = accel_is_main_process(ctx, &c->main[rank]);
+  if (s == ACCEL_OK) s = accel_is_local_main_process(ctx, &c->local_main[rank]);
+  if (s == ACCEL_OK) s = accel_print(ctx, "printed once, by the main process");
+  float r = static_cast<float>(rank);
+  accel_tensor* pair = make_f32({2}, {r, r});
+  accel_tensor* ragged = make_f32({rank % 3 + 1}, std::vector<float>(static_cast<size_t>(rank % 3 + 1), r));
+  accel_tensor *out = nullptr;
+  if (s == ACCEL_OK && (s = accel_broadcast(ctx, pair, 2, &out)) == ACCEL_OK) c->bcast[rank] = host_floats(out);
+  accel_tensor_destroy(out);
+  out = nullptr;
+  if (s == ACCEL_OK && (s = accel_gather(ctx, pair, &out)) == ACCEL_OK) c->gathered[rank] = host_floats(out);
+  accel_tensor_destroy(out);
+  out = nullptr;
+  if (s == ACCEL_OK && (s = accel_pad_across_processes(ctx, ragged, 0, -1.0, 0, &out)) == ACCEL_OK)
+    c->padded[rank] = host_floats(out);
+  accel_tensor_destroy(out);
+  out = nullptr;
+  if (s == ACCEL_OK) {
+    c->bad_gather[rank] = accel_gather(ctx, ragged, &out);
+    c->bad_msg[rank] = accel_last_error(ctx);
+  }
+  accel_tensor_destroy(pair);
+  accel_tensor_destroy(ragged);
+  return s;
+}
+
+TEST(Sim, ProcessUtilities) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 10;
+  UtilCase c;
+  c.local.assign(10, -1);
+  c.main.assign(10, -1);
+  c.local_main.assign(10, -1);
+  c.bcast.resize(10);
+  c.gathered.resize(10);
+  c.padded.resize(10);
+  c.bad_gather.assign(10, ACCEL_OK);
+  c.bad_msg.resize(10);
+  ASSERT_EQ(accel_sim_run(&so, nullptr, utilities, &c, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  std::vector<float> all;
+  for (int r = 0; r < 10; ++r) all.insert(all.end(), {static_cast<float>(r), static_cast<float>(r)});
+  for (int r = 0; r < 10; ++r) {
+    EXPECT_EQ(c.local[r], r % 8);
+    EXPECT_EQ(c.main[r], r == 0);
+    EXPECT_EQ(c.local_main[r], r % 8 == 0);
+    EXPECT_EQ(c.bcast[r], (std::vector<float>{2, 2}));
+    EXPECT_EQ(c.gathered[r], all);
+    std::vector<float> want(3, -1.f);
+    for (int i = 0; i <= r % 3; ++i) want[static_cast<size_t>(i)] = static_cast<float>(r);
+    EXPECT_EQ(c.padded[r], want);
+    EXPECT_EQ(c.bad_gather[r], ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(c.bad_msg[r].c_str(), "gather needs the same shape on every process: process 0 has [1], process 1 has [2]"))
+        << c.bad_msg[r];
+  }
+}
+
+// gather_for_metrics over an uneven dataset (N=22, batch 3, 2 processes, even batches):
+// every sample exactly once, although rank 1's last batch is [21, 0, 1].
+struct MetricsCase {
+  std::vector<float> seen;
+  std::vector<float> plain;
+};
+
+accel_status metrics(accel_context* ctx, void* user) {
+  auto* c = static_cast<MetricsCase*>(user);
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  std::vector<float> xs(22);
+  for (int i = 0; i < 22; ++i) xs[static_cast<size_t>(i)] = static_cast<float>(i);
+  accel_tensor* X = make_f32({22, 1}, xs);
+  accel_dataloader_options lo = ACCEL_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = 3;
+  lo.shuffle = 1;
+  lo.seed = 3;
+  accel_dataloader* dl = nullptr;
+  accel_status s = accel_dataloader_create(ctx, X, nullptr, &lo, &dl);
+  if (s == ACCEL_OK) s = accel_prepare(ctx, nullptr, nullptr, nullptr, dl);
+  while (s == ACCEL_OK) {
+    accel_tensor *x = nullptr, *g = nullptr, *p = nullptr;
+    if ((s = accel_dataloader_next(ctx, dl, &x, nullptr)) != ACCEL_OK || !x) break;
+    s = accel_gather_for_metrics(ctx, x, &g);
+    if (s == ACCEL_OK) s = accel_gather(ctx, x, &p);
+    if (s == ACCEL_OK && rank == 0) {
+      auto v = host_floats(g), w = host_floats(p);
+      c->seen.insert(c->seen.end(), v.begin(), v.end());
+      c->plain.insert(c->plain.end(), w.begin(), w.end());
+    }
+    accel_tensor_destroy(x);
+    accel_tensor_destroy(g);
+    accel_tensor_destroy(p);
+  }
+  accel_dataloader_destroy(dl);
+  accel_tensor_destroy(X);
+  return s;
+}
+
+TEST(Sim, GatherForMetricsCountsEverySampleOnce) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  MetricsCase c;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, metrics, &c, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(c.plain.size(), 24u);  // a plain gather holds the two duplicates
+  std::vector<float> sorted = c.seen;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<float> want(22);
+  for (int i = 0; i < 22; ++i) want[static_cast<size_t>(i)] = static_cast<float>(i);
+  EXPECT_EQ(sorted, want);
+}
+
+struct SeedCase {
+  std::vector<std::vector<float>> w;
+  int per_process = 0;
+};
+
+accel_status seeded_model(accel_context* ctx, void* user) {
+  auto* c = static_cast<SeedCase*>(user);
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  accel_status s = accel_set_seed(ctx, 7, c->per_process);
+  int64_t sizes[] = {3, 2};
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 2;
+  accel_model* model = nullptr;
+  accel_tensor* w = nullptr;
+  if (s == ACCEL_OK) s = accel_model_create_mlp(ctx, &m, &model);
+  if (s == ACCEL_OK) s = accel_model_parameter(ctx, model, 0, &w);
+  if (s == ACCEL_OK) c->w[rank] = host_floats(w);
+  accel_tensor_destroy(w);
+  accel_model_destroy(model);
+  return s;
+}
+
+TEST(Sim, SetSeedSharedOrPerProcess) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  SeedCase shared, per;
+  shared.w.resize(2);
+  per.w.resize(2);
+  per.per_process = 1;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, seeded_model, &shared, nullptr), ACCEL_OK);
+  ASSERT_EQ(accel_sim_run(&so, nullptr, seeded_model, &per, nullptr), ACCEL_OK);
+  EXPECT_EQ(shared.w[0], shared.w[1]);
+  EXPECT_NE(per.w[0], per.w[1]);
+  EXPECT_EQ(per.w[0], shared.w[0]);  // process 0 adds 0
 }
 
 }  // namespace

@@ -544,6 +544,43 @@ typedef enum accel_reduce_op {
 ACCEL_API accel_status accel_reduce(accel_context *ctx, const accel_tensor *tensor, accel_reduce_op op,
                                     accel_tensor **out);
 
+/* The process's index on its node (machine), 0-based. */
+ACCEL_API accel_status accel_local_process_index(const accel_context *ctx, int32_t *out);
+
+/* Non-zero on the main process (index 0) / on the main process of each node. */
+ACCEL_API accel_status accel_is_main_process(const accel_context *ctx, int *out);
+ACCEL_API accel_status accel_is_local_main_process(const accel_context *ctx, int *out);
+
+/* Every process receives a copy of process `root`'s tensor in *out. All processes pass a
+ * tensor of the same shape and dtype (the others' values are ignored). */
+ACCEL_API accel_status accel_broadcast(accel_context *ctx, const accel_tensor *tensor, int32_t root,
+                                       accel_tensor **out);
+
+/* Concatenates every process's tensor along dimension 0, in process order; every process
+ * receives the result. The shapes must be equal on all processes (else
+ * ACCEL_ERR_INVALID_ARGUMENT naming them: accel_pad_across_processes makes them equal). */
+ACCEL_API accel_status accel_gather(accel_context *ctx, const accel_tensor *tensor, accel_tensor **out);
+
+/* Like accel_gather for evaluation outputs: the rows of the last batch that even_batches
+ * duplicated (to give every process a full batch) are dropped, so every sample of the
+ * dataset is counted exactly once. `tensor`'s first dimension is the batch dimension of
+ * the last batch this process's prepared loader yielded; other tensors are gathered whole.
+ * The processes' row counts may differ. */
+ACCEL_API accel_status accel_gather_for_metrics(accel_context *ctx, const accel_tensor *tensor, accel_tensor **out);
+
+/* Pads dimension `dim` (negative counts from the end) of every process's tensor to the
+ * largest size among the processes, with `pad_value`, after the data (or before it when
+ * pad_first is non-zero). */
+ACCEL_API accel_status accel_pad_across_processes(accel_context *ctx, const accel_tensor *tensor, int32_t dim,
+                                                  double pad_value, int pad_first, accel_tensor **out);
+
+/* Writes `message` and a newline to standard output on the main process only. */
+ACCEL_API accel_status accel_print(accel_context *ctx, const char *message);
+
+/* Reseeds the context's generator (initial weights of new models, dropout) and libtorch's
+ * default one with `seed`, plus the process index when per_process is non-zero. */
+ACCEL_API accel_status accel_set_seed(accel_context *ctx, uint64_t seed, int per_process);
+
 /* ------------------------------------------------------------------------------------
  * The simulator: N ranks in this process, NCCL's semantics, memory budgets, a cost model
  * ---------------------------------------------------------------------------------- */

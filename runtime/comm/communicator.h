@@ -83,6 +83,9 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  // The rank within its node (machine) and the number of ranks on that node.
+  virtual int local_rank() const { return rank(); }
+  virtual int local_size() const { return size(); }
   virtual std::string backend() const = 0;
 
   // All operations are asynchronous: they return a Work to wait on. Buffers must stay
