@@ -4,6 +4,7 @@
 #include "sim/world.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -14,6 +15,10 @@
 #include <random>
 #include <sstream>
 #include <thread>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "runtime/comm/kernels.h"
 
@@ -518,6 +523,7 @@ struct World::Impl {
             for (int q = 0; q < n && ready; ++q) ready = head_has(q, e.ops[q]);
             if (!ready) continue;
             execute_collective(e);
+            colls.erase(op->seq);  // every rank posted it: nobody will look it up again
             again = true;
           } else if (op->kind == OpKind::Send) {
             auto it = p2p.find({r, op->peer, op->seq});
@@ -534,6 +540,46 @@ struct World::Impl {
   }
 
   // --- execution -----------------------------------------------------------------------
+
+  // All-reduce: the scratch chunk (in cache) and the total output size from which the
+  // outputs are written with non-temporal stores (below it they are likely read again soon,
+  // from the caches).
+  static constexpr size_t kChunkBytes = 64 << 10;
+  static constexpr uint64_t kStreamMinBytes = 16ull << 20;
+
+  // Copies `bytes` from `src` to `dst` with non-temporal (streaming) stores where the CPU
+  // has them, plain ones elsewhere; stream_fence() orders them before the engine's threads
+  // finish.
+  static void stream_copy(void* dst, const void* src, size_t bytes) {
+#if defined(__SSE2__)
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+    size_t head = (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15;
+    if (head > bytes) head = bytes;
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (; bytes >= 64; bytes -= 64, d += 64, s += 64) {
+      const __m128i x0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+      const __m128i x1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+      const __m128i x2 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
+      const __m128i x3 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d), x0);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), x1);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), x2);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), x3);
+    }
+    std::memcpy(d, s, bytes);
+#else
+    std::memcpy(dst, src, bytes);
+#endif
+  }
+  static void stream_fence() {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+  }
 
   template <class F>
   void parallel_for(size_t count, size_t min_chunk, F&& body) {
@@ -558,16 +604,37 @@ struct World::Impl {
     std::vector<const void*> srcs(n);
     switch (ref.kind) {
       case OpKind::AllReduce: {
-        for (int q = 0; q < n; ++q) srcs[q] = e.ops[q]->send;
-        void* out0 = e.ops[0]->recv;
+        // Chunk by chunk: reduce the ranks' inputs (in rank order) into a scratch chunk
+        // that stays in cache, then copy it to every rank's output. The memory traffic is
+        // then what an all-reduce in one address space cannot avoid: each input read once,
+        // each output written once. Large outputs are written with non-temporal stores
+        // (stream_copy): a plain store first reads each destination line from memory, a
+        // third of the traffic again. Not in place: there the destination lines were just
+        // read and are in cache, where plain stores were measured faster. In place is
+        // safe: a chunk is read whole before any output of it is written.
+        // (Nothing below allocates on the engine's threads, where an exception could not
+        // be caught: the scratch chunk is on the stack, the per-thread source pointers are
+        // allocated here, one row per thread parallel_for may start.)
+        const bool stream = static_cast<uint64_t>(ref.count) * es * static_cast<uint64_t>(n) >= kStreamMinBytes;
+        const size_t chunk = kChunkBytes / es;
+        std::vector<const void*> rows(static_cast<size_t>(std::max(1, engine_threads)) * n);
+        std::atomic<int> next_row{0};
         parallel_for(ref.count, 1 << 16, [&](size_t b, size_t end) {
-          constexpr size_t kChunk = 1 << 14;
-          for (size_t c = b; c < end; c += kChunk) {
-            size_t ce = std::min(end, c + kChunk);
-            comm::reduce(out0, srcs.data(), n, c, ce, ref.t, ref.op, ref.premul);
-            for (int q = 1; q < n; ++q)
-              std::memcpy(static_cast<char*>(e.ops[q]->recv) + c * es, static_cast<const char*>(out0) + c * es, (ce - c) * es);
+          alignas(64) unsigned char scratch[kChunkBytes];
+          const void** at = rows.data() + static_cast<size_t>(next_row.fetch_add(1)) * n;
+          for (size_t c = b; c < end; c += chunk) {
+            const size_t ce = std::min(end, c + chunk), bytes = (ce - c) * es;
+            for (int q = 0; q < n; ++q) at[q] = static_cast<const char*>(e.ops[q]->send) + c * es;
+            comm::reduce(scratch, at, n, 0, ce - c, ref.t, ref.op, ref.premul);
+            for (int q = 0; q < n; ++q) {
+              char* dst = static_cast<char*>(e.ops[q]->recv) + c * es;
+              if (stream && e.ops[q]->recv != e.ops[q]->send)
+                stream_copy(dst, scratch, bytes);
+              else
+                std::memcpy(dst, scratch, bytes);
+            }
           }
+          if (stream) stream_fence();
         });
         break;
       }
@@ -684,6 +751,11 @@ class SimCommunicator final : public comm::Communicator {
   SimCommunicator(World::Impl* w, int rank) : w_(w), rank_(rank) {}
   int rank() const override { return rank_; }
   int size() const override { return w_->n; }
+  int local_rank() const override { return rank_ % w_->topo.gpus_per_node; }
+  int local_size() const override {
+    const int first = rank_ - local_rank();
+    return std::min(w_->topo.gpus_per_node, w_->n - first);
+  }
   std::string backend() const override { return "sim"; }
 
   std::shared_ptr<comm::Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,

@@ -174,10 +174,21 @@ struct BF16 {
   static constexpr bool is_signed = true;
 };
 
+// The kernel works through [begin, end) in blocks that stay in L1: each block's
+// accumulator is loaded from the first source, then the other sources are folded in, in
+// order. Sum, Avg and Prod fold four sources per pass over the block: the same operations
+// in the same order for every element, so the same values as one source per pass, with a
+// quarter of the accumulator's loads and stores. With 512 elements per block the four
+// sources' slices and the accumulator fit in L1 together. (Together: a 64 MiB x 8-rank
+// float32 sum 1.5x faster than one source per pass over 2048-element blocks.)
+// One thing the grouping may change is which payload a NaN result carries when several
+// inputs are NaN (the compiler picks the operand order of each add, and x86 returns the
+// first operand's NaN): a floating block whose result holds a NaN is therefore computed
+// again one source per pass, exactly as before, so the bits never depend on the grouping.
 template <class Ty>
 void reduce_typed(void* dst, const void* const* srcs, int n, size_t begin, size_t end, RedOp op, double premul) {
   using Acc = typename Ty::Acc;
-  constexpr size_t kBlock = 2048;
+  constexpr size_t kBlock = 512;
   Acc acc[kBlock];
   Acc scale{};
   if constexpr (Ty::is_float) {
@@ -190,7 +201,38 @@ void reduce_typed(void* dst, const void* const* srcs, int n, size_t begin, size_
     for (size_t i = 0; i < len; ++i) acc[i] = Ty::load(srcs[0], b + i);
     if (op == RedOp::PreMulSum)
       for (size_t i = 0; i < len; ++i) acc[i] = static_cast<Acc>(acc[i] * scale);
-    for (int s = 1; s < n; ++s) {
+    int s = 1;
+    [[maybe_unused]] int nan = 0;  // floating types: a NaN came out of a grouped pass
+    if (op == RedOp::Sum || op == RedOp::Avg) {
+      for (; s + 4 <= n; s += 4) {
+        const void *s0 = srcs[s], *s1 = srcs[s + 1], *s2 = srcs[s + 2], *s3 = srcs[s + 3];
+        for (size_t i = 0; i < len; ++i) {
+          Acc a = static_cast<Acc>(acc[i] + Ty::load(s0, b + i));
+          a = static_cast<Acc>(a + Ty::load(s1, b + i));
+          a = static_cast<Acc>(a + Ty::load(s2, b + i));
+          acc[i] = a = static_cast<Acc>(a + Ty::load(s3, b + i));
+          if constexpr (Ty::is_float) nan |= std::isunordered(a, a);
+        }
+      }
+    } else if (op == RedOp::Prod) {
+      for (; s + 4 <= n; s += 4) {
+        const void *s0 = srcs[s], *s1 = srcs[s + 1], *s2 = srcs[s + 2], *s3 = srcs[s + 3];
+        for (size_t i = 0; i < len; ++i) {
+          Acc a = static_cast<Acc>(acc[i] * Ty::load(s0, b + i));
+          a = static_cast<Acc>(a * Ty::load(s1, b + i));
+          a = static_cast<Acc>(a * Ty::load(s2, b + i));
+          acc[i] = a = static_cast<Acc>(a * Ty::load(s3, b + i));
+          if constexpr (Ty::is_float) nan |= std::isunordered(a, a);
+        }
+      }
+    }
+    if constexpr (Ty::is_float) {
+      if (nan) {  // redo the block one source per pass (a NaN stays a NaN through + and *)
+        for (size_t i = 0; i < len; ++i) acc[i] = Ty::load(srcs[0], b + i);
+        s = 1;
+      }
+    }
+    for (; s < n; ++s) {
       const void* src = srcs[s];
       switch (op) {
         case RedOp::Sum:
