@@ -264,6 +264,7 @@ struct World::Impl {
   std::mt19937_64 noise;
   int engine_threads = 1;
   std::shared_ptr<MemoryBudget> budget;
+  std::vector<char> progress_queued;  // progress()'s work-list marks, kept to avoid an O(n) allocation per call
   std::vector<std::unique_ptr<comm::Communicator>> comms;  // one per rank, made by run()
 
   // --- scheduling --------------------------------------------------------------------
@@ -499,41 +500,59 @@ struct World::Impl {
       d.group.ops.push_back(op);
     } else {
       d.stream.push_back(Slot{{op}});
-      progress();
+      progress(r);
     }
   }
 
-  void progress() {
-    bool again = true;
-    while (again) {
-      again = false;
-      for (int r = 0; r < n; ++r) {
-        auto& s = ranks[r].stream;
-        while (!s.empty() && s.front().all_done()) {
-          s.pop_front();
-          again = true;
-        }
-        if (s.empty()) continue;
-        for (const auto& op : std::vector<OpPtr>(s.front().ops)) {
-          if (op->done) continue;
-          if (op->collective()) {
-            auto& e = colls[op->seq];
-            if (e.failed || e.posted < n) continue;
-            bool ready = true;
-            for (int q = 0; q < n && ready; ++q) ready = head_has(q, e.ops[q]);
-            if (!ready) continue;
-            execute_collective(e);
-            colls.erase(op->seq);  // every rank posted it: nobody will look it up again
-            again = true;
-          } else if (op->kind == OpKind::Send) {
-            auto it = p2p.find({r, op->peer, op->seq});
-            if (it == p2p.end() || !it->second.second) continue;
-            OpPtr rv = it->second.second;
-            if (rv->done || !head_has(op->peer, rv)) continue;
-            execute_p2p(op, rv);
-            p2p.erase(it);
-            again = true;
-          }
+  // Runs every operation that became runnable. Only ranks whose stream head may have
+  // changed are examined: the rank that posted (`from`), then every rank an executed
+  // operation involved, so the cost per operation does not grow with the world.
+  // from < 0: examine every rank (after a rank finished or died).
+  void progress(int from = -1) {
+    std::deque<int> work;
+    std::vector<char>& queued = progress_queued;  // all zero between calls
+    if (queued.size() != static_cast<size_t>(n)) queued.assign(static_cast<size_t>(n), 0);
+    auto enqueue = [&](int r) {
+      if (!queued[static_cast<size_t>(r)]) {
+        queued[static_cast<size_t>(r)] = 1;
+        work.push_back(r);
+      }
+    };
+    if (from >= 0) {
+      enqueue(from);
+    } else {
+      for (int r = 0; r < n; ++r) enqueue(r);
+    }
+    while (!work.empty()) {
+      const int r = work.front();
+      work.pop_front();
+      queued[static_cast<size_t>(r)] = 0;
+      auto& s = ranks[r].stream;
+      while (!s.empty() && s.front().all_done()) s.pop_front();
+      if (s.empty()) continue;
+      const std::vector<OpPtr> head = s.front().ops;  // executing may complete several of them
+      for (const auto& op : head) {
+        if (op->done) continue;
+        if (op->collective()) {
+          auto it = colls.find(op->seq);
+          if (it == colls.end() || it->second.failed || it->second.posted < n) continue;
+          auto& e = it->second;
+          bool ready = true;
+          for (int q = 0; q < n && ready; ++q) ready = head_has(q, e.ops[q]);
+          if (!ready) continue;
+          execute_collective(e);
+          colls.erase(it);  // every rank posted it: nobody will look it up again
+          for (int q = 0; q < n; ++q) enqueue(q);
+        } else {
+          const bool is_send = op->kind == OpKind::Send;
+          auto it = p2p.find({is_send ? r : op->peer, is_send ? op->peer : r, op->seq});
+          if (it == p2p.end() || !it->second.first || !it->second.second) continue;
+          OpPtr snd = it->second.first, rcv = it->second.second;
+          if (snd->done || rcv->done || !head_has(snd->rank, snd) || !head_has(rcv->rank, rcv)) continue;
+          execute_p2p(snd, rcv);
+          p2p.erase(it);
+          enqueue(snd->rank);
+          enqueue(rcv->rank);
         }
       }
     }
@@ -830,7 +849,7 @@ class SimCommunicator final : public comm::Communicator {
     if (!d.group.ops.empty()) {
       d.stream.push_back(std::move(d.group));
       d.group = Slot{};
-      w_->progress();
+      w_->progress(rank_);
     }
   }
 
