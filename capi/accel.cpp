@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -141,9 +142,22 @@ accel::Options runtime_options(const accel_options* opts) {
   accel_options o = ACCEL_OPTIONS_INIT;
   if (opts) {
     check_version(opts, ACCEL_OPTIONS_VERSION, "accel_options");
-    o = *opts;
+    // a version-1 struct ends before `strategy`: read only what the caller has
+    std::memcpy(&o, opts, opts->version == 1 ? offsetof(accel_options, strategy) : sizeof o);
   }
   accel::Options ro;
+  ro.strategy = static_cast<accel::Strategy>(raw(o.strategy));
+  ro.bucket_bytes = o.bucket_bytes;
+  if (ro.strategy == accel::Strategy::None) {
+    if (const char* env = std::getenv("ACCEL_STRATEGY")) {
+      const std::string v = env;
+      if (v == "ddp" || v == "DDP") {
+        ro.strategy = accel::Strategy::DDP;
+      } else {
+        ACCEL_CHECK(v == "no" || v.empty(), Status::InvalidArgument, "ACCEL_STRATEGY='", v, "' is not a strategy (no, ddp)");
+      }
+    }
+  }
   ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
   ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
   ro.seed = o.seed;

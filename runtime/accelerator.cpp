@@ -26,6 +26,9 @@ void validate(const Options& o) {
   ACCEL_CHECK(o.loss_scale_growth_interval >= 1, Status::InvalidArgument, "loss_scale_growth_interval must be >= 1, got ",
               o.loss_scale_growth_interval);
   ACCEL_CHECK(o.num_threads >= 0, Status::InvalidArgument, "num_threads must be >= 0, got ", o.num_threads);
+  ACCEL_CHECK(o.strategy == Strategy::None || o.strategy == Strategy::DDP, Status::InvalidArgument, "unknown strategy ",
+              static_cast<int>(o.strategy));
+  ACCEL_CHECK(o.bucket_bytes >= 1, Status::InvalidArgument, "bucket_bytes must be positive, got ", o.bucket_bytes);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -383,6 +386,8 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
   torch::manual_seed(opts_.seed);
 }
 
+Accelerator::~Accelerator() { *hook_owner_ = nullptr; }
+
 void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
                           const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader) {
   // Check everything first: a failed prepare changes nothing.
@@ -403,6 +408,7 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
     m->to(device_);
     if (emulate_fp16()) m->set_grad_rounding(true);
     model_ = m;
+    if (ddp()) ddp_setup();
   }
   if (o && !opt_) {
     if (!o->bound()) o->bind();
@@ -558,12 +564,107 @@ void Accelerator::backward(const torch::Tensor& loss) {
   if (scaled.dim() != 0 || scaled.scalar_type() != torch::kFloat) scaled = scaled.to(torch::kFloat).reshape({});
   if (opts_.gradient_accumulation_steps > 1) scaled = scaled / static_cast<double>(opts_.gradient_accumulation_steps);
   if (scaler_.enabled()) scaled = scaled * scaler_.scale();
+  // this micro-batch completes the gradients: DDP communicates during its backward only
+  const bool sync = accum_count_ + 1 >= opts_.gradient_accumulation_steps || end_of_data_;
+  ddp_sync_now_ = ddp() && sync;
   scaled.backward();
+  if (ddp_sync_now_) ddp_finish();
+  ddp_sync_now_ = false;
   ++micro_steps_;
   ++accum_count_;
-  sync_ = accum_count_ >= opts_.gradient_accumulation_steps || end_of_data_;
+  sync_ = sync;
   pending_ = true;
 }
+
+// ---------------------------------------------------------------------------------------
+// DDP
+
+void Accelerator::ddp_setup() {
+  const auto& params = model_->parameters();
+  // the same starting weights everywhere: rank 0's
+  for (const auto& p : params) {
+    torch::NoGradGuard ng;
+    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
+    comm_->broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
+        ->wait();
+    p.detach().copy_(host);
+  }
+  // buckets in reverse parameter order (backward produces the last layers' gradients first)
+  bucket_of_.assign(params.size(), {0, 0});
+  Bucket cur;
+  int64_t total = 0;  // elements in cur
+  auto close = [&] {
+    if (cur.params.empty()) return;
+    cur.flat = torch::zeros({total}, torch::kFloat);
+    buckets_.push_back(std::move(cur));
+    cur = Bucket{};
+    total = 0;
+  };
+  for (size_t k = params.size(); k-- > 0;) {
+    const int64_t numel = params[k].numel();
+    if (!cur.params.empty() && (total + numel) * 4 > opts_.bucket_bytes) close();
+    bucket_of_[k] = {buckets_.size(), cur.params.size()};
+    cur.params.push_back(k);
+    cur.offsets.push_back(total);
+    total += numel;
+  }
+  close();
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k].register_hook([owner = hook_owner_, k](const torch::Tensor& g) -> torch::Tensor {
+      Accelerator* a = *owner;
+      if (a && a->ddp_sync_now_) a->ddp_on_grad(k, g);
+      return g;
+    });
+  }
+}
+
+void Accelerator::ddp_on_grad(size_t k, const torch::Tensor& incoming) {
+  const auto& p = model_->parameters()[k];
+  auto [bi, slot] = bucket_of_[k];
+  Bucket& b = buckets_[bi];
+  if (b.work) return;  // already launched (a parameter reached twice)
+  // the gradient this parameter will hold once accumulated: earlier micro-batches + this one
+  torch::Tensor total = p.grad().defined() ? p.grad() + incoming : incoming;
+  b.flat.narrow(0, b.offsets[slot], p.numel()).copy_(total.detach().reshape({-1}));
+  if (++b.ready == b.params.size()) ddp_launch(b);
+}
+
+void Accelerator::ddp_launch(Bucket& b) {
+  b.work = comm_->all_reduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
+                             comm::DataType::Float32, comm::RedOp::Avg);
+}
+
+void Accelerator::ddp_finish() {
+  const auto& params = model_->parameters();
+  // buckets with parameters that got no gradient this step (unused in the forward): their
+  // current gradient, or zeros, so every rank launches the same collectives
+  for (auto& b : buckets_) {
+    if (b.work) continue;
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const auto& p = params[b.params[i]];
+      auto slice = b.flat.narrow(0, b.offsets[i], p.numel());
+      if (p.grad().defined())
+        slice.copy_(p.grad().detach().reshape({-1}));
+      else
+        slice.zero_();
+    }
+    ddp_launch(b);
+  }
+  for (auto& b : buckets_) {
+    b.work->wait();
+    b.work.reset();
+    b.ready = 0;
+    for (size_t i = 0; i < b.params.size(); ++i) {
+      const auto& p = params[b.params[i]];
+      auto avg = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.sizes());
+      if (p.grad().defined())
+        p.mutable_grad().detach().copy_(avg);
+      else
+        p.mutable_grad() = avg.clone().to(p.device());
+    }
+  }
+}
+
 
 bool Accelerator::unscale_once() {
   if (!scaler_.enabled()) return false;

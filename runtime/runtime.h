@@ -19,6 +19,7 @@ namespace accel {
 
 enum class Precision { No = 0, BF16 = 1, FP16 = 2 };
 enum class DeviceKind { Auto = 0, CPU = 1, CUDA = 2 };
+enum class Strategy { None = 0, DDP = 1 };
 
 struct Options {
   Precision precision = Precision::No;
@@ -31,6 +32,8 @@ struct Options {
   double loss_scale_backoff_factor = 0.5;
   int loss_scale_growth_interval = 2000;
   int num_threads = 0;
+  Strategy strategy = Strategy::None;       // with more than one process: how they share the work
+  int64_t bucket_bytes = 25ll << 20;        // DDP: gradient bucket size
 };
 
 // Validates options; throws Error(InvalidArgument) naming the bad field.
@@ -260,6 +263,9 @@ class Accelerator {
   // `comm` connects the context to its world (the simulator's rank, later gloo or nccl);
   // null means a single process (the local backend).
   explicit Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm = nullptr);
+  ~Accelerator();
+  Accelerator(const Accelerator&) = delete;
+  Accelerator& operator=(const Accelerator&) = delete;
 
   comm::Communicator& comm() { return *comm_; }
   int process_index() const { return comm_->rank(); }
@@ -305,6 +311,26 @@ class Accelerator {
 
  private:
   bool unscale_once();  // returns found_inf; unscales at most once per real step
+
+  // DDP: parameters from rank 0 at prepare; gradients averaged in buckets filled in reverse
+  // parameter order, each launched as soon as all its gradients are ready during backward.
+  struct Bucket {
+    std::vector<size_t> params;   // indices into model_->parameters()
+    std::vector<int64_t> offsets; // element offsets in flat
+    torch::Tensor flat;           // fp32, the bucket's gradients, averaged in place
+    size_t ready = 0;
+    std::shared_ptr<comm::Work> work;
+  };
+  bool ddp() const { return opts_.strategy == Strategy::DDP && comm_->size() > 1; }
+  void ddp_setup();
+  void ddp_on_grad(size_t param, const torch::Tensor& incoming);
+  void ddp_launch(Bucket& b);
+  void ddp_finish();  // launches incomplete buckets, waits, writes the averages to the gradients
+  std::vector<Bucket> buckets_;
+  // gradient hooks outlive nothing: they reach the context through this, cleared on destruction
+  std::shared_ptr<Accelerator*> hook_owner_ = std::make_shared<Accelerator*>(this);
+  std::vector<std::pair<size_t, size_t>> bucket_of_;  // param -> (bucket, slot)
+  bool ddp_sync_now_ = false;
 
   Options opts_;
   std::shared_ptr<comm::Communicator> comm_;

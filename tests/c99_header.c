@@ -38,7 +38,8 @@ int main(void) {
                 a.device != b.device || a.device_index != b.device_index || a.loss_scale_init != b.loss_scale_init ||
                 a.loss_scale_growth_factor != b.loss_scale_growth_factor ||
                 a.loss_scale_backoff_factor != b.loss_scale_backoff_factor ||
-                a.loss_scale_growth_interval != b.loss_scale_growth_interval || a.num_threads != b.num_threads;
+                a.loss_scale_growth_interval != b.loss_scale_growth_interval || a.num_threads != b.num_threads ||
+                a.strategy != b.strategy || a.bucket_bytes != b.bucket_bytes;
     failures += m.version != m2.version || m.layer_sizes != m2.layer_sizes || m.num_layer_sizes != m2.num_layer_sizes ||
                 m.activation != m2.activation || m.dropout != m2.dropout || m.bias != m2.bias;
     failures += s.version != s2.version || s.lr != s2.lr || s.momentum != s2.momentum || s.dampening != s2.dampening ||

@@ -1120,4 +1120,44 @@ TEST(Sim, SetSeedSharedOrPerProcess) {
   EXPECT_EQ(per.w[0], shared.w[0]);  // process 0 adds 0
 }
 
+
+TEST(Misuse, VersionOneOptionsAndTheStrategyVariable) {
+  accel_options v2 = ACCEL_OPTIONS_INIT;
+  v2.version = 1;  // a version-1 caller's struct ends before `strategy`; the library reads no further
+  accel_context* ctx = nullptr;
+  ASSERT_EQ(accel_init(&v2, &ctx), ACCEL_OK) << accel_last_error(nullptr);
+  accel_destroy(ctx);
+  ::setenv("ACCEL_STRATEGY", "zero9", 1);
+  EXPECT_EQ(accel_init(nullptr, &ctx), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "ACCEL_STRATEGY='zero9' is not a strategy")) << accel_last_error(nullptr);
+  ::setenv("ACCEL_STRATEGY", "ddp", 1);
+  ASSERT_EQ(accel_init(nullptr, &ctx), ACCEL_OK);
+  accel_destroy(ctx);
+  ::unsetenv("ACCEL_STRATEGY");
+  accel_options bad = ACCEL_OPTIONS_INIT;
+  bad.strategy = static_cast<accel_strategy>(9);
+  EXPECT_EQ(accel_init(&bad, &ctx), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+// DDP through the C ABI: ranks train on different data, and stay identical.
+accel_status ddp_rank(accel_context* ctx, void* user) {
+  auto* out = static_cast<std::vector<std::vector<float>>*>(user);
+  return train_and_average(ctx, out);
+}
+
+TEST(Sim, DdpKeepsRanksIdentical) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 3;
+  accel_options o = ACCEL_OPTIONS_INIT;
+  o.strategy = ACCEL_STRATEGY_DDP;
+  o.seed = 9;
+  std::vector<std::vector<float>> w(3);
+  ASSERT_EQ(accel_sim_run(&so, &o, ddp_rank, &w, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  for (int r = 1; r < 3; ++r) EXPECT_EQ(w[r], w[0]);  // different data, averaged gradients: the same weights
+  o.strategy = ACCEL_STRATEGY_NO;
+  std::vector<std::vector<float>> alone(3);
+  ASSERT_EQ(accel_sim_run(&so, &o, ddp_rank, &alone, nullptr), ACCEL_OK);
+  EXPECT_NE(std::vector<float>(alone[1].begin(), alone[1].begin() + 64), std::vector<float>(alone[0].begin(), alone[0].begin() + 64));
+}
+
 }  // namespace

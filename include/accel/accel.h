@@ -185,7 +185,13 @@ typedef enum accel_device {
     ACCEL_DEVICE_CUDA = 2
 } accel_device;
 
-#define ACCEL_OPTIONS_VERSION 1
+typedef enum accel_strategy {
+    ACCEL_STRATEGY_NO = 0, /* every process trains on its own (the default) */
+    ACCEL_STRATEGY_DDP = 1 /* data parallel: weights from process 0 at prepare, gradients
+                              averaged across processes in buckets during backward */
+} accel_strategy;
+
+#define ACCEL_OPTIONS_VERSION 2
 
 typedef struct accel_options {
     uint32_t version;                    /* ACCEL_OPTIONS_VERSION */
@@ -202,10 +208,16 @@ typedef struct accel_options {
     double loss_scale_backoff_factor;    /* default 0.5 */
     int32_t loss_scale_growth_interval;  /* default 2000 real steps without overflow */
     int32_t num_threads;                 /* libtorch's intra-op threads (process-wide); 0 = leave as is */
+    /* version 2 */
+    accel_strategy strategy;             /* how several processes share the work; default
+                                            ACCEL_STRATEGY_NO, or the ACCEL_STRATEGY environment
+                                            variable ("no", "ddp") when left at the default */
+    int64_t bucket_bytes;                /* DDP gradient bucket size; default 25 MiB */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
-    { ACCEL_OPTIONS_VERSION, ACCEL_PRECISION_NO, 1, 0, ACCEL_DEVICE_AUTO, 0, 65536.0, 2.0, 0.5, 2000, 0 }
+    { ACCEL_OPTIONS_VERSION, ACCEL_PRECISION_NO, 1, 0, ACCEL_DEVICE_AUTO, 0, 65536.0, 2.0, 0.5, 2000, 0, \
+      ACCEL_STRATEGY_NO, 25 * 1024 * 1024 }
 
 /* Fills *opts with the defaults of `version` (pass ACCEL_OPTIONS_VERSION).
  * ACCEL_ERR_INVALID_ARGUMENT for a NULL pointer or a version this library does not know. */
