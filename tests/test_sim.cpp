@@ -729,10 +729,20 @@ std::shared_ptr<Optimizer> make_opt(const std::shared_ptr<Model>& m, OptKind k) 
   return std::make_shared<Optimizer>(m, c);
 }
 
+// The loop both sides run: forward, cross-entropy, backward, clipping, step.
+void train_steps(Accelerator& acc, Model& model, DataLoader& loader, int steps) {
+  while (acc.optimizer_steps() < steps) {
+    auto b = acc.next_batch(loader);
+    if (!b) continue;
+    acc.backward(cross_entropy(acc.forward(model, {b->inputs}), b->targets));
+    acc.clip_grad_norm(0.5);
+    acc.step();
+  }
+}
+
 struct DdpRun {
   std::vector<torch::Tensor> params;
   RunReport report;
-  size_t buckets = 0, tensors = 0;
 };
 
 DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch::Tensor& X, const torch::Tensor& Y) {
@@ -761,20 +771,13 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
     lc.batch_size = B;
     auto loader = std::make_shared<DataLoader>(X, Y, lc);
     acc.prepare(model, opt, nullptr, loader);
-    while (acc.optimizer_steps() < steps) {
-      auto b = acc.next_batch(*loader);
-      if (!b) continue;
-      acc.backward(cross_entropy(acc.forward(*model, {b->inputs}), b->targets));
-      acc.clip_grad_norm(0.5);
-      acc.step();
-    }
+    train_steps(acc, *model, *loader, steps);
     for (const auto& p : model->parameters()) per_rank[static_cast<size_t>(rk.rank())].push_back(p.detach().clone());
   });
   for (int r = 1; r < N && out.report.ok(); ++r)
     for (size_t i = 0; i < per_rank[0].size(); ++i)
       EXPECT_TRUE(torch::equal(per_rank[static_cast<size_t>(r)][i], per_rank[0][i])) << "rank " << r << " param " << i;
   out.params = per_rank[0];
-  out.tensors = out.params.size();
   return out;
 }
 
@@ -792,13 +795,7 @@ std::vector<torch::Tensor> train_single(int64_t batch, int steps, OptKind which,
   lc.batch_size = batch;
   auto loader = std::make_shared<DataLoader>(X, Y, lc);
   acc.prepare(model, opt, nullptr, loader);
-  while (acc.optimizer_steps() < steps) {
-    auto b = acc.next_batch(*loader);
-    if (!b) continue;
-    acc.backward(cross_entropy(acc.forward(*model, {b->inputs}), b->targets));
-    acc.clip_grad_norm(0.5);
-    acc.step();
-  }
+  train_steps(acc, *model, *loader, steps);
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
