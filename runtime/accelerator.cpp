@@ -581,8 +581,10 @@ void Accelerator::backward(const torch::Tensor& loss) {
 
 void Accelerator::ddp_setup() {
   const auto& params = model_->parameters();
-  // the same starting weights everywhere: rank 0's
-  for (const auto& p : params) {
+  // the same starting weights (and buffers, such as running statistics) everywhere: rank 0's
+  std::vector<torch::Tensor> state = params;
+  for (const auto& b : model_->buffers()) state.push_back(b);
+  for (const auto& p : state) {
     torch::NoGradGuard ng;
     torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
     comm_->broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)

@@ -175,6 +175,12 @@ class ScriptModel final : public Model {
   void train(bool on) override { module_.train(on); }
   bool is_training() const override { return module_.is_training(); }
 
+  std::vector<torch::Tensor> buffers() const override {
+    std::vector<torch::Tensor> out;
+    for (const auto& nb : module_.named_buffers(/*recurse=*/true)) out.push_back(nb.value);
+    return out;
+  }
+
   void set_grad_rounding(bool on) override {
     *rounding_ = on;
     if (!on || hooked_) return;

@@ -66,6 +66,8 @@ class Model {
   // Rounds each parameter's gradient contribution through fp16 while `on` (set by the
   // Accelerator for fp16 emulation on models whose layers it cannot instrument).
   virtual void set_grad_rounding(bool on) { (void)on; }
+  // Non-trainable state (e.g. batch-norm running statistics), in a stable order.
+  virtual std::vector<torch::Tensor> buffers() const { return {}; }
 
  protected:
   void set_parameters(std::vector<std::string> names, std::vector<torch::Tensor> params) {

@@ -855,5 +855,41 @@ INSTANTIATE_TEST_SUITE_P(Sim, Ddp,
                                   (info.param.opt == OptKind::SGD ? "_sgd" : "_adamw");
                          });
 
+
+TEST(Ddp, PrepareBroadcastsParametersAndBuffersFromRankZero) {
+  torch::jit::Module m("WithBuffer");
+  m.register_parameter("w", torch::ones({3}), false);
+  m.register_buffer("running", torch::zeros({2}));
+  m.define(R"(
+def forward(self, x):
+    return x * self.w
+)");
+  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/accel_test_sim_buffer_" +
+                     std::to_string(::getpid()) + ".pt";
+  m.save(path);
+  World w(world(3));
+  std::vector<std::vector<float>> seen(3);
+  auto rep = w.run([&](Rank& rk) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.strategy = Strategy::DDP;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    std::shared_ptr<Model> model = load_torchscript(path);
+    {
+      torch::NoGradGuard ng;
+      model->parameters()[0].fill_(static_cast<float>(rk.rank() + 1));
+      model->buffers().at(0).fill_(static_cast<float>(10 * (rk.rank() + 1)));
+    }
+    acc.prepare(model, nullptr, nullptr, nullptr);
+    auto& v = seen[static_cast<size_t>(rk.rank())];
+    for (float x : {model->parameters()[0][0].item<float>(), model->buffers()[0][1].item<float>()}) v.push_back(x);
+  });
+  std::remove(path.c_str());
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(seen[static_cast<size_t>(r)], (std::vector<float>{1.f, 10.f})) << "rank " << r;
+  EXPECT_EQ(rep.ranks[0].collectives, 2u);  // one broadcast for the parameter, one for the buffer
+}
+
 }  // namespace
 }  // namespace accel::sim
