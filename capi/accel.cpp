@@ -150,12 +150,10 @@ accel::Options runtime_options(const accel_options* opts) {
   ro.bucket_bytes = o.bucket_bytes;
   if (ro.strategy == accel::Strategy::None) {
     if (const char* env = std::getenv("ACCEL_STRATEGY")) {
-      const std::string v = env;
-      if (v == "ddp" || v == "DDP") {
-        ro.strategy = accel::Strategy::DDP;
-      } else {
-        ACCEL_CHECK(v == "no" || v.empty(), Status::InvalidArgument, "ACCEL_STRATEGY='", v, "' is not a strategy (no, ddp)");
-      }
+      const std::optional<accel::Strategy> s = accel::parse_strategy(env);
+      ACCEL_CHECK(s.has_value(), Status::InvalidArgument, "ACCEL_STRATEGY='", env,
+                  "' is not a strategy (no, ddp, zero1, zero2, zero3, shard_grad_op, full_shard)");
+      ro.strategy = *s;
     }
   }
   ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
@@ -429,10 +427,13 @@ accel_status accel_model_parameter(accel_context* ctx, const accel_model* model,
     NEED(ctx);
     NEED(model);
     NEED(out);
-    const auto& params = model->impl->parameters();
-    ACCEL_CHECK(index < params.size(), Status::InvalidArgument, "parameter index ", index,
-                " out of range (the model has ", params.size(), ")");
-    *out = wrap(params[index].detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    const size_t n = model->impl->parameters().size();
+    ACCEL_CHECK(index < n, Status::InvalidArgument, "parameter index ", index, " out of range (the model has ", n, ")");
+    if (ctx->acc->zero_stage_active()) {  // the shards of every process, gathered
+      *out = wrap(ctx->acc->full_parameters(*model->impl)[index]);
+    } else {
+      *out = wrap(model->impl->parameters()[index].detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    }
   });
 }
 
@@ -441,7 +442,7 @@ accel_status accel_save_model(accel_context* ctx, const accel_model* model, cons
     NEED(ctx);
     NEED(model);
     NEED(path);
-    accel::save_model_safetensors(*model->impl, path);
+    ctx->acc->save_model(*model->impl, path);
   });
 }
 

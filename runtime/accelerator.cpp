@@ -6,6 +6,7 @@
 
 #include "runtime/compat.h"
 #include "runtime/runtime.h"
+#include "runtime/zero.h"
 
 namespace accel {
 
@@ -26,9 +27,31 @@ void validate(const Options& o) {
   ACCEL_CHECK(o.loss_scale_growth_interval >= 1, Status::InvalidArgument, "loss_scale_growth_interval must be >= 1, got ",
               o.loss_scale_growth_interval);
   ACCEL_CHECK(o.num_threads >= 0, Status::InvalidArgument, "num_threads must be >= 0, got ", o.num_threads);
-  ACCEL_CHECK(o.strategy == Strategy::None || o.strategy == Strategy::DDP, Status::InvalidArgument, "unknown strategy ",
-              static_cast<int>(o.strategy));
+  ACCEL_CHECK(static_cast<int>(o.strategy) >= 0 && static_cast<int>(o.strategy) <= 4, Status::InvalidArgument,
+              "unknown strategy ", static_cast<int>(o.strategy), " (0 no, 1 DDP, 2-4 ZeRO stages 1-3)");
   ACCEL_CHECK(o.bucket_bytes >= 1, Status::InvalidArgument, "bucket_bytes must be positive, got ", o.bucket_bytes);
+}
+
+const char* strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::None: return "no";
+    case Strategy::DDP: return "ddp";
+    case Strategy::Zero1: return "zero1";
+    case Strategy::Zero2: return "zero2";
+    case Strategy::Zero3: return "zero3";
+  }
+  return "unknown";
+}
+
+std::optional<Strategy> parse_strategy(const std::string& name) {
+  std::string v;
+  for (char c : name) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (v == "no" || v == "none" || v.empty()) return Strategy::None;
+  if (v == "ddp" || v == "multi_gpu") return Strategy::DDP;
+  if (v == "zero1" || v == "zero-1" || v == "zero_1") return Strategy::Zero1;
+  if (v == "zero2" || v == "zero-2" || v == "zero_2" || v == "shard_grad_op") return Strategy::Zero2;
+  if (v == "zero3" || v == "zero-3" || v == "zero_3" || v == "full_shard") return Strategy::Zero3;
+  return std::nullopt;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -388,6 +411,51 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
 
 Accelerator::~Accelerator() { *hook_owner_ = nullptr; }
 
+void Accelerator::check_strategy(const Optimizer* opt) const {
+  if (comm_->size() <= 1 && !is_zero(opts_.strategy)) return;
+  const std::string name = strategy_name(opts_.strategy);
+  auto need = [&](const char* coll, comm::DataType t) {
+    ACCEL_CHECK(comm_->supports(coll, t), Status::Unsupported, "strategy ", name, " needs ", coll, " of ",
+                comm::dtype_name(t), ", which the '", comm_->backend(), "' communication backend lacks");
+  };
+  if (opts_.strategy == Strategy::DDP) {
+    need("all_reduce", comm::DataType::Float32);
+    need("broadcast", comm::DataType::Float32);
+  } else if (is_zero(opts_.strategy)) {
+    const comm::DataType w = comm_dtype(opts_.precision == Precision::BF16   ? torch::kBFloat16
+                                        : opts_.precision == Precision::FP16 ? torch::kHalf
+                                                                              : torch::kFloat);
+    need("broadcast", comm::DataType::Float32);
+    need("reduce_scatter", w);
+    need("all_gather", w);
+    need("all_gather", comm::DataType::Float32);
+    need("all_reduce", comm::DataType::Float64);
+    need("all_reduce", comm::DataType::Int32);
+    ACCEL_CHECK(!opt || opt->shardable(), Status::Unsupported, "ZeRO cannot shard the ", opt->name(),
+                " optimizer: its update is not elementwise");
+  }
+}
+
+int Accelerator::zero_stage_active() const { return zero_ ? zero_->stage() : 0; }
+
+void Accelerator::charge_flops(double flops, const char* label) {
+  const double fps = comm_->flops_per_second();
+  if (fps > 0 && flops > 0) comm_->charge_compute(flops / fps, label);
+}
+
+std::vector<torch::Tensor> Accelerator::full_parameters(const Model& model) {
+  if (zero_ && &model == model_.get()) return zero_->full_parameters();
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model.parameters()) out.push_back(p.detach().to(torch::kCPU, torch::kFloat, false, true));
+  return out;
+}
+
+void Accelerator::save_model(const Model& model, const std::string& path) {
+  std::vector<torch::Tensor> params = full_parameters(model);
+  if (comm_->rank() == 0) save_safetensors(model.parameter_names(), params, path);
+  if (comm_->size() > 1) comm_->barrier();  // the file exists on return, on every process
+}
+
 void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
                           const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader) {
   // Check everything first: a failed prepare changes nothing.
@@ -403,15 +471,30 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
   ACCEL_CHECK(!loader || !loader->config().split_batches || loader->config().batch_size % comm_->size() == 0,
               Status::InvalidArgument, "split_batches needs a batch size (", loader ? loader->config().batch_size : 0,
               ") divisible by the number of processes (", comm_->size(), ")");
+  if (m && !model_) {
+    check_strategy(o.get());
+    ACCEL_CHECK(!is_zero(opts_.strategy) || !m->parameters().empty(), Status::InvalidArgument,
+                "ZeRO shards parameters; the model has none");
+  }
+  if (o && !opt_) check_strategy(o.get());
 
   if (m && !model_) {
     m->to(device_);
-    if (emulate_fp16()) m->set_grad_rounding(true);
+    if (is_zero(opts_.strategy)) {
+      // the working copy: 16-bit under mixed precision where the model can compute with it
+      c10::ScalarType work = torch::kFloat;
+      if (opts_.precision == Precision::BF16 && (m->casts_weights() || device_.is_cuda())) work = torch::kBFloat16;
+      if (opts_.precision == Precision::FP16 && (m->casts_weights() || device_.is_cuda())) work = torch::kHalf;
+      if (emulate_fp16() && work == torch::kFloat) m->set_grad_rounding(true);
+      zero_ = std::make_unique<ZeroEngine>(zero_stage(opts_.strategy), *comm_, *m, work, opts_.bucket_bytes);
+    } else if (emulate_fp16()) {
+      m->set_grad_rounding(true);
+    }
     model_ = m;
     if (ddp()) ddp_setup();
   }
   if (o && !opt_) {
-    if (!o->bound()) o->bind();
+    if (!zero_ && !o->bound()) o->bind();  // ZeRO steps its shards itself: no unsharded state
     opt_ = o;
   }
   if (sched) sched_ = sched;
@@ -446,7 +529,20 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
   } else if (opts_.precision == Precision::FP16 && target.is_cuda()) {
     autocast.emplace(target.type(), torch::kHalf);
   }
-  return model.forward(placed, mode);
+  const bool sharded = zero_ && &model == model_.get();
+  if (&model == model_.get()) {
+    fwd_rows_ = placed.empty() || placed[0].dim() == 0 ? 1 : placed[0].size(0);
+    charge_flops(2.0 * static_cast<double>(fwd_rows_) * static_cast<double>(model.num_elements()), "forward");
+  }
+  if (!sharded || zero_->stage() != 3) return model.forward(placed, mode);
+  if (zero_->gates_units()) {
+    mode.gate = zero_.get();
+    return model.forward(placed, mode);
+  }
+  zero_->before(0);
+  torch::Tensor out = model.forward(placed, mode);
+  zero_->after(0, out);
+  return out;
 }
 
 std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
@@ -567,8 +663,23 @@ void Accelerator::backward(const torch::Tensor& loss) {
   // this micro-batch completes the gradients: DDP communicates during its backward only
   const bool sync = accum_count_ + 1 >= opts_.gradient_accumulation_steps || end_of_data_;
   ddp_sync_now_ = ddp() && sync;
-  scaled.backward();
-  if (ddp_sync_now_) ddp_finish();
+  if (zero_) {
+    zero_->begin_backward(sync, fwd_rows_);
+    try {
+      scaled.backward();
+    } catch (...) {
+      zero_->end_backward_abandoned();
+      throw;
+    }
+    zero_->end_backward();
+  } else {
+    scaled.backward();
+    if (ddp_sync_now_) {
+      ddp_finish();
+    } else {
+      charge_flops(4.0 * static_cast<double>(fwd_rows_) * static_cast<double>(model_->num_elements()), "backward");
+    }
+  }
   ddp_sync_now_ = false;
   ++micro_steps_;
   ++accum_count_;
@@ -632,6 +743,9 @@ void Accelerator::ddp_on_grad(size_t k, const torch::Tensor& incoming) {
 }
 
 void Accelerator::ddp_launch(Bucket& b) {
+  int64_t numel = 0;
+  for (size_t k : b.params) numel += model_->parameters()[k].numel();
+  charge_flops(4.0 * static_cast<double>(fwd_rows_) * static_cast<double>(numel), "backward");
   b.work = comm_->all_reduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
                              comm::DataType::Float32, comm::RedOp::Avg);
 }
@@ -671,7 +785,9 @@ void Accelerator::ddp_finish() {
 bool Accelerator::unscale_once() {
   if (!scaler_.enabled()) return false;
   if (!unscaled_) {
-    found_inf_ = scaler_.unscale(model_->parameters());
+    // as torch.cuda.amp: the reciprocal in double, applied in fp32
+    found_inf_ = zero_ ? zero_->unscale(static_cast<double>(static_cast<float>(1.0 / scaler_.scale())))
+                       : scaler_.unscale(model_->parameters());
     unscaled_ = true;
   }
   return found_inf_;
@@ -683,6 +799,7 @@ double Accelerator::clip_grad_norm(double max_norm) {
               max_norm);
   if (!pending_ || !sync_) return std::nan("");
   unscale_once();
+  if (zero_) return zero_->clip(max_norm);  // the norm over every rank's shard
   std::vector<torch::Tensor> grads, norms;
   for (const auto& p : model_->parameters())
     if (p.grad().defined()) grads.push_back(p.grad());
@@ -708,13 +825,19 @@ StepResult Accelerator::step() {
       r.skipped = true;
       scaler_.update(true);
     } else {
-      opt_->step();
+      if (zero_)
+        zero_->step(*opt_);
+      else
+        opt_->step();
       scaler_.update(false);
       if (sched_) sched_->step();
       ++optimizer_steps_;
       r.stepped = true;
     }
-    opt_->zero_grad();
+    if (zero_)
+      zero_->zero_grad();
+    else
+      opt_->zero_grad();
     accum_count_ = 0;
     pending_ = false;
     unscaled_ = false;

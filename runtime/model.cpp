@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "runtime/compat.h"
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
 
@@ -15,6 +16,14 @@ std::string shape_str(const torch::Tensor& t) {
   for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
   os << "]";
   return os.str();
+}
+
+std::vector<std::vector<size_t>> Model::units() const { return units_of_all(params_.size()); }
+
+std::vector<std::vector<size_t>> Model::units_of_all(size_t nparams) {
+  std::vector<size_t> all(nparams);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return {all};
 }
 
 int64_t Model::num_elements() const {
@@ -88,13 +97,20 @@ class MLP final : public Model {
     const size_t layers = cfg_.sizes.size() - 1;
     const size_t per = cfg_.bias ? 2 : 1;
     for (size_t i = 0; i < layers; ++i) {
+      if (mode.gate) mode.gate->before(i);
       torch::Tensor w = p[i * per];
       torch::Tensor b = cfg_.bias ? p[i * per + 1] : torch::Tensor();
       if (mode.emulate_fp16) {
+        // weights may be held in fp16 (ZeRO's working copy): compute in fp32 on fp16 values
+        if (w.scalar_type() != torch::kFloat) w = w.to(torch::kFloat);
+        if (b.defined() && b.scalar_type() != torch::kFloat) b = b.to(torch::kFloat);
         x = round_through_fp16(torch::linear(round_through_fp16(x), round_through_fp16(w), round_through_fp16(b)));
+      } else if (w.scalar_type() != x.scalar_type() && !compat::autocast_enabled(x.device().type())) {
+        x = torch::linear(x.to(w.scalar_type()), w, b).to(torch::kFloat);
       } else {
         x = torch::linear(x, w, b);
       }
+      if (mode.gate) mode.gate->after(i, x);
       if (i + 1 < layers) {
         x = activate(x);
         if (mode.emulate_fp16) x = round_through_fp16(x);
@@ -120,6 +136,15 @@ class MLP final : public Model {
   }
   void train(bool on) override { training_ = on; }
   bool is_training() const override { return training_; }
+  std::vector<std::vector<size_t>> units() const override {
+    const size_t per = cfg_.bias ? 2 : 1;
+    std::vector<std::vector<size_t>> u(cfg_.sizes.size() - 1);
+    for (size_t i = 0; i < u.size(); ++i)
+      for (size_t j = 0; j < per; ++j) u[i].push_back(i * per + j);
+    return u;
+  }
+  bool gates_units() const override { return true; }
+  bool casts_weights() const override { return true; }
 
  private:
   torch::Tensor activate(const torch::Tensor& x) const {
@@ -249,16 +274,21 @@ std::unique_ptr<Model> load_torchscript(const std::string& path) {
   return std::make_unique<ScriptModel>(std::move(m));
 }
 
-void save_model_safetensors(const Model& model, const std::string& path) {
+void save_safetensors(const std::vector<std::string>& names, const std::vector<torch::Tensor>& tensors,
+                      const std::string& path) {
   std::vector<torch::Tensor> host;
   std::vector<safetensors::TensorView> views;
-  host.reserve(model.parameters().size());
-  for (size_t i = 0; i < model.parameters().size(); ++i) {
-    host.push_back(model.parameters()[i].detach().to(torch::kCPU, torch::kFloat).contiguous());
+  host.reserve(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    host.push_back(tensors[i].detach().to(torch::kCPU, torch::kFloat).contiguous());
     const auto& t = host.back();
-    views.push_back({model.parameter_names()[i], "F32", t.sizes().vec(), t.data_ptr(), t.numel() * sizeof(float)});
+    views.push_back({names[i], "F32", t.sizes().vec(), t.data_ptr(), t.numel() * sizeof(float)});
   }
   safetensors::write_file_atomic(path, safetensors::serialize(views, {{"format", "pt"}}));
+}
+
+void save_model_safetensors(const Model& model, const std::string& path) {
+  save_safetensors(model.parameter_names(), model.parameters(), path);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -19,7 +19,13 @@ namespace accel {
 
 enum class Precision { No = 0, BF16 = 1, FP16 = 2 };
 enum class DeviceKind { Auto = 0, CPU = 1, CUDA = 2 };
-enum class Strategy { None = 0, DDP = 1 };
+// ZeRO stages as DeepSpeed numbers them (FSDP: SHARD_GRAD_OP ~ Zero2, FULL_SHARD ~ Zero3).
+enum class Strategy { None = 0, DDP = 1, Zero1 = 2, Zero2 = 3, Zero3 = 4 };
+inline bool is_zero(Strategy s) { return s == Strategy::Zero1 || s == Strategy::Zero2 || s == Strategy::Zero3; }
+inline int zero_stage(Strategy s) { return is_zero(s) ? static_cast<int>(s) - 1 : 0; }
+const char* strategy_name(Strategy s);
+// "no", "ddp", "zero1".."zero3", "shard_grad_op", "full_shard" (any case); nullopt otherwise.
+std::optional<Strategy> parse_strategy(const std::string& name);
 
 struct Options {
   Precision precision = Precision::No;
@@ -48,8 +54,19 @@ torch::Tensor round_through_fp16(const torch::Tensor& x);
 // ---------------------------------------------------------------------------------------
 // Models
 
+// Called by a model around the use of each of its parameter units in forward (ZeRO stage 3
+// gathers a unit's weights before and frees them after).
+class UnitGate {
+ public:
+  virtual ~UnitGate() = default;
+  virtual void before(size_t unit) = 0;
+  // `out` is the unit's output (a backward hook on it gathers the weights again)
+  virtual void after(size_t unit, const torch::Tensor& out) = 0;
+};
+
 struct ForwardMode {
   bool emulate_fp16 = false;  // round activations/weights/gradients through fp16
+  UnitGate* gate = nullptr;   // when set, models that report gates_units() call it per unit
 };
 
 class Model {
@@ -68,6 +85,15 @@ class Model {
   virtual void set_grad_rounding(bool on) { (void)on; }
   // Non-trainable state (e.g. batch-norm running statistics), in a stable order.
   virtual std::vector<torch::Tensor> buffers() const { return {}; }
+  // Parameter units: indices of parameters used together (a layer), in forward order.
+  // The default is one unit holding everything.
+  virtual std::vector<std::vector<size_t>> units() const;
+  static std::vector<std::vector<size_t>> units_of_all(size_t nparams);
+  // True when forward calls ForwardMode::gate around each unit's use.
+  virtual bool gates_units() const { return false; }
+  // Whether forward accepts bf16/fp16 parameters with fp32 inputs outside autocast (the
+  // built-in MLP casts); ZeRO keeps the working copy in fp32 for models that do not.
+  virtual bool casts_weights() const { return false; }
 
  protected:
   void set_parameters(std::vector<std::string> names, std::vector<torch::Tensor> params) {
@@ -99,6 +125,8 @@ std::unique_ptr<Model> load_torchscript(const std::string& path);
 
 // Writes the model's parameters (fp32, on the host) to `path` as safetensors, atomically.
 void save_model_safetensors(const Model& model, const std::string& path);
+void save_safetensors(const std::vector<std::string>& names, const std::vector<torch::Tensor>& tensors,
+                      const std::string& path);
 
 // ---------------------------------------------------------------------------------------
 // Losses (fp32 whatever the input precision; validate shapes, dtypes and class ranges)
@@ -131,6 +159,12 @@ class Optimizer {
   void set_lr(double lr);
   void bind();  // builds the libtorch optimizer over the model's (placed) parameters
   bool bound() const { return impl_ != nullptr; }
+  const std::optional<SGDConfig>& sgd_config() const { return sgd_; }
+  const std::optional<AdamWConfig>& adamw_config() const { return adamw_; }
+  // Whether ZeRO can shard this optimizer: its update is elementwise, so each rank can
+  // step its own chunk of the flattened parameters (SGD and AdamW are).
+  bool shardable() const { return sgd_.has_value() || adamw_.has_value(); }
+  const char* name() const { return sgd_ ? "SGD" : "AdamW"; }
   void step();
   void zero_grad();  // sets gradients to none
   torch::optim::Optimizer& impl() { return *impl_; }
@@ -260,6 +294,8 @@ struct StepResult {
   int64_t optimizer_steps = 0, micro_steps = 0;
 };
 
+class ZeroEngine;
+
 class Accelerator {
  public:
   // `comm` connects the context to its world (the simulator's rank, later gloo or nccl);
@@ -311,6 +347,14 @@ class Accelerator {
   int64_t optimizer_steps() const { return optimizer_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
 
+  // The model's parameters whole, fp32, on the host. Under ZeRO a collective: every
+  // process must call it (the shards are gathered).
+  std::vector<torch::Tensor> full_parameters(const Model& model);
+  // Writes the model's weights as safetensors (the main process writes; under ZeRO every
+  // process must call it).
+  void save_model(const Model& model, const std::string& path);
+  int zero_stage_active() const;  // 0 unless a ZeRO engine shards the prepared model
+
  private:
   bool unscale_once();  // returns found_inf; unscales at most once per real step
 
@@ -324,6 +368,10 @@ class Accelerator {
     std::shared_ptr<comm::Work> work;
   };
   bool ddp() const { return opts_.strategy == Strategy::DDP && comm_->size() > 1; }
+  void check_strategy(const Optimizer* opt) const;  // the backend and optimizer can do it
+  void charge_flops(double flops, const char* label);
+  std::unique_ptr<ZeroEngine> zero_;
+  int64_t fwd_rows_ = 0;  // rows of the last forward's first input (compute estimates)
   void ddp_setup();
   void ddp_on_grad(size_t param, const torch::Tensor& incoming);
   void ddp_launch(Bucket& b);

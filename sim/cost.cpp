@@ -73,6 +73,7 @@ Topology h100_node() {
   t.name = "8xH100";
   t.description = "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (DGX/HGX H100)";
   t.gpus_per_node = 8;
+  t.gpu_flops = 989e12;  // H100 SXM, dense BF16
   t.intra = nvlink4();
   t.inter = t.intra;
   t.launch_overhead = kLaunch;
@@ -85,6 +86,7 @@ Topology a100_node() {
   t.name = "8xA100";
   t.description = "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch (DGX/HGX A100), no NVLink SHARP";
   t.gpus_per_node = 8;
+  t.gpu_flops = 312e12;  // A100 SXM, dense BF16
   // ring over NVLink 3: A1 (OCI BM.GPU4.8, all_reduce 1 MiB .. 8 GiB, plateau 235 GB/s);
   // LL fitted to A1's 1-8 MiB rows and its small-message floor (64 B .. 32 KiB: ~32 us).
   t.intra = {"NVLink3", 8.29 * us, 235.9 * GB, 1.84 * us, 0.261};
@@ -100,6 +102,7 @@ Topology pcie_node() {
   t.description =
       "one node of 8 GPUs on PCIe 4.0 x16, no NVLink, two domains (CPU sockets or switches) of 4 GPUs";
   t.gpus_per_node = 8;
+  t.gpu_flops = 165e12;  // RTX 4090 (the calibration's GPUs), dense BF16 with FP32 accumulate
   // Weak data (docs/sim-calibration.md, "8xPCIe"): the ring bandwidth inside one domain is
   // P3 (4x RTX 4090, PCIe Gen4, P2P on: 25.9 GB/s busbw); a ring over both domains crosses
   // the CPU interconnect and reaches 0.8 of that (P2: 8 GPUs 28 against 4 GPUs 35 GB/s on

@@ -48,6 +48,11 @@ struct Topology {
   Link inter;                // between nodes (InfiniBand); single-node presets copy `intra`
   // Fixed cost per collective call (kernel launch, protocol setup), seconds.
   double launch_overhead = 0.0;
+  // Dense bf16 tensor-core peak of one GPU (FLOP/s, the vendor's figure without sparsity)
+  // and the fraction of it a training step sustains (model FLOPs utilisation). The
+  // runtime's FLOP estimates are charged at gpu_flops * mfu.
+  double gpu_flops = 0.0;
+  double mfu = 0.4;
   // --- added by the calibration (docs/sim-calibration.md) ---
   int nodes = 1;                        // nodes in the preset
   // PCIe hosts: GPUs behind one switch / CPU socket; a ring over more crosses the CPU

@@ -776,6 +776,15 @@ class SimCommunicator final : public comm::Communicator {
     return std::min(w_->topo.gpus_per_node, w_->n - first);
   }
   std::string backend() const override { return "sim"; }
+  double flops_per_second() const override { return w_->topo.gpu_flops * w_->topo.mfu; }
+  bool supports(const std::string& collective, DataType t) const override {
+    for (const auto& m : w_->opts.missing) {
+      const auto colon = m.find(':');
+      if (m.substr(0, colon) != collective) continue;
+      if (colon == std::string::npos || m.substr(colon + 1) == comm::dtype_name(t)) return false;
+    }
+    return true;
+  }
 
   std::shared_ptr<comm::Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
                                          comm::PreMul premul) override {

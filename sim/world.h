@@ -49,6 +49,10 @@ struct WorldOptions {
   int engine_threads = 0;            // threads for large reductions; 0 = the machine's cores
   bool record_trace = false;
   uint64_t noise_seed = 0;           // non-zero: random sleeps at scheduling points (determinism tests)
+  // Collectives the ranks' communicators report as unsupported ("reduce_scatter", or
+  // "reduce_scatter:bfloat16" for one element type): stands in for a backend that lacks
+  // them (gloo has no bf16 reduce-scatter), to test that strategies refuse it at prepare.
+  std::vector<std::string> missing;
 };
 
 struct RankReport {

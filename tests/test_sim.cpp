@@ -745,7 +745,8 @@ struct DdpRun {
   RunReport report;
 };
 
-DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch::Tensor& X, const torch::Tensor& Y) {
+DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch::Tensor& X, const torch::Tensor& Y,
+                 Strategy strategy = Strategy::DDP) {
   WorldOptions wo = world(N);
   World w(wo);
   DdpRun out;
@@ -755,7 +756,7 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
     o.gradient_accumulation_steps = K;
     o.seed = 123;
     o.device = DeviceKind::CPU;
-    o.strategy = Strategy::DDP;
+    o.strategy = strategy;
     o.bucket_bytes = 4096;  // several buckets
     std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
     Accelerator acc(o, c);
@@ -772,7 +773,7 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
     auto loader = std::make_shared<DataLoader>(X, Y, lc);
     acc.prepare(model, opt, nullptr, loader);
     train_steps(acc, *model, *loader, steps);
-    for (const auto& p : model->parameters()) per_rank[static_cast<size_t>(rk.rank())].push_back(p.detach().clone());
+    per_rank[static_cast<size_t>(rk.rank())] = acc.full_parameters(*model);
   });
   for (int r = 1; r < N && out.report.ok(); ++r)
     for (size_t i = 0; i < per_rank[0].size(); ++i)
@@ -804,12 +805,24 @@ std::vector<torch::Tensor> train_single(int64_t batch, int steps, OptKind which,
 struct DdpCase {
   int n, k;
   OptKind opt;
+  Strategy strategy = Strategy::DDP;
 };
+
+double max_rel_err(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& ref) {
+  double worst = 0;
+  EXPECT_EQ(got.size(), ref.size());
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    double denom = std::max(ref[i].abs().max().item<double>(), 1e-30);
+    worst = std::max(worst, (got[i] - ref[i]).abs().max().item<double>() / denom);
+  }
+  return worst;
+}
 
 class Ddp : public ::testing::TestWithParam<DdpCase> {};
 
 TEST_P(Ddp, EqualsOneProcessWithTheGlobalBatch) {
-  const auto [N, K, which] = GetParam();
+  const auto [N, K, which, strategy] = GetParam();
+  (void)strategy;
   const int64_t B = 4;
   const int steps = 20;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -818,12 +831,7 @@ TEST_P(Ddp, EqualsOneProcessWithTheGlobalBatch) {
   DdpRun ddp = train_ddp(N, K, B, steps, which, X, Y);
   ASSERT_TRUE(ddp.report.ok()) << ddp.report.first_error();
   auto ref = train_single(N * K * B, steps, which, X, Y);
-  double worst = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double denom = std::max(ref[i].abs().max().item<double>(), 1e-30);
-    worst = std::max(worst, (ddp.params[i] - ref[i]).abs().max().item<double>() / denom);
-  }
-  EXPECT_LE(worst, 1e-5) << "N=" << N << " K=" << K;
+  EXPECT_LE(max_rel_err(ddp.params, ref), 1e-5) << "N=" << N << " K=" << K;
   // communication only on real steps: the initial broadcasts, then one all-reduce per
   // bucket per optimizer step; none on accumulation micro-steps
   const int64_t params = 6;
@@ -855,6 +863,38 @@ INSTANTIATE_TEST_SUITE_P(Sim, Ddp,
                                   (info.param.opt == OptKind::SGD ? "_sgd" : "_adamw");
                          });
 
+
+// ZeRO stages 1-3: the same equivalence (fp32), with the shards gathered at the end.
+class Zero : public ::testing::TestWithParam<DdpCase> {};
+
+TEST_P(Zero, EqualsOneProcessWithTheGlobalBatch) {
+  const auto [N, K, which, strategy] = GetParam();
+  const int64_t B = 4;
+  const int steps = 20;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto X = torch::randn({N * K * B * steps, 16}, gen);
+  auto Y = torch::randint(0, 5, {N * K * B * steps}, gen, torch::kLong);
+  DdpRun run = train_ddp(N, K, B, steps, which, X, Y, strategy);
+  ASSERT_TRUE(run.report.ok()) << run.report.first_error();
+  auto ref = train_single(N * K * B, steps, which, X, Y);
+  EXPECT_LE(max_rel_err(run.params, ref), 1e-5) << "N=" << N << " K=" << K << " stage " << zero_stage(strategy);
+}
+
+std::vector<DdpCase> zero_cases() {
+  std::vector<DdpCase> v;
+  for (Strategy s : {Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
+    for (DdpCase c : {DdpCase{2, 1, OptKind::SGD}, DdpCase{2, 2, OptKind::AdamW}, DdpCase{4, 2, OptKind::SGD},
+                      DdpCase{4, 1, OptKind::AdamW}, DdpCase{8, 2, OptKind::AdamW}, DdpCase{8, 1, OptKind::SGD}}) {
+      c.strategy = s;
+      v.push_back(c);
+    }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, Zero, ::testing::ValuesIn(zero_cases()), [](const auto& info) {
+  return std::string("stage") + std::to_string(zero_stage(info.param.strategy)) + "_" + std::to_string(info.param.n) +
+         "ranks_k" + std::to_string(info.param.k) + (info.param.opt == OptKind::SGD ? "_sgd" : "_adamw");
+});
 
 TEST(Ddp, PrepareBroadcastsParametersAndBuffersFromRankZero) {
   torch::jit::Module m("WithBuffer");

@@ -187,8 +187,17 @@ typedef enum accel_device {
 
 typedef enum accel_strategy {
     ACCEL_STRATEGY_NO = 0, /* every process trains on its own (the default) */
-    ACCEL_STRATEGY_DDP = 1 /* data parallel: weights from process 0 at prepare, gradients
-                              averaged across processes in buckets during backward */
+    ACCEL_STRATEGY_DDP = 1, /* data parallel: weights from process 0 at prepare, gradients
+                               averaged across processes in buckets during backward */
+    /* ZeRO (docs/distributed.md): every process holds 1/N of the optimizer state (stage 1),
+       also of the gradients (stage 2, reduce-scattered during backward), also of the
+       parameters (stage 3, gathered before each layer's use and freed after). Under mixed
+       precision the working weights are 16-bit and the fp32 master weights are sharded. */
+    ACCEL_STRATEGY_ZERO1 = 2,
+    ACCEL_STRATEGY_ZERO2 = 3,
+    ACCEL_STRATEGY_ZERO3 = 4,
+    ACCEL_STRATEGY_SHARD_GRAD_OP = ACCEL_STRATEGY_ZERO2, /* FSDP's names */
+    ACCEL_STRATEGY_FULL_SHARD = ACCEL_STRATEGY_ZERO3
 } accel_strategy;
 
 #define ACCEL_OPTIONS_VERSION 2
@@ -211,8 +220,11 @@ typedef struct accel_options {
     /* version 2 */
     accel_strategy strategy;             /* how several processes share the work; default
                                             ACCEL_STRATEGY_NO, or the ACCEL_STRATEGY environment
-                                            variable ("no", "ddp") when left at the default */
-    int64_t bucket_bytes;                /* DDP gradient bucket size; default 25 MiB */
+                                            variable when left at the default: "no", "ddp",
+                                            "zero1", "zero2", "zero3", "shard_grad_op",
+                                            "full_shard" (any case) */
+    int64_t bucket_bytes;                /* DDP gradient bucket size, and ZeRO's unit size for
+                                            models that are not split in layers; default 25 MiB */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
@@ -307,13 +319,17 @@ ACCEL_API accel_status accel_model_num_parameters(const accel_model *model, size
  * belongs to the model and lives as long as the model. */
 ACCEL_API accel_status accel_model_parameter_name(const accel_model *model, size_t index, const char **out);
 
-/* A copy of parameter `index` (fp32 master weights) as a new host tensor. */
+/* A copy of parameter `index` (fp32 master weights) as a new host tensor. Under ZeRO the
+ * weights are sharded: this is a collective that gathers them, and every process must
+ * call it with the same index. */
 ACCEL_API accel_status accel_model_parameter(accel_context *ctx, const accel_model *model, size_t index,
                                              accel_tensor **out);
 
 /* Writes the model's trained weights (fp32) to `path` in the safetensors format, names as
  * in accel_model_parameter_name. The file appears only when complete (written to a
- * temporary file, then renamed). Errors: ACCEL_ERR_IO. */
+ * temporary file, then renamed). With several processes every process calls it, the main
+ * process writes, and the file exists on every process's return (under ZeRO the shards
+ * are gathered first). Errors: ACCEL_ERR_IO. */
 ACCEL_API accel_status accel_save_model(accel_context *ctx, const accel_model *model, const char *path);
 
 /* ------------------------------------------------------------------------------------

@@ -126,6 +126,18 @@ class Communicator {
     (void)seconds;
     (void)label;
   }
+  // The rate (FLOP/s) at which the simulator turns the runtime's estimates of the work in
+  // forward and backward into virtual compute time; 0 on real backends (nothing charged).
+  virtual double flops_per_second() const { return 0.0; }
+
+  // Whether this backend implements `collective` (the name of the method above, such as
+  // "reduce_scatter") for element type `t`. Strategies check what they need at prepare,
+  // so a missing collective is a clear error on every rank instead of a failure mid-step.
+  virtual bool supports(const std::string& collective, DataType t) const {
+    (void)collective;
+    (void)t;
+    return true;
+  }
 };
 
 // The single-rank backend: collectives are copies (or scalings), send/recv to oneself

@@ -1,0 +1,389 @@
+// ZeRO stages 1-3: see runtime/zero.h for the layout.
+#include "runtime/zero.h"
+
+#include <cmath>
+
+namespace accel {
+
+namespace {
+
+// Stage 3 frees a unit's gathered weights by emptying the storage they live in, not by
+// replacing the tensors: autograd saved views of them in forward (linear saves weight.t()),
+// and those views must see the weights again once backward gathers them back into the
+// same storage. The bytes go back to the allocator (and the simulator's budget).
+void free_storage(const torch::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void alloc_storage(const torch::Tensor& t, size_t nbytes) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  ACCEL_CHECK(s->allocator() != nullptr, Status::Internal, "a sharded unit's storage has no allocator");
+  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
+  s->set_nbytes(nbytes);
+}
+
+int64_t ceil_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::ScalarType work, int64_t bucket_bytes)
+    : stage_(stage),
+      comm_(comm),
+      model_(model),
+      work_(work),
+      work_comm_(comm_dtype(work)),
+      n_(comm.size()),
+      r_(comm.rank()),
+      model_gates_(model.gates_units()) {
+  ACCEL_CHECK(stage >= 1 && stage <= 3, Status::InvalidArgument, "ZeRO stage ", stage, " does not exist (1, 2 or 3)");
+  const auto& params = model.parameters();
+  torch::NoGradGuard ng;
+  // rank 0's weights and buffers everywhere
+  std::vector<torch::Tensor> state = params;
+  for (const auto& b : model.buffers()) state.push_back(b);
+  for (const auto& p : state) {
+    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
+    comm_.broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
+        ->wait();
+    p.detach().copy_(host);
+  }
+  for (const auto& p : params)
+    ACCEL_CHECK(p.scalar_type() == torch::kFloat, Status::Unsupported, "ZeRO shards fp32 parameters; the model has a ",
+                c10::toString(p.scalar_type()), " parameter");
+
+  // units
+  std::vector<std::vector<size_t>> groups;
+  if (model_gates_) {
+    groups = model.units();
+  } else if (stage_ == 3) {
+    groups = Model::units_of_all(params.size());
+  } else {  // buckets in reverse order, as DDP: backward completes the last layers first
+    std::vector<size_t> cur;
+    int64_t bytes = 0;
+    for (size_t k = params.size(); k-- > 0;) {
+      const int64_t b = params[k].numel() * 4;
+      if (!cur.empty() && bytes + b > bucket_bytes) {
+        groups.push_back(std::move(cur));
+        cur.clear();
+        bytes = 0;
+      }
+      cur.push_back(k);
+      bytes += b;
+    }
+    if (!cur.empty()) groups.push_back(std::move(cur));
+  }
+  unit_of_.assign(params.size(), {SIZE_MAX, 0});
+  int64_t total_chunks = 0;
+  for (auto& g : groups) {
+    if (g.empty()) continue;
+    Unit u;
+    for (size_t k : g) {
+      ACCEL_CHECK(k < params.size() && unit_of_[k].first == SIZE_MAX, Status::Internal, "bad parameter unit");
+      unit_of_[k] = {units_.size(), u.params.size()};
+      u.params.push_back(k);
+      u.offsets.push_back(u.numel);
+      u.numel += params[k].numel();
+    }
+    u.padded = ceil_to(std::max<int64_t>(u.numel, 1), n_);
+    u.chunk = u.padded / n_;
+    u.shard_offset = total_chunks;
+    total_chunks += u.chunk;
+    units_.push_back(std::move(u));
+  }
+  for (size_t k = 0; k < params.size(); ++k)
+    ACCEL_CHECK(unit_of_[k].first != SIZE_MAX, Status::Internal, "parameter ", k, " is in no unit");
+
+  total_ = total_chunks;
+  const bool separate_master = !(work_ == torch::kFloat && stage_ <= 2);
+  if (separate_master) master_ = torch::zeros({total_chunks}, torch::kFloat);
+  if (stage_ == 3 && work_ != torch::kFloat) work_shard_ = torch::zeros({total_chunks}, work_);
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    torch::Tensor flat = torch::zeros({u.padded}, torch::kFloat);
+    for (size_t i = 0; i < u.params.size(); ++i)
+      flat.narrow(0, u.offsets[i], params[u.params[i]].numel()).copy_(params[u.params[i]].detach().reshape({-1}));
+    torch::Tensor mine = flat.narrow(0, r_ * u.chunk, u.chunk);
+    if (separate_master) master_.narrow(0, u.shard_offset, u.chunk).copy_(mine);
+    if (work_shard_.defined()) work_shard_.narrow(0, u.shard_offset, u.chunk).copy_(mine);
+    u.full = work_ == torch::kFloat ? flat : flat.to(work_);
+    flat = torch::Tensor();
+    u.gathered = true;
+    for (size_t i = 0; i < u.params.size(); ++i) {
+      torch::Tensor p = params[u.params[i]];
+      p.set_data(u.full.narrow(0, u.offsets[i], p.numel()).view(p.sizes()));
+    }
+    if (stage_ == 3) release(ui);
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k].register_hook([owner = owner_, k](const torch::Tensor& g) -> torch::Tensor {
+      if (ZeroEngine* e = *owner) e->on_grad(k, g);
+      return g;
+    });
+  }
+}
+
+ZeroEngine::~ZeroEngine() { *owner_ = nullptr; }
+
+torch::Tensor ZeroEngine::master_chunk(size_t u) {
+  const Unit& x = units_[u];
+  if (master_.defined()) return master_.narrow(0, x.shard_offset, x.chunk);
+  return x.full.narrow(0, r_ * x.chunk, x.chunk);  // fp32 working weights, stages 1-2
+}
+
+torch::Tensor ZeroEngine::source_chunk(size_t u) {
+  const Unit& x = units_[u];
+  if (work_shard_.defined()) return work_shard_.narrow(0, x.shard_offset, x.chunk);
+  return master_chunk(u);
+}
+
+void ZeroEngine::gather(size_t u) {
+  Unit& x = units_[u];
+  if (x.gathered) return;
+  alloc_storage(x.full, static_cast<size_t>(x.padded) * x.full.element_size());
+  torch::Tensor src = source_chunk(u);
+  comm_.all_gather(src.data_ptr(), x.full.data_ptr(), static_cast<size_t>(x.chunk), work_comm_)->wait();
+  x.gathered = true;
+}
+
+void ZeroEngine::release(size_t u) {
+  Unit& x = units_[u];
+  if (!x.gathered || stage_ != 3) return;
+  free_storage(x.full);
+  x.gathered = false;
+}
+
+void ZeroEngine::before(size_t unit) {
+  if (stage_ != 3) return;
+  ACCEL_CHECK(unit < units_.size(), Status::Internal, "unit ", unit, " out of range");
+  gather(unit);
+}
+
+void ZeroEngine::after(size_t unit, const torch::Tensor& out) {
+  if (stage_ != 3) return;
+  if (out.defined() && out.requires_grad()) {
+    // backward reaches this unit when the gradient of its output is known: gather again
+    const_cast<torch::Tensor&>(out).register_hook([owner = owner_, unit](const torch::Tensor& g) -> torch::Tensor {
+      if (ZeroEngine* e = *owner) e->gather(unit);
+      return g;
+    });
+  }
+  release(unit);
+}
+
+void ZeroEngine::begin_backward(bool sync, int64_t rows) {
+  in_backward_ = true;
+  sync_ = sync;
+  rows_ = rows;
+}
+
+void ZeroEngine::charge_backward(size_t u) {
+  const double fps = comm_.flops_per_second();
+  if (fps > 0 && rows_ > 0)  // a dense layer: 2 FLOPs per weight and row for each of dX and dW
+    comm_.charge_compute(4.0 * static_cast<double>(rows_) * static_cast<double>(units_[u].numel) / fps, "backward");
+}
+
+void ZeroEngine::on_grad(size_t k, const torch::Tensor& g) {
+  if (!in_backward_) return;
+  if (stage_ == 1 && !sync_) return;  // stage 1 accumulates unsharded between syncs
+  clear_grads(false);
+  auto [ui, slot] = unit_of_[k];
+  Unit& u = units_[ui];
+  if (u.launched) return;  // a parameter reached twice after its unit completed
+  const auto& p = model_.parameters()[k];
+  torch::NoGradGuard ng;
+  torch::Tensor total = (stage_ == 1 && p.grad().defined()) ? p.grad() + g : g;
+  if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, work_);
+  u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(total.detach().reshape({-1}));
+  if (stage_ >= 2) to_clear_.push_back(k);  // autograd stores g in p.grad after this hook
+  if (++u.ready == u.params.size()) launch(ui);
+}
+
+void ZeroEngine::launch(size_t ui) {
+  Unit& u = units_[ui];
+  charge_backward(ui);
+  u.rs_out = torch::empty({u.chunk}, work_);
+  u.work = comm_.reduce_scatter(u.gbuf.data_ptr(), u.rs_out.data_ptr(), static_cast<size_t>(u.chunk), work_comm_,
+                                comm::RedOp::Avg);
+  u.launched = true;
+  release(ui);  // stage 3: the unit's backward is done with its weights
+}
+
+void ZeroEngine::clear_grads(bool all) {
+  const auto& params = model_.parameters();
+  if (all) {
+    for (const auto& p : params)
+      if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad().reset();
+    to_clear_.clear();
+    return;
+  }
+  for (size_t k : to_clear_)
+    if (params[k].grad().defined()) const_cast<torch::Tensor&>(params[k]).mutable_grad().reset();
+  to_clear_.clear();
+}
+
+void ZeroEngine::end_backward() {
+  in_backward_ = false;
+  if (stage_ == 1 && !sync_) {
+    for (size_t u = 0; u < units_.size(); ++u) charge_backward(u);
+    return;
+  }
+  const auto& params = model_.parameters();
+  torch::NoGradGuard ng;
+  // units whose parameters got no gradient (unused in this forward): what they have, or
+  // zeros, so every rank launches the same collectives in the same order
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    if (u.launched) continue;
+    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, work_);
+    if (stage_ == 1)
+      for (size_t i = 0; i < u.params.size(); ++i) {
+        const auto& p = params[u.params[i]];
+        if (p.grad().defined()) u.gbuf.narrow(0, u.offsets[i], p.numel()).copy_(p.grad().detach().reshape({-1}));
+      }
+    launch(ui);
+  }
+  if (!grad_.defined()) grad_ = torch::zeros({total_}, work_);
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    u.work->wait();
+    u.work.reset();
+    if (grad_valid_)
+      grad_chunk(ui).add_(u.rs_out);
+    else
+      grad_chunk(ui).copy_(u.rs_out);
+    u.gbuf = torch::Tensor();
+    u.rs_out = torch::Tensor();
+    u.ready = 0;
+    u.launched = false;
+    release(ui);
+  }
+  grad_valid_ = true;
+  clear_grads(true);
+}
+
+void ZeroEngine::end_backward_abandoned() {
+  in_backward_ = false;
+  for (size_t ui = 0; ui < units_.size(); ++ui) {
+    Unit& u = units_[ui];
+    if (u.work) {
+      try {
+        u.work->wait();
+      } catch (const std::exception&) {  // the failure that stopped backward, most likely
+      }
+    }
+    u.work.reset();
+    u.gbuf = torch::Tensor();
+    u.rs_out = torch::Tensor();
+    u.ready = 0;
+    u.launched = false;
+    release(ui);
+  }
+  clear_grads(true);
+}
+
+bool ZeroEngine::unscale(double inv_scale) {
+  grad_factor_ = inv_scale;
+  int32_t bad = 0;
+  if (grad_valid_) bad = torch::isfinite(grad_).all().item<bool>() ? 0 : 1;
+  comm_.all_reduce(&bad, &bad, 1, comm::DataType::Int32, comm::RedOp::Max)->wait();
+  return bad != 0;
+}
+
+double ZeroEngine::clip(double max_norm) {
+  double sumsq = 0.0;
+  if (grad_valid_) {
+    for (size_t u = 0; u < units_.size(); ++u) {
+      torch::Tensor g = grad_chunk(u).to(torch::kFloat);
+      if (grad_factor_ != 1.0) g.mul_(grad_factor_);
+      sumsq += g.pow(2).sum(torch::kDouble).item<double>();
+    }
+  }
+  comm_.all_reduce(&sumsq, &sumsq, 1, comm::DataType::Float64, comm::RedOp::Sum)->wait();
+  const double total = std::sqrt(sumsq);
+  if (!std::isfinite(total)) return total;
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0) grad_factor_ *= coef;
+  return total;
+}
+
+void ZeroEngine::step(const Optimizer& opt) {
+  torch::NoGradGuard ng;
+  const double lr = opt.lr();
+  const auto& sgd = opt.sgd_config();
+  const auto& adamw = opt.adamw_config();
+  const int64_t total = total_;
+  if (!grad_.defined()) grad_ = torch::zeros({total}, work_);
+  ++steps_;
+  if (adamw && !exp_avg_.defined()) {
+    exp_avg_ = torch::zeros({total}, torch::kFloat);
+    exp_avg_sq_ = torch::zeros({total}, torch::kFloat);
+  }
+  std::vector<std::shared_ptr<comm::Work>> gathers;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& x = units_[u];
+    torch::Tensor p = master_chunk(u);
+    torch::Tensor g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
+    if (grad_factor_ != 1.0) g = g * grad_factor_;
+    if (adamw) {  // libtorch's AdamW, term by term
+      const auto& c = *adamw;
+      torch::Tensor m = exp_avg_.narrow(0, x.shard_offset, x.chunk), v = exp_avg_sq_.narrow(0, x.shard_offset, x.chunk);
+      if (c.weight_decay != 0) p.mul_(1 - lr * c.weight_decay);
+      const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(steps_));
+      const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(steps_));
+      m.mul_(c.beta1).add_(g, 1 - c.beta1);
+      v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
+      torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(c.eps);
+      p.addcdiv_(m, denom, -lr / bc1);
+    } else {  // libtorch's SGD
+      const auto& c = *sgd;
+      torch::Tensor d = g;
+      if (c.weight_decay != 0) d = d.add(p, c.weight_decay);
+      if (c.momentum != 0) {
+        if (!momentum_.defined()) momentum_ = torch::zeros({total}, torch::kFloat);
+        torch::Tensor buf = momentum_.narrow(0, x.shard_offset, x.chunk);
+        if (steps_ == 1)
+          buf.copy_(d);
+        else
+          buf.mul_(c.momentum).add_(d, 1 - c.dampening);
+        d = c.nesterov ? d.add(buf, c.momentum) : buf;
+      }
+      p.add_(d, -lr);
+    }
+    if (stage_ <= 2) {
+      torch::Tensor slot = x.full.narrow(0, r_ * x.chunk, x.chunk);
+      if (master_.defined()) slot.copy_(p);
+      gathers.push_back(
+          comm_.all_gather(slot.data_ptr(), x.full.data_ptr(), static_cast<size_t>(x.chunk), work_comm_));
+    } else if (work_shard_.defined()) {
+      work_shard_.narrow(0, x.shard_offset, x.chunk).copy_(p);
+    }
+  }
+  for (auto& w : gathers) w->wait();
+}
+
+void ZeroEngine::zero_grad() {
+  grad_valid_ = false;
+  grad_factor_ = 1.0;
+  if (grad_.defined()) grad_.zero_();
+  clear_grads(true);
+}
+
+std::vector<torch::Tensor> ZeroEngine::full_parameters() {
+  const auto& params = model_.parameters();
+  std::vector<torch::Tensor> out(params.size());
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& x = units_[u];
+    torch::Tensor mine = master_chunk(u).contiguous();
+    torch::Tensor flat = torch::empty({x.padded}, torch::kFloat);
+    comm_.all_gather(mine.data_ptr(), flat.data_ptr(), static_cast<size_t>(x.chunk), comm::DataType::Float32)->wait();
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      const auto& p = params[x.params[i]];
+      out[x.params[i]] = flat.narrow(0, x.offsets[i], p.numel()).view(p.sizes()).clone();
+    }
+  }
+  return out;
+}
+
+}  // namespace accel

@@ -1,0 +1,113 @@
+// ZeRO stages 1-3 (FSDP's SHARD_GRAD_OP and FULL_SHARD): parameters, gradients and
+// optimizer state sharded across the ranks of a communicator. Internal to the runtime.
+//
+// Layout (as FSDP's flat parameters): the model's parameters are grouped in units (a layer
+// of the built-in MLP; buckets of Options::bucket_bytes in reverse order for other models
+// under stages 1-2; the whole model for them under stage 3). Each unit's parameters are
+// flattened, padded to a multiple of the rank count N and cut into N equal chunks; rank r
+// owns chunk r of every unit. Per rank:
+//   master     fp32, the rank's chunks (the optimizer's parameters)
+//   state      fp32, the optimizer's moments for the master chunks
+//   grad       the working dtype, the rank's chunks of the averaged gradients
+//   full       the working dtype (bf16/fp16 under mixed precision, else fp32): every
+//              unit's whole parameters; persistent under stages 1-2 (the model's
+//              parameters are views of it), gathered before use and freed after under
+//              stage 3
+//   work shard stage 3 with a 16-bit working dtype: the rank's chunks in that dtype (the
+//              all-gather's source); otherwise the master (fp32) is the source
+// With fp32 working weights under stages 1-2 the master chunks are views of `full`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/runtime.h"
+
+namespace accel {
+
+class ZeroEngine final : public UnitGate {
+ public:
+  // Broadcasts rank 0's parameters and buffers, shards them and points the model's
+  // parameters at the working copy. `work` is the working dtype.
+  ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::ScalarType work, int64_t bucket_bytes);
+  ~ZeroEngine() override;
+  ZeroEngine(const ZeroEngine&) = delete;
+  ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+  int stage() const { return stage_; }
+  c10::ScalarType work_dtype() const { return work_; }
+
+  // Stage 3: gathers a unit before its use in forward, frees it after (and gathers it
+  // again when backward reaches its output).
+  void before(size_t unit) override;
+  void after(size_t unit, const torch::Tensor& out) override;
+  // Forward of a model that does not call the gate itself: the whole model is unit 0.
+  bool gates_units() const { return model_gates_; }
+
+  // Brackets a backward. `sync`: this micro-batch completes the gradients. Stage 1 reduces
+  // on sync micro-batches only (gradients accumulate unsharded in between, as DDP);
+  // stages 2-3 reduce-scatter every micro-batch into the sharded gradient.
+  void begin_backward(bool sync, int64_t rows);
+  void end_backward();
+  void end_backward_abandoned();  // backward threw: drop this micro-batch's partial reductions
+
+  // For the step: `inv_scale` unscales (fp16); returns whether any rank's shard holds
+  // inf/NaN (the same answer on every rank).
+  bool unscale(double inv_scale);
+  // The global norm of the (unscaled) gradient; scales it down to max_norm when above.
+  double clip(double max_norm);
+  // One optimizer step on the master chunks, then the working weights reassembled as the
+  // stage requires (stages 1-2: all-gather of the updated chunks).
+  void step(const Optimizer& opt);
+  void zero_grad();
+
+  // Collective: every parameter whole, fp32, on the host, in the model's order.
+  std::vector<torch::Tensor> full_parameters();
+
+ private:
+  struct Unit {
+    std::vector<size_t> params;
+    std::vector<int64_t> offsets;  // element offsets in the unit's flat buffer
+    int64_t numel = 0, padded = 0, chunk = 0, shard_offset = 0;
+    torch::Tensor full;            // [padded], working dtype
+    bool gathered = false;
+    torch::Tensor gbuf, rs_out;    // backward: the unit's gradient, its reduced chunk
+    size_t ready = 0;
+    bool launched = false;
+    std::shared_ptr<comm::Work> work;
+  };
+  torch::Tensor master_chunk(size_t u);
+  torch::Tensor source_chunk(size_t u);  // what the all-gather sends
+  torch::Tensor grad_chunk(size_t u) { return grad_.narrow(0, units_[u].shard_offset, units_[u].chunk); }
+  void gather(size_t u);
+  void release(size_t u);
+  void on_grad(size_t param, const torch::Tensor& g);
+  void launch(size_t u);
+  void clear_grads(bool all);
+  void charge_backward(size_t u);
+
+  int stage_;
+  comm::Communicator& comm_;
+  Model& model_;
+  c10::ScalarType work_;
+  comm::DataType work_comm_;
+  int n_, r_;
+  bool model_gates_;
+  std::vector<Unit> units_;
+  std::vector<std::pair<size_t, size_t>> unit_of_;  // param -> (unit, slot)
+  int64_t total_ = 0;  // elements in the rank's chunks, all units
+  torch::Tensor master_, work_shard_, grad_;
+  bool grad_valid_ = false;
+  double grad_factor_ = 1.0;  // applied when the gradient is read: 1/loss scale, clipping
+  // optimizer state
+  torch::Tensor exp_avg_, exp_avg_sq_, momentum_;
+  int64_t steps_ = 0;
+  // backward
+  bool in_backward_ = false, sync_ = false;
+  int64_t rows_ = 0;
+  std::vector<size_t> to_clear_;
+  std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
+};
+
+}  // namespace accel
