@@ -663,6 +663,11 @@ void Accelerator::backward(const torch::Tensor& loss) {
   // this micro-batch completes the gradients: DDP communicates during its backward only
   const bool sync = accum_count_ + 1 >= opts_.gradient_accumulation_steps || end_of_data_;
   ddp_sync_now_ = ddp() && sync;
+  in_backward_ = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{in_backward_};
   if (zero_) {
     zero_->begin_backward(sync, fwd_rows_);
     try {
@@ -693,76 +698,70 @@ void Accelerator::backward(const torch::Tensor& loss) {
 void Accelerator::ddp_setup() {
   const auto& params = model_->parameters();
   // the same starting weights (and buffers, such as running statistics) everywhere: rank 0's
-  std::vector<torch::Tensor> state = params;
-  for (const auto& b : model_->buffers()) state.push_back(b);
-  for (const auto& p : state) {
-    torch::NoGradGuard ng;
-    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
-    comm_->broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
-        ->wait();
-    p.detach().copy_(host);
-  }
+  broadcast_from_rank0(*comm_, *model_);
   // buckets in reverse parameter order (backward produces the last layers' gradients first)
   bucket_of_.assign(params.size(), {0, 0});
   Bucket cur;
-  int64_t total = 0;  // elements in cur
   auto close = [&] {
     if (cur.params.empty()) return;
-    cur.flat = torch::zeros({total}, torch::kFloat);
     buckets_.push_back(std::move(cur));
     cur = Bucket{};
-    total = 0;
   };
   for (size_t k = params.size(); k-- > 0;) {
     const int64_t numel = params[k].numel();
-    if (!cur.params.empty() && (total + numel) * 4 > opts_.bucket_bytes) close();
+    if (!cur.params.empty() && (cur.numel + numel) * 4 > opts_.bucket_bytes) close();
     bucket_of_[k] = {buckets_.size(), cur.params.size()};
     cur.params.push_back(k);
-    cur.offsets.push_back(total);
-    total += numel;
+    cur.offsets.push_back(cur.numel);
+    cur.numel += numel;
   }
   close();
-  for (size_t k = 0; k < params.size(); ++k) {
-    params[k].register_hook([owner = hook_owner_, k](const torch::Tensor& g) -> torch::Tensor {
-      Accelerator* a = *owner;
-      if (a && a->ddp_sync_now_) a->ddp_on_grad(k, g);
-      return g;
-    });
-  }
+  for (size_t k = 0; k < params.size(); ++k)
+    accumulators_.push_back(on_grad_accumulated(params[k], [owner = hook_owner_, k] {
+      if (Accelerator* a = *owner) a->ddp_accumulated(k);
+    }));
 }
 
-void Accelerator::ddp_on_grad(size_t k, const torch::Tensor& incoming) {
+void Accelerator::ddp_accumulated(size_t k) {
+  if (!in_backward_) return;
   const auto& p = model_->parameters()[k];
   auto [bi, slot] = bucket_of_[k];
   Bucket& b = buckets_[bi];
-  if (b.work) return;  // already launched (a parameter reached twice)
-  // the gradient this parameter will hold once accumulated: earlier micro-batches + this one
-  torch::Tensor total = p.grad().defined() ? p.grad() + incoming : incoming;
-  b.flat.narrow(0, b.offsets[slot], p.numel()).copy_(total.detach().reshape({-1}));
+  // the gradient lives in its bucket (as DDP's gradient_as_bucket_view): later micro-batches
+  // accumulate into it in place, and the all-reduce averages it there
+  if (!b.flat.defined()) b.flat = torch::zeros({b.numel}, torch::dtype(p.scalar_type()).device(p.device()));
+  torch::Tensor view = b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
+  if (p.grad().data_ptr() != view.data_ptr()) {
+    view.copy_(p.grad());
+    const_cast<torch::Tensor&>(p).mutable_grad() = view;
+  }
+  if (!ddp_sync_now_ || b.work) return;
   if (++b.ready == b.params.size()) ddp_launch(b);
 }
 
 void Accelerator::ddp_launch(Bucket& b) {
-  int64_t numel = 0;
-  for (size_t k : b.params) numel += model_->parameters()[k].numel();
-  charge_flops(4.0 * static_cast<double>(fwd_rows_) * static_cast<double>(numel), "backward");
+  charge_flops(4.0 * static_cast<double>(fwd_rows_) * static_cast<double>(b.numel), "backward");
   b.work = comm_->all_reduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
-                             comm::DataType::Float32, comm::RedOp::Avg);
+                             comm_dtype(b.flat.scalar_type()), comm::RedOp::Avg);
 }
 
 void Accelerator::ddp_finish() {
   const auto& params = model_->parameters();
-  // buckets with parameters that got no gradient this step (unused in the forward): their
-  // current gradient, or zeros, so every rank launches the same collectives
+  // buckets with parameters that got no gradient this step (unused in the forward): zeros
+  // for them, so every rank launches the same collectives
   for (auto& b : buckets_) {
     if (b.work) continue;
     for (size_t i = 0; i < b.params.size(); ++i) {
       const auto& p = params[b.params[i]];
-      auto slice = b.flat.narrow(0, b.offsets[i], p.numel());
-      if (p.grad().defined())
-        slice.copy_(p.grad().detach().reshape({-1}));
-      else
-        slice.zero_();
+      if (!b.flat.defined()) b.flat = torch::zeros({b.numel}, torch::dtype(p.scalar_type()).device(p.device()));
+      torch::Tensor view = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.sizes());
+      if (!p.grad().defined()) {
+        view.zero_();
+        const_cast<torch::Tensor&>(p).mutable_grad() = view;
+      } else if (p.grad().data_ptr() != view.data_ptr()) {
+        view.copy_(p.grad());
+        const_cast<torch::Tensor&>(p).mutable_grad() = view;
+      }
     }
     ddp_launch(b);
   }
@@ -770,17 +769,12 @@ void Accelerator::ddp_finish() {
     b.work->wait();
     b.work.reset();
     b.ready = 0;
-    for (size_t i = 0; i < b.params.size(); ++i) {
-      const auto& p = params[b.params[i]];
-      auto avg = b.flat.narrow(0, b.offsets[i], p.numel()).view(p.sizes());
-      if (p.grad().defined())
-        p.mutable_grad().detach().copy_(avg);
-      else
-        p.mutable_grad() = avg.clone().to(p.device());
-    }
   }
 }
 
+void Accelerator::ddp_release() {
+  for (auto& b : buckets_) b.flat = torch::Tensor();  // the gradients (views) were reset
+}
 
 bool Accelerator::unscale_once() {
   if (!scaler_.enabled()) return false;
@@ -834,10 +828,12 @@ StepResult Accelerator::step() {
       ++optimizer_steps_;
       r.stepped = true;
     }
-    if (zero_)
+    if (zero_) {
       zero_->zero_grad();
-    else
+    } else {
       opt_->zero_grad();
+      if (ddp()) ddp_release();
+    }
     accum_count_ = 0;
     pending_ = false;
     unscaled_ = false;

@@ -363,7 +363,9 @@ class Accelerator {
   struct Bucket {
     std::vector<size_t> params;   // indices into model_->parameters()
     std::vector<int64_t> offsets; // element offsets in flat
-    torch::Tensor flat;           // fp32, the bucket's gradients, averaged in place
+    int64_t numel = 0;
+    torch::Tensor flat;           // the bucket's gradients (the parameters' .grad are views), averaged
+                                  // in place; allocated at the first gradient of a step, freed at the step
     size_t ready = 0;
     std::shared_ptr<comm::Work> work;
   };
@@ -373,9 +375,12 @@ class Accelerator {
   std::unique_ptr<ZeroEngine> zero_;
   int64_t fwd_rows_ = 0;  // rows of the last forward's first input (compute estimates)
   void ddp_setup();
-  void ddp_on_grad(size_t param, const torch::Tensor& incoming);
+  void ddp_accumulated(size_t param);  // after autograd accumulated the parameter's gradient
   void ddp_launch(Bucket& b);
-  void ddp_finish();  // launches incomplete buckets, waits, writes the averages to the gradients
+  void ddp_finish();  // launches incomplete buckets, waits for the averages
+  void ddp_release();
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the post hooks alive
+  bool in_backward_ = false;
   std::vector<Bucket> buckets_;
   // gradient hooks outlive nothing: they reach the context through this, cleared on destruction
   std::shared_ptr<Accelerator*> hook_owner_ = std::make_shared<Accelerator*>(this);

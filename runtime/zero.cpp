@@ -26,7 +26,40 @@ void alloc_storage(const torch::Tensor& t, size_t nbytes) {
 
 int64_t ceil_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+struct CallbackPostHook final : torch::autograd::FunctionPostHook {
+  explicit CallbackPostHook(std::function<void()> f) : fn(std::move(f)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn();
+    return outputs;
+  }
+  std::function<void()> fn;
+};
+
+// Gradient reductions in flight at once under stages 2-3 while the next unit's gradient is
+// being filled (DeepSpeed's double buffer): bounds the unsharded gradient memory to two units.
+constexpr size_t kMaxInflight = 1;
+
 }  // namespace
+
+std::shared_ptr<torch::autograd::Node> on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn) {
+  std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p);
+  ACCEL_CHECK(acc != nullptr, Status::Internal, "a parameter without a gradient accumulator (does it require grad?)");
+  acc->add_post_hook(std::make_unique<CallbackPostHook>(std::move(fn)));
+  return acc;
+}
+
+void broadcast_from_rank0(comm::Communicator& comm, Model& model) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> state = model.parameters();
+  for (const auto& b : model.buffers()) state.push_back(b);
+  for (const auto& p : state) {
+    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
+    comm.broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
+        ->wait();
+    p.detach().copy_(host);
+  }
+}
 
 ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::ScalarType work, int64_t bucket_bytes)
     : stage_(stage),
@@ -39,16 +72,8 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::S
       model_gates_(model.gates_units()) {
   ACCEL_CHECK(stage >= 1 && stage <= 3, Status::InvalidArgument, "ZeRO stage ", stage, " does not exist (1, 2 or 3)");
   const auto& params = model.parameters();
+  broadcast_from_rank0(comm_, model);  // rank 0's weights and buffers everywhere
   torch::NoGradGuard ng;
-  // rank 0's weights and buffers everywhere
-  std::vector<torch::Tensor> state = params;
-  for (const auto& b : model.buffers()) state.push_back(b);
-  for (const auto& p : state) {
-    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
-    comm_.broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
-        ->wait();
-    p.detach().copy_(host);
-  }
   for (const auto& p : params)
     ACCEL_CHECK(p.scalar_type() == torch::kFloat, Status::Unsupported, "ZeRO shards fp32 parameters; the model has a ",
                 c10::toString(p.scalar_type()), " parameter");
@@ -99,6 +124,7 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::S
   const bool separate_master = !(work_ == torch::kFloat && stage_ <= 2);
   if (separate_master) master_ = torch::zeros({total_chunks}, torch::kFloat);
   if (stage_ == 3 && work_ != torch::kFloat) work_shard_ = torch::zeros({total_chunks}, work_);
+  if (stage_ >= 2) grad_ = torch::zeros({total_chunks}, work_);
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
     torch::Tensor flat = torch::zeros({u.padded}, torch::kFloat);
@@ -110,18 +136,17 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::S
     u.full = work_ == torch::kFloat ? flat : flat.to(work_);
     flat = torch::Tensor();
     u.gathered = true;
+    if (stage_ == 1) u.gbuf = torch::zeros({u.padded}, work_);
     for (size_t i = 0; i < u.params.size(); ++i) {
       torch::Tensor p = params[u.params[i]];
       p.set_data(u.full.narrow(0, u.offsets[i], p.numel()).view(p.sizes()));
     }
     if (stage_ == 3) release(ui);
   }
-  for (size_t k = 0; k < params.size(); ++k) {
-    params[k].register_hook([owner = owner_, k](const torch::Tensor& g) -> torch::Tensor {
-      if (ZeroEngine* e = *owner) e->on_grad(k, g);
-      return g;
-    });
-  }
+  for (size_t k = 0; k < params.size(); ++k)
+    accumulators_.push_back(on_grad_accumulated(params[k], [owner = owner_, k] {
+      if (ZeroEngine* e = *owner) e->accumulated(k);
+    }));
 }
 
 ZeroEngine::~ZeroEngine() { *owner_ = nullptr; }
@@ -184,43 +209,67 @@ void ZeroEngine::charge_backward(size_t u) {
     comm_.charge_compute(4.0 * static_cast<double>(rows_) * static_cast<double>(units_[u].numel) / fps, "backward");
 }
 
-void ZeroEngine::on_grad(size_t k, const torch::Tensor& g) {
+void ZeroEngine::accumulated(size_t k) {
   if (!in_backward_) return;
-  if (stage_ == 1 && !sync_) return;  // stage 1 accumulates unsharded between syncs
-  clear_grads(false);
   auto [ui, slot] = unit_of_[k];
   Unit& u = units_[ui];
-  if (u.launched) return;  // a parameter reached twice after its unit completed
   const auto& p = model_.parameters()[k];
   torch::NoGradGuard ng;
-  torch::Tensor total = (stage_ == 1 && p.grad().defined()) ? p.grad() + g : g;
-  if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, work_);
-  u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(total.detach().reshape({-1}));
-  if (stage_ >= 2) to_clear_.push_back(k);  // autograd stores g in p.grad after this hook
-  if (++u.ready == u.params.size()) launch(ui);
+  if (stage_ == 1) {
+    // the gradient lives in the unit's buffer: later micro-batches accumulate in place
+    torch::Tensor view = u.gbuf.narrow(0, u.offsets[slot], p.numel()).view(p.sizes());
+    if (p.grad().data_ptr() != view.data_ptr()) {
+      view.copy_(p.grad());
+      const_cast<torch::Tensor&>(p).mutable_grad() = view;
+    }
+    if (!sync_) return;  // stage 1 reduces on the micro-batch that completes the gradients
+  } else {
+    if (u.launched) return;  // a parameter reached again after its unit was reduced
+    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, work_);
+    u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
+    const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the unsharded gradient goes at once
+  }
+  if (!u.launched && ++u.ready == u.params.size()) launch(ui);
 }
 
 void ZeroEngine::launch(size_t ui) {
   Unit& u = units_[ui];
   charge_backward(ui);
-  u.rs_out = torch::empty({u.chunk}, work_);
-  u.work = comm_.reduce_scatter(u.gbuf.data_ptr(), u.rs_out.data_ptr(), static_cast<size_t>(u.chunk), work_comm_,
-                                comm::RedOp::Avg);
+  if (stage_ == 1) {  // in place: chunk r of the buffer receives the rank's average
+    auto* base = static_cast<char*>(u.gbuf.data_ptr());
+    u.work = comm_.reduce_scatter(base, base + r_ * u.chunk * u.gbuf.element_size(), static_cast<size_t>(u.chunk),
+                                  work_comm_, comm::RedOp::Avg);
+  } else {
+    u.rs_out = torch::empty({u.chunk}, work_);
+    u.work = comm_.reduce_scatter(u.gbuf.data_ptr(), u.rs_out.data_ptr(), static_cast<size_t>(u.chunk), work_comm_,
+                                  comm::RedOp::Avg);
+  }
   u.launched = true;
+  inflight_.push_back(ui);
   release(ui);  // stage 3: the unit's backward is done with its weights
+  if (stage_ >= 2)
+    while (inflight_.size() > kMaxInflight) complete(inflight_.front());
 }
 
-void ZeroEngine::clear_grads(bool all) {
-  const auto& params = model_.parameters();
-  if (all) {
-    for (const auto& p : params)
-      if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad().reset();
-    to_clear_.clear();
-    return;
+void ZeroEngine::complete(size_t ui) {
+  Unit& u = units_[ui];
+  if (inflight_.empty() || inflight_.front() != ui) return;
+  inflight_.pop_front();
+  u.work->wait();
+  u.work.reset();
+  if (stage_ >= 2) {
+    if (grad_valid_)  // an earlier micro-batch of this step: accumulate
+      grad_chunk(ui).add_(u.rs_out);
+    else
+      grad_chunk(ui).copy_(u.rs_out);
+    u.gbuf = torch::Tensor();
+    u.rs_out = torch::Tensor();
   }
-  for (size_t k : to_clear_)
-    if (params[k].grad().defined()) const_cast<torch::Tensor&>(params[k]).mutable_grad().reset();
-  to_clear_.clear();
+}
+
+void ZeroEngine::clear_grads() {
+  for (const auto& p : model_.parameters())
+    if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad().reset();
 }
 
 void ZeroEngine::end_backward() {
@@ -231,8 +280,8 @@ void ZeroEngine::end_backward() {
   }
   const auto& params = model_.parameters();
   torch::NoGradGuard ng;
-  // units whose parameters got no gradient (unused in this forward): what they have, or
-  // zeros, so every rank launches the same collectives in the same order
+  // units whose parameters got no gradient (unused in this forward): zeros for them, so
+  // every rank launches the same collectives in the same order
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
     if (u.launched) continue;
@@ -240,53 +289,51 @@ void ZeroEngine::end_backward() {
     if (stage_ == 1)
       for (size_t i = 0; i < u.params.size(); ++i) {
         const auto& p = params[u.params[i]];
-        if (p.grad().defined()) u.gbuf.narrow(0, u.offsets[i], p.numel()).copy_(p.grad().detach().reshape({-1}));
+        torch::Tensor view = u.gbuf.narrow(0, u.offsets[i], p.numel());
+        if (!p.grad().defined())
+          view.zero_();
+        else if (p.grad().data_ptr() != view.data_ptr())
+          view.copy_(p.grad().reshape({-1}));
       }
     launch(ui);
   }
-  if (!grad_.defined()) grad_ = torch::zeros({total_}, work_);
+  while (!inflight_.empty()) complete(inflight_.front());
   for (size_t ui = 0; ui < units_.size(); ++ui) {
-    Unit& u = units_[ui];
-    u.work->wait();
-    u.work.reset();
-    if (grad_valid_)
-      grad_chunk(ui).add_(u.rs_out);
-    else
-      grad_chunk(ui).copy_(u.rs_out);
-    u.gbuf = torch::Tensor();
-    u.rs_out = torch::Tensor();
-    u.ready = 0;
-    u.launched = false;
+    units_[ui].ready = 0;
+    units_[ui].launched = false;
     release(ui);
   }
   grad_valid_ = true;
-  clear_grads(true);
+  clear_grads();  // the sharded gradient is the truth now
 }
 
 void ZeroEngine::end_backward_abandoned() {
   in_backward_ = false;
+  while (!inflight_.empty()) {
+    const size_t ui = inflight_.front();
+    inflight_.pop_front();
+    try {
+      units_[ui].work->wait();
+    } catch (const std::exception&) {  // the failure that stopped backward, most likely
+    }
+    units_[ui].work.reset();
+  }
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
-    if (u.work) {
-      try {
-        u.work->wait();
-      } catch (const std::exception&) {  // the failure that stopped backward, most likely
-      }
-    }
-    u.work.reset();
-    u.gbuf = torch::Tensor();
+    if (stage_ >= 2) u.gbuf = torch::Tensor();
     u.rs_out = torch::Tensor();
     u.ready = 0;
     u.launched = false;
     release(ui);
   }
-  clear_grads(true);
+  clear_grads();
 }
 
 bool ZeroEngine::unscale(double inv_scale) {
   grad_factor_ = inv_scale;
   int32_t bad = 0;
-  if (grad_valid_) bad = torch::isfinite(grad_).all().item<bool>() ? 0 : 1;
+  if (grad_valid_)
+    for (size_t u = 0; u < units_.size() && !bad; ++u) bad = torch::isfinite(grad_chunk(u)).all().item<bool>() ? 0 : 1;
   comm_.all_reduce(&bad, &bad, 1, comm::DataType::Int32, comm::RedOp::Max)->wait();
   return bad != 0;
 }
@@ -314,7 +361,6 @@ void ZeroEngine::step(const Optimizer& opt) {
   const auto& sgd = opt.sgd_config();
   const auto& adamw = opt.adamw_config();
   const int64_t total = total_;
-  if (!grad_.defined()) grad_ = torch::zeros({total}, work_);
   ++steps_;
   if (adamw && !exp_avg_.defined()) {
     exp_avg_ = torch::zeros({total}, torch::kFloat);
@@ -364,10 +410,9 @@ void ZeroEngine::step(const Optimizer& opt) {
 }
 
 void ZeroEngine::zero_grad() {
-  grad_valid_ = false;
+  grad_valid_ = false;  // the next micro-batch overwrites the sharded gradient
   grad_factor_ = 1.0;
-  if (grad_.defined()) grad_.zero_();
-  clear_grads(true);
+  clear_grads();
 }
 
 std::vector<torch::Tensor> ZeroEngine::full_parameters() {

@@ -19,12 +19,22 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "runtime/runtime.h"
 
 namespace accel {
+
+// Runs `fn` each time autograd has accumulated a gradient into p.grad (a post hook on the
+// parameter's gradient accumulator, as DDP's reducer does). The hook lives as long as the
+// returned node is held.
+std::shared_ptr<torch::autograd::Node> on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn);
+
+// Broadcasts process 0's parameters and buffers to every process (DDP and ZeRO at prepare).
+void broadcast_from_rank0(comm::Communicator& comm, Model& model);
 
 class ZeroEngine final : public UnitGate {
  public:
@@ -72,19 +82,26 @@ class ZeroEngine final : public UnitGate {
     int64_t numel = 0, padded = 0, chunk = 0, shard_offset = 0;
     torch::Tensor full;            // [padded], working dtype
     bool gathered = false;
-    torch::Tensor gbuf, rs_out;    // backward: the unit's gradient, its reduced chunk
+    // stage 1: the unit's whole gradient, persistent (the parameters' .grad are views; the
+    // reduce-scatter runs in place, so chunk r of it is the rank's gradient shard);
+    // stages 2-3: the micro-batch's gradient, alive only until it is reduce-scattered
+    torch::Tensor gbuf, rs_out;
     size_t ready = 0;
     bool launched = false;
     std::shared_ptr<comm::Work> work;
   };
   torch::Tensor master_chunk(size_t u);
   torch::Tensor source_chunk(size_t u);  // what the all-gather sends
-  torch::Tensor grad_chunk(size_t u) { return grad_.narrow(0, units_[u].shard_offset, units_[u].chunk); }
+  torch::Tensor grad_chunk(size_t u) {
+    const Unit& x = units_[u];
+    return stage_ == 1 ? x.gbuf.narrow(0, r_ * x.chunk, x.chunk) : grad_.narrow(0, x.shard_offset, x.chunk);
+  }
   void gather(size_t u);
   void release(size_t u);
-  void on_grad(size_t param, const torch::Tensor& g);
+  void accumulated(size_t param);
   void launch(size_t u);
-  void clear_grads(bool all);
+  void complete(size_t u);
+  void clear_grads();
   void charge_backward(size_t u);
 
   int stage_;
@@ -106,7 +123,8 @@ class ZeroEngine final : public UnitGate {
   // backward
   bool in_backward_ = false, sync_ = false;
   int64_t rows_ = 0;
-  std::vector<size_t> to_clear_;
+  std::deque<size_t> inflight_;  // units whose reduce-scatter is launched, oldest first
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
 };
 

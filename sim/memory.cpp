@@ -9,6 +9,7 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <unordered_map>
 
 #include "runtime/torch_version.h"
 #include "sim/world.h"
@@ -65,15 +66,35 @@ struct Charged {
   uint64_t bytes;
 };
 
-void release_charged(void* ctx) {
-  auto* c = static_cast<Charged*>(ctx);
+// The context of a charged allocation is its data pointer (libtorch's raw_allocate, used by
+// oneDNN's bf16 kernels, requires that); the charge is found in this table.
+std::mutex g_charged_mu;
+c10::DeleterFnPtr g_base_raw_deleter = nullptr;  // the wrapped allocator's, for its own pointers
+std::unordered_map<void*, Charged*>& charged_table() {
+  static auto* t = new std::unordered_map<void*, Charged*>();  // outlives every tensor
+  return *t;
+}
+
+void release_charged(void* data) {
+  Charged* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(g_charged_mu);
+    auto& t = charged_table();
+    auto it = t.find(data);
+    if (it == t.end()) {  // an allocation made off the simulated ranks (raw_deallocate)
+      if (g_base_raw_deleter) g_base_raw_deleter(data);
+      return;
+    }
+    c = it->second;
+    t.erase(it);
+  }
   c->budget->release(c->rank, c->bytes);
   delete c;  // frees the memory through the wrapped allocator's deleter
 }
 
 class BudgetAllocator final : public c10::Allocator {
  public:
-  explicit BudgetAllocator(c10::Allocator* base) : base_(base) {}
+  explicit BudgetAllocator(c10::Allocator* base) : base_(base) { g_base_raw_deleter = base->raw_deleter(); }
 
   c10::DataPtr allocate(size_t n) ACCEL_ALLOC_CONST override {
     World* w = current_world();
@@ -91,8 +112,15 @@ class BudgetAllocator final : public c10::Allocator {
     void* data = inner.get();
     const c10::Device device = inner.device();
     auto* ctx = new Charged{std::move(inner), std::move(budget), r, n};
-    return c10::DataPtr(data, ctx, &release_charged, device);
+    {
+      std::lock_guard<std::mutex> lk(g_charged_mu);
+      charged_table()[data] = ctx;
+    }
+    return c10::DataPtr(data, data, &release_charged, device);
   }
+
+  // raw_deallocate: charged pointers are released from their rank, others go to the base
+  c10::DeleterFnPtr raw_deleter() const override { return g_base_raw_deleter ? &release_charged : nullptr; }
 
 #if ACCEL_TORCH_AT_LEAST(2, 3)
   void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }

@@ -896,6 +896,133 @@ INSTANTIATE_TEST_SUITE_P(Sim, Zero, ::testing::ValuesIn(zero_cases()), [](const 
          "ranks_k" + std::to_string(info.param.k) + (info.param.opt == OptKind::SGD ? "_sgd" : "_adamw");
 });
 
+// ---------------------------------------------------------------------------------------
+// Memory and communication per strategy, against the ZeRO paper's arithmetic.
+
+struct StrategyRun {
+  RunReport report;
+  uint64_t psi = 0;  // parameters
+  uint64_t layer = 0;  // parameters of one layer (a ZeRO unit)
+};
+
+// An MLP of `layers` layers of width w, bf16 AdamW, `steps` steps of micro-batch 1 on N
+// ranks. Peaks are measured from after prepare (the unsharded model each rank builds
+// before prepare shards it is not training memory).
+StrategyRun run_strategy(Strategy s, int N, int layers, int64_t w, int steps, uint64_t capacity = 0,
+                         Precision precision = Precision::BF16, World** keep = nullptr) {
+  WorldOptions wo = world(N, 30.0);
+  wo.device_capacity = capacity;
+  wo.record_trace = keep != nullptr;
+  auto wp = std::make_unique<World>(wo);
+  World& wr = *wp;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  auto X = torch::randn({64, w}, gen);
+  auto Y = torch::randint(0, w, {64}, gen, torch::kLong);
+  StrategyRun out;
+  out.layer = static_cast<uint64_t>(w * w + w);
+  out.psi = out.layer * static_cast<uint64_t>(layers);
+  out.report = wr.run([&](Rank& rk) {
+    Options o;
+    o.seed = 1;
+    o.device = DeviceKind::CPU;
+    o.strategy = s;
+    o.precision = precision;
+    o.bucket_bytes = 1 << 20;  // DDP's buckets: a small part of the model, as on real models
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    MLPConfig cfg;
+    cfg.sizes.assign(static_cast<size_t>(layers) + 1, w);
+    std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+    AdamWConfig ac;
+    auto opt = std::make_shared<Optimizer>(model, ac);
+    DataLoaderConfig lc;
+    lc.batch_size = 1;
+    auto loader = std::make_shared<DataLoader>(X, Y, lc);
+    acc.prepare(model, opt, nullptr, loader);
+    rk.comm().barrier();
+    if (rk.rank() == 0) rk.world().budget()->reset_peaks();
+    rk.comm().barrier();
+    while (acc.optimizer_steps() < steps) {
+      auto b = acc.next_batch(*loader);
+      if (!b) continue;
+      acc.backward(cross_entropy(acc.forward(*model, {b->inputs}), b->targets));
+      acc.step();
+    }
+  });
+  if (keep) *keep = wp.release();
+  return out;
+}
+
+// Peak bytes per rank, bf16 AdamW (Psi parameters, N ranks): DDP 16Psi (fp32 weights and
+// gradients, two fp32 moments); ZeRO-1 4Psi + 12Psi/N; ZeRO-2 2Psi + 14Psi/N; ZeRO-3
+// 16Psi/N; plus what docs/distributed.md documents on top: under ZeRO-2 the gradient of the
+// layer autograd just computed, the unit buffer being filled and the one being reduced
+// (3 layers in bf16), under ZeRO-3 also the gathered layer (4 layers). Within 10%.
+TEST(StrategyMemory, PeakBytesPerRankFollowTheZeroArithmetic) {
+  const int N = 8, layers = 48;
+  const int64_t w = 256;
+  std::vector<double> peaks;
+  for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+    StrategyRun run = run_strategy(s, N, layers, w, 2);
+    ASSERT_TRUE(run.report.ok()) << run.report.first_error();
+    const double psi = static_cast<double>(run.psi), n = N, layer_bf16 = 2.0 * static_cast<double>(run.layer);
+    double expected = 0;
+    switch (s) {
+      case Strategy::DDP: expected = 16 * psi; break;
+      case Strategy::Zero1: expected = 4 * psi + 12 * psi / n; break;
+      case Strategy::Zero2: expected = 2 * psi + 14 * psi / n + 3 * layer_bf16; break;
+      default: expected = 16 * psi / n + 4 * layer_bf16; break;
+    }
+    for (const auto& r : run.report.ranks) {
+      const double ratio = static_cast<double>(r.peak_bytes) / expected;
+      EXPECT_NEAR(ratio, 1.0, 0.10) << strategy_name(s) << " rank " << r.rank << ": peak " << r.peak_bytes
+                                    << " bytes, expected " << expected;
+    }
+    peaks.push_back(static_cast<double>(run.report.ranks[0].peak_bytes));
+  }
+  for (size_t i = 1; i < peaks.size(); ++i) EXPECT_LT(peaks[i], peaks[i - 1]) << "each stage saves memory";
+}
+
+TEST(StrategyMemory, OutOfMemoryUnderDdpTrainsUnderZero3) {
+  const int N = 8, layers = 48;
+  const int64_t w = 256;
+  const uint64_t budget = 20ull << 20;  // the unsharded model (12.6 MB in fp32) fits; DDP's 51 MB does not
+  StrategyRun ddp = run_strategy(Strategy::DDP, N, layers, w, 2, budget);
+  EXPECT_FALSE(ddp.report.ok());
+  int oom = 0;
+  for (const auto& r : ddp.report.ranks) {
+    EXPECT_TRUE(r.status == Status::OutOfMemory || r.status == Status::Communication) << r.error;
+    oom += r.status == Status::OutOfMemory;
+  }
+  EXPECT_GE(oom, 1);
+  EXPECT_NE(ddp.report.first_error().find("out of memory"), std::string::npos) << ddp.report.first_error();
+  StrategyRun z3 = run_strategy(Strategy::Zero3, N, layers, w, 2, budget);
+  ASSERT_TRUE(z3.report.ok()) << z3.report.first_error();
+  for (const auto& r : z3.report.ranks) EXPECT_LE(r.peak_bytes, budget);
+}
+
+// Bytes each rank sends per optimizer step (the difference between 3 and 2 steps), in
+// elements of the gradient's type: the ZeRO paper's 2Psi for DDP (ring all-reduce) and
+// stages 1-2 (reduce-scatter + all-gather), 3Psi for stage 3 (all-gather in forward and
+// in backward, reduce-scatter), each times (N-1)/N for a ring.
+TEST(StrategyCommunication, BytesPerStepMatchTheZeroPaper) {
+  const int N = 4, layers = 6;
+  const int64_t w = 64;
+  for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+    StrategyRun a = run_strategy(s, N, layers, w, 2, 0, Precision::No);
+    StrategyRun b = run_strategy(s, N, layers, w, 3, 0, Precision::No);
+    ASSERT_TRUE(a.report.ok() && b.report.ok()) << a.report.first_error() << b.report.first_error();
+    const double psi = static_cast<double>(a.psi), factor = s == Strategy::Zero3 ? 3.0 : 2.0;
+    const double expected = factor * psi * (N - 1) / N;
+    for (int r = 0; r < N; ++r) {
+      const double sent = static_cast<double>(b.report.ranks[static_cast<size_t>(r)].bytes_sent -
+                                              a.report.ranks[static_cast<size_t>(r)].bytes_sent) / 4.0;
+      EXPECT_NEAR(sent / expected, 1.0, 0.02) << strategy_name(s) << " rank " << r << ": " << sent << " elements, expected "
+                                              << expected;
+    }
+  }
+}
+
 TEST(Ddp, PrepareBroadcastsParametersAndBuffersFromRankZero) {
   torch::jit::Module m("WithBuffer");
   m.register_parameter("w", torch::ones({3}), false);
