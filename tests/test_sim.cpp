@@ -746,7 +746,7 @@ struct DdpRun {
 };
 
 DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch::Tensor& X, const torch::Tensor& Y,
-                 Strategy strategy = Strategy::DDP) {
+                 Strategy strategy = Strategy::DDP, Precision precision = Precision::No) {
   WorldOptions wo = world(N);
   World w(wo);
   DdpRun out;
@@ -757,6 +757,7 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
     o.seed = 123;
     o.device = DeviceKind::CPU;
     o.strategy = strategy;
+    o.precision = precision;
     o.bucket_bytes = 4096;  // several buckets
     std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
     Accelerator acc(o, c);
@@ -783,8 +784,9 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
 }
 
 std::vector<torch::Tensor> train_single(int64_t batch, int steps, OptKind which, const torch::Tensor& X,
-                                        const torch::Tensor& Y) {
+                                        const torch::Tensor& Y, Precision precision = Precision::No) {
   Options o;
+  o.precision = precision;
   o.seed = 123;
   o.device = DeviceKind::CPU;
   Accelerator acc(o);
@@ -807,6 +809,16 @@ struct DdpCase {
   OptKind opt;
   Strategy strategy = Strategy::DDP;
 };
+
+// ||got - ref|| / ||ref|| over all the parameters together.
+double norm_rel_err(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    num += (got[i] - ref[i]).pow(2).sum().item<double>();
+    den += ref[i].pow(2).sum().item<double>();
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
 
 double max_rel_err(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& ref) {
   double worst = 0;
@@ -878,6 +890,148 @@ TEST_P(Zero, EqualsOneProcessWithTheGlobalBatch) {
   ASSERT_TRUE(run.report.ok()) << run.report.first_error();
   auto ref = train_single(N * K * B, steps, which, X, Y);
   EXPECT_LE(max_rel_err(run.params, ref), 1e-5) << "N=" << N << " K=" << K << " stage " << zero_stage(strategy);
+}
+
+// Mixed precision: 16-bit working weights, fp32 master chunks, gradients reduced in 16
+// bits. Against one fp32 process the result is off by the precision's rounding, as much as
+// DDP under the same precision (fp32 weights, autocast) is, and no more (SGD, so that
+// the difference is not amplified by Adam's normalisation of near-zero gradients).
+TEST(Zero, MixedPrecisionTrainsEveryStage) {
+  const int N = 4, K = 2, steps = 20;
+  const int64_t B = 4;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto X = torch::randn({N * K * B * steps, 16}, gen);
+  auto Y = torch::randint(0, 5, {N * K * B * steps}, gen, torch::kLong);
+  auto ref = train_single(N * K * B, steps, OptKind::SGD, X, Y);
+  for (Precision p : {Precision::BF16, Precision::FP16}) {
+    DdpRun ddp = train_ddp(N, K, B, steps, OptKind::SGD, X, Y, Strategy::DDP, p);
+    ASSERT_TRUE(ddp.report.ok()) << ddp.report.first_error();
+    const double ddp_err = norm_rel_err(ddp.params, ref);
+    EXPECT_LT(ddp_err, p == Precision::BF16 ? 0.01 : 0.004);
+    for (Strategy s : {Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+      DdpRun run = train_ddp(N, K, B, steps, OptKind::SGD, X, Y, s, p);
+      ASSERT_TRUE(run.report.ok()) << run.report.first_error();
+      const double err = norm_rel_err(run.params, ref);
+      const char* name = p == Precision::BF16 ? " bf16" : " fp16";
+      EXPECT_LE(err, 1.25 * ddp_err + 1e-4) << strategy_name(s) << name << " (DDP: " << ddp_err << ")";
+      EXPECT_GT(err, 1e-5) << strategy_name(s) << name << ": the 16-bit working weights must show";
+    }
+  }
+}
+
+// A TorchScript model: ZeRO cannot see its layers, so stages 1-2 bucket its parameters and
+// stage 3 gathers the whole model around forward and backward. Same weights as DDP.
+TEST(Zero, TorchScriptModelsMatchDdp) {
+  torch::jit::Module m("TwoLayers");
+  auto g0 = at::make_generator<at::CPUGeneratorImpl>(3);
+  m.register_parameter("w1", torch::randn({16, 32}, g0) * 0.25, false);
+  m.register_parameter("b1", torch::zeros({32}), false);
+  m.register_parameter("w2", torch::randn({32, 5}, g0) * 0.2, false);
+  m.define(R"(
+def forward(self, x):
+    return torch.relu(x.matmul(self.w1) + self.b1).matmul(self.w2)
+)");
+  std::string path = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/accel_test_sim_zero_" +
+                     std::to_string(::getpid()) + ".pt";
+  m.save(path);
+  const int N = 4, steps = 10;
+  const int64_t B = 4;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto X = torch::randn({N * B * steps, 16}, gen);
+  auto Y = torch::randint(0, 5, {N * B * steps}, gen, torch::kLong);
+  auto train = [&](Strategy s) {
+    World w(world(N));
+    std::vector<torch::Tensor> out;
+    auto rep = w.run([&](Rank& rk) {
+      Options o;
+      o.device = DeviceKind::CPU;
+      o.strategy = s;
+      o.bucket_bytes = 1024;  // the biases and w2 in one bucket, w1 in another
+      std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+      Accelerator acc(o, c);
+      std::shared_ptr<Model> model = load_torchscript(path);
+      auto opt = make_opt(model, OptKind::AdamW);
+      DataLoaderConfig lc;
+      lc.batch_size = B;
+      auto loader = std::make_shared<DataLoader>(X, Y, lc);
+      acc.prepare(model, opt, nullptr, loader);
+      train_steps(acc, *model, *loader, steps);
+      auto full = acc.full_parameters(*model);
+      if (rk.rank() == 0) out = full;
+    });
+    EXPECT_TRUE(rep.ok()) << rep.first_error();
+    return out;
+  };
+  auto ddp = train(Strategy::DDP);
+  ASSERT_EQ(ddp.size(), 3u);
+  for (Strategy s : {Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
+    EXPECT_LE(max_rel_err(train(s), ddp), 1e-5) << strategy_name(s);
+  std::remove(path.c_str());
+}
+
+// Bad input fails at prepare, on every rank, with a message: a strategy the backend lacks
+// a collective for, split batches that do not divide.
+TEST(Zero, MissingCollectiveFailsAtPrepareOnEveryRank) {
+  WorldOptions wo = world(4);
+  wo.missing = {"reduce_scatter:bfloat16"};
+  World w(wo);
+  std::atomic<int> prepared{0};
+  auto rep = w.run([&](Rank& rk) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.strategy = Strategy::Zero2;
+    o.precision = Precision::BF16;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    MLPConfig cfg;
+    cfg.sizes = {8, 4};
+    std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+    acc.prepare(model, make_opt(model, OptKind::SGD), nullptr, nullptr);
+    ++prepared;
+  });
+  EXPECT_EQ(prepared.load(), 0);
+  for (const auto& r : rep.ranks) {
+    EXPECT_EQ(r.status, Status::Unsupported) << r.error;
+    EXPECT_NE(r.error.find("zero2 needs reduce_scatter of bfloat16"), std::string::npos) << r.error;
+    EXPECT_EQ(r.collectives, 0u) << "refused before any communication";
+  }
+  // the same world's other collectives still serve DDP and fp32 ZeRO
+  wo.missing = {"reduce_scatter:bfloat16"};
+  World w2(wo);
+  auto ok = w2.run([&](Rank& rk) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.strategy = Strategy::Zero2;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    MLPConfig cfg;
+    cfg.sizes = {8, 4};
+    std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+    acc.prepare(model, make_opt(model, OptKind::SGD), nullptr, nullptr);
+  });
+  EXPECT_TRUE(ok.ok()) << ok.first_error();
+}
+
+TEST(Ddp, SplitBatchesThatDoNotDivideFailAtPrepareOnEveryRank) {
+  World w(world(3));
+  auto rep = w.run([&](Rank& rk) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.strategy = Strategy::DDP;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    DataLoaderConfig lc;
+    lc.batch_size = 8;
+    lc.split_batches = true;
+    auto loader = std::make_shared<DataLoader>(torch::zeros({32, 2}), torch::Tensor(), lc);
+    acc.prepare(nullptr, nullptr, nullptr, loader);
+  });
+  for (const auto& r : rep.ranks) {
+    EXPECT_EQ(r.status, Status::InvalidArgument);
+    EXPECT_NE(r.error.find("split_batches needs a batch size (8) divisible by the number of processes (3)"),
+              std::string::npos)
+        << r.error;
+  }
 }
 
 std::vector<DdpCase> zero_cases() {
@@ -1021,6 +1175,38 @@ TEST(StrategyCommunication, BytesPerStepMatchTheZeroPaper) {
                                               << expected;
     }
   }
+}
+
+// DDP's buckets are launched from backward: in the simulator's trace (compute charged from
+// the FLOP estimate of each bucket's layers), all-reduces run while later buckets' backward
+// compute is still going on; without a gradient to wait for the last bucket, the step
+// would serialise them.
+TEST(Ddp, AllReducesOverlapBackwardInTheTrace) {
+  World* kept = nullptr;
+  StrategyRun run = run_strategy(Strategy::DDP, 4, 8, 512, 2, 0, Precision::No, &kept);
+  std::unique_ptr<World> w(kept);
+  ASSERT_TRUE(run.report.ok()) << run.report.first_error();
+  auto j = nlohmann::json::parse(w->trace_json());
+  struct Ev {
+    double ts, end;
+  };
+  std::vector<Ev> backward, allreduce;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] != "X" || e["pid"] != 0) continue;
+    const Ev ev{e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+    if (e["name"] == "backward") backward.push_back(ev);
+    if (e["name"] == "all_reduce") allreduce.push_back(ev);
+  }
+  ASSERT_GE(backward.size(), 8u);   // one charge per bucket per step
+  ASSERT_GE(allreduce.size(), 4u);  // several buckets per step
+  int overlapping = 0;
+  for (const auto& a : allreduce)
+    for (const auto& b : backward)
+      if (b.ts < a.end && a.ts < b.end) {
+        ++overlapping;
+        break;
+      }
+  EXPECT_GE(overlapping, 2) << "all-reduces running during backward compute";
 }
 
 TEST(Ddp, PrepareBroadcastsParametersAndBuffersFromRankZero) {
