@@ -1160,4 +1160,36 @@ TEST(Sim, DdpKeepsRanksIdentical) {
   EXPECT_NE(std::vector<float>(alone[1].begin(), alone[1].begin() + 64), std::vector<float>(alone[0].begin(), alone[0].begin() + 64));
 }
 
+// ZeRO through the C ABI, by enum and by the environment variable's names (FSDP's too):
+// the same weights as DDP; accel_model_parameter gathers the shards.
+TEST(Sim, ZeroStagesMatchDdp) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 4;
+  accel_options o = ACCEL_OPTIONS_INIT;
+  o.strategy = ACCEL_STRATEGY_DDP;
+  o.seed = 9;
+  std::vector<std::vector<float>> ddp(4);
+  ASSERT_EQ(accel_sim_run(&so, &o, ddp_rank, &ddp, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  auto close_to_ddp = [&](const std::vector<std::vector<float>>& w, const char* what) {
+    for (int r = 0; r < 4; ++r) {
+      ASSERT_EQ(w[r].size(), ddp[0].size()) << what;
+      for (size_t i = 0; i < w[r].size(); ++i) EXPECT_NEAR(w[r][i], ddp[0][i], 1e-5) << what << " rank " << r << " at " << i;
+    }
+  };
+  for (accel_strategy st : {ACCEL_STRATEGY_ZERO1, ACCEL_STRATEGY_SHARD_GRAD_OP, ACCEL_STRATEGY_FULL_SHARD}) {
+    o.strategy = st;
+    std::vector<std::vector<float>> w(4);
+    ASSERT_EQ(accel_sim_run(&so, &o, ddp_rank, &w, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+    close_to_ddp(w, "enum");
+  }
+  o.strategy = ACCEL_STRATEGY_NO;
+  for (const char* name : {"zero1", "ZERO2", "shard_grad_op", "zero3", "FULL_SHARD"}) {
+    ::setenv("ACCEL_STRATEGY", name, 1);
+    std::vector<std::vector<float>> w(4);
+    ASSERT_EQ(accel_sim_run(&so, &o, ddp_rank, &w, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+    close_to_ddp(w, name);
+  }
+  ::unsetenv("ACCEL_STRATEGY");
+}
+
 }  // namespace

@@ -1,10 +1,17 @@
-/* Trains accel's built-in MLP on the UCI handwritten digits through the C ABI and prints
- * the held-out accuracy on its last line ("accuracy: 0.9722").
+/* Trains accel's built-in MLP on the UCI handwritten digits through the C ABI. By default
+ * on 4 simulated GPUs with ZeRO stage 2 and bf16: every rank trains on its shard of each
+ * batch, gradients are reduce-scattered, optimizer state and fp32 master weights sharded.
+ * Prints progress per epoch, each rank's peak device memory, the predicted time per step on
+ * the simulator's topology (8xH100 by default) and, on its last line, the held-out accuracy
+ * ("accuracy: 0.9722").
  *
- *   train_digits [--data PATH] [--precision no|bf16|fp16] [--accum K] [--epochs N]
- *                [--batch B] [--save PATH.safetensors]
+ *   train_digits [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16]
+ *                [--accum K] [--epochs N] [--batch B] [--topology 8xH100] [--memory 80GiB]
+ *                [--trace out.json] [--data PATH] [--save PATH.safetensors]
  *
- * The data: examples/data/digits.csv.gz (CC BY 4.0, see examples/data/README.md). */
+ * --ranks 0 trains in this process alone, on its default device (a GPU when there is one).
+ * --batch is per process. The data: examples/data/digits.csv.gz (CC BY 4.0, see
+ * examples/data/README.md). */
 #include <accel/accel.h>
 
 #include <stdio.h>
@@ -17,89 +24,73 @@
 #define DIGITS_DEFAULT_PATH "examples/data/digits.csv.gz"
 #endif
 
-int main(int argc, char **argv) {
-    const char *data = DIGITS_DEFAULT_PATH, *save = NULL;
-    int epochs = 20, accum = 1, batch = 32, i;
-    accel_precision precision = ACCEL_PRECISION_NO;
-    digits all, train, test;
-    accel_options opts = ACCEL_OPTIONS_INIT;
-    accel_context *ctx = NULL;
-    accel_model *model = NULL;
-    accel_optimizer *opt = NULL;
-    accel_scheduler *sched = NULL;
-    accel_dataloader *loader = NULL;
-    accel_tensor *xs, *ys;
+typedef struct job {
+    digits train, test;
+    accel_tensor *xs, *ys; /* the training set in host memory, shared by the processes */
+    int epochs, batch, accum, precision_fp16;
+    const char *save;
+    double accuracy;
+    int64_t steps;
+} job;
+
+#define TRY(call)                      \
+    do {                               \
+        accel_status s_ = (call);      \
+        if (s_ != ACCEL_OK) return s_; \
+    } while (0)
+
+/* One process's training: the same code on 1 or N processes. */
+static accel_status train(accel_context *ctx, void *user) {
+    job *j = user;
     int64_t sizes[] = {DIGITS_FEATURES, 128, 64, DIGITS_CLASSES}, batches;
     accel_mlp_options mlp = ACCEL_MLP_OPTIONS_INIT;
     accel_adamw_options adamw = ACCEL_ADAMW_OPTIONS_INIT;
     accel_scheduler_options so = ACCEL_SCHEDULER_OPTIONS_INIT;
     accel_dataloader_options lo = ACCEL_DATALOADER_OPTIONS_INIT;
-
-    for (i = 1; i < argc; ++i) {
-        if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
-        else if (!strcmp(argv[i], "--epochs") && i + 1 < argc) epochs = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--accum") && i + 1 < argc) accum = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) batch = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--save") && i + 1 < argc) save = argv[++i];
-        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
-            const char *p = argv[++i];
-            if (!strcmp(p, "no")) precision = ACCEL_PRECISION_NO;
-            else if (!strcmp(p, "bf16")) precision = ACCEL_PRECISION_BF16;
-            else if (!strcmp(p, "fp16")) precision = ACCEL_PRECISION_FP16;
-            else { fprintf(stderr, "unknown precision '%s' (no, bf16, fp16)\n", p); return 2; }
-        } else {
-            fprintf(stderr, "usage: %s [--data PATH] [--precision no|bf16|fp16] [--accum K] [--epochs N] [--batch B] [--save FILE]\n", argv[0]);
-            return 2;
-        }
-    }
-    if (epochs < 1 || accum < 1 || batch < 1) { fprintf(stderr, "epochs, accum and batch must be >= 1\n"); return 2; }
-
-    if (digits_load(data, &all) != 0 || digits_split(&all, 0.2, 42, &train, &test) != 0) return 1;
-    printf("digits: %lld training samples, %lld held out\n", (long long)train.n, (long long)test.n);
-
-    opts.mixed_precision = precision;
-    opts.gradient_accumulation_steps = accum;
-    opts.seed = 42;
-    CHECK(NULL, accel_init(&opts, &ctx));
+    accel_model *model = NULL;
+    accel_optimizer *opt = NULL;
+    accel_scheduler *sched = NULL;
+    accel_dataloader *loader = NULL;
+    accel_step_result r;
+    int32_t nproc = 1;
+    int epoch;
+    const int64_t accum = j->accum;
+    char line[256];
 
     mlp.layer_sizes = sizes;
     mlp.num_layer_sizes = sizeof sizes / sizeof sizes[0];
-    CHECK(ctx, accel_model_create_mlp(ctx, &mlp, &model));
-    adamw.lr = 3e-3;
-    CHECK(ctx, accel_optimizer_create_adamw(ctx, model, &adamw, &opt));
-
-    xs = host_tensor(ACCEL_FLOAT32, train.n, DIGITS_FEATURES, train.x);
-    ys = host_tensor(ACCEL_INT64, train.n, 0, train.y);
-    lo.batch_size = batch;
+    TRY(accel_model_create_mlp(ctx, &mlp, &model));
+    TRY(accel_num_processes(ctx, &nproc));
+    /* the global batch grows with the processes: scale the step with it (capped) */
+    adamw.lr = 3e-3 * (nproc < 4 ? nproc : 4);
+    TRY(accel_optimizer_create_adamw(ctx, model, &adamw, &opt));
+    lo.batch_size = j->batch;
     lo.shuffle = 1;
     lo.seed = 42;
-    CHECK(ctx, accel_dataloader_create(ctx, xs, ys, &lo, &loader));
-    accel_tensor_destroy(xs);
-    accel_tensor_destroy(ys);
-    CHECK(ctx, accel_dataloader_num_batches(loader, &batches));
-
+    TRY(accel_dataloader_create(ctx, j->xs, j->ys, &lo, &loader));
+    TRY(accel_prepare(ctx, NULL, NULL, NULL, loader)); /* shards the batches across processes */
+    TRY(accel_dataloader_num_batches(loader, &batches)); /* this process's share */
     so.kind = ACCEL_SCHEDULE_COSINE;
-    so.total_steps = (int64_t)epochs * ((batches + accum - 1) / accum);
+    so.total_steps = (int64_t)j->epochs * ((batches + accum - 1) / accum);
     so.warmup_steps = so.total_steps / 20;
-    CHECK(ctx, accel_scheduler_create(ctx, opt, &so, &sched));
-    CHECK(ctx, accel_prepare(ctx, model, opt, sched, loader));
+    TRY(accel_scheduler_create(ctx, opt, &so, &sched));
+    TRY(accel_prepare(ctx, model, opt, sched, NULL));
 
-    for (i = 0; i < epochs; ++i) {
-        accel_tensor *x = NULL, *y = NULL;
-        double loss_sum = 0, lr = 0;
+    for (epoch = 0; epoch < j->epochs; ++epoch) {
+        accel_tensor *x = NULL, *y = NULL, *mean = NULL, *sum = NULL;
+        double loss_sum = 0, lr = 0, global = 0;
         int64_t n = 0, skipped = 0;
-        accel_step_result r;
         for (;;) {
             accel_tensor *logits = NULL, *loss = NULL;
             double l;
-            CHECK(ctx, accel_dataloader_next(ctx, loader, &x, &y));
+            TRY(accel_dataloader_next(ctx, loader, &x, &y));
             if (!x) break; /* end of the epoch */
-            CHECK(ctx, accel_model_forward(ctx, model, &x, 1, &logits));
-            CHECK(ctx, accel_loss_cross_entropy(ctx, logits, y, &loss));
-            CHECK(ctx, accel_tensor_item(loss, &l));
-            CHECK(ctx, accel_backward(ctx, loss));
-            CHECK(ctx, accel_clip_grad_norm(ctx, 1.0, NULL));
-            CHECK(ctx, accel_step(ctx, &r));
+            TRY(accel_model_forward(ctx, model, &x, 1, &logits));
+            TRY(accel_loss_cross_entropy(ctx, logits, y, &loss));
+            TRY(accel_tensor_item(loss, &l));
+            TRY(accel_backward(ctx, loss));
+            TRY(accel_clip_grad_norm(ctx, 1.0, NULL));
+            TRY(accel_step(ctx, &r));
             skipped += r.skipped;
             loss_sum += l;
             ++n;
@@ -108,26 +99,138 @@ int main(int argc, char **argv) {
             accel_tensor_destroy(x);
             accel_tensor_destroy(y);
         }
-        CHECK(ctx, accel_optimizer_lr(opt, &lr));
-        printf("epoch %2d/%d  loss %.4f  lr %.2e  steps %lld", i + 1, epochs, loss_sum / (double)n, lr,
-               (long long)r.optimizer_steps);
-        if (precision == ACCEL_PRECISION_FP16) printf("  loss-scale %.0f  skipped %lld", r.loss_scale, (long long)skipped);
-        printf("  test-accuracy %.4f\n", evaluate(ctx, model, &test));
-        fflush(stdout);
+        /* the mean loss over every process's batches */
+        loss_sum /= (double)n;
+        TRY(accel_tensor_create(ACCEL_FLOAT64, (int64_t[]){1}, 1, &loss_sum, &sum));
+        TRY(accel_reduce(ctx, sum, ACCEL_REDUCE_MEAN, &mean));
+        TRY(accel_tensor_item(mean, &global));
+        accel_tensor_destroy(sum);
+        accel_tensor_destroy(mean);
+        TRY(accel_optimizer_lr(opt, &lr));
+        j->accuracy = evaluate(ctx, model, &j->test); /* every process: under ZeRO-3 forward gathers */
+        snprintf(line, sizeof line, "epoch %2d/%d  loss %.4f  lr %.2e  steps %lld%s  test-accuracy %.4f", epoch + 1,
+                 j->epochs, global, lr, (long long)r.optimizer_steps, "", j->accuracy);
+        if (j->precision_fp16) {
+            size_t len = strlen(line);
+            snprintf(line + len, sizeof line - len, "  loss-scale %.0f  skipped %lld", r.loss_scale, (long long)skipped);
+        }
+        TRY(accel_print(ctx, line)); /* the main process prints */
     }
-    if (save) {
-        CHECK(ctx, accel_save_model(ctx, model, save));
-        printf("weights saved to %s\n", save);
+    j->steps = r.optimizer_steps;
+    if (j->save) {
+        TRY(accel_save_model(ctx, model, j->save)); /* gathers the shards; the main process writes */
+        snprintf(line, sizeof line, "weights saved to %s", j->save);
+        TRY(accel_print(ctx, line));
     }
-    printf("accuracy: %.4f\n", evaluate(ctx, model, &test));
-
     accel_dataloader_destroy(loader);
     accel_scheduler_destroy(sched);
     accel_optimizer_destroy(opt);
     accel_model_destroy(model);
-    accel_destroy(ctx);
+    return ACCEL_OK;
+}
+
+int main(int argc, char **argv) {
+    const char *data = DIGITS_DEFAULT_PATH, *topology = "8xH100", *memory = NULL, *trace = NULL;
+    int ranks = 4, accum = 1, i;
+    accel_precision precision = ACCEL_PRECISION_BF16;
+    accel_strategy strategy = ACCEL_STRATEGY_ZERO2;
+    digits all;
+    job j;
+    accel_options opts = ACCEL_OPTIONS_INIT;
+    static const char *usage =
+        "usage: %s [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16] [--accum K]\n"
+        "       [--epochs N] [--batch B] [--topology NAME] [--memory BYTES] [--trace FILE] [--data PATH] [--save FILE]\n";
+
+    memset(&j, 0, sizeof j);
+    j.epochs = 20;
+    j.batch = 32;
+    for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
+        else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) ranks = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--epochs") && i + 1 < argc) j.epochs = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--accum") && i + 1 < argc) accum = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--batch") && i + 1 < argc) j.batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--save") && i + 1 < argc) j.save = argv[++i];
+        else if (!strcmp(argv[i], "--topology") && i + 1 < argc) topology = argv[++i];
+        else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory = argv[++i];
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
+            const char *p = argv[++i];
+            if (!strcmp(p, "no")) precision = ACCEL_PRECISION_NO;
+            else if (!strcmp(p, "bf16")) precision = ACCEL_PRECISION_BF16;
+            else if (!strcmp(p, "fp16")) precision = ACCEL_PRECISION_FP16;
+            else { fprintf(stderr, "unknown precision '%s' (no, bf16, fp16)\n", p); return 2; }
+        } else if (!strcmp(argv[i], "--strategy") && i + 1 < argc) {
+            const char *p = argv[++i];
+            if (!strcmp(p, "no")) strategy = ACCEL_STRATEGY_NO;
+            else if (!strcmp(p, "ddp")) strategy = ACCEL_STRATEGY_DDP;
+            else if (!strcmp(p, "zero1")) strategy = ACCEL_STRATEGY_ZERO1;
+            else if (!strcmp(p, "zero2")) strategy = ACCEL_STRATEGY_ZERO2;
+            else if (!strcmp(p, "zero3")) strategy = ACCEL_STRATEGY_ZERO3;
+            else { fprintf(stderr, "unknown strategy '%s' (no, ddp, zero1, zero2, zero3)\n", p); return 2; }
+        } else {
+            fprintf(stderr, usage, argv[0]);
+            return 2;
+        }
+    }
+    if (j.epochs < 1 || accum < 1 || j.batch < 1 || ranks < 0) {
+        fprintf(stderr, "epochs, accum and batch must be >= 1, ranks >= 0\n");
+        return 2;
+    }
+
+    if (digits_load(data, &all) != 0 || digits_split(&all, 0.2, 42, &j.train, &j.test) != 0) return 1;
+    printf("digits: %lld training samples, %lld held out\n", (long long)j.train.n, (long long)j.test.n);
+
+    j.xs = host_tensor(ACCEL_FLOAT32, j.train.n, DIGITS_FEATURES, j.train.x);
+    j.ys = host_tensor(ACCEL_INT64, j.train.n, 0, j.train.y);
+    opts.mixed_precision = precision;
+    opts.gradient_accumulation_steps = accum;
+    j.accum = accum;
+    opts.seed = 42;
+    opts.strategy = strategy;
+    j.precision_fp16 = precision == ACCEL_PRECISION_FP16;
+    if (ranks == 0) { /* this process alone */
+        accel_context *ctx = NULL;
+        CHECK(NULL, accel_init(&opts, &ctx));
+        CHECK(ctx, train(ctx, &j));
+        accel_destroy(ctx);
+    } else {
+        accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+        accel_sim_report *rep = NULL;
+        double predicted = 0;
+        int32_t r;
+        accel_status st;
+        so.world_size = ranks;
+        so.topology = topology;
+        so.device_memory = memory;
+        so.trace_path = trace;
+        printf("training on %d simulated GPUs (%s), strategy %s, precision %s\n", ranks, topology,
+               strategy == ACCEL_STRATEGY_NO ? "no" : strategy == ACCEL_STRATEGY_DDP ? "ddp"
+               : strategy == ACCEL_STRATEGY_ZERO1 ? "zero1" : strategy == ACCEL_STRATEGY_ZERO2 ? "zero2" : "zero3",
+               precision == ACCEL_PRECISION_NO ? "fp32" : precision == ACCEL_PRECISION_BF16 ? "bf16" : "fp16");
+        fflush(stdout);
+        st = accel_sim_run(&so, &opts, train, &j, &rep);
+        if (st != ACCEL_OK) {
+            fprintf(stderr, "training failed: %s: %s\n", accel_status_name(st), accel_last_error(NULL));
+            accel_sim_report_destroy(rep);
+            return 1;
+        }
+        for (r = 0; r < ranks; ++r) {
+            uint64_t peak = 0;
+            CHECK(NULL, accel_sim_report_rank(rep, r, NULL, NULL, &peak));
+            printf("rank %d peak device memory %.1f KiB\n", r, (double)peak / 1024.0);
+        }
+        CHECK(NULL, accel_sim_report_predicted_seconds(rep, &predicted));
+        printf("predicted on %s: %.3f ms for the run, %.1f us per optimizer step (%lld steps)\n", topology,
+               predicted * 1e3, j.steps ? predicted * 1e6 / (double)j.steps : 0.0, (long long)j.steps);
+        if (trace) printf("timeline written to %s (open it in ui.perfetto.dev)\n", trace);
+        accel_sim_report_destroy(rep);
+    }
+    printf("accuracy: %.4f\n", j.accuracy);
+    accel_tensor_destroy(j.xs);
+    accel_tensor_destroy(j.ys);
     digits_free(&all);
-    digits_free(&train);
-    digits_free(&test);
+    digits_free(&j.train);
+    digits_free(&j.test);
     return 0;
 }
