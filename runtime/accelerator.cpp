@@ -532,7 +532,8 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
   const bool sharded = zero_ && &model == model_.get();
   if (&model == model_.get()) {
     fwd_rows_ = placed.empty() || placed[0].dim() == 0 ? 1 : placed[0].size(0);
-    charge_flops(2.0 * static_cast<double>(fwd_rows_) * static_cast<double>(model.num_elements()), "forward");
+    if (comm_->flops_per_second() > 0)  // the simulator: charge the forward's estimated compute
+      charge_flops(2.0 * static_cast<double>(fwd_rows_) * static_cast<double>(model.num_elements()), "forward");
   }
   if (!sharded || zero_->stage() != 3) return model.forward(placed, mode);
   if (zero_->gates_units()) {
@@ -681,7 +682,7 @@ void Accelerator::backward(const torch::Tensor& loss) {
     scaled.backward();
     if (ddp_sync_now_) {
       ddp_finish();
-    } else {
+    } else if (comm_->flops_per_second() > 0) {
       charge_flops(4.0 * static_cast<double>(fwd_rows_) * static_cast<double>(model_->num_elements()), "backward");
     }
   }
@@ -729,7 +730,8 @@ void Accelerator::ddp_accumulated(size_t k) {
   Bucket& b = buckets_[bi];
   // the gradient lives in its bucket (as DDP's gradient_as_bucket_view): later micro-batches
   // accumulate into it in place, and the all-reduce averages it there
-  if (!b.flat.defined()) b.flat = torch::zeros({b.numel}, torch::dtype(p.scalar_type()).device(p.device()));
+  // every slot is written before the all-reduce: here, or zeroed in ddp_finish
+  if (!b.flat.defined()) b.flat = torch::empty({b.numel}, torch::dtype(p.scalar_type()).device(p.device()));
   torch::Tensor view = b.flat.narrow(0, b.offsets[slot], p.numel()).view(p.sizes());
   if (p.grad().data_ptr() != view.data_ptr()) {
     view.copy_(p.grad());

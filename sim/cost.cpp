@@ -343,4 +343,47 @@ double p2p_cost(const Topology& t, int src, int dst, uint64_t bytes) {
   return t.launch_overhead + link.alpha + static_cast<double>(bytes) / bw;
 }
 
+StepEstimate estimate_step(const Topology& topo, const std::string& strategy, double params, double tokens, int nranks,
+                           int layers, uint64_t bucket_bytes) {
+  ACCEL_CHECK(params > 0 && tokens > 0 && nranks >= 1 && layers >= 1 && bucket_bytes > 0, Status::InvalidArgument,
+              "estimate_step needs positive params, tokens, ranks, layers and bucket size");
+  ACCEL_CHECK(topo.gpu_flops > 0, Status::InvalidArgument, "topology '", topo.name, "' has no GPU FLOP rate");
+  ACCEL_CHECK(strategy == "ddp" || strategy == "zero1" || strategy == "zero2" || strategy == "zero3",
+              Status::InvalidArgument, "unknown strategy '", strategy, "' (ddp, zero1, zero2, zero3)");
+  StepEstimate e;
+  const double fwd = 2.0 * params * tokens / (topo.gpu_flops * topo.mfu), bwd = 2.0 * fwd;
+  e.compute = fwd + bwd;
+  // `total_bytes` moved as pieces of `piece` bytes: (all pieces, the last piece)
+  auto pieces = [&](CollKind k, double total_bytes) {
+    const double piece = k == CollKind::AllReduce ? static_cast<double>(bucket_bytes) : total_bytes / layers;
+    const double n = std::ceil(total_bytes / piece - 1e-9);
+    const double last = total_bytes - (n - 1) * piece;
+    const double full = collective_cost(topo, k, static_cast<uint64_t>(piece), nranks).seconds;
+    const double tail = collective_cost(topo, k, static_cast<uint64_t>(last), nranks).seconds;
+    return std::make_pair((n - 1) * full + tail, tail);
+  };
+  auto hidden = [](std::pair<double, double> c, double window) { return std::max(c.first - window, c.second); };
+  if (nranks == 1) {
+    e.total = e.compute;
+    return e;
+  }
+  if (strategy == "ddp") {
+    auto ar = pieces(CollKind::AllReduce, 4.0 * params);
+    e.comm = ar.first;
+    e.exposed = hidden(ar, bwd);
+  } else if (strategy == "zero3") {
+    auto ag = pieces(CollKind::AllGather, 2.0 * params);
+    auto rs = pieces(CollKind::ReduceScatter, 2.0 * params);
+    e.comm = 2 * ag.first + rs.first;
+    e.exposed = hidden(ag, fwd) + hidden({ag.first + rs.first, rs.second}, bwd);
+  } else {
+    auto rs = pieces(CollKind::ReduceScatter, 2.0 * params);
+    auto ag = pieces(CollKind::AllGather, 2.0 * params);
+    e.comm = rs.first + ag.first;
+    e.exposed = hidden(rs, bwd) + ag.first;
+  }
+  e.total = e.compute + e.exposed;
+  return e;
+}
+
 }  // namespace accel::sim

@@ -104,4 +104,27 @@ double busbw(CollKind kind, uint64_t bytes, double seconds, int nranks);
 // all-reduce 2(n-1)/n * bytes, reduce-scatter / all-gather (n-1)/n * bytes, ...).
 uint64_t bytes_sent_per_rank(CollKind kind, uint64_t bytes, int nranks);
 
+// A training step's predicted time on `nranks` GPUs of `topo` (nodes filled first), for a
+// dense model of `params` parameters and `tokens` tokens per GPU per step (weak scaling:
+// the per-GPU batch stays, the global batch grows), bf16 mixed precision with AdamW.
+// Compute: forward 2*params*tokens FLOPs, backward twice that, at gpu_flops * mfu.
+// Communication as accel does it: DDP in buckets of `bucket_bytes`, ZeRO per unit (a layer
+// of a model of `layers` equal layers):
+//   "ddp"      all-reduce of the fp32 gradients (4 bytes/param), overlapped with backward
+//   "zero1",   reduce-scatter of the bf16 gradients (2 bytes/param) overlapped with
+//   "zero2"    backward, then the all-gather of the updated bf16 weights (not overlapped)
+//   "zero3"    all-gather of the weights before each unit in forward (overlapped with
+//              forward) and again in backward, with the gradients' reduce-scatter
+//              (overlapped with backward); no all-gather after the step
+// Overlap hides communication behind the compute it runs alongside, except the last
+// piece, which has nothing left to hide behind.
+struct StepEstimate {
+  double compute = 0;   // seconds of forward + backward
+  double comm = 0;      // seconds of communication in total
+  double exposed = 0;   // communication not hidden behind compute
+  double total = 0;     // compute + exposed
+};
+StepEstimate estimate_step(const Topology& topo, const std::string& strategy, double params, double tokens, int nranks,
+                           int layers = 24, uint64_t bucket_bytes = 25ull << 20);
+
 }  // namespace accel::sim

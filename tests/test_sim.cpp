@@ -1127,6 +1127,9 @@ TEST(StrategyMemory, PeakBytesPerRankFollowTheZeroArithmetic) {
       case Strategy::Zero2: expected = 2 * psi + 14 * psi / n + 3 * layer_bf16; break;
       default: expected = 16 * psi / n + 4 * layer_bf16; break;
     }
+    std::printf("%s: peak %llu bytes on rank 0, expected %.0f, ratio %.3f\n", strategy_name(s),
+                static_cast<unsigned long long>(run.report.ranks[0].peak_bytes), expected,
+                static_cast<double>(run.report.ranks[0].peak_bytes) / expected);
     for (const auto& r : run.report.ranks) {
       const double ratio = static_cast<double>(r.peak_bytes) / expected;
       EXPECT_NEAR(ratio, 1.0, 0.10) << strategy_name(s) << " rank " << r.rank << ": peak " << r.peak_bytes
