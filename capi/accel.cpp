@@ -526,6 +526,33 @@ accel_status accel_optimizer_create_adamw(accel_context* ctx, accel_model* model
   });
 }
 
+accel_status accel_lamb_options_init(accel_lamb_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_lamb_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version >= 1 && version <= ACCEL_LAMB_OPTIONS_VERSION, Status::InvalidArgument,
+                "accel_lamb_options version ", version, " is not known to this library (it knows 1..",
+                ACCEL_LAMB_OPTIONS_VERSION, ")");
+    *opts = ACCEL_LAMB_OPTIONS_INIT;
+    opts->version = version;
+  });
+}
+
+accel_status accel_optimizer_create_lamb(accel_context* ctx, accel_model* model, const accel_lamb_options* opts,
+                                         accel_optimizer** out) {
+  return guard(ctx, "accel_optimizer_create_lamb", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    accel_lamb_options o = ACCEL_LAMB_OPTIONS_INIT;
+    if (opts) {
+      check_version(opts, ACCEL_LAMB_OPTIONS_VERSION, "accel_lamb_options");
+      o = *opts;
+    }
+    accel::LAMBConfig c{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+    *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
+  });
+}
+
 void accel_optimizer_destroy(accel_optimizer* optimizer) { delete optimizer; }
 
 accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out) {

@@ -73,6 +73,19 @@ void validate(const AdamWConfig& c) {
   ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "AdamW weight_decay must be >= 0, got ", c.weight_decay);
 }
 
+void validate(const LAMBConfig& c) {
+  ACCEL_CHECK(std::isfinite(c.lr) && c.lr > 0, Status::InvalidArgument, "LAMB lr must be positive, got ", c.lr);
+  ACCEL_CHECK(c.beta1 >= 0 && c.beta1 < 1, Status::InvalidArgument, "LAMB beta1 must be in [0, 1), got ", c.beta1);
+  ACCEL_CHECK(c.beta2 >= 0 && c.beta2 < 1, Status::InvalidArgument, "LAMB beta2 must be in [0, 1), got ", c.beta2);
+  ACCEL_CHECK(c.eps > 0, Status::InvalidArgument, "LAMB eps must be positive, got ", c.eps);
+  ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "LAMB weight_decay must be >= 0, got ", c.weight_decay);
+}
+
+Optimizer::Optimizer(std::shared_ptr<Model> model, LAMBConfig cfg)
+    : model_(std::move(model)), lamb_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
+  validate(cfg);
+}
+
 Optimizer::Optimizer(std::shared_ptr<Model> model, SGDConfig cfg)
     : model_(std::move(model)), sgd_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
   validate(cfg);
@@ -91,6 +104,11 @@ void Optimizer::set_lr(double lr) {
 
 void Optimizer::bind() {
   const auto& params = model_->parameters();
+  bound_ = true;
+  if (lamb_) {
+    lamb_state_.assign(params.size(), LambState{});
+    return;
+  }
   if (sgd_) {
     const auto& c = *sgd_;
     impl_ = std::make_unique<torch::optim::SGD>(
@@ -105,8 +123,39 @@ void Optimizer::bind() {
 }
 
 void Optimizer::step() {
-  ACCEL_CHECK(impl_ != nullptr, Status::InvalidState, "the optimizer is not prepared");
-  impl_->step();
+  ACCEL_CHECK(bound_, Status::InvalidState, "the optimizer is not prepared");
+  if (lamb_)
+    lamb_step();
+  else
+    impl_->step();
+}
+
+void Optimizer::lamb_step() {
+  const LAMBConfig& c = *lamb_;
+  torch::NoGradGuard ng;
+  ++lamb_steps_;
+  const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(lamb_steps_));
+  const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(lamb_steps_));
+  const auto& params = model_->parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& p = params[i];
+    if (!p.grad().defined()) continue;
+    torch::Tensor g = p.grad().to(torch::kFloat);
+    LambState& st = lamb_state_[i];
+    if (!st.m.defined()) {
+      st.m = torch::zeros_like(p, torch::kFloat);
+      st.v = torch::zeros_like(p, torch::kFloat);
+    }
+    st.m.mul_(c.beta1).add_(g, 1 - c.beta1);
+    st.v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
+    torch::Tensor update = (st.m / bc1) / ((st.v / bc2).sqrt() + c.eps);
+    torch::Tensor w = p.detach().to(torch::kFloat);
+    if (c.weight_decay != 0) update.add_(w, c.weight_decay);
+    // the trust ratio needs the whole tensor's norms: why ZeRO cannot shard LAMB
+    const double wn = w.norm().item<double>(), un = update.norm().item<double>();
+    const double trust = wn > 0 && un > 0 ? wn / un : 1.0;
+    p.detach().add_(update.to(p.scalar_type()), -lr_ * trust);
+  }
 }
 
 void Optimizer::zero_grad() {
@@ -432,7 +481,7 @@ void Accelerator::check_strategy(const Optimizer* opt) const {
     need("all_reduce", comm::DataType::Float64);
     need("all_reduce", comm::DataType::Int32);
     ACCEL_CHECK(!opt || opt->shardable(), Status::Unsupported, "ZeRO cannot shard the ", opt->name(),
-                " optimizer: its update is not elementwise");
+                " optimizer: its update is not elementwise (it needs whole-tensor norms); use DDP, or SGD or AdamW");
   }
 }
 

@@ -144,8 +144,14 @@ struct SGDConfig {
 struct AdamWConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
 };
+// LAMB (You et al., 2019): Adam's update plus decoupled weight decay, rescaled per tensor by
+// the trust ratio ||w|| / ||update|| (1 where either norm is 0).
+struct LAMBConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-6, weight_decay = 0.01;
+};
 void validate(const SGDConfig& c);
 void validate(const AdamWConfig& c);
+void validate(const LAMBConfig& c);
 
 // An optimizer over a model's parameters. The libtorch optimizer (and its state) is built
 // at bind(), after the model is placed; the learning rate may be set before.
@@ -153,28 +159,38 @@ class Optimizer {
  public:
   Optimizer(std::shared_ptr<Model> model, SGDConfig cfg);
   Optimizer(std::shared_ptr<Model> model, AdamWConfig cfg);
+  Optimizer(std::shared_ptr<Model> model, LAMBConfig cfg);
   const std::shared_ptr<Model>& model() const { return model_; }
   double base_lr() const { return base_lr_; }
   double lr() const { return lr_; }
   void set_lr(double lr);
-  void bind();  // builds the libtorch optimizer over the model's (placed) parameters
-  bool bound() const { return impl_ != nullptr; }
+  void bind();  // builds the optimizer's state over the model's (placed) parameters
+  bool bound() const { return bound_; }
   const std::optional<SGDConfig>& sgd_config() const { return sgd_; }
   const std::optional<AdamWConfig>& adamw_config() const { return adamw_; }
   // Whether ZeRO can shard this optimizer: its update is elementwise, so each rank can
-  // step its own chunk of the flattened parameters (SGD and AdamW are).
+  // step its own chunk of the flattened parameters (SGD and AdamW are; LAMB's per-tensor
+  // trust ratio is not).
   bool shardable() const { return sgd_.has_value() || adamw_.has_value(); }
-  const char* name() const { return sgd_ ? "SGD" : "AdamW"; }
+  const char* name() const { return sgd_ ? "SGD" : adamw_ ? "AdamW" : "LAMB"; }
   void step();
   void zero_grad();  // sets gradients to none
-  torch::optim::Optimizer& impl() { return *impl_; }
 
  private:
+  void lamb_step();
+
   std::shared_ptr<Model> model_;
   std::optional<SGDConfig> sgd_;
   std::optional<AdamWConfig> adamw_;
+  std::optional<LAMBConfig> lamb_;
   double base_lr_, lr_;
-  std::unique_ptr<torch::optim::Optimizer> impl_;
+  bool bound_ = false;
+  std::unique_ptr<torch::optim::Optimizer> impl_;  // SGD, AdamW: libtorch's
+  struct LambState {
+    torch::Tensor m, v;
+  };
+  std::vector<LambState> lamb_state_;
+  int64_t lamb_steps_ = 0;
 };
 
 enum class Schedule { Constant = 0, Linear = 1, Cosine = 2 };

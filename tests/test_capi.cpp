@@ -1192,4 +1192,56 @@ TEST(Sim, ZeroStagesMatchDdp) {
   ::unsetenv("ACCEL_STRATEGY");
 }
 
+// LAMB's trust ratio needs whole tensors: ZeRO refuses it at prepare on every rank,
+// before any communication; DDP trains with it.
+accel_status lamb_rank(accel_context* ctx, void*) {
+  int64_t sizes[] = {4, 8, 3};
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 3;
+  accel_model* model = nullptr;
+  accel_optimizer* opt = nullptr;
+  accel_lamb_options lo;
+  accel_status s = accel_lamb_options_init(&lo, ACCEL_LAMB_OPTIONS_VERSION);
+  if (s == ACCEL_OK) s = accel_model_create_mlp(ctx, &m, &model);
+  if (s == ACCEL_OK) s = accel_optimizer_create_lamb(ctx, model, &lo, &opt);
+  if (s == ACCEL_OK) s = accel_prepare(ctx, model, opt, nullptr, nullptr);
+  for (int step = 0; step < 3 && s == ACCEL_OK; ++step) {
+    accel_tensor* x = make_f32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+    accel_tensor* y = make_i64({2}, {0, 2});
+    accel_tensor *logits = nullptr, *loss = nullptr;
+    s = accel_model_forward(ctx, model, &x, 1, &logits);
+    if (s == ACCEL_OK) s = accel_loss_cross_entropy(ctx, logits, y, &loss);
+    if (s == ACCEL_OK) s = accel_backward(ctx, loss);
+    if (s == ACCEL_OK) s = accel_step(ctx, nullptr);
+    for (auto* t : {x, y, logits, loss}) accel_tensor_destroy(t);
+  }
+  accel_optimizer_destroy(opt);
+  accel_model_destroy(model);
+  return s;
+}
+
+TEST(Sim, ZeroRefusesLambDdpTrainsWithIt) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 3;
+  accel_options o = ACCEL_OPTIONS_INIT;
+  o.strategy = ACCEL_STRATEGY_ZERO2;
+  accel_sim_report* rep = nullptr;
+  EXPECT_EQ(accel_sim_run(&so, &o, lamb_rank, nullptr, &rep), ACCEL_ERR_UNSUPPORTED);
+  ASSERT_NE(rep, nullptr);
+  for (int32_t r = 0; r < 3; ++r) {
+    accel_status st = ACCEL_OK;
+    const char* err = nullptr;
+    ASSERT_EQ(accel_sim_report_rank(rep, r, &st, &err, nullptr), ACCEL_OK);
+    EXPECT_EQ(st, ACCEL_ERR_UNSUPPORTED);
+    EXPECT_TRUE(contains(err, "ZeRO cannot shard the LAMB optimizer")) << err;
+  }
+  accel_sim_report_destroy(rep);
+  o.strategy = ACCEL_STRATEGY_DDP;
+  EXPECT_EQ(accel_sim_run(&so, &o, lamb_rank, nullptr, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  accel_lamb_options bad = ACCEL_LAMB_OPTIONS_INIT;
+  bad.version = 7;
+  EXPECT_EQ(accel_lamb_options_init(&bad, 7), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
 }  // namespace

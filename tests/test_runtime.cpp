@@ -418,6 +418,46 @@ std::vector<std::vector<int64_t>> shard(int64_t n, int64_t b, int rank, int worl
 
 using VV = std::vector<std::vector<int64_t>>;
 
+// LAMB against the paper's update written out in double precision, two steps (bias
+// correction), per tensor trust ratios, one tensor with a zero gradient norm skipped.
+TEST(Optimizers, LambFollowsThePaper) {
+  MLPConfig cfg;
+  cfg.sizes = {3, 2};
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+  std::shared_ptr<Model> model = make_mlp(cfg, gen);
+  LAMBConfig c;
+  c.lr = 0.1;
+  c.weight_decay = 0.05;
+  Optimizer opt(model, c);
+  opt.bind();
+  EXPECT_STREQ(opt.name(), "LAMB");
+  EXPECT_FALSE(opt.shardable());
+  const auto& ps = model->parameters();
+  std::vector<torch::Tensor> w, m, v;
+  for (const auto& p : ps) {
+    w.push_back(p.detach().to(torch::kDouble).clone());
+    m.push_back(torch::zeros_like(w.back()));
+    v.push_back(torch::zeros_like(w.back()));
+  }
+  for (int step = 1; step <= 2; ++step) {
+    for (size_t i = 0; i < ps.size(); ++i) {
+      torch::Tensor g = torch::randn(ps[i].sizes(), gen) * (i + 1.0) * step;
+      const_cast<torch::Tensor&>(ps[i]).mutable_grad() = g;
+      const torch::Tensor gd = g.to(torch::kDouble);
+      m[i] = 0.9 * m[i] + 0.1 * gd;
+      v[i] = 0.999 * v[i] + 0.001 * gd * gd;
+      const torch::Tensor mh = m[i] / (1 - std::pow(0.9, step)), vh = v[i] / (1 - std::pow(0.999, step));
+      const torch::Tensor u = mh / (vh.sqrt() + 1e-6) + 0.05 * w[i];
+      const double trust = w[i].norm().item<double>() / u.norm().item<double>();
+      w[i] = w[i] - 0.1 * trust * u;
+    }
+    opt.step();
+    for (size_t i = 0; i < ps.size(); ++i)
+      EXPECT_TRUE(torch::allclose(ps[i].detach().to(torch::kDouble), w[i], 1e-5, 1e-6)) << "step " << step << " param " << i;
+  }
+  EXPECT_THROW(Optimizer(model, LAMBConfig{0.1, 1.5}), Error);  // beta1 out of range
+}
+
 TEST(Sharding, WorkedExamplesFromTheDesign) {
   EXPECT_EQ(shard(24, 3, 0, 2, false, true), (VV{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}));
   EXPECT_EQ(shard(24, 3, 1, 2, false, true), (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 22, 23}}));

@@ -392,6 +392,30 @@ ACCEL_API accel_status accel_optimizer_create_sgd(accel_context *ctx, accel_mode
 ACCEL_API accel_status accel_optimizer_create_adamw(accel_context *ctx, accel_model *model,
                                                     const accel_adamw_options *opts, accel_optimizer **out);
 
+#define ACCEL_LAMB_OPTIONS_VERSION 1
+
+/* LAMB (You et al., "Large Batch Optimization for Deep Learning", 2019): Adam's update plus
+ * decoupled weight decay, rescaled per parameter tensor by the trust ratio
+ * ||w|| / ||update|| (1 where either is 0), for large global batches. Its trust ratio
+ * needs whole tensors, so ZeRO cannot shard it: accel_prepare refuses LAMB under a ZeRO
+ * strategy (ACCEL_ERR_UNSUPPORTED); it works alone and under DDP. */
+typedef struct accel_lamb_options {
+    uint32_t version;     /* ACCEL_LAMB_OPTIONS_VERSION */
+    double lr;            /* > 0, default 1e-3 */
+    double beta1;         /* in [0, 1), default 0.9 */
+    double beta2;         /* in [0, 1), default 0.999 */
+    double eps;           /* > 0, default 1e-6 */
+    double weight_decay;  /* >= 0, default 0.01 */
+} accel_lamb_options;
+
+#define ACCEL_LAMB_OPTIONS_INIT { ACCEL_LAMB_OPTIONS_VERSION, 1e-3, 0.9, 0.999, 1e-6, 0.01 }
+
+ACCEL_API accel_status accel_lamb_options_init(accel_lamb_options *opts, uint32_t version);
+
+/* Creates a LAMB optimizer for all parameters of `model` (as accel_optimizer_create_adamw). */
+ACCEL_API accel_status accel_optimizer_create_lamb(accel_context *ctx, accel_model *model,
+                                                   const accel_lamb_options *opts, accel_optimizer **out);
+
 /* Releases an optimizer. NULL is accepted. */
 ACCEL_API void accel_optimizer_destroy(accel_optimizer *optimizer);
 
