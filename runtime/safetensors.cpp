@@ -1,9 +1,12 @@
 #include "runtime/safetensors.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <tuple>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -46,6 +49,131 @@ std::string serialize(const std::vector<TensorView>& tensors, const std::map<std
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   out += json;
   for (const auto& t : tensors) out.append(static_cast<const char*>(t.data), t.nbytes);
+  return out;
+}
+
+namespace {
+
+[[noreturn]] void io_fail(const std::string& what, const std::string& path);
+
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) { return __builtin_mul_overflow(a, b, out); }
+
+}  // namespace
+
+Header parse(const uint8_t* data, size_t size, const std::string& what) {
+  ACCEL_CHECK(size >= 8, Status::Format, what, ": ", size, " bytes, too short for a safetensors header length");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
+  ACCEL_CHECK(n <= kMaxHeaderBytes, Status::Format, what, ": header of ", n, " bytes exceeds the ", kMaxHeaderBytes,
+              "-byte limit");
+  ACCEL_CHECK(n <= size - 8, Status::Format, what, ": header length ", n, " runs past the end of the file (",
+              size, " bytes)");
+  ACCEL_CHECK(n >= 2 && data[8] == '{', Status::Format, what, ": the header is not a JSON object");
+  const char* begin = reinterpret_cast<const char*>(data) + 8;
+  std::vector<std::string> keys;
+  std::string duplicate;
+  std::vector<std::string> seen;
+  nlohmann::json::parser_callback_t cb = [&](int depth, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    if (depth == 1 && ev == nlohmann::json::parse_event_t::key) {
+      const std::string k = parsed.get<std::string>();
+      if (std::find(seen.begin(), seen.end(), k) != seen.end()) duplicate = k;
+      seen.push_back(k);
+    }
+    return true;
+  };
+  nlohmann::json h;
+  try {
+    h = nlohmann::json::parse(begin, begin + n, cb);
+  } catch (const nlohmann::json::exception& e) {
+    fail(Status::Format, what, ": the header is not valid JSON: ", e.what());
+  }
+  ACCEL_CHECK(h.is_object(), Status::Format, what, ": the header is not a JSON object");
+  ACCEL_CHECK(duplicate.empty(), Status::Format, what, ": tensor '", duplicate, "' appears twice in the header");
+  Header out;
+  out.data_start = 8 + n;
+  const uint64_t data_size = size - out.data_start;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      ACCEL_CHECK(v.is_object(), Status::Format, what, ": __metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        ACCEL_CHECK(m.value().is_string(), Status::Format, what, ": metadata '", m.key(), "' is not a string");
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    ACCEL_CHECK(v.is_object() && v.contains("dtype") && v.contains("shape") && v.contains("data_offsets"),
+                Status::Format, what, ": tensor '", name, "' needs dtype, shape and data_offsets");
+    TensorInfo t;
+    t.name = name;
+    ACCEL_CHECK(v["dtype"].is_string(), Status::Format, what, ": tensor '", name, "': dtype is not a string");
+    t.dtype = v["dtype"].get<std::string>();
+    const size_t esize = dtype_size(t.dtype);
+    ACCEL_CHECK(esize != 0, Status::Format, what, ": tensor '", name, "' has unknown dtype '", t.dtype, "'");
+    ACCEL_CHECK(v["shape"].is_array() && v["shape"].size() <= 64, Status::Format, what, ": tensor '", name,
+                "': shape is not an array of at most 64 dimensions");
+    uint64_t numel = 1;
+    for (const auto& d : v["shape"]) {
+      ACCEL_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), Status::Format, what,
+                  ": tensor '", name, "' has a dimension that is not a non-negative integer");
+      const uint64_t dim = d.get<uint64_t>();
+      ACCEL_CHECK(dim <= static_cast<uint64_t>(INT64_MAX) && !mul_overflows(numel, dim, &numel), Status::Format, what,
+                  ": tensor '", name, "': its shape's element count overflows");
+      t.shape.push_back(static_cast<int64_t>(dim));
+    }
+    const auto& off = v["data_offsets"];
+    ACCEL_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() && off[1].is_number_unsigned(),
+                Status::Format, what, ": tensor '", name, "': data_offsets is not two non-negative integers");
+    t.begin = off[0].get<uint64_t>();
+    t.end = off[1].get<uint64_t>();
+    ACCEL_CHECK(t.begin <= t.end && t.end <= data_size, Status::Format, what, ": tensor '", name, "': data_offsets [",
+                t.begin, ", ", t.end, "] out of range for ", data_size, " bytes of data");
+    uint64_t need = 0;
+    ACCEL_CHECK(!mul_overflows(numel, esize, &need) && need == t.end - t.begin, Status::Format, what, ": tensor '",
+                name, "': shape x dtype is ", need, " bytes but data_offsets span ", t.end - t.begin);
+    out.tensors.push_back(std::move(t));
+  }
+  std::sort(out.tensors.begin(), out.tensors.end(),
+            [](const TensorInfo& a, const TensorInfo& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
+  uint64_t at = 0;
+  for (const auto& t : out.tensors) {
+    ACCEL_CHECK(t.begin == at, Status::Format, what, ": tensor '", t.name, "' at [", t.begin, ", ", t.end, ") ",
+                t.begin < at ? "overlaps the tensor before it" : "leaves a hole after the tensor before it");
+    at = t.end;
+  }
+  ACCEL_CHECK(at == data_size, Status::Format, what, ": the tensors cover ", at, " of the ", data_size,
+              " bytes of data");
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) io_fail("cannot open", path);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    errno = e;
+    io_fail("cannot stat", path);
+  }
+  std::string out(static_cast<size_t>(std::max<off_t>(st.st_size, 0)), '\0');
+  size_t done = 0;
+  for (;;) {
+    if (done == out.size()) out.resize(out.size() + (1 << 16));  // the file grew, or has no size
+    ssize_t r = ::read(fd, &out[done], out.size() - done);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      errno = e;
+      io_fail("cannot read", path);
+    }
+    if (r == 0) break;
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  out.resize(done);
   return out;
 }
 

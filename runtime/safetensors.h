@@ -25,6 +25,34 @@ size_t dtype_size(const std::string& dtype);
 // Serialises header + data into one buffer (tensors in the given order, 8-byte aligned header).
 std::string serialize(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata);
 
+// A tensor entry of a parsed header: data_offsets relative to the start of the data area.
+struct TensorInfo {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct Header {
+  std::vector<TensorInfo> tensors;  // in the order of their data
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;          // offset of the data area in the file (8 + header length)
+};
+
+// The largest header accepted (the reference implementation's limit).
+constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
+
+// Parses and checks the header of a safetensors file whose first `size` bytes are `data`
+// (the whole file): the header length within the file and the limit, a JSON object of
+// entries with a known dtype, a non-negative shape whose element count times the dtype's
+// size equals its byte range, ranges that tile the data area exactly (no overlap, no
+// hole, nothing past the end), no duplicate names, string metadata. Throws
+// Error(Format) whose message starts with `what` (the file's name) and names the problem.
+Header parse(const uint8_t* data, size_t size, const std::string& what);
+
+// Reads a whole file. Throws Error(IO) naming the path and errno's text.
+std::string read_file(const std::string& path);
+
 // Writes `bytes` to `path` atomically: a temporary file beside it, fsync, rename, fsync of
 // the directory. Throws Error(IO) naming the path and errno's text.
 void write_file_atomic(const std::string& path, const std::string& bytes);
