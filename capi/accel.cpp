@@ -16,6 +16,7 @@ using accel::Status;
 
 struct accel_context {
   std::unique_ptr<accel::Accelerator> acc;
+  std::string last_checkpoint;
   mutable std::string last_error;  // written by failing calls, also through const handles
 };
 struct accel_tensor {
@@ -955,6 +956,48 @@ accel_status accel_sim_charge_compute(accel_context* ctx, double seconds, const 
     NEED(ctx);
     ACCEL_CHECK(std::isfinite(seconds) && seconds >= 0, Status::InvalidArgument, "seconds must be >= 0, got ", seconds);
     acc_of(ctx).comm().charge_compute(seconds, label);
+  });
+}
+
+accel_status accel_project_options_init(accel_project_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_project_options_init", [&] {
+    NEED(opts);
+    ACCEL_CHECK(version == ACCEL_PROJECT_OPTIONS_VERSION, Status::InvalidArgument, "accel_project_options version ",
+                version, " is not known to this library");
+    accel_project_options d = ACCEL_PROJECT_OPTIONS_INIT;
+    *opts = d;
+  });
+}
+
+accel_status accel_set_project(accel_context* ctx, const accel_project_options* opts) {
+  return guard(ctx, "accel_set_project", [&] {
+    NEED(ctx);
+    NEED(opts);
+    check_version(opts, ACCEL_PROJECT_OPTIONS_VERSION, "accel_project_options");
+    ACCEL_CHECK(opts->project_dir != nullptr, Status::InvalidArgument, "project_dir is NULL");
+    acc_of(ctx).set_project(accel::ProjectConfig{opts->project_dir, opts->total_limit});
+  });
+}
+
+accel_status accel_save_state(accel_context* ctx, const char* dir) {
+  return guard(ctx, "accel_save_state", [&] {
+    NEED(ctx);
+    ctx->last_checkpoint = acc_of(ctx).save_state(dir ? dir : "");
+  });
+}
+
+accel_status accel_load_state(accel_context* ctx, const char* dir) {
+  return guard(ctx, "accel_load_state", [&] {
+    NEED(ctx);
+    ctx->last_checkpoint = acc_of(ctx).load_state(dir ? dir : "");
+  });
+}
+
+accel_status accel_last_checkpoint(const accel_context* ctx, const char** out) {
+  return guard(nullptr, "accel_last_checkpoint", [&] {
+    NEED(ctx);
+    NEED(out);
+    *out = ctx->last_checkpoint.c_str();
   });
 }
 

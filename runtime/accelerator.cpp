@@ -130,6 +130,94 @@ void Optimizer::step() {
     impl_->step();
 }
 
+namespace {
+// libtorch keys its optimizer state by the parameter's TensorImpl: as a string before 2.0,
+// as the pointer since.
+template <class Map>
+auto state_key(const torch::Tensor& p) {
+  using Key = typename std::decay_t<Map>::key_type;
+  if constexpr (std::is_same_v<Key, std::string>)
+    return c10::guts::to_string(p.unsafeGetTensorImpl());
+  else
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+}
+}  // namespace
+
+std::vector<std::string> Optimizer::state_kinds() const {
+  if (adamw_) return {"exp_avg", "exp_avg_sq"};
+  if (lamb_) return {"m", "v"};
+  if (sgd_->momentum != 0) return {"momentum_buffer"};
+  return {};
+}
+
+std::vector<torch::Tensor> Optimizer::state(const std::string& kind) const {
+  const auto& params = model_->parameters();
+  std::vector<torch::Tensor> out(params.size());
+  if (!bound_) return out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (lamb_) {
+      const LambState& st = lamb_state_[i];
+      out[i] = kind == "m" ? st.m : st.v;
+      continue;
+    }
+    auto& map = impl_->state();
+    auto it = map.find(state_key<decltype(map)>(params[i]));
+    if (it == map.end()) continue;
+    if (adamw_) {
+      auto& st = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      out[i] = kind == "exp_avg" ? st.exp_avg() : st.exp_avg_sq();
+    } else {
+      out[i] = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
+    }
+  }
+  return out;
+}
+
+int64_t Optimizer::state_steps() const {
+  if (lamb_) return lamb_steps_;
+  if (!adamw_ || !bound_) return 0;
+  for (const auto& p : model_->parameters()) {
+    auto& map = impl_->state();
+    auto it = map.find(state_key<decltype(map)>(p));
+    if (it != map.end()) return static_cast<torch::optim::AdamWParamState&>(*it->second).step();
+  }
+  return 0;
+}
+
+void Optimizer::restore(const std::map<std::string, std::vector<torch::Tensor>>& state, int64_t steps) {
+  ACCEL_CHECK(bound_, Status::InvalidState, "restore of an optimizer that is not prepared");
+  const auto& params = model_->parameters();
+  auto get = [&](const std::string& kind, size_t i) -> torch::Tensor {
+    auto it = state.find(kind);
+    if (it == state.end() || i >= it->second.size() || !it->second[i].defined()) return {};
+    return it->second[i].to(params[i].device(), torch::kFloat).reshape(params[i].sizes()).clone();
+  };
+  if (lamb_) {
+    lamb_steps_ = steps;
+    for (size_t i = 0; i < params.size(); ++i) lamb_state_[i] = LambState{get("m", i), get("v", i)};
+    return;
+  }
+  auto& map = impl_->state();
+  map.clear();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (adamw_) {
+      torch::Tensor m = get("exp_avg", i), v = get("exp_avg_sq", i);
+      if (!m.defined() || !v.defined()) continue;
+      auto st = std::make_unique<torch::optim::AdamWParamState>();
+      st->step(steps);
+      st->exp_avg(m);
+      st->exp_avg_sq(v);
+      map[state_key<decltype(map)>(params[i])] = std::move(st);
+    } else {
+      torch::Tensor b = get("momentum_buffer", i);
+      if (!b.defined()) continue;
+      auto st = std::make_unique<torch::optim::SGDParamState>();
+      st->momentum_buffer(b);
+      map[state_key<decltype(map)>(params[i])] = std::move(st);
+    }
+  }
+}
+
 void Optimizer::lamb_step() {
   const LAMBConfig& c = *lamb_;
   torch::NoGradGuard ng;
@@ -190,6 +278,12 @@ double schedule_factor(const SchedulerConfig& c, int64_t step) {
 Scheduler::Scheduler(std::shared_ptr<Optimizer> opt, SchedulerConfig cfg) : opt_(std::move(opt)), cfg_(cfg) {
   validate(cfg_);
   opt_->set_lr(opt_->base_lr() * schedule_factor(cfg_, 0));
+}
+
+void Scheduler::restore(int64_t steps) {
+  ACCEL_CHECK(steps >= 0, Status::InvalidArgument, "scheduler steps must be >= 0");
+  steps_ = steps;
+  opt_->set_lr(opt_->base_lr() * schedule_factor(cfg_, steps_));
 }
 
 void Scheduler::step() {
@@ -339,6 +433,12 @@ void DataLoader::set_epoch(int64_t epoch) {
   ACCEL_CHECK(epoch >= 0, Status::InvalidArgument, "epoch must be >= 0, got ", epoch);
   epoch_ = epoch;
   position_ = 0;
+}
+
+void DataLoader::restore(int64_t epoch, int64_t position) {
+  ACCEL_CHECK(epoch >= 0 && position >= 0, Status::InvalidArgument, "bad data position: epoch ", epoch, ", batch ", position);
+  epoch_ = epoch;
+  position_ = std::min<int64_t>(position, static_cast<int64_t>(plan().size()));
 }
 
 std::optional<Batch> DataLoader::next(const torch::Device& device) {

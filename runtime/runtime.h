@@ -6,6 +6,7 @@
 #include <torch/script.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -166,6 +167,16 @@ class Optimizer {
   void set_lr(double lr);
   void bind();  // builds the optimizer's state over the model's (placed) parameters
   bool bound() const { return bound_; }
+  // The optimizer's state for checkpoints: per parameter (model order) and kind, fp32
+  // tensors of the parameter's shape ("exp_avg", "exp_avg_sq" for AdamW; "momentum_buffer"
+  // for SGD with momentum; "m", "v" for LAMB), undefined where not created yet; and the
+  // number of steps taken. kinds() lists the kind names for this optimizer.
+  std::vector<std::string> state_kinds() const;
+  std::vector<torch::Tensor> state(const std::string& kind) const;
+  int64_t state_steps() const;
+  // Replaces the state (bound optimizers only); tensors as state() returns them.
+  void restore(const std::map<std::string, std::vector<torch::Tensor>>& state, int64_t steps);
+  const char* kind() const { return sgd_ ? "sgd" : adamw_ ? "adamw" : "lamb"; }
   const std::optional<SGDConfig>& sgd_config() const { return sgd_; }
   const std::optional<AdamWConfig>& adamw_config() const { return adamw_; }
   // Whether ZeRO can shard this optimizer: its update is elementwise, so each rank can
@@ -210,6 +221,7 @@ class Scheduler {
   Scheduler(std::shared_ptr<Optimizer> opt, SchedulerConfig cfg);
   void step();  // one real optimizer step happened
   int64_t steps() const { return steps_; }
+  void restore(int64_t steps);  // as after `steps` real steps
   const std::shared_ptr<Optimizer>& optimizer() const { return opt_; }
 
  private:
@@ -263,6 +275,8 @@ class DataLoader {
   int64_t num_samples() const { return inputs_.size(0); }
   const DataLoaderConfig& config() const { return cfg_; }
   void set_epoch(int64_t epoch);
+  // Resumes at batch `position` of `epoch` (a checkpoint's data position).
+  void restore(int64_t epoch, int64_t position);
   // Makes this loader yield process `rank`'s share of `world` (checks split_batches' divisibility).
   void shard(int rank, int world);
   // The next batch on `device`, or nullopt at the end of the epoch (then the epoch advances).
@@ -291,6 +305,10 @@ class LossScaler {
   bool enabled() const { return enabled_; }
   double scale() const { return scale_; }
   int growth_tracker() const { return tracker_; }
+  void restore(double scale, int tracker) {
+    scale_ = scale;
+    tracker_ = tracker;
+  }
   // Multiplies every defined gradient by 1/scale; returns true when any holds inf/NaN.
   bool unscale(const std::vector<torch::Tensor>& params) const;
   // After a real step: back off on overflow, else grow every `interval` clean steps.
@@ -311,6 +329,13 @@ struct StepResult {
 };
 
 class ZeroEngine;
+
+// Where save_state puts checkpoints when it is given no directory: checkpoints/checkpoint_N
+// under `dir` (N counting up from 0), keeping the newest `total_limit` (0 = all).
+struct ProjectConfig {
+  std::string dir;
+  int total_limit = 0;
+};
 
 class Accelerator {
  public:
@@ -371,6 +396,15 @@ class Accelerator {
   void save_model(const Model& model, const std::string& path);
   int zero_stage_active() const;  // 0 unless a ZeRO engine shards the prepared model
 
+  // Checkpoints (runtime/checkpoint.cpp, docs/checkpoints.md). Collectives: every process
+  // calls them. save_state writes the whole training state to `dir` (empty: the next
+  // automatic name under the project) atomically and returns the directory written;
+  // load_state restores it (empty: the latest checkpoint of the project), on any number
+  // of processes and any strategy.
+  void set_project(const ProjectConfig& p);
+  std::string save_state(const std::string& dir);
+  std::string load_state(const std::string& dir);
+
  private:
   bool unscale_once();  // returns found_inf; unscales at most once per real step
 
@@ -389,6 +423,7 @@ class Accelerator {
   void check_strategy(const Optimizer* opt) const;  // the backend and optimizer can do it
   void charge_flops(double flops, const char* label);
   std::unique_ptr<ZeroEngine> zero_;
+  ProjectConfig project_;
   int64_t fwd_rows_ = 0;  // rows of the last forward's first input (compute estimates)
   void ddp_setup();
   void ddp_accumulated(size_t param);  // after autograd accumulated the parameter's gradient

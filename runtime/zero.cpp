@@ -431,4 +431,66 @@ std::vector<torch::Tensor> ZeroEngine::full_parameters() {
   return out;
 }
 
+std::vector<ZeroEngine::Piece> ZeroEngine::pieces() const {
+  std::vector<Piece> out;
+  const auto& params = model_.parameters();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& x = units_[u];
+    const int64_t lo = r_ * x.chunk, hi = lo + x.chunk;
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      const int64_t a = std::max(lo, x.offsets[i]), b = std::min(hi, x.offsets[i] + params[x.params[i]].numel());
+      if (a >= b) continue;
+      out.push_back(Piece{x.params[i], a - x.offsets[i], b - a, u, a - lo});
+    }
+  }
+  return out;
+}
+
+torch::Tensor ZeroEngine::piece_state(const std::string& kind, const Piece& p) {
+  const Unit& x = units_[p.unit];
+  torch::Tensor chunk;
+  if (kind == "weight") {
+    chunk = master_chunk(p.unit);
+  } else {
+    const torch::Tensor& all = kind == "exp_avg" ? exp_avg_ : kind == "exp_avg_sq" ? exp_avg_sq_ : momentum_;
+    if (!all.defined()) return {};
+    chunk = all.narrow(0, x.shard_offset, x.chunk);
+  }
+  return chunk.narrow(0, p.in_chunk, p.len);
+}
+
+void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps) {
+  torch::NoGradGuard ng;
+  const auto& params = model_.parameters();
+  for (const auto& [kind, tensors] : full) {
+    ACCEL_CHECK(tensors.size() == params.size(), Status::Internal, "restore: ", tensors.size(), " tensors for ",
+                params.size(), " parameters");
+    bool any = false;
+    for (const auto& t : tensors) any = any || t.defined();
+    if (!any) continue;
+    torch::Tensor* opt_state = kind == "exp_avg" ? &exp_avg_ : kind == "exp_avg_sq" ? &exp_avg_sq_
+                               : kind == "momentum_buffer" ? &momentum_ : nullptr;
+    ACCEL_CHECK(kind == "weight" || opt_state != nullptr, Status::Internal, "restore: unknown state '", kind, "'");
+    if (opt_state && !opt_state->defined()) *opt_state = torch::zeros({total_}, torch::kFloat);
+    for (size_t u = 0; u < units_.size(); ++u) {
+      Unit& x = units_[u];
+      torch::Tensor flat = torch::zeros({x.padded}, torch::kFloat);
+      for (size_t i = 0; i < x.params.size(); ++i) {
+        const torch::Tensor& t = tensors[x.params[i]];
+        if (t.defined()) flat.narrow(0, x.offsets[i], params[x.params[i]].numel()).copy_(t.reshape({-1}));
+      }
+      torch::Tensor mine = flat.narrow(0, r_ * x.chunk, x.chunk);
+      if (opt_state) {
+        opt_state->narrow(0, x.shard_offset, x.chunk).copy_(mine);
+        continue;
+      }
+      if (master_.defined()) master_.narrow(0, x.shard_offset, x.chunk).copy_(mine);
+      if (work_shard_.defined()) work_shard_.narrow(0, x.shard_offset, x.chunk).copy_(mine);
+      if (stage_ <= 2) x.full.copy_(flat);  // the replicated working weights (fp32: also the master)
+    }
+  }
+  steps_ = steps;
+  zero_grad();
+}
+
 }  // namespace accel

@@ -21,6 +21,8 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
+#include <string>
 #include <memory>
 #include <vector>
 
@@ -74,6 +76,23 @@ class ZeroEngine final : public UnitGate {
 
   // Collective: every parameter whole, fp32, on the host, in the model's order.
   std::vector<torch::Tensor> full_parameters();
+
+  // Checkpoints. The ranges of the parameters' flattened values this rank's chunks hold
+  // (at most one per parameter), and their state: "weight" (the fp32 master values) or an
+  // optimizer kind ("exp_avg", "exp_avg_sq", "momentum_buffer"; undefined before the
+  // first step created it).
+  struct Piece {
+    size_t param = 0;
+    int64_t start = 0, len = 0;  // in the parameter's flattened values
+    size_t unit = 0;
+    int64_t in_chunk = 0;        // where the range starts in the rank's chunk of the unit
+  };
+  std::vector<Piece> pieces() const;
+  torch::Tensor piece_state(const std::string& kind, const Piece& p);
+  // Sets the rank's chunks from whole flattened values per parameter (fp32, any device),
+  // for "weight" and the optimizer kinds present, and the step count.
+  void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps);
+  int64_t steps() const { return steps_; }
 
  private:
   struct Unit {

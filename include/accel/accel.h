@@ -700,6 +700,56 @@ ACCEL_API accel_status accel_sim_report_predicted_seconds(const accel_sim_report
  * A no-op outside the simulator. */
 ACCEL_API accel_status accel_sim_charge_compute(accel_context *ctx, double seconds, const char *label);
 
+/* ------------------------------------------------------------------------------------
+ * Checkpoints (docs/checkpoints.md)
+ * ---------------------------------------------------------------------------------- */
+
+#define ACCEL_PROJECT_OPTIONS_VERSION 1
+
+typedef struct accel_project_options {
+    uint32_t version;         /* ACCEL_PROJECT_OPTIONS_VERSION */
+    const char *project_dir;  /* checkpoints go to <project_dir>/checkpoints/checkpoint_N */
+    int32_t total_limit;      /* keep the newest N automatic checkpoints (oldest deleted
+                                 first); 0 = keep all (the default) */
+} accel_project_options;
+
+#define ACCEL_PROJECT_OPTIONS_INIT { ACCEL_PROJECT_OPTIONS_VERSION, NULL, 0 }
+
+ACCEL_API accel_status accel_project_options_init(accel_project_options *opts, uint32_t version);
+
+/* Sets the project directory that accel_save_state / accel_load_state use when given no
+ * directory (the path is copied). */
+ACCEL_API accel_status accel_set_project(accel_context *ctx, const accel_project_options *opts);
+
+/* Saves the whole training state to `dir` (NULL: the next checkpoint_N of the project):
+ * the model's fp32 weights, the optimizer's state, the scheduler, the loss scaler, the
+ * step counters, every process's random generators and the prepared data loaders' epoch
+ * and position, with a manifest (format version, accel version, world size, strategy,
+ * precision, each file's size and CRC-32). Without ZeRO the weights are `model.safetensors`
+ * (the standard format: Python's safetensors and torch load it unchanged); under ZeRO each
+ * process writes the ranges it holds, in parallel (accel merge-weights DIR OUT consolidates
+ * them). The checkpoint appears only when complete: it is written to a hidden temporary
+ * directory beside `dir`, flushed, and renamed into place, so a process killed during a
+ * save leaves the previous checkpoint as it was.
+ * A collective: every process calls it. Call it after an accel_step that stepped (not
+ * between a backward and its step: ACCEL_ERR_INVALID_STATE). Errors: ACCEL_ERR_IO. */
+ACCEL_API accel_status accel_save_state(accel_context *ctx, const char *dir);
+
+/* Restores what accel_save_state saved, from `dir` (NULL: the project's newest complete
+ * checkpoint), on any number of processes and under any strategy (the weights and
+ * optimizer state are resharded on load; with a different number of processes the data
+ * position is carried over as the same share of the epoch). Every file is checked against
+ * the manifest before anything changes: a missing, truncated or corrupted file, a header
+ * that lies, a manifest from a newer format, or parameters whose names or shapes differ
+ * from the model's fail with ACCEL_ERR_IO, ACCEL_ERR_FORMAT or ACCEL_ERR_INVALID_ARGUMENT
+ * naming the file and the problem, and leave the context untouched.
+ * Call it after accel_prepare (model, optimizer, scheduler, loaders). A collective. */
+ACCEL_API accel_status accel_load_state(accel_context *ctx, const char *dir);
+
+/* The directory the context's last successful accel_save_state or accel_load_state used;
+ * "" before either. The string belongs to the context and changes with the next call. */
+ACCEL_API accel_status accel_last_checkpoint(const accel_context *ctx, const char **out);
+
 #ifdef __cplusplus
 }
 #endif
