@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "runtime/runtime.h"
@@ -138,6 +140,219 @@ INSTANTIATE_TEST_SUITE_P(Sim, ExactResume,
                            return std::string(strategy_name(info.param.strategy)) +
                                   (info.param.precision == Precision::BF16 ? "_bf16" : "_fp32");
                          });
+
+// Saved on 4 ranks under ZeRO-2, loaded on 1, 2 and 3 ranks under other strategies: the
+// weights arrive whole, training goes on; on 4 ranks under DDP the continuation follows
+// the straight ZeRO-2 run (the optimizer state moved from shards to whole tensors).
+TEST(Resharding, AnyWorldSizeAnyStrategy) {
+  const fs::path dir = scratch("reshard");
+  RunOut saved = run(RunSpec{Strategy::Zero2, Precision::No, 4, 7, dir.string(), "", ""});
+  ASSERT_TRUE(saved.report.ok()) << saved.report.first_error();
+  for (auto [ranks, strategy] : std::vector<std::pair<int, Strategy>>{
+           {1, Strategy::None}, {2, Strategy::Zero3}, {3, Strategy::DDP}, {2, Strategy::Zero1}}) {
+    RunOut at_load = run(RunSpec{strategy, Precision::No, ranks, 7, "", dir.string(), ""});
+    ASSERT_TRUE(at_load.report.ok()) << at_load.report.first_error();
+    for (size_t i = 0; i < saved.params.size(); ++i)
+      EXPECT_TRUE(torch::equal(at_load.params[i], saved.params[i])) << ranks << " ranks, parameter " << i;
+    RunOut more = run(RunSpec{strategy, Precision::No, ranks, 10, "", dir.string(), ""});
+    ASSERT_TRUE(more.report.ok()) << more.report.first_error();
+    for (size_t i = 0; i < saved.params.size(); ++i) {
+      EXPECT_TRUE(torch::isfinite(more.params[i]).all().item<bool>());
+      EXPECT_FALSE(torch::equal(more.params[i], saved.params[i])) << "training went on";
+    }
+  }
+  RunOut straight = run(RunSpec{Strategy::Zero2, Precision::No, 4, 14, "", "", ""});
+  RunOut ddp = run(RunSpec{Strategy::DDP, Precision::No, 4, 14, "", dir.string(), ""});
+  ASSERT_TRUE(straight.report.ok() && ddp.report.ok());
+  for (size_t i = 0; i < straight.params.size(); ++i) {
+    const double err = (ddp.params[i] - straight.params[i]).abs().max().item<double>() /
+                       straight.params[i].abs().max().item<double>();
+    EXPECT_LE(err, 1e-5) << "parameter " << i;
+  }
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------------------------------
+// One process: project directories and hostile checkpoints.
+
+struct Single {
+  std::unique_ptr<Accelerator> acc;
+  std::shared_ptr<Model> model;
+  std::shared_ptr<Optimizer> opt;
+  std::shared_ptr<DataLoader> loader;
+  explicit Single(std::vector<int64_t> sizes = {6, 8, 3}) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.seed = 3;
+    acc = std::make_unique<Accelerator>(o);
+    MLPConfig cfg;
+    cfg.sizes = sizes;
+    model = make_mlp(cfg, acc->generator());
+    opt = std::make_shared<Optimizer>(model, AdamWConfig{1e-2});
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(2);
+    DataLoaderConfig lc;
+    lc.batch_size = 4;
+    lc.shuffle = true;
+    loader = std::make_shared<DataLoader>(torch::randn({32, sizes.front()}, gen),
+                                          torch::randint(0, sizes.back(), {32}, gen, torch::kLong), lc);
+    acc->prepare(model, opt, nullptr, loader);
+  }
+  void train(int steps) {
+    const int64_t until = acc->optimizer_steps() + steps;
+    while (acc->optimizer_steps() < until) {
+      auto b = acc->next_batch(*loader);
+      if (!b) continue;
+      acc->backward(cross_entropy(acc->forward(*model, {b->inputs}), b->targets));
+      acc->step();
+    }
+  }
+  std::vector<torch::Tensor> weights() { return acc->full_parameters(*model); }
+};
+
+TEST(Project, AutomaticNamesTotalLimitAndLatest) {
+  const fs::path proj = scratch("project");
+  Single s;
+  s.acc->set_project(ProjectConfig{proj.string(), 2});
+  std::vector<std::string> dirs;
+  for (int i = 0; i < 3; ++i) {
+    s.train(1);
+    dirs.push_back(s.acc->save_state(""));
+  }
+  EXPECT_EQ(fs::path(dirs[0]).filename(), "checkpoint_0");
+  EXPECT_EQ(fs::path(dirs[2]).filename(), "checkpoint_2");
+  EXPECT_FALSE(fs::exists(dirs[0])) << "the oldest goes beyond total_limit";
+  EXPECT_TRUE(fs::exists(dirs[1]) && fs::exists(dirs[2]));
+  const auto w = s.weights();
+  // a temporary directory of a crashed save is not a checkpoint
+  fs::create_directories(proj / "checkpoints" / ".checkpoint_3.tmp");
+  fs::create_directories(proj / "checkpoints" / "checkpoint_9");  // no manifest: incomplete
+  Single t;
+  t.acc->set_project(ProjectConfig{proj.string(), 2});
+  EXPECT_EQ(t.acc->load_state(""), dirs[2]);
+  const auto v = t.weights();
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(torch::equal(v[i], w[i]));
+  EXPECT_EQ(t.acc->optimizer_steps(), 3);
+  fs::remove_all(proj);
+}
+
+// Every corruption: the right status, a message naming the file and the problem, and the
+// context exactly as before the failed load.
+struct Corruption {
+  const char* name;
+  std::function<void(const fs::path&)> apply;
+  Status status;
+  const char* message;
+};
+
+void write_text(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << s;
+}
+
+std::string read_text(const fs::path& p) { return safetensors::read_file(p.string()); }
+
+// Rewrites a file and its manifest entry (size, CRC) so that only the content is wrong.
+void replace_checked(const fs::path& dir, const std::string& file, const std::string& bytes) {
+  write_text(dir / file, bytes);
+  auto m = nlohmann::json::parse(read_text(dir / "manifest.json"));
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08lx",
+                static_cast<unsigned long>(::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(bytes.data()),
+                                                   static_cast<uInt>(bytes.size()))));
+  m["files"][file] = {{"bytes", bytes.size()}, {"crc32", crc}};
+  write_text(dir / "manifest.json", m.dump());
+}
+
+std::string header_with(const std::string& json_header, size_t data_bytes) {
+  std::string out(8, '\0');
+  uint64_t n = json_header.size();
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out + json_header + std::string(data_bytes, '\0');
+}
+
+TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
+  const fs::path good = scratch("good");
+  Single s;
+  s.train(2);
+  s.acc->save_state(good.string());
+  std::vector<Corruption> cases = {
+      {"missing file", [](const fs::path& d) { fs::remove(d / "optimizer.safetensors"); }, Status::IO,
+       "optimizer.safetensors: missing"},
+      {"missing manifest", [](const fs::path& d) { fs::remove(d / "manifest.json"); }, Status::IO, "manifest.json: missing"},
+      {"truncated", [](const fs::path& d) {
+         auto b = read_text(d / "model.safetensors");
+         write_text(d / "model.safetensors", b.substr(0, b.size() / 2));
+       }, Status::Format, "model.safetensors: "},
+      {"flipped byte", [](const fs::path& d) {
+         auto b = read_text(d / "model.safetensors");
+         b[b.size() - 3] ^= 0x40;
+         write_text(d / "model.safetensors", b);
+       }, Status::Format, "does not match the manifest"},
+      {"header length past the end", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors", header_with("{}", 0).replace(0, 8, std::string("\xff\xff\x00\x00\x00\x00\x00\x00", 8)));
+       }, Status::Format, "runs past the end of the file"},
+      {"huge header", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors", std::string("\x00\x00\x00\x00\x01\x00\x00\x00", 8) + "{}");
+       }, Status::Format, "exceeds the"},
+      {"offsets out of range", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors",
+                         header_with(R"({"layers.0.weight":{"dtype":"F32","shape":[8,6],"data_offsets":[0,400]}})", 192));
+       }, Status::Format, "out of range"},
+      {"overlapping offsets", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors",
+                         header_with(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", 12));
+       }, Status::Format, "overlaps"},
+      {"unknown dtype", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors", header_with(R"({"a":{"dtype":"F13","shape":[1],"data_offsets":[0,4]}})", 4));
+       }, Status::Format, "unknown dtype 'F13'"},
+      {"shape x dtype != bytes", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors", header_with(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8));
+       }, Status::Format, "shape x dtype is 12 bytes but data_offsets span 8"},
+      {"tensor missing", [](const fs::path& d) {
+         replace_checked(d, "model.safetensors", header_with(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", 4));
+       }, Status::Format, "no tensor 'layers.0.weight'"},
+      {"newer format", [](const fs::path& d) {
+         auto m = nlohmann::json::parse(read_text(d / "manifest.json"));
+         m["format_version"] = 2;
+         m["accel_version"] = "9.0.0";
+         write_text(d / "manifest.json", m.dump());
+       }, Status::Format, "format version 2 (accel 9.0.0)"},
+      {"not json", [](const fs::path& d) { write_text(d / "manifest.json", "{not json"); }, Status::Format, "not valid JSON"},
+  };
+  for (const auto& c : cases) {
+    const fs::path bad = scratch(std::string("bad"));
+    fs::copy(good, bad, fs::copy_options::recursive);
+    c.apply(bad);
+    Single t;
+    t.train(1);
+    const auto before = t.weights();
+    const auto steps = t.acc->optimizer_steps();
+    try {
+      t.acc->load_state(bad.string());
+      ADD_FAILURE() << c.name << ": loaded";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), c.status) << c.name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.name << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << c.name << " names the file: " << e.what();
+    }
+    const auto after = t.weights();
+    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::equal(after[i], before[i])) << c.name;
+    EXPECT_EQ(t.acc->optimizer_steps(), steps) << c.name;
+    fs::remove_all(bad);
+  }
+  // a model of another shape
+  Single other({6, 9, 3});
+  try {
+    other.acc->load_state(good.string());
+    ADD_FAILURE() << "loaded into another shape";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'layers.0.weight' has shape [8,6] in the checkpoint, [9,6] in the model"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(good);
+}
 
 }  // namespace
 }  // namespace accel
