@@ -5,7 +5,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <sys/wait.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -352,6 +355,40 @@ TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
         << e.what();
   }
   fs::remove_all(good);
+}
+
+// A process killed at every point of a save (tests/checkpoint_crash.c, through the C ABI)
+// leaves the previous checkpoint loadable and no half checkpoint that "the latest" picks.
+TEST(Crash, KilledDuringASaveLeavesThePreviousCheckpoint) {
+  const fs::path proj = scratch("crash");
+  auto sh = [&](const std::string& env, int steps) {
+    const std::string cmd = env + " " + CHECKPOINT_CRASH + " " + proj.string() + " " + std::to_string(steps) + " > /dev/null 2>&1";
+    const int rc = std::system(cmd.c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  ASSERT_EQ(sh("", 2), 0);  // checkpoint_0 after 2 steps
+  const fs::path first = proj / "checkpoints" / "checkpoint_0";
+  ASSERT_TRUE(fs::exists(first / "manifest.json"));
+  for (int k = 1; k <= 6; ++k) {
+    ASSERT_EQ(sh("ACCEL_CHECKPOINT_CRASH_AT=" + std::to_string(k), 3), 86) << "crash point " << k;
+    const fs::path second = proj / "checkpoints" / "checkpoint_1";
+    Single t;
+    t.acc->set_project(ProjectConfig{proj.string(), 0});
+    const std::string loaded = t.acc->load_state("");
+    if (k < 6) {  // before the rename: the new checkpoint does not exist
+      EXPECT_EQ(loaded, first.string()) << "crash point " << k;
+      EXPECT_FALSE(fs::exists(second)) << "crash point " << k;
+      EXPECT_EQ(t.acc->optimizer_steps(), 2);
+    } else {  // after it: complete and loadable
+      EXPECT_EQ(loaded, second.string());
+      EXPECT_EQ(t.acc->optimizer_steps(), 5);
+      fs::remove_all(second);
+    }
+  }
+  ASSERT_EQ(sh("", 3), 0);  // a later save cleans the leftover temporary directory
+  EXPECT_TRUE(fs::exists(proj / "checkpoints" / "checkpoint_1" / "manifest.json"));
+  EXPECT_FALSE(fs::exists(proj / "checkpoints" / ".checkpoint_1.tmp"));
+  fs::remove_all(proj);
 }
 
 }  // namespace
