@@ -17,7 +17,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -41,18 +40,7 @@ namespace {
 
 constexpr int kFormatVersion = 1;
 
-std::string crc_hex(const std::string& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  size_t done = 0;
-  while (done < bytes.size()) {  // zlib takes 32-bit lengths
-    const uInt n = static_cast<uInt>(std::min<size_t>(bytes.size() - done, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), n);
-    done += n;
-  }
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc));
-  return buf;
-}
+std::string crc_hex(const std::string& bytes) { return safetensors::crc32_hex(bytes.data(), bytes.size()); }
 
 void fsync_dir(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <tuple>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "runtime/status.h"
 
@@ -145,6 +147,20 @@ Header parse(const uint8_t* data, size_t size, const std::string& what) {
   ACCEL_CHECK(at == data_size, Status::Format, what, ": the tensors cover ", at, " of the ", data_size,
               " bytes of data");
   return out;
+}
+
+std::string crc32_hex(const void* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* p = static_cast<const Bytef*>(data);
+  size_t done = 0;
+  while (done < n) {  // zlib takes 32-bit lengths
+    const uInt k = static_cast<uInt>(std::min<size_t>(n - done, 1u << 30));
+    crc = crc32(crc, p + done, k);
+    done += k;
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc));
+  return buf;
 }
 
 std::string read_file(const std::string& path) {

@@ -50,6 +50,9 @@ constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 // Error(Format) whose message starts with `what` (the file's name) and names the problem.
 Header parse(const uint8_t* data, size_t size, const std::string& what);
 
+// The CRC-32 (zlib's, as gzip and PNG) of `n` bytes as 8 lowercase hex digits.
+std::string crc32_hex(const void* data, size_t n);
+
 // Reads a whole file. Throws Error(IO) naming the path and errno's text.
 std::string read_file(const std::string& path);
 

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -389,6 +390,74 @@ TEST(Crash, KilledDuringASaveLeavesThePreviousCheckpoint) {
   EXPECT_TRUE(fs::exists(proj / "checkpoints" / "checkpoint_1" / "manifest.json"));
   EXPECT_FALSE(fs::exists(proj / "checkpoints" / ".checkpoint_1.tmp"));
   fs::remove_all(proj);
+}
+
+// `accel merge-weights` reassembles ZeRO's per-process ranges into one standard file.
+TEST(MergeWeights, ConsolidatesAShardedCheckpoint) {
+  const fs::path dir = scratch("merge"), out = scratch("merged.safetensors");
+  RunOut saved = run(RunSpec{Strategy::Zero3, Precision::No, 3, 4, dir.string(), "", ""});
+  ASSERT_TRUE(saved.report.ok()) << saved.report.first_error();
+  ASSERT_FALSE(fs::exists(dir / "model.safetensors"));
+  ASSERT_TRUE(fs::exists(dir / "model-rank2.safetensors"));
+  const std::string cmd = std::string(ACCEL_TOOL) + " merge-weights " + dir.string() + " " + out.string() + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::string bytes = safetensors::read_file(out.string());
+  const auto h = safetensors::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), out.string());
+  const std::vector<std::string> names = {"layers.0.weight", "layers.0.bias", "layers.1.weight",
+                                          "layers.1.bias",   "layers.2.weight", "layers.2.bias"};
+  ASSERT_EQ(h.tensors.size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto it = std::find_if(h.tensors.begin(), h.tensors.end(), [&](const auto& t) { return t.name == names[i]; });
+    ASSERT_NE(it, h.tensors.end()) << names[i];
+    EXPECT_EQ(it->shape, saved.params[i].sizes().vec());
+    torch::Tensor t = torch::empty(it->shape, torch::kFloat);
+    std::memcpy(t.data_ptr(), bytes.data() + h.data_start + it->begin, it->end - it->begin);
+    EXPECT_TRUE(torch::equal(t, saved.params[i])) << names[i];
+  }
+  // a corrupted shard is refused
+  {
+    auto b = safetensors::read_file((dir / "model-rank1.safetensors").string());
+    b[b.size() - 1] ^= 1;
+    std::ofstream f(dir / "model-rank1.safetensors", std::ios::binary | std::ios::trunc);
+    f << b;
+  }
+  EXPECT_NE(std::system((cmd + " 2>/dev/null").c_str()), 0);
+  fs::remove_all(dir);
+  fs::remove(out);
+}
+
+// Python's safetensors (numpy) loads accel's model.safetensors unchanged, with the values
+// accel holds. Skipped where Python or the package is missing (scripts/test installs it).
+TEST(Interop, PythonSafetensorsLoadsTheWeights) {
+  const char* env = std::getenv("ACCEL_TEST_PYTHON");
+  const std::string py = env && *env ? env : "python3";
+  if (std::system((py + " -c 'import safetensors.numpy, numpy' > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << py << " has no safetensors/numpy (pip install safetensors numpy)";
+  const fs::path dir = scratch("interop");
+  Single s;
+  s.train(3);
+  s.acc->save_state(dir.string());
+  const auto w = s.weights();
+  const auto& names = s.model->parameter_names();
+  std::string script = "import sys, numpy as np\nfrom safetensors.numpy import load_file\nt = load_file(sys.argv[1])\nok = True\n";
+  for (size_t i = 0; i < w.size(); ++i) {
+    const fs::path raw = dir / ("raw" + std::to_string(i) + ".f32");
+    std::ofstream f(raw, std::ios::binary);
+    f.write(static_cast<const char*>(w[i].contiguous().data_ptr()), static_cast<std::streamsize>(w[i].numel() * 4));
+    f.close();
+    std::string shape;
+    for (int64_t d : w[i].sizes()) shape += std::to_string(d) + ",";
+    script += "ok &= t['" + names[i] + "'].dtype == np.float32 and np.array_equal(t['" + names[i] + "'], np.fromfile('" +
+              raw.string() + "', dtype=np.float32).reshape((" + shape + ")))\n";
+  }
+  script += "print('python safetensors:', len(t), 'tensors,', 'equal' if ok else 'DIFFERENT')\nsys.exit(0 if ok and len(t) == " +
+            std::to_string(w.size()) + " else 1)\n";
+  {
+    std::ofstream f(dir / "check.py");
+    f << script;
+  }
+  EXPECT_EQ(std::system((py + " " + (dir / "check.py").string() + " " + (dir / "model.safetensors").string()).c_str()), 0);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -7,6 +7,10 @@
 //       the real bytes) and the cost model's predicted time on the topology, with algbw
 //       and busbw in nccl-tests' sense.
 //   accel sim topologies      the cost model's presets
+//   accel merge-weights DIR OUT
+//       writes one consolidated model.safetensors (fp32, standard format) from a checkpoint
+//       directory of accel_save_state, whatever its layout (ZeRO's per-process shards are
+//       reassembled); every file is checked against the manifest first
 //   accel version
 #include <CLI/CLI.hpp>
 
@@ -18,8 +22,11 @@
 #include <sstream>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "accel/accel.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/safetensors.h"
 #include "sim/world.h"
 
 namespace {
@@ -171,6 +178,90 @@ int sim_bench(const BenchArgs& a) {
   return 0;
 }
 
+// A checkpoint's file, checked against the manifest's size and CRC-32.
+std::string checked(const std::string& dir, const nlohmann::json& files, const std::string& name) {
+  const std::string path = dir + "/" + name;
+  ACCEL_CHECK(files.contains(name), accel::Status::Format, dir, "/manifest.json does not list '", name, "'");
+  std::string bytes = accel::safetensors::read_file(path);
+  ACCEL_CHECK(bytes.size() == files[name].value("bytes", uint64_t{0}), accel::Status::Format, path, ": ", bytes.size(),
+              " bytes, the manifest says ", files[name].value("bytes", uint64_t{0}), " (truncated?)");
+  ACCEL_CHECK(accel::safetensors::crc32_hex(bytes.data(), bytes.size()) == files[name].value("crc32", std::string()),
+              accel::Status::Format, path, ": CRC-32 does not match the manifest (corrupted)");
+  return bytes;
+}
+
+int merge_weights(const std::string& dir, const std::string& out) {
+  using nlohmann::json;
+  using accel::Status;
+  const std::string mpath = dir + "/manifest.json";
+  json m;
+  try {
+    m = json::parse(accel::safetensors::read_file(mpath));
+  } catch (const json::exception& e) {
+    accel::fail(Status::Format, mpath, ": not valid JSON: ", e.what());
+  }
+  ACCEL_CHECK(m.value("format", std::string()) == "accel-checkpoint", Status::Format, mpath, ": not an accel checkpoint");
+  ACCEL_CHECK(m.value("format_version", 0) == 1, Status::Format, mpath, ": format version ", m.value("format_version", 0),
+              "; this tool reads version 1");
+  const json& files = m.at("files");
+  const json& plist = m.at("parameters");
+  std::vector<std::string> names;
+  std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<float>> values;
+  for (const auto& p : plist) {
+    names.push_back(p.at("name").get<std::string>());
+    shapes.push_back(p.at("shape").get<std::vector<int64_t>>());
+    int64_t n = 1;
+    for (int64_t d : shapes.back()) n *= d;
+    values.emplace_back(static_cast<size_t>(n));
+  }
+  std::vector<int64_t> covered(names.size(), 0);
+  auto take = [&](const std::string& file, const std::string& bytes, const std::string& name, size_t pi, int64_t start,
+                  int64_t len) {
+    const auto h = accel::safetensors::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), dir + "/" + file);
+    for (const auto& t : h.tensors) {
+      if (t.name != name) continue;
+      ACCEL_CHECK(t.dtype == "F32" && static_cast<int64_t>(t.end - t.begin) == len * 4, accel::Status::Format, dir, "/",
+                  file, ": '", name, "' is not ", len, " fp32 values");
+      ACCEL_CHECK(start >= 0 && start + len <= static_cast<int64_t>(values[pi].size()), accel::Status::Format, mpath,
+                  ": a range of '", name, "' is outside the parameter");
+      std::memcpy(values[pi].data() + start, bytes.data() + h.data_start + t.begin, static_cast<size_t>(len) * 4);
+      covered[pi] += len;
+      return;
+    }
+    accel::fail(accel::Status::Format, dir, "/", file, ": no tensor '", name, "'");
+  };
+  size_t files_read = 0;
+  if (m.at("layout") == "full") {
+    const std::string bytes = checked(dir, files, "model.safetensors");
+    ++files_read;
+    for (size_t i = 0; i < names.size(); ++i) take("model.safetensors", bytes, names[i], i, 0, static_cast<int64_t>(values[i].size()));
+  } else {
+    for (const auto& sh : m.at("shards")) {
+      const std::string file = sh.at("model").get<std::string>();
+      const std::string bytes = checked(dir, files, file);
+      ++files_read;
+      for (const auto& pc : sh.at("pieces")) {
+        const size_t pi = pc.at(0).get<size_t>();
+        ACCEL_CHECK(pi < names.size(), accel::Status::Format, mpath, ": a shard names parameter ", pi, " of ", names.size());
+        take(file, bytes, names[pi], pi, pc.at(1).get<int64_t>(), pc.at(2).get<int64_t>());
+      }
+    }
+  }
+  std::vector<accel::safetensors::TensorView> views;
+  size_t total = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ACCEL_CHECK(covered[i] == static_cast<int64_t>(values[i].size()), accel::Status::Format, mpath, ": the shards hold ",
+                covered[i], " of the ", values[i].size(), " values of '", names[i], "'");
+    views.push_back({names[i], "F32", shapes[i], values[i].data(), values[i].size() * 4});
+    total += values[i].size() * 4;
+  }
+  accel::safetensors::write_file_atomic(out, accel::safetensors::serialize(views, {{"format", "pt"}}));
+  std::printf("merged %zu parameters (%zu bytes of fp32) from %zu file%s of %s into %s\n", names.size(), total, files_read,
+              files_read == 1 ? "" : "s", dir.c_str(), out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -197,6 +288,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_flag("--json", a.json, "JSON lines instead of a table");
   auto* topos = sim->add_subcommand("topologies", "list the cost model's topology presets");
+  std::string merge_dir, merge_out;
+  auto* merge = app.add_subcommand("merge-weights", "one consolidated model.safetensors from a checkpoint directory");
+  merge->add_option("dir", merge_dir, "the checkpoint directory (accel_save_state)")->required();
+  merge->add_option("out", merge_out, "the safetensors file to write")->required();
   CLI11_PARSE(app, argc, argv);
   try {
     if (*version) {
@@ -208,6 +303,8 @@ int main(int argc, char** argv) {
       }
     } else if (*bench) {
       return sim_bench(a);
+    } else if (*merge) {
+      return merge_weights(merge_dir, merge_out);
     }
   } catch (const accel::Error& e) {
     std::fprintf(stderr, "accel: %s\n", e.what());

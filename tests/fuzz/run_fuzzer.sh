@@ -10,7 +10,7 @@ clangxx=$(command -v clang++ || true)
 out="$build/fuzz"
 mkdir -p "$out"
 "$clangxx" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-  -I"$src" "$src/tests/fuzz/fuzz_safetensors.cpp" "$src/runtime/safetensors.cpp" -o "$out/fuzz_safetensors"
+  -I"$src" "$src/tests/fuzz/fuzz_safetensors.cpp" "$src/runtime/safetensors.cpp" -lz -o "$out/fuzz_safetensors"
 corpus=$(mktemp -d)
 trap 'rm -rf "$corpus"' EXIT
 cp "$src"/tests/fuzz/corpus/* "$corpus"/
