@@ -600,9 +600,32 @@ std::vector<torch::Tensor> Accelerator::full_parameters(const Model& model) {
 }
 
 void Accelerator::save_model(const Model& model, const std::string& path) {
+  const bool script = path.size() >= 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
+  ACCEL_CHECK(!script || model.from_torchscript(), Status::Unsupported, "only a model loaded from TorchScript exports as ",
+              "TorchScript ('", path, "'); save the built-in MLP as .safetensors");
   std::vector<torch::Tensor> params = full_parameters(model);
-  if (comm_->rank() == 0) save_safetensors(model.parameter_names(), params, path);
-  if (comm_->size() > 1) comm_->barrier();  // the file exists on return, on every process
+  int32_t ok = 1;
+  std::string why;
+  Status status = Status::IO;
+  if (comm_->rank() == 0) {
+    try {
+      if (script)
+        model.export_torchscript(params, path);
+      else
+        save_safetensors(model.parameter_names(), params, path);
+    } catch (const Error& e) {
+      ok = 0;
+      why = e.what();
+      status = e.status();
+    }
+  }
+  if (comm_->size() > 1) {  // the outcome on every process, the file there on return
+    int32_t st = static_cast<int32_t>(status);
+    comm_->broadcast(&ok, &ok, 1, comm::DataType::Int32, 0)->wait();
+    comm_->broadcast(&st, &st, 1, comm::DataType::Int32, 0)->wait();
+    status = static_cast<Status>(st);
+  }
+  ACCEL_CHECK(ok, status, comm_->rank() == 0 ? why : "saving the model failed on process 0 ('" + path + "')");
 }
 
 void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,

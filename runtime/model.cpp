@@ -167,7 +167,8 @@ class MLP final : public Model {
 
 class ScriptModel final : public Model {
  public:
-  explicit ScriptModel(torch::jit::Module m) : module_(std::move(m)), rounding_(std::make_shared<bool>(false)) {
+  ScriptModel(torch::jit::Module m, std::string path)
+      : module_(std::move(m)), path_(std::move(path)), rounding_(std::make_shared<bool>(false)) {
     refresh();
     for (const auto& p : parameters()) p.requires_grad_(true);
     module_.train(true);
@@ -204,6 +205,39 @@ class ScriptModel final : public Model {
     std::vector<torch::Tensor> out;
     for (const auto& nb : module_.named_buffers(/*recurse=*/true)) out.push_back(nb.value);
     return out;
+  }
+
+  bool from_torchscript() const override { return true; }
+  void export_torchscript(const std::vector<torch::Tensor>& weights, const std::string& path) const override {
+    // a fresh copy of the module as it was loaded, with the trained weights: the live one's
+    // parameters may be sharded or in 16 bits
+    torch::jit::Module m;
+    try {
+      m = torch::jit::load(path_, torch::kCPU);
+    } catch (const c10::Error& e) {
+      fail(Status::IO, "exporting needs the TorchScript file the model came from, '", path_, "': ",
+           first_line(e.what_without_backtrace()));
+    }
+    torch::NoGradGuard ng;
+    size_t i = 0;
+    for (const auto& np : m.named_parameters(/*recurse=*/true)) {
+      ACCEL_CHECK(i < weights.size() && np.value.sizes() == weights[i].sizes(), Status::Internal,
+                  "the TorchScript file changed since it was loaded: parameter '", np.name, "'");
+      np.value.copy_(weights[i++]);
+    }
+    auto live = module_.named_buffers(/*recurse=*/true).begin();
+    for (const auto& nb : m.named_buffers(/*recurse=*/true)) {
+      nb.value.copy_((*live).value.to(torch::kCPU));
+      ++live;
+    }
+    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    try {
+      m.save(tmp);
+    } catch (const c10::Error& e) {
+      fail(Status::IO, "cannot write '", tmp, "': ", first_line(e.what_without_backtrace()));
+    }
+    ACCEL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Status::IO, "cannot rename '", tmp, "' to '", path, "': ",
+                std::strerror(errno));
   }
 
   void set_grad_rounding(bool on) override {
@@ -243,6 +277,7 @@ class ScriptModel final : public Model {
   }
 
   torch::jit::Module module_;
+  std::string path_;
   std::shared_ptr<bool> rounding_;
   bool hooked_ = false;
 };
@@ -271,7 +306,7 @@ std::unique_ptr<Model> load_torchscript(const std::string& path) {
   }
   ACCEL_CHECK(m.find_method("forward").has_value(), Status::Format, "the TorchScript module in '", path,
               "' has no forward method");
-  return std::make_unique<ScriptModel>(std::move(m));
+  return std::make_unique<ScriptModel>(std::move(m), path);
 }
 
 void save_safetensors(const std::vector<std::string>& names, const std::vector<torch::Tensor>& tensors,

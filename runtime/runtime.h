@@ -92,6 +92,14 @@ class Model {
   static std::vector<std::vector<size_t>> units_of_all(size_t nparams);
   // True when forward calls ForwardMode::gate around each unit's use.
   virtual bool gates_units() const { return false; }
+  // Writes a TorchScript file of this model with `weights` (fp32, model order). Only
+  // models that came from TorchScript can (Unsupported otherwise).
+  virtual bool from_torchscript() const { return false; }
+  virtual void export_torchscript(const std::vector<torch::Tensor>& weights, const std::string& path) const {
+    (void)weights;
+    fail(Status::Unsupported, "only a model loaded from TorchScript exports as TorchScript ('", path,
+         "'); save the built-in MLP as .safetensors");
+  }
   // Whether forward accepts bf16/fp16 parameters with fp32 inputs outside autocast (the
   // built-in MLP casts); ZeRO keeps the working copy in fp32 for models that do not.
   virtual bool casts_weights() const { return false; }

@@ -1,6 +1,7 @@
 // Checkpoints: exact resume under every strategy, resharding, project directories, and
 // hostile checkpoint directories. Multi-rank cases run on the simulator.
 #include <gtest/gtest.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -423,6 +424,60 @@ TEST(MergeWeights, ConsolidatesAShardedCheckpoint) {
   }
   EXPECT_NE(std::system((cmd + " 2>/dev/null").c_str()), 0);
   fs::remove_all(dir);
+  fs::remove(out);
+}
+
+// accel_save_model to ".pt": a TorchScript model trained under ZeRO-3 (weights sharded and
+// freed between uses) exports as TorchScript with the trained weights; the MLP refuses.
+TEST(Export, TorchScriptWithTheTrainedWeights) {
+  torch::jit::Module m("Tiny");
+  m.register_parameter("w", torch::full({4, 3}, 0.1), false);
+  m.register_buffer("calls", torch::zeros({1}));
+  m.define(R"(
+def forward(self, x):
+    return x.matmul(self.w)
+)");
+  const fs::path src = scratch("tiny.pt"), out = scratch("tiny_trained.pt");
+  m.save(src.string());
+  sim::WorldOptions wo;
+  wo.world_size = 2;
+  sim::World w(wo);
+  std::vector<torch::Tensor> trained;
+  auto rep = w.run([&](sim::Rank& rk) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.strategy = Strategy::Zero3;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    std::shared_ptr<Model> model = load_torchscript(src.string());
+    auto opt = std::make_shared<Optimizer>(model, SGDConfig{0.1});
+    acc.prepare(model, opt, nullptr, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      auto x = torch::ones({2, 4}) * (rk.rank() + 1);
+      acc.backward(mse(acc.forward(*model, {x}), torch::zeros({2, 3})));
+      acc.step();
+    }
+    acc.save_model(*model, out.string());
+    auto full = acc.full_parameters(*model);
+    if (rk.rank() == 0) trained = full;
+    MLPConfig cfg;
+    cfg.sizes = {2, 2};
+    auto mlp = make_mlp(cfg, acc.generator());
+    try {
+      acc.save_model(*mlp, (out.string() + ".mlp.pt"));
+      ADD_FAILURE() << "the MLP exported as TorchScript";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::Unsupported) << e.what();
+    }
+  });
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
+  torch::jit::Module back = torch::jit::load(out.string());
+  torch::Tensor wt = back.attr("w").toTensor();
+  EXPECT_TRUE(torch::equal(wt, trained[0]));
+  EXPECT_FALSE(torch::equal(wt, torch::full({4, 3}, 0.1))) << "trained";
+  auto y = back.forward({torch::ones({1, 4})}).toTensor();
+  EXPECT_TRUE(torch::allclose(y, torch::ones({1, 4}).matmul(trained[0])));
+  fs::remove(src);
   fs::remove(out);
 }
 

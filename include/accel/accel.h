@@ -329,7 +329,10 @@ ACCEL_API accel_status accel_model_parameter(accel_context *ctx, const accel_mod
  * in accel_model_parameter_name. The file appears only when complete (written to a
  * temporary file, then renamed). With several processes every process calls it, the main
  * process writes, and the file exists on every process's return (under ZeRO the shards
- * are gathered first). Errors: ACCEL_ERR_IO. */
+ * are gathered first). A path ending in ".pt" writes TorchScript instead, for a model
+ * loaded with accel_model_load_torchscript: the module as loaded (from its file) with the
+ * trained weights and buffers, for inference elsewhere (ACCEL_ERR_UNSUPPORTED for the
+ * built-in MLP). Errors: ACCEL_ERR_IO. */
 ACCEL_API accel_status accel_save_model(accel_context *ctx, const accel_model *model, const char *path);
 
 /* ------------------------------------------------------------------------------------
