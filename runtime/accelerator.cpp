@@ -197,23 +197,44 @@ void Optimizer::restore(const std::map<std::string, std::vector<torch::Tensor>>&
     for (size_t i = 0; i < params.size(); ++i) lamb_state_[i] = LambState{get("m", i), get("v", i)};
     return;
   }
+  // into the existing state where there is one (no new memory), else fresh copies
   auto& map = impl_->state();
-  map.clear();
   for (size_t i = 0; i < params.size(); ++i) {
+    const auto key = state_key<decltype(map)>(params[i]);
+    auto it = map.find(key);
+    auto into = [&](torch::Tensor cur, const std::string& kind) {
+      auto src = state.find(kind);
+      torch::Tensor t = src == state.end() || i >= src->second.size() ? torch::Tensor() : src->second[i];
+      if (!t.defined()) return torch::Tensor();
+      if (cur.defined() && cur.sizes() == params[i].sizes()) {
+        cur.copy_(t.reshape(params[i].sizes()));
+        return cur;
+      }
+      return t.to(params[i].device(), torch::kFloat).reshape(params[i].sizes()).clone();
+    };
     if (adamw_) {
-      torch::Tensor m = get("exp_avg", i), v = get("exp_avg_sq", i);
-      if (!m.defined() || !v.defined()) continue;
+      auto* cur = it == map.end() ? nullptr : static_cast<torch::optim::AdamWParamState*>(it->second.get());
+      torch::Tensor m = into(cur ? cur->exp_avg() : torch::Tensor(), "exp_avg");
+      torch::Tensor v = into(cur ? cur->exp_avg_sq() : torch::Tensor(), "exp_avg_sq");
+      if (!m.defined() || !v.defined()) {
+        if (it != map.end()) map.erase(it);
+        continue;
+      }
       auto st = std::make_unique<torch::optim::AdamWParamState>();
       st->step(steps);
       st->exp_avg(m);
       st->exp_avg_sq(v);
-      map[state_key<decltype(map)>(params[i])] = std::move(st);
+      map[key] = std::move(st);
     } else {
-      torch::Tensor b = get("momentum_buffer", i);
-      if (!b.defined()) continue;
+      auto* cur = it == map.end() ? nullptr : static_cast<torch::optim::SGDParamState*>(it->second.get());
+      torch::Tensor b = into(cur ? cur->momentum_buffer() : torch::Tensor(), "momentum_buffer");
+      if (!b.defined()) {
+        if (it != map.end()) map.erase(it);
+        continue;
+      }
       auto st = std::make_unique<torch::optim::SGDParamState>();
       st->momentum_buffer(b);
-      map[state_key<decltype(map)>(params[i])] = std::move(st);
+      map[key] = std::move(st);
     }
   }
 }

@@ -65,11 +65,6 @@ struct Written {
   std::string crc;
 };
 
-Written write_bytes(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  safetensors::write_file_atomic((dir / name).string(), bytes);
-  return Written{name, bytes.size(), crc_hex(bytes)};
-}
-
 // Host fp32 copies (contiguous) for writing; the views keep them alive.
 struct TensorFile {
   std::vector<torch::Tensor> keep;
@@ -85,12 +80,16 @@ struct TensorFile {
     keep.push_back(h);
     views.push_back({name, "U8", {h.numel()}, h.data_ptr(), static_cast<size_t>(h.numel())});
   }
-  std::string serialize() const { return safetensors::serialize(views, {{"format", "pt"}}); }
+  Written write(const fs::path& dir, const std::string& name) const {
+    const std::string header = safetensors::serialize_header(views, {{"format", "pt"}});
+    auto [bytes, crc] = safetensors::write_tensors_atomic((dir / name).string(), header, views);
+    return Written{name, bytes, crc};
+  }
 };
 
 // A verified, parsed file of a checkpoint.
 struct Loaded {
-  std::string bytes;
+  torch::Tensor buf;  // the whole file, bytes
   safetensors::Header header;
   std::map<std::string, const safetensors::TensorInfo*> by_name;
   std::string path;
@@ -105,10 +104,11 @@ struct Loaded {
     ACCEL_CHECK(t.dtype == dtype, Status::Format, path, ": tensor '", name, "' is ", t.dtype, ", expected ", dtype);
     ACCEL_CHECK(t.shape == shape, Status::Format, path, ": tensor '", name, "' has shape ",
                 json(t.shape).dump(), ", expected ", json(shape).dump());
-    const char* p = bytes.data() + header.data_start + t.begin;
-    auto st = std::string(dtype) == "U8" ? torch::kByte : torch::kFloat;
-    torch::Tensor out = torch::empty(shape, st);
-    if (t.end > t.begin) std::memcpy(out.data_ptr(), p, t.end - t.begin);
+    const int64_t at = static_cast<int64_t>(header.data_start + t.begin), n = static_cast<int64_t>(t.end - t.begin);
+    if (std::string(dtype) == "U8") return buf.narrow(0, at, n).clone();
+    if (at % 4 == 0) return buf.narrow(0, at, n).view(torch::kFloat).view(shape);  // no copy
+    torch::Tensor out = torch::empty(shape, torch::kFloat);  // a foreign file's unaligned data
+    if (n > 0) std::memcpy(out.data_ptr(), static_cast<const char*>(buf.data_ptr()) + at, static_cast<size_t>(n));
     return out;
   }
 };
@@ -122,18 +122,44 @@ json read_json(const fs::path& p) {
   }
 }
 
+// Reads a whole file into a byte tensor.
+torch::Tensor read_buffer(const fs::path& p) {
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  ACCEL_CHECK(fd >= 0, Status::IO, "cannot open '", p.string(), "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    fail(Status::IO, "cannot stat '", p.string(), "'");
+  }
+  torch::Tensor buf = torch::empty({static_cast<int64_t>(st.st_size)}, torch::kByte);
+  char* dst = static_cast<char*>(buf.data_ptr());
+  size_t done = 0;
+  while (done < static_cast<size_t>(st.st_size)) {
+    ssize_t r = ::read(fd, dst + done, std::min<size_t>(static_cast<size_t>(st.st_size) - done, 1u << 30));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(Status::IO, "cannot read '", p.string(), "'", r < 0 ? std::string(": ") + std::strerror(e) : " (it shrank)");
+    }
+    done += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  return buf;
+}
+
 // Reads a file the manifest lists and checks its size and CRC-32.
-std::string read_checked(const fs::path& dir, const json& files, const std::string& name) {
+torch::Tensor read_checked(const fs::path& dir, const json& files, const std::string& name) {
   ACCEL_CHECK(files.contains(name), Status::Format, (dir / "manifest.json").string(), " does not list '", name, "'");
   const fs::path p = dir / name;
   std::error_code ec;
   ACCEL_CHECK(fs::exists(p, ec), Status::IO, p.string(), ": missing from the checkpoint");
-  std::string bytes = safetensors::read_file(p.string());
+  torch::Tensor bytes = read_buffer(p);
   const json& f = files[name];
   const uint64_t want = f.value("bytes", uint64_t{0});
-  ACCEL_CHECK(bytes.size() == want, Status::Format, p.string(), ": ", bytes.size(), " bytes, the manifest says ", want,
-              " (truncated?)");
-  const std::string crc = crc_hex(bytes);
+  ACCEL_CHECK(static_cast<uint64_t>(bytes.numel()) == want, Status::Format, p.string(), ": ", bytes.numel(),
+              " bytes, the manifest says ", want, " (truncated?)");
+  const std::string crc = safetensors::crc32_hex(bytes.data_ptr(), static_cast<size_t>(bytes.numel()));
   ACCEL_CHECK(crc == f.value("crc32", std::string()), Status::Format, p.string(), ": CRC-32 ", crc,
               " does not match the manifest's ", f.value("crc32", std::string()), " (corrupted)");
   return bytes;
@@ -142,8 +168,8 @@ std::string read_checked(const fs::path& dir, const json& files, const std::stri
 Loaded load_tensors(const fs::path& dir, const json& files, const std::string& name) {
   Loaded l;
   l.path = (dir / name).string();
-  l.bytes = read_checked(dir, files, name);
-  l.header = safetensors::parse(reinterpret_cast<const uint8_t*>(l.bytes.data()), l.bytes.size(), l.path);
+  l.buf = read_checked(dir, files, name);
+  l.header = safetensors::parse(static_cast<const uint8_t*>(l.buf.data_ptr()), static_cast<size_t>(l.buf.numel()), l.path);
   for (const auto& t : l.header.tensors) l.by_name[t.name] = &t;
   return l;
 }
@@ -262,14 +288,13 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
       }
       pieces.push_back({p.param, p.start, p.len});
     }
-    written.push_back(write_bytes(tmp, "model-rank" + std::to_string(rank) + ".safetensors", model_file.serialize()));
+    written.push_back(model_file.write(tmp, "model-rank" + std::to_string(rank) + ".safetensors"));
     crash_point(2);
-    if (opt_)
-      written.push_back(write_bytes(tmp, "optimizer-rank" + std::to_string(rank) + ".safetensors", opt_file.serialize()));
+    if (opt_) written.push_back(opt_file.write(tmp, "optimizer-rank" + std::to_string(rank) + ".safetensors"));
   } else if (rank == 0) {
     TensorFile model_file, opt_file;
     for (size_t i = 0; i < params.size(); ++i) model_file.add(names[i], params[i], false);
-    written.push_back(write_bytes(tmp, "model.safetensors", model_file.serialize()));
+    written.push_back(model_file.write(tmp, "model.safetensors"));
     crash_point(2);
     if (opt_) {
       for (const auto& k : kinds) {
@@ -277,7 +302,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
         for (size_t i = 0; i < params.size(); ++i)
           if (st[i].defined()) opt_file.add(k + "/" + names[i], st[i], false);
       }
-      written.push_back(write_bytes(tmp, "optimizer.safetensors", opt_file.serialize()));
+      written.push_back(opt_file.write(tmp, "optimizer.safetensors"));
     }
   }
   {
@@ -286,7 +311,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
     at::Generator def = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lk(def.mutex());
     rng.add_bytes("default_generator", def.get_state());
-    written.push_back(write_bytes(tmp, "rng-rank" + std::to_string(rank) + ".safetensors", rng.serialize()));
+    written.push_back(rng.write(tmp, "rng-rank" + std::to_string(rank) + ".safetensors"));
   }
   json rj;
   rj["rank"] = rank;
@@ -475,7 +500,13 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
   }
   // this process's counters and generators: its own when the world is the same size
   const int src = rank < old_world ? rank : 0;
-  const json rj = json::parse(read_checked(dir, files, "rank-" + std::to_string(src) + ".json"));
+  const torch::Tensor rbytes = read_checked(dir, files, "rank-" + std::to_string(src) + ".json");
+  json rj;
+  try {
+    rj = json::parse(static_cast<const char*>(rbytes.data_ptr()), static_cast<const char*>(rbytes.data_ptr()) + rbytes.numel());
+  } catch (const json::exception& e) {
+    fail(Status::Format, (dir / ("rank-" + std::to_string(src) + ".json")).string(), ": not valid JSON: ", e.what());
+  }
   Loaded rng = load_tensors(dir, files, "rng-rank" + std::to_string(src) + ".safetensors");
   const torch::Tensor g1 = rng.tensor("generator", {static_cast<int64_t>(rng.get("generator").end - rng.get("generator").begin)}, "U8");
   const torch::Tensor g2 = rng.tensor(

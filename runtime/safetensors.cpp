@@ -25,6 +25,12 @@ size_t dtype_size(const std::string& d) {
 }
 
 std::string serialize(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata) {
+  std::string out = serialize_header(tensors, metadata);
+  for (const auto& t : tensors) out.append(static_cast<const char*>(t.data), t.nbytes);
+  return out;
+}
+
+std::string serialize_header(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   size_t offset = 0;
@@ -46,11 +52,10 @@ std::string serialize(const std::vector<TensorView>& tensors, const std::map<std
   std::string json = header.dump();
   while ((8 + json.size()) % 8 != 0) json.push_back(' ');
   std::string out;
-  out.reserve(8 + json.size() + offset);
+  out.reserve(8 + json.size());
   uint64_t n = json.size();
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   out += json;
-  for (const auto& t : tensors) out.append(static_cast<const char*>(t.data), t.nbytes);
   return out;
 }
 
@@ -200,22 +205,28 @@ namespace {
 }
 }  // namespace
 
-void write_file_atomic(const std::string& path, const std::string& bytes) {
+namespace {
+
+// Writes the parts to a temporary file beside `path`, fsyncs it, renames it into place and
+// fsyncs the directory.
+void write_parts_atomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& parts) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) io_fail("cannot create", tmp);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      errno = e;
-      io_fail("cannot write", tmp);
+  for (const auto& [data, size] : parts) {
+    size_t done = 0;
+    while (done < size) {
+      ssize_t w = ::write(fd, data + done, std::min<size_t>(size - done, 1u << 30));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        int e = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        errno = e;
+        io_fail("cannot write", tmp);
+      }
+      done += static_cast<size_t>(w);
     }
-    done += static_cast<size_t>(w);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     int e = errno;
@@ -236,6 +247,36 @@ void write_file_atomic(const std::string& path, const std::string& bytes) {
     ::fsync(dfd);
     ::close(dfd);
   }
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  write_parts_atomic(path, {{bytes.data(), bytes.size()}});
+}
+
+std::pair<uint64_t, std::string> write_tensors_atomic(const std::string& path, const std::string& header,
+                                                      const std::vector<TensorView>& tensors) {
+  std::vector<std::pair<const char*, size_t>> parts{{header.data(), header.size()}};
+  uLong crc = crc32(0L, Z_NULL, 0);
+  uint64_t total = header.size();
+  auto add_crc = [&](const char* p, size_t n) {
+    for (size_t done = 0; done < n;) {
+      const uInt k = static_cast<uInt>(std::min<size_t>(n - done, 1u << 30));
+      crc = crc32(crc, reinterpret_cast<const Bytef*>(p + done), k);
+      done += k;
+    }
+  };
+  add_crc(header.data(), header.size());
+  for (const auto& t : tensors) {
+    parts.push_back({static_cast<const char*>(t.data), t.nbytes});
+    add_crc(static_cast<const char*>(t.data), t.nbytes);
+    total += t.nbytes;
+  }
+  write_parts_atomic(path, parts);
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx", static_cast<unsigned long>(crc));
+  return {total, buf};
 }
 
 }  // namespace accel::safetensors

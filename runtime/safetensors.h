@@ -24,6 +24,14 @@ size_t dtype_size(const std::string& dtype);
 
 // Serialises header + data into one buffer (tensors in the given order, 8-byte aligned header).
 std::string serialize(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata);
+// Just the 8-byte length and the JSON header (padded so the data starts 8-byte aligned);
+// the tensors' bytes follow it in order.
+std::string serialize_header(const std::vector<TensorView>& tensors, const std::map<std::string, std::string>& metadata);
+
+// Writes header + every tensor's bytes to `path` atomically (as write_file_atomic) straight
+// from the tensors' memory, and returns the file's size and CRC-32 (crc32_hex).
+std::pair<uint64_t, std::string> write_tensors_atomic(const std::string& path, const std::string& header,
+                                                      const std::vector<TensorView>& tensors);
 
 // A tensor entry of a parsed header: data_offsets relative to the start of the data area.
 struct TensorInfo {
