@@ -4,6 +4,8 @@
 #include <accel/accel.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -1242,6 +1244,57 @@ TEST(Sim, ZeroRefusesLambDdpTrainsWithIt) {
   accel_lamb_options bad = ACCEL_LAMB_OPTIONS_INIT;
   bad.version = 7;
   EXPECT_EQ(accel_lamb_options_init(&bad, 7), ACCEL_ERR_INVALID_ARGUMENT);
+}
+
+// Checkpoint calls through the C ABI: argument and state errors, and a round trip.
+TEST(Checkpoint, ArgumentsStateAndARoundTrip) {
+  accel_context* ctx = nullptr;
+  ASSERT_EQ(accel_init(nullptr, &ctx), ACCEL_OK);
+  EXPECT_EQ(accel_save_state(nullptr, "x"), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_save_state(ctx, "x"), ACCEL_ERR_INVALID_STATE);  // nothing prepared
+  EXPECT_TRUE(contains(accel_last_error(ctx), "before accel_prepare")) << accel_last_error(ctx);
+  accel_project_options po;
+  ASSERT_EQ(accel_project_options_init(&po, ACCEL_PROJECT_OPTIONS_VERSION), ACCEL_OK);
+  EXPECT_EQ(accel_set_project(ctx, &po), ACCEL_ERR_INVALID_ARGUMENT);  // no directory
+  int64_t sizes[] = {4, 3};
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 2;
+  accel_model* model = nullptr;
+  accel_optimizer* opt = nullptr;
+  ASSERT_EQ(accel_model_create_mlp(ctx, &m, &model), ACCEL_OK);
+  ASSERT_EQ(accel_optimizer_create_sgd(ctx, model, nullptr, &opt), ACCEL_OK);
+  ASSERT_EQ(accel_prepare(ctx, model, opt, nullptr, nullptr), ACCEL_OK);
+  EXPECT_EQ(accel_load_state(ctx, nullptr), ACCEL_ERR_INVALID_ARGUMENT);  // no project
+  EXPECT_TRUE(contains(accel_last_error(ctx), "project directory")) << accel_last_error(ctx);
+  const std::string proj = std::string(std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp") + "/accel_capi_proj_" +
+                           std::to_string(::getpid());
+  po.project_dir = proj.c_str();
+  ASSERT_EQ(accel_set_project(ctx, &po), ACCEL_OK);
+  EXPECT_EQ(accel_load_state(ctx, nullptr), ACCEL_ERR_IO);  // nothing saved yet
+  ASSERT_EQ(accel_save_state(ctx, nullptr), ACCEL_OK) << accel_last_error(ctx);
+  const char* where = nullptr;
+  ASSERT_EQ(accel_last_checkpoint(ctx, &where), ACCEL_OK);
+  EXPECT_EQ(std::string(where), proj + "/checkpoints/checkpoint_0");
+  accel_tensor* before = nullptr;
+  ASSERT_EQ(accel_model_parameter(ctx, model, 0, &before), ACCEL_OK);
+  // train one step, then load: the weights come back
+  accel_tensor* x = make_f32({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8});
+  accel_tensor* y = make_i64({2}, {0, 2});
+  accel_tensor *logits = nullptr, *loss = nullptr, *after = nullptr;
+  ASSERT_EQ(accel_model_forward(ctx, model, &x, 1, &logits), ACCEL_OK);
+  ASSERT_EQ(accel_loss_cross_entropy(ctx, logits, y, &loss), ACCEL_OK);
+  ASSERT_EQ(accel_backward(ctx, loss), ACCEL_OK);
+  EXPECT_EQ(accel_save_state(ctx, nullptr), ACCEL_ERR_INVALID_STATE);  // between backward and step
+  ASSERT_EQ(accel_step(ctx, nullptr), ACCEL_OK);
+  ASSERT_EQ(accel_load_state(ctx, nullptr), ACCEL_OK) << accel_last_error(ctx);
+  ASSERT_EQ(accel_model_parameter(ctx, model, 0, &after), ACCEL_OK);
+  EXPECT_EQ(host_floats(after), host_floats(before));
+  for (auto* t : {x, y, logits, loss, before, after}) accel_tensor_destroy(t);
+  accel_optimizer_destroy(opt);
+  accel_model_destroy(model);
+  accel_destroy(ctx);
+  std::filesystem::remove_all(proj);
 }
 
 }  // namespace
