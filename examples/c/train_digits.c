@@ -7,7 +7,11 @@
  *
  *   train_digits [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16]
  *                [--accum K] [--epochs N] [--batch B] [--topology 8xH100] [--memory 80GiB]
- *                [--trace out.json] [--data PATH] [--save PATH.safetensors]
+ *                [--trace out.json] [--data PATH] [--save PATH.safetensors] [--project DIR]
+ *
+ * --project DIR saves a checkpoint after every epoch under DIR/checkpoints (the newest 2
+ * kept) and, when DIR already has one, resumes from it: kill the run, start it again with
+ * the same arguments, and it finishes with the model the uninterrupted run would have.
  *
  * --ranks 0 trains in this process alone, on its default device (a GPU when there is one).
  * --batch is per process. The data: examples/data/digits.csv.gz (CC BY 4.0, see
@@ -28,7 +32,8 @@ typedef struct job {
     digits train, test;
     accel_tensor *xs, *ys; /* the training set in host memory, shared by the processes */
     int epochs, batch, accum, precision_fp16;
-    const char *save;
+    const char *save, *project;
+    int stop_after; /* --stop-after N: end after N epochs of this run, as if killed (a test aid) */
     double accuracy;
     int64_t steps;
 } job;
@@ -53,10 +58,11 @@ static accel_status train(accel_context *ctx, void *user) {
     accel_dataloader *loader = NULL;
     accel_step_result r;
     int32_t nproc = 1;
-    int epoch;
+    int epoch, ran = 0;
     const int64_t accum = j->accum;
     char line[256];
 
+    memset(&r, 0, sizeof r);
     mlp.layer_sizes = sizes;
     mlp.num_layer_sizes = sizeof sizes / sizeof sizes[0];
     TRY(accel_model_create_mlp(ctx, &mlp, &model));
@@ -75,8 +81,24 @@ static accel_status train(accel_context *ctx, void *user) {
     so.warmup_steps = so.total_steps / 20;
     TRY(accel_scheduler_create(ctx, opt, &so, &sched));
     TRY(accel_prepare(ctx, model, opt, sched, NULL));
+    epoch = 0;
+    if (j->project) {
+        accel_project_options po = ACCEL_PROJECT_OPTIONS_INIT;
+        const char *from = NULL;
+        int64_t e = 0;
+        po.project_dir = j->project;
+        po.total_limit = 2;
+        TRY(accel_set_project(ctx, &po));
+        if (accel_load_state(ctx, NULL) == ACCEL_OK) { /* the newest checkpoint, if any */
+            TRY(accel_last_checkpoint(ctx, &from));
+            TRY(accel_dataloader_epoch(loader, &e));
+            epoch = (int)e;
+            snprintf(line, sizeof line, "resumed from %s at epoch %d", from, epoch + 1);
+            TRY(accel_print(ctx, line));
+        }
+    }
 
-    for (epoch = 0; epoch < j->epochs; ++epoch) {
+    for (; epoch < j->epochs; ++epoch) {
         accel_tensor *x = NULL, *y = NULL, *mean = NULL, *sum = NULL;
         double loss_sum = 0, lr = 0, global = 0;
         int64_t n = 0, skipped = 0;
@@ -115,7 +137,10 @@ static accel_status train(accel_context *ctx, void *user) {
             snprintf(line + len, sizeof line - len, "  loss-scale %.0f  skipped %lld", r.loss_scale, (long long)skipped);
         }
         TRY(accel_print(ctx, line)); /* the main process prints */
+        if (j->project) TRY(accel_save_state(ctx, NULL)); /* every process: a collective */
+        if (j->stop_after > 0 && ++ran == j->stop_after) return ACCEL_OK;
     }
+    if (epoch == 0 || j->accuracy == 0) j->accuracy = evaluate(ctx, model, &j->test); /* resumed after the last epoch */
     j->steps = r.optimizer_steps;
     if (j->save) {
         TRY(accel_save_model(ctx, model, j->save)); /* gathers the shards; the main process writes */
@@ -139,7 +164,8 @@ int main(int argc, char **argv) {
     accel_options opts = ACCEL_OPTIONS_INIT;
     static const char *usage =
         "usage: %s [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16] [--accum K]\n"
-        "       [--epochs N] [--batch B] [--topology NAME] [--memory BYTES] [--trace FILE] [--data PATH] [--save FILE]\n";
+        "       [--epochs N] [--batch B] [--topology NAME] [--memory BYTES] [--trace FILE] [--data PATH] [--save FILE]\n"
+        "       [--project DIR]\n";
 
     memset(&j, 0, sizeof j);
     j.epochs = 20;
@@ -154,6 +180,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--topology") && i + 1 < argc) topology = argv[++i];
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
+        else if (!strcmp(argv[i], "--project") && i + 1 < argc) j.project = argv[++i];
+        else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) j.stop_after = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
             const char *p = argv[++i];
             if (!strcmp(p, "no")) precision = ACCEL_PRECISION_NO;
