@@ -138,7 +138,7 @@ static accel_status train(accel_context *ctx, void *user) {
         }
         TRY(accel_print(ctx, line)); /* the main process prints */
         if (j->project) TRY(accel_save_state(ctx, NULL)); /* every process: a collective */
-        if (j->stop_after > 0 && ++ran == j->stop_after) return ACCEL_OK;
+        if (j->stop_after > 0 && ++ran == j->stop_after) break; /* "killed": no save of the model */
     }
     if (epoch == 0 || j->accuracy == 0) j->accuracy = evaluate(ctx, model, &j->test); /* resumed after the last epoch */
     j->steps = r.optimizer_steps;
