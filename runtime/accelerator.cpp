@@ -429,6 +429,18 @@ void DataLoader::shard(int rank, int world) {
   rank_ = rank;
   world_ = world;
   plan_epoch_ = -1;
+  per_process_.clear();
+}
+
+const std::vector<int64_t>& DataLoader::batches_per_process() {
+  if (per_process_.empty()) {
+    std::vector<int64_t> order(static_cast<size_t>(inputs_.size(0)));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    for (int r = 0; r < world_; ++r)
+      per_process_.push_back(static_cast<int64_t>(
+          shard_batches(order, cfg_.batch_size, cfg_.drop_last, r, world_, cfg_.split_batches, cfg_.even_batches).size()));
+  }
+  return per_process_;
 }
 
 const std::vector<PlannedBatch>& DataLoader::plan() {
@@ -723,6 +735,7 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
     autocast.emplace(target.type(), torch::kHalf);
   }
   const bool sharded = zero_ && &model == model_.get();
+  if (sharded && zero_->stage() == 3) check_even_collectives();
   if (&model == model_.get()) {
     fwd_rows_ = placed.empty() || placed[0].dim() == 0 ? 1 : placed[0].size(0);
     if (comm_->flops_per_second() > 0)  // the simulator: charge the forward's estimated compute
@@ -740,13 +753,76 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
 }
 
 std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
+  const bool ours = prepared(&loader);
+  const int64_t position = loader.position();
   auto b = loader.next(device_);
-  if (b && prepared(&loader)) {
+  if (b && ours) {
     end_of_data_ = b->last;
     last_rows_ = b->inputs.size(0);
     last_valid_ = b->valid;
+    last_loader_ = &loader;
+    last_position_ = position + 1;
+  }
+  if (!b && ours) {
+    // The epoch is over here. Processes with more batches (even_batches off) are about to
+    // make collectives this one will not: say so here, where they fail at theirs, instead of
+    // leaving them waiting.
+    const bool trained = epoch_collectives_ == &loader;
+    if (trained) epoch_collectives_ = nullptr;
+    if (last_loader_ == &loader) last_loader_ = nullptr;
+    if (trained && comm_->size() > 1) {
+      const auto& counts = loader.batches_per_process();
+      const int64_t mine = collectives_per_epoch(counts[static_cast<size_t>(comm_->rank())]);
+      for (size_t r = 0; r < counts.size(); ++r)
+        ACCEL_CHECK(collectives_per_epoch(counts[r]) <= mine, Status::InvalidState, uneven_message(loader, position, false));
+    }
   }
   return b;
+}
+
+int64_t Accelerator::collectives_per_epoch(int64_t batches) const {
+  // DDP and ZeRO-1 communicate on the micro-batches that complete the gradients (every K-th
+  // and the epoch's last); ZeRO-2 reduce-scatters every micro-batch, ZeRO-3 gathers for
+  // every forward
+  if (zero_ && zero_->stage() >= 2) return batches;
+  const int64_t k = opts_.gradient_accumulation_steps;
+  return (batches + k - 1) / k;
+}
+
+std::string Accelerator::uneven_message(DataLoader& loader, int64_t position, bool ahead) {
+  const auto& counts = loader.batches_per_process();
+  const size_t me = static_cast<size_t>(comm_->rank());
+  size_t other = 0;  // the process that differs most from this one
+  for (size_t r = 0; r < counts.size(); ++r)
+    if (ahead ? counts[r] < counts[other] : counts[r] > counts[other]) other = r;
+  const bool zero = zero_ != nullptr;
+  const char* what = zero && zero_->stage() >= 2 ? (zero_->stage() == 3 ? "weight gathers and gradient reduce-scatters"
+                                                                       : "gradient reduce-scatters")
+                                                  : "gradient synchronisations";
+  std::ostringstream m;
+  m << "the prepared data loader gives process " << me << " " << counts[me] << " batches per epoch and process " << other << " "
+    << counts[other] << " (even_batches is off), so under " << strategy_name(opts_.strategy) << " with "
+    << opts_.gradient_accumulation_steps << " accumulation step(s) they make " << collectives_per_epoch(counts[me]) << " and "
+    << collectives_per_epoch(counts[other]) << " " << what << " per epoch: "
+    << (ahead ? "batch " + std::to_string(position) + " of this epoch has no counterpart on process " + std::to_string(other)
+              : std::string("the others are still training on batches this process does not have"))
+    << ", and the processes would wait for each other forever (on GPUs, a hang). Turn even_batches on (the default: "
+       "the last round wraps around), set drop_last, or use a dataset that divides evenly";
+  return m.str();
+}
+
+void Accelerator::check_even_collectives() {
+  DataLoader* loader = last_loader_;
+  if (comm_->size() <= 1 || !loader || loader->config().even_batches) return;  // even batches: equal shares
+  const auto& counts = loader->batches_per_process();
+  int64_t fewest = counts.front();
+  for (int64_t c : counts) fewest = std::min(fewest, c);
+  // the collectives this process has made in the epoch once this one is made
+  const int64_t n = loader->num_batches(), k = opts_.gradient_accumulation_steps;
+  const int64_t made = zero_ && zero_->stage() >= 2 ? last_position_
+                                                    : last_position_ / k + (last_position_ == n && n % k != 0 ? 1 : 0);
+  ACCEL_CHECK(made <= collectives_per_epoch(fewest), Status::InvalidState, uneven_message(*loader, last_position_, true));
+  epoch_collectives_ = loader;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -856,6 +932,7 @@ void Accelerator::backward(const torch::Tensor& loss) {
   if (scaler_.enabled()) scaled = scaled * scaler_.scale();
   // this micro-batch completes the gradients: DDP communicates during its backward only
   const bool sync = accum_count_ + 1 >= opts_.gradient_accumulation_steps || end_of_data_;
+  if (zero_ ? (sync || zero_->stage() >= 2) : ddp() && sync) check_even_collectives();
   ddp_sync_now_ = ddp() && sync;
   in_backward_ = true;
   struct Done {

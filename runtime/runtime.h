@@ -287,6 +287,9 @@ class DataLoader {
   void restore(int64_t epoch, int64_t position);
   // Makes this loader yield process `rank`'s share of `world` (checks split_batches' divisibility).
   void shard(int rank, int world);
+  // Every process's number of batches per epoch (index = rank; one entry when not sharded).
+  // They differ only without even_batches; they do not depend on the epoch's order.
+  const std::vector<int64_t>& batches_per_process();
   // The next batch on `device`, or nullopt at the end of the epoch (then the epoch advances).
   std::optional<Batch> next(const torch::Device& device);
 
@@ -298,6 +301,7 @@ class DataLoader {
   int rank_ = 0, world_ = 1;
   int64_t epoch_ = 0, position_ = 0;
   int64_t plan_epoch_ = -1;
+  std::vector<int64_t> per_process_;  // batches_per_process(), computed once per sharding
   std::vector<PlannedBatch> plan_;
 };
 
@@ -428,6 +432,17 @@ class Accelerator {
     std::shared_ptr<comm::Work> work;
   };
   bool ddp() const { return opts_.strategy == Strategy::DDP && comm_->size() > 1; }
+  // Uneven shares (even_batches off) make the processes with more batches issue collectives
+  // the others never will. Before a collective caused by a batch of `last_loader_` (DDP's
+  // and ZeRO's backward, ZeRO-3's forward) this fails on a process that is past what the
+  // process with the fewest batches will make; the processes with fewer fail at the end of
+  // such an epoch (next_batch): every process gets the error, none waits forever.
+  void check_even_collectives();
+  int64_t collectives_per_epoch(int64_t batches) const;
+  std::string uneven_message(DataLoader& loader, int64_t position, bool ahead);
+  DataLoader* last_loader_ = nullptr;  // the prepared loader that yielded the last batch (until its epoch ends)
+  int64_t last_position_ = 0;          // that batch's 1-based position in its epoch
+  const DataLoader* epoch_collectives_ = nullptr;  // the loader whose batches made collectives this epoch
   void check_strategy(const Optimizer* opt) const;  // the backend and optimizer can do it
   void charge_flops(double flops, const char* label);
   std::unique_ptr<ZeroEngine> zero_;

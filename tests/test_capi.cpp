@@ -932,6 +932,86 @@ TEST(Sim, PreparedLoaderShardsLikeAccelerate) {
       << accel_last_error(nullptr);
 }
 
+// Through the C ABI: DDP over a loader without even batches (P=2, b=3, N=20: 4 and 3
+// batches). Process 0's fourth accel_backward and process 1's end of epoch return
+// ACCEL_ERR_INVALID_STATE with the counts named; nothing hangs and the loop can go on.
+struct UnevenDdp {
+  accel_status failed[2] = {ACCEL_OK, ACCEL_OK};
+  std::string where[2], message[2];
+  int batches[2] = {0, 0};
+};
+
+accel_status train_uneven(accel_context* ctx, void* user) {
+  auto* c = static_cast<UnevenDdp*>(user);
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  const size_t r = static_cast<size_t>(rank);
+  std::vector<float> xs(20 * 2);
+  std::vector<int64_t> ys(20);
+  for (size_t i = 0; i < 20; ++i) xs[2 * i] = static_cast<float>(i) / 20, xs[2 * i + 1] = 1, ys[i] = static_cast<int64_t>(i % 2);
+  accel_tensor* X = make_f32({20, 2}, xs);
+  accel_tensor* Y = make_i64({20}, ys);
+  int64_t sizes[] = {2, 4, 2};
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 3;
+  accel_dataloader_options lo = ACCEL_DATALOADER_OPTIONS_INIT;
+  lo.batch_size = 3;
+  lo.even_batches = 0;
+  accel_model* model = nullptr;
+  accel_optimizer* opt = nullptr;
+  accel_dataloader* dl = nullptr;
+  accel_status s = accel_model_create_mlp(ctx, &m, &model);
+  if (s == ACCEL_OK) s = accel_optimizer_create_sgd(ctx, model, nullptr, &opt);
+  if (s == ACCEL_OK) s = accel_dataloader_create(ctx, X, Y, &lo, &dl);
+  if (s == ACCEL_OK) s = accel_prepare(ctx, model, opt, nullptr, dl);
+  for (int epoch = 0; s == ACCEL_OK && epoch < 2; ++epoch)
+    for (;;) {
+      accel_tensor *x = nullptr, *y = nullptr, *logits = nullptr, *loss = nullptr;
+      accel_status e = accel_dataloader_next(ctx, dl, &x, &y);
+      if (e != ACCEL_OK) {
+        if (c->failed[r] == ACCEL_OK) c->failed[r] = e, c->where[r] = "next", c->message[r] = accel_last_error(ctx);
+        break;  // the epoch has advanced: go on with the next, as a forgiving loop would
+      }
+      if (!x) break;
+      ++c->batches[r];
+      if ((e = accel_model_forward(ctx, model, &x, 1, &logits)) == ACCEL_OK && (e = accel_loss_cross_entropy(ctx, logits, y, &loss)) == ACCEL_OK) {
+        e = accel_backward(ctx, loss);
+        if (e != ACCEL_OK && c->failed[r] == ACCEL_OK) c->failed[r] = e, c->where[r] = "backward", c->message[r] = accel_last_error(ctx);
+        if (e == ACCEL_OK) e = accel_step(ctx, nullptr);
+      }
+      accel_tensor_destroy(x);
+      accel_tensor_destroy(y);
+      accel_tensor_destroy(logits);
+      accel_tensor_destroy(loss);
+      if (e != ACCEL_OK && c->where[r] != "backward") s = e;
+    }
+  accel_dataloader_destroy(dl);
+  accel_optimizer_destroy(opt);
+  accel_model_destroy(model);
+  accel_tensor_destroy(X);
+  accel_tensor_destroy(Y);
+  return s;
+}
+
+TEST(Sim, UnevenBatchesUnderDdpFailEveryProcessInsteadOfHanging) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  accel_options o = ACCEL_OPTIONS_INIT;
+  o.strategy = ACCEL_STRATEGY_DDP;
+  UnevenDdp c;
+  ASSERT_EQ(accel_sim_run(&so, &o, train_uneven, &c, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(c.failed[0], ACCEL_ERR_INVALID_STATE);
+  EXPECT_EQ(c.where[0], "backward");
+  EXPECT_TRUE(contains(c.message[0].c_str(), "process 0 4 batches per epoch and process 1 3 (even_batches is off)")) << c.message[0];
+  EXPECT_EQ(c.failed[1], ACCEL_ERR_INVALID_STATE);
+  EXPECT_EQ(c.where[1], "next");
+  EXPECT_TRUE(contains(c.message[1].c_str(), "process 1 3 batches per epoch and process 0 4")) << c.message[1];
+  // both went on in step with each other: every epoch fails the same way, nothing mismatched
+  EXPECT_EQ(c.batches[0], 8);
+  EXPECT_EQ(c.batches[1], 6);
+}
+
 TEST(Misuse, VersionOneLoaderOptionsStillWork) {
   // the layout a program compiled against version 1 of the header passes
   struct V1 {

@@ -729,20 +729,28 @@ std::shared_ptr<Optimizer> make_opt(const std::shared_ptr<Model>& m, OptKind k) 
   return std::make_shared<Optimizer>(m, c);
 }
 
-// The loop both sides run: forward, cross-entropy, backward, clipping, step.
-void train_steps(Accelerator& acc, Model& model, DataLoader& loader, int steps) {
+// Low enough that clipping acts on most steps of the equivalence tests.
+constexpr double kMaxNorm = 0.2;
+
+// The loop both sides run: forward, cross-entropy, backward, clipping, step. Returns the
+// global gradient norms before clipping, one per optimizer step.
+std::vector<double> train_steps(Accelerator& acc, Model& model, DataLoader& loader, int steps) {
+  std::vector<double> norms;
   while (acc.optimizer_steps() < steps) {
     auto b = acc.next_batch(loader);
     if (!b) continue;
     acc.backward(cross_entropy(acc.forward(model, {b->inputs}), b->targets));
-    acc.clip_grad_norm(0.5);
+    const double norm = acc.clip_grad_norm(kMaxNorm);
+    if (!std::isnan(norm)) norms.push_back(norm);
     acc.step();
   }
+  return norms;
 }
 
 struct DdpRun {
   std::vector<torch::Tensor> params;
   RunReport report;
+  std::vector<double> norms;  // rank 0's gradient norms before clipping
 };
 
 DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch::Tensor& X, const torch::Tensor& Y,
@@ -773,7 +781,8 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
     lc.batch_size = B;
     auto loader = std::make_shared<DataLoader>(X, Y, lc);
     acc.prepare(model, opt, nullptr, loader);
-    train_steps(acc, *model, *loader, steps);
+    auto norms = train_steps(acc, *model, *loader, steps);
+    if (rk.rank() == 0) out.norms = norms;
     per_rank[static_cast<size_t>(rk.rank())] = acc.full_parameters(*model);
   });
   for (int r = 1; r < N && out.report.ok(); ++r)
@@ -784,7 +793,8 @@ DdpRun train_ddp(int N, int K, int64_t B, int steps, OptKind which, const torch:
 }
 
 std::vector<torch::Tensor> train_single(int64_t batch, int steps, OptKind which, const torch::Tensor& X,
-                                        const torch::Tensor& Y, Precision precision = Precision::No) {
+                                        const torch::Tensor& Y, Precision precision = Precision::No,
+                                        std::vector<double>* norms = nullptr) {
   Options o;
   o.precision = precision;
   o.seed = 123;
@@ -798,7 +808,8 @@ std::vector<torch::Tensor> train_single(int64_t batch, int steps, OptKind which,
   lc.batch_size = batch;
   auto loader = std::make_shared<DataLoader>(X, Y, lc);
   acc.prepare(model, opt, nullptr, loader);
-  train_steps(acc, *model, *loader, steps);
+  auto seen = train_steps(acc, *model, *loader, steps);
+  if (norms) *norms = seen;
   std::vector<torch::Tensor> out;
   for (const auto& p : model->parameters()) out.push_back(p.detach().clone());
   return out;
@@ -808,7 +819,19 @@ struct DdpCase {
   int n, k;
   OptKind opt;
   Strategy strategy = Strategy::DDP;
+  int64_t b = 4;  // micro-batch per process
 };
+
+// N in {2, 4, 8} x K in {1, 2} x micro-batch B in {2, 3, 4, 5}, SGD and AdamW
+std::vector<DdpCase> equivalence_cases(Strategy s) {
+  return {DdpCase{2, 1, OptKind::SGD, s, 3}, DdpCase{2, 2, OptKind::AdamW, s, 4}, DdpCase{4, 2, OptKind::SGD, s, 2},
+          DdpCase{4, 1, OptKind::AdamW, s, 5}, DdpCase{8, 2, OptKind::AdamW, s, 3}, DdpCase{8, 1, OptKind::SGD, s, 4}};
+}
+
+std::string case_name(const DdpCase& c) {
+  return std::to_string(c.n) + "ranks_k" + std::to_string(c.k) + "_b" + std::to_string(c.b) +
+         (c.opt == OptKind::SGD ? "_sgd" : "_adamw");
+}
 
 // ||got - ref|| / ||ref|| over all the parameters together.
 double norm_rel_err(const std::vector<torch::Tensor>& got, const std::vector<torch::Tensor>& ref) {
@@ -830,20 +853,33 @@ double max_rel_err(const std::vector<torch::Tensor>& got, const std::vector<torc
   return worst;
 }
 
+// One norm per optimizer step, equal to the single process's (relative 1e-5), and clipping
+// active on most steps: the equivalence covers the clipped path.
+void expect_same_clipping(const std::vector<double>& got, const std::vector<double>& ref) {
+  ASSERT_EQ(got.size(), ref.size());
+  int clipped = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    EXPECT_NEAR(got[i], ref[i], 1e-5 * ref[i]) << "step " << i + 1;
+    clipped += ref[i] > kMaxNorm;
+  }
+  EXPECT_GE(2 * clipped, static_cast<int>(ref.size())) << "steps with gradient norms above the clipping threshold";
+}
+
 class Ddp : public ::testing::TestWithParam<DdpCase> {};
 
 TEST_P(Ddp, EqualsOneProcessWithTheGlobalBatch) {
-  const auto [N, K, which, strategy] = GetParam();
+  const auto [N, K, which, strategy, B] = GetParam();
   (void)strategy;
-  const int64_t B = 4;
   const int steps = 20;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   auto X = torch::randn({N * K * B * steps, 16}, gen);
   auto Y = torch::randint(0, 5, {N * K * B * steps}, gen, torch::kLong);
   DdpRun ddp = train_ddp(N, K, B, steps, which, X, Y);
   ASSERT_TRUE(ddp.report.ok()) << ddp.report.first_error();
-  auto ref = train_single(N * K * B, steps, which, X, Y);
+  std::vector<double> ref_norms;
+  auto ref = train_single(N * K * B, steps, which, X, Y, Precision::No, &ref_norms);
   EXPECT_LE(max_rel_err(ddp.params, ref), 1e-5) << "N=" << N << " K=" << K;
+  expect_same_clipping(ddp.norms, ref_norms);
   // communication only on real steps: the initial broadcasts, then one all-reduce per
   // bucket per optimizer step; none on accumulation micro-steps
   const int64_t params = 6;
@@ -866,30 +902,26 @@ TEST_P(Ddp, EqualsOneProcessWithTheGlobalBatch) {
     EXPECT_EQ(static_cast<int64_t>(r.collectives), params + steps * buckets) << "rank " << r.rank;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sim, Ddp,
-                         ::testing::Values(DdpCase{2, 1, OptKind::SGD}, DdpCase{2, 2, OptKind::AdamW},
-                                           DdpCase{4, 2, OptKind::SGD}, DdpCase{4, 1, OptKind::AdamW},
-                                           DdpCase{8, 2, OptKind::AdamW}, DdpCase{8, 1, OptKind::SGD}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.n) + "ranks_k" + std::to_string(info.param.k) +
-                                  (info.param.opt == OptKind::SGD ? "_sgd" : "_adamw");
-                         });
+INSTANTIATE_TEST_SUITE_P(Sim, Ddp, ::testing::ValuesIn(equivalence_cases(Strategy::DDP)),
+                         [](const auto& info) { return case_name(info.param); });
 
 
 // ZeRO stages 1-3: the same equivalence (fp32), with the shards gathered at the end.
 class Zero : public ::testing::TestWithParam<DdpCase> {};
 
 TEST_P(Zero, EqualsOneProcessWithTheGlobalBatch) {
-  const auto [N, K, which, strategy] = GetParam();
-  const int64_t B = 4;
+  const auto [N, K, which, strategy, B] = GetParam();
   const int steps = 20;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
   auto X = torch::randn({N * K * B * steps, 16}, gen);
   auto Y = torch::randint(0, 5, {N * K * B * steps}, gen, torch::kLong);
   DdpRun run = train_ddp(N, K, B, steps, which, X, Y, strategy);
   ASSERT_TRUE(run.report.ok()) << run.report.first_error();
-  auto ref = train_single(N * K * B, steps, which, X, Y);
+  std::vector<double> ref_norms;
+  auto ref = train_single(N * K * B, steps, which, X, Y, Precision::No, &ref_norms);
   EXPECT_LE(max_rel_err(run.params, ref), 1e-5) << "N=" << N << " K=" << K << " stage " << zero_stage(strategy);
+  // the norm over every process's shard is the whole gradient's
+  expect_same_clipping(run.norms, ref_norms);
 }
 
 // Mixed precision: 16-bit working weights, fp32 master chunks, gradients reduced in 16
@@ -1026,20 +1058,104 @@ TEST(Ddp, SplitBatchesThatDoNotDivideFailAtPrepareOnEveryRank) {
   }
 }
 
+// Without even_batches, 20 samples in batches of 3 on 2 processes give process 0 four
+// batches per epoch and process 1 three. Where that makes the processes issue different
+// numbers of collectives, every process fails with the cause named (instead of a
+// mismatch, or a hang on GPUs): process 0 at the collective process 1 will never make,
+// process 1 at the end of its epoch. Where it does not (accumulation over 2 micro-batches
+// under DDP: two synchronisations each; no collective in an evaluation loop), training
+// and evaluation go on.
+struct UnevenRun {
+  RunReport report;
+  std::vector<int64_t> batches;  // batches each process consumed
+  std::vector<std::vector<torch::Tensor>> params;
+};
+
+UnevenRun run_uneven(Strategy s, int K, bool train, int epochs = 1) {
+  World w(world(2));
+  UnevenRun out;
+  out.batches.assign(2, 0);
+  out.params.resize(2);
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(4);
+  auto X = torch::randn({20, 6}, gen);
+  auto Y = torch::randint(0, 3, {20}, gen, torch::kLong);
+  out.report = w.run([&](Rank& rk) {
+    Options o;
+    o.device = DeviceKind::CPU;
+    o.strategy = s;
+    o.gradient_accumulation_steps = K;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    MLPConfig cfg;
+    cfg.sizes = {6, 8, 3};
+    std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+    auto opt = make_opt(model, OptKind::SGD);
+    DataLoaderConfig lc;
+    lc.batch_size = 3;
+    lc.even_batches = false;
+    auto loader = std::make_shared<DataLoader>(X, Y, lc);
+    acc.prepare(model, opt, nullptr, loader);
+    if (!train) model->train(false);
+    for (int e = 0; e < epochs; ++e)
+      while (auto b = acc.next_batch(*loader)) {
+        ++out.batches[static_cast<size_t>(rk.rank())];
+        torch::Tensor logits = acc.forward(*model, {b->inputs});
+        if (!train) continue;
+        acc.backward(cross_entropy(logits, b->targets));
+        acc.step();
+      }
+    out.params[static_cast<size_t>(rk.rank())] = acc.full_parameters(*model);
+  });
+  return out;
+}
+
+TEST(Ddp, UnevenBatchesThatWouldDesynchroniseFailOnEveryProcess) {
+  for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+    UnevenRun run = run_uneven(s, 1, true);
+    ASSERT_EQ(run.report.ranks.size(), 2u);
+    for (const auto& r : run.report.ranks) {
+      EXPECT_EQ(r.status, Status::InvalidState) << strategy_name(s) << " rank " << r.rank << ": " << r.error;
+      EXPECT_NE(r.error.find("(even_batches is off)"), std::string::npos) << r.error;
+      EXPECT_EQ(r.error.find("mismatched"), std::string::npos) << "the cause, not the symptom: " << r.error;
+    }
+    const std::string& e0 = run.report.ranks[0].error;
+    EXPECT_NE(e0.find("process 0 4 batches per epoch and process 1 3"), std::string::npos) << e0;
+    EXPECT_NE(e0.find("batch 4 of this epoch has no counterpart on process 1"), std::string::npos) << e0;
+    EXPECT_NE(run.report.ranks[1].error.find("process 1 3 batches per epoch and process 0 4"), std::string::npos)
+        << run.report.ranks[1].error;
+    EXPECT_EQ(run.batches, (std::vector<int64_t>{4, 3})) << strategy_name(s);
+  }
+  // ZeRO-3 gathers weights in every forward, even in evaluation
+  UnevenRun eval3 = run_uneven(Strategy::Zero3, 1, false);
+  for (const auto& r : eval3.report.ranks) EXPECT_EQ(r.status, Status::InvalidState) << r.error;
+  // ZeRO-2 reduce-scatters every micro-batch: accumulation does not even it out
+  UnevenRun z2 = run_uneven(Strategy::Zero2, 2, true);
+  for (const auto& r : z2.report.ranks) EXPECT_EQ(r.status, Status::InvalidState) << r.error;
+}
+
+TEST(Ddp, UnevenBatchesWithMatchingCollectivesTrain) {
+  // DDP and ZeRO-1 with 2 micro-batches per step: 4 and 3 batches both make 2 steps
+  for (Strategy s : {Strategy::DDP, Strategy::Zero1}) {
+    UnevenRun run = run_uneven(s, 2, true, 3);
+    ASSERT_TRUE(run.report.ok()) << strategy_name(s) << ": " << run.report.first_error();
+    EXPECT_EQ(run.batches, (std::vector<int64_t>{12, 9}));
+    for (size_t i = 0; i < run.params[0].size(); ++i) EXPECT_TRUE(torch::equal(run.params[0][i], run.params[1][i]));
+  }
+  // evaluation under DDP makes no collective
+  UnevenRun eval = run_uneven(Strategy::DDP, 1, false, 2);
+  ASSERT_TRUE(eval.report.ok()) << eval.report.first_error();
+  EXPECT_EQ(eval.batches, (std::vector<int64_t>{8, 6}));
+}
+
 std::vector<DdpCase> zero_cases() {
   std::vector<DdpCase> v;
   for (Strategy s : {Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
-    for (DdpCase c : {DdpCase{2, 1, OptKind::SGD}, DdpCase{2, 2, OptKind::AdamW}, DdpCase{4, 2, OptKind::SGD},
-                      DdpCase{4, 1, OptKind::AdamW}, DdpCase{8, 2, OptKind::AdamW}, DdpCase{8, 1, OptKind::SGD}}) {
-      c.strategy = s;
-      v.push_back(c);
-    }
+    for (const DdpCase& c : equivalence_cases(s)) v.push_back(c);
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Sim, Zero, ::testing::ValuesIn(zero_cases()), [](const auto& info) {
-  return std::string("stage") + std::to_string(zero_stage(info.param.strategy)) + "_" + std::to_string(info.param.n) +
-         "ranks_k" + std::to_string(info.param.k) + (info.param.opt == OptKind::SGD ? "_sgd" : "_adamw");
+  return std::string("stage") + std::to_string(zero_stage(info.param.strategy)) + "_" + case_name(info.param);
 });
 
 // ---------------------------------------------------------------------------------------

@@ -477,7 +477,11 @@ typedef struct accel_dataloader_options {
     /* version 2: how batches are shared among processes (Accelerate's semantics; they
        matter once the loader is prepared on a context with more than one process) */
     int32_t even_batches;  /* non-zero (default): the data wraps around from the start so
-                              every process gets the same number of full batches */
+                              every process gets the same number of full batches; zero: the
+                              last processes may get fewer batches (fine for evaluation; a
+                              training loop whose collectives would then differ between
+                              processes fails with ACCEL_ERR_INVALID_STATE, see
+                              accel_backward) */
     int32_t split_batches; /* non-zero: every batch is cut into one slice per process (the
                               batch size must divide by their number); zero (default): batch
                               i goes whole to process i % P */
@@ -502,7 +506,10 @@ ACCEL_API void accel_dataloader_destroy(accel_dataloader *loader);
  * it receives NULL when the loader has no targets). At the end of an epoch it yields no
  * batch (*out_inputs = NULL, *out_targets = NULL, status ACCEL_OK) and advances to the
  * next epoch; the next call starts that epoch. Yielding the last batch of an epoch marks
- * the end of the data for gradient accumulation (the next accel_step is a real step). */
+ * the end of the data for gradient accumulation (the next accel_step is a real step).
+ * Errors: ACCEL_ERR_INVALID_STATE at the end of an epoch (the epoch has advanced, no
+ * batch is yielded) when, with even_batches off, this process had fewer batches than
+ * another and the training loop's collectives would not match theirs (see accel_backward). */
 ACCEL_API accel_status accel_dataloader_next(accel_context *ctx, accel_dataloader *loader,
                                              accel_tensor **out_inputs, accel_tensor **out_targets);
 
@@ -536,7 +543,14 @@ ACCEL_API accel_status accel_prepare(accel_context *ctx, accel_model *model, acc
  * ACCEL_ERR_INVALID_ARGUMENT for a non-scalar or graph-less loss;
  * ACCEL_ERR_NON_FINITE for a NaN or infinite loss in fp32 or bf16: the gradients are left
  * as they were and the micro-batch is not counted. In fp16, a non-finite loss is
- * backpropagated like any other: its step will be skipped by the loss scaler. */
+ * backpropagated like any other: its step will be skipped by the loss scaler.
+ * ACCEL_ERR_INVALID_STATE, nothing done, under DDP or ZeRO when the loss comes from a
+ * batch of a prepared loader with even_batches off whose uneven shares would make this
+ * process communicate where another will not (DDP and ZeRO-1 synchronise on every K-th
+ * micro-batch and the epoch's last, ZeRO-2/3 on every micro-batch): process 0 with 4
+ * batches and process 1 with 3 fail at process 0's 4th backward and at the end of
+ * process 1's epoch, each message naming both counts, instead of waiting for each other
+ * (ZeRO-3's accel_model_forward, which gathers weights, fails the same way). */
 ACCEL_API accel_status accel_backward(accel_context *ctx, const accel_tensor *loss);
 
 /* Non-zero when the next accel_step is a real optimizer step: the current micro-batch is
