@@ -767,8 +767,9 @@ std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
     // The epoch is over here. Processes with more batches (even_batches off) are about to
     // make collectives this one will not: say so here, where they fail at theirs, instead of
     // leaving them waiting.
-    const bool trained = epoch_collectives_ == &loader;
-    if (trained) epoch_collectives_ = nullptr;
+    auto it = std::find(epoch_collectives_.begin(), epoch_collectives_.end(), &loader);
+    const bool trained = it != epoch_collectives_.end();
+    if (trained) epoch_collectives_.erase(it);
     if (last_loader_ == &loader) last_loader_ = nullptr;
     if (trained && comm_->size() > 1) {
       const auto& counts = loader.batches_per_process();
@@ -822,7 +823,8 @@ void Accelerator::check_even_collectives() {
   const int64_t made = zero_ && zero_->stage() >= 2 ? last_position_
                                                     : last_position_ / k + (last_position_ == n && n % k != 0 ? 1 : 0);
   ACCEL_CHECK(made <= collectives_per_epoch(fewest), Status::InvalidState, uneven_message(*loader, last_position_, true));
-  epoch_collectives_ = loader;
+  if (std::find(epoch_collectives_.begin(), epoch_collectives_.end(), loader) == epoch_collectives_.end())
+    epoch_collectives_.push_back(loader);
 }
 
 // ---------------------------------------------------------------------------------------

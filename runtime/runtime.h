@@ -442,7 +442,7 @@ class Accelerator {
   std::string uneven_message(DataLoader& loader, int64_t position, bool ahead);
   DataLoader* last_loader_ = nullptr;  // the prepared loader that yielded the last batch (until its epoch ends)
   int64_t last_position_ = 0;          // that batch's 1-based position in its epoch
-  const DataLoader* epoch_collectives_ = nullptr;  // the loader whose batches made collectives this epoch
+  std::vector<const DataLoader*> epoch_collectives_;  // loaders whose batches made collectives in their current epoch
   void check_strategy(const Optimizer* opt) const;  // the backend and optimizer can do it
   void charge_flops(double flops, const char* label);
   std::unique_ptr<ZeroEngine> zero_;
