@@ -754,14 +754,13 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
 
 std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
   const bool ours = prepared(&loader);
-  const int64_t position = loader.position();
   auto b = loader.next(device_);
   if (b && ours) {
     end_of_data_ = b->last;
     last_rows_ = b->inputs.size(0);
     last_valid_ = b->valid;
     last_loader_ = &loader;
-    last_position_ = position + 1;
+    last_position_ = loader.position();
   }
   if (!b && ours) {
     // The epoch is over here. Processes with more batches (even_batches off) are about to
@@ -775,37 +774,36 @@ std::optional<Batch> Accelerator::next_batch(DataLoader& loader) {
       const auto& counts = loader.batches_per_process();
       const int64_t mine = collectives_per_epoch(counts[static_cast<size_t>(comm_->rank())]);
       for (size_t r = 0; r < counts.size(); ++r)
-        ACCEL_CHECK(collectives_per_epoch(counts[r]) <= mine, Status::InvalidState, uneven_message(loader, position, false));
+        ACCEL_CHECK(collectives_per_epoch(counts[r]) <= mine, Status::InvalidState, uneven_message(loader, false));
     }
   }
   return b;
 }
 
-int64_t Accelerator::collectives_per_epoch(int64_t batches) const {
+int64_t Accelerator::collectives_through(int64_t position, int64_t batches) const {
   // DDP and ZeRO-1 communicate on the micro-batches that complete the gradients (every K-th
   // and the epoch's last); ZeRO-2 reduce-scatters every micro-batch, ZeRO-3 gathers for
   // every forward
-  if (zero_ && zero_->stage() >= 2) return batches;
+  if (communicates_every_micro_batch()) return position;
   const int64_t k = opts_.gradient_accumulation_steps;
-  return (batches + k - 1) / k;
+  return position / k + (position == batches && position % k != 0 ? 1 : 0);
 }
 
-std::string Accelerator::uneven_message(DataLoader& loader, int64_t position, bool ahead) {
+std::string Accelerator::uneven_message(DataLoader& loader, bool ahead) {
   const auto& counts = loader.batches_per_process();
   const size_t me = static_cast<size_t>(comm_->rank());
   size_t other = 0;  // the process that differs most from this one
   for (size_t r = 0; r < counts.size(); ++r)
     if (ahead ? counts[r] < counts[other] : counts[r] > counts[other]) other = r;
-  const bool zero = zero_ != nullptr;
-  const char* what = zero && zero_->stage() >= 2 ? (zero_->stage() == 3 ? "weight gathers and gradient reduce-scatters"
-                                                                       : "gradient reduce-scatters")
-                                                  : "gradient synchronisations";
+  const char* what = !communicates_every_micro_batch() ? "gradient synchronisations"
+                     : zero_->stage() == 3             ? "weight gathers and gradient reduce-scatters"
+                                                       : "gradient reduce-scatters";
   std::ostringstream m;
   m << "the prepared data loader gives process " << me << " " << counts[me] << " batches per epoch and process " << other << " "
     << counts[other] << " (even_batches is off), so under " << strategy_name(opts_.strategy) << " with "
     << opts_.gradient_accumulation_steps << " accumulation step(s) they make " << collectives_per_epoch(counts[me]) << " and "
     << collectives_per_epoch(counts[other]) << " " << what << " per epoch: "
-    << (ahead ? "batch " + std::to_string(position) + " of this epoch has no counterpart on process " + std::to_string(other)
+    << (ahead ? "batch " + std::to_string(last_position_) + " of this epoch has no counterpart on process " + std::to_string(other)
               : std::string("the others are still training on batches this process does not have"))
     << ", and the processes would wait for each other forever (on GPUs, a hang). Turn even_batches on (the default: "
        "the last round wraps around), set drop_last, or use a dataset that divides evenly";
@@ -819,10 +817,8 @@ void Accelerator::check_even_collectives() {
   int64_t fewest = counts.front();
   for (int64_t c : counts) fewest = std::min(fewest, c);
   // the collectives this process has made in the epoch once this one is made
-  const int64_t n = loader->num_batches(), k = opts_.gradient_accumulation_steps;
-  const int64_t made = zero_ && zero_->stage() >= 2 ? last_position_
-                                                    : last_position_ / k + (last_position_ == n && n % k != 0 ? 1 : 0);
-  ACCEL_CHECK(made <= collectives_per_epoch(fewest), Status::InvalidState, uneven_message(*loader, last_position_, true));
+  const int64_t made = collectives_through(last_position_, loader->num_batches());
+  ACCEL_CHECK(made <= collectives_per_epoch(fewest), Status::InvalidState, uneven_message(*loader, true));
   if (std::find(epoch_collectives_.begin(), epoch_collectives_.end(), loader) == epoch_collectives_.end())
     epoch_collectives_.push_back(loader);
 }
@@ -934,7 +930,7 @@ void Accelerator::backward(const torch::Tensor& loss) {
   if (scaler_.enabled()) scaled = scaled * scaler_.scale();
   // this micro-batch completes the gradients: DDP communicates during its backward only
   const bool sync = accum_count_ + 1 >= opts_.gradient_accumulation_steps || end_of_data_;
-  if (zero_ ? (sync || zero_->stage() >= 2) : ddp() && sync) check_even_collectives();
+  if ((zero_ || ddp()) && (sync || communicates_every_micro_batch())) check_even_collectives();
   ddp_sync_now_ = ddp() && sync;
   in_backward_ = true;
   struct Done {

@@ -438,8 +438,13 @@ class Accelerator {
   // process with the fewest batches will make; the processes with fewer fail at the end of
   // such an epoch (next_batch): every process gets the error, none waits forever.
   void check_even_collectives();
-  int64_t collectives_per_epoch(int64_t batches) const;
-  std::string uneven_message(DataLoader& loader, int64_t position, bool ahead);
+  // ZeRO-2/3 communicate on every micro-batch; DDP and ZeRO-1 only where gradients complete.
+  bool communicates_every_micro_batch() const { return zero_stage_active() >= 2; }
+  // The collectives a training loop has made by batch `position` (1-based) of an epoch of
+  // `batches`; at position == batches, the epoch's total.
+  int64_t collectives_through(int64_t position, int64_t batches) const;
+  int64_t collectives_per_epoch(int64_t batches) const { return collectives_through(batches, batches); }
+  std::string uneven_message(DataLoader& loader, bool ahead);  // ahead: this process is the longer one
   DataLoader* last_loader_ = nullptr;  // the prepared loader that yielded the last batch (until its epoch ends)
   int64_t last_position_ = 0;          // that batch's 1-based position in its epoch
   std::vector<const DataLoader*> epoch_collectives_;  // loaders whose batches made collectives in their current epoch
