@@ -21,6 +21,8 @@ struct accel_context {
 };
 struct accel_tensor {
   torch::Tensor t;
+  const accel_context* owner = nullptr;  // the context whose model or loss made it (NULL: made by the caller)
+  mutable bool backpropagated = false;   // accel_backward ran through it
 };
 struct accel_model {
   accel_context* ctx;
@@ -31,9 +33,11 @@ struct accel_optimizer {
   std::shared_ptr<accel::Optimizer> impl;
 };
 struct accel_scheduler {
+  accel_context* ctx;
   std::shared_ptr<accel::Scheduler> impl;
 };
 struct accel_dataloader {
+  accel_context* ctx;
   std::shared_ptr<accel::DataLoader> impl;
 };
 struct accel_sim_report {
@@ -53,6 +57,11 @@ accel_status record(const accel_context* ctx, accel_status s, const char* fn, co
 
 accel_status map_c10(const c10::Error& e) {
   if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ACCEL_ERR_OUT_OF_MEMORY;
+  const std::string what = e.what_without_backtrace();
+  // libtorch's CPU allocator reports a failed allocation as a plain c10::Error
+  if (what.find("not enough memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos)
+    return ACCEL_ERR_OUT_OF_MEMORY;
+  if (what.find("backward through the graph a second time") != std::string::npos) return ACCEL_ERR_INVALID_STATE;
   if (dynamic_cast<const c10::IndexError*>(&e) || dynamic_cast<const c10::ValueError*>(&e) ||
       dynamic_cast<const c10::TypeError*>(&e))
     return ACCEL_ERR_INVALID_ARGUMENT;
@@ -109,7 +118,7 @@ c10::ScalarType to_scalar(int d) {
     case ACCEL_FLOAT64: return torch::kDouble;
     case ACCEL_INT8: return torch::kChar;
   }
-  accel::fail(Status::InvalidArgument, "unknown dtype ", d);
+  accel::fail(Status::InvalidArgument, "dtype must be an accel_dtype (0..7), got ", d);
 }
 
 accel_dtype from_scalar(c10::ScalarType s) {
@@ -126,7 +135,14 @@ accel_dtype from_scalar(c10::ScalarType s) {
   }
 }
 
-accel_tensor* wrap(torch::Tensor t) { return new accel_tensor{std::move(t)}; }
+accel_tensor* wrap(torch::Tensor t, const accel_context* owner = nullptr) {
+  return new accel_tensor{std::move(t), owner};
+}
+
+// Objects that belong to a context must be used with it.
+void same_context(const accel_context* ctx, const accel_context* owner, const char* what) {
+  ACCEL_CHECK(owner == nullptr || owner == ctx, Status::InvalidArgument, what, " belongs to another context");
+}
 
 // Copies a host tensor's elements, row-major, into dst after checking the size.
 void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_bytes) {
@@ -217,13 +233,14 @@ accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t
   return guard(nullptr, "accel_tensor_create", [&] {
     NEED(out);
     auto st = to_scalar(raw(dtype));
-    ACCEL_CHECK(ndim <= 16, Status::InvalidArgument, "at most 16 dimensions, got ", ndim);
+    ACCEL_CHECK(ndim <= 16, Status::InvalidArgument, "ndim must be in [0, 16], got ", ndim);
     ACCEL_CHECK(ndim == 0 || shape != nullptr, Status::InvalidArgument, "shape is NULL with ndim ", ndim);
     std::vector<int64_t> dims(shape, shape + ndim);
     int64_t numel = 1;
     for (size_t i = 0; i < ndim; ++i) {
-      ACCEL_CHECK(dims[i] >= 0, Status::InvalidArgument, "dimension ", i, " is negative (", dims[i], ")");
-      ACCEL_CHECK(dims[i] == 0 || numel <= INT64_MAX / 16 / dims[i], Status::InvalidArgument, "the shape is too large");
+      ACCEL_CHECK(dims[i] >= 0, Status::InvalidArgument, "shape[", i, "] must be >= 0, got ", dims[i]);
+      ACCEL_CHECK(dims[i] == 0 || numel <= INT64_MAX / 16 / dims[i], Status::InvalidArgument, "shape: ",
+                  "the product of the dimensions overflows (shape[", i, "] = ", dims[i], ")");
       numel *= dims[i];
     }
     ACCEL_CHECK(numel == 0 || data != nullptr, Status::InvalidArgument, "data is NULL for a tensor of ", numel, " elements");
@@ -355,7 +372,8 @@ accel_status accel_model_create_mlp(accel_context* ctx, const accel_mlp_options*
     ACCEL_CHECK(opts->num_layer_sizes == 0 || opts->layer_sizes != nullptr, Status::InvalidArgument,
                 "layer_sizes is NULL");
     const int act = raw(opts->activation);
-    ACCEL_CHECK(act >= ACCEL_ACT_RELU && act <= ACCEL_ACT_SIGMOID, Status::InvalidArgument, "unknown activation ", act);
+    ACCEL_CHECK(act >= ACCEL_ACT_RELU && act <= ACCEL_ACT_SIGMOID, Status::InvalidArgument,
+                "activation must be an accel_activation (0..3), got ", act);
     accel::MLPConfig cfg;
     cfg.sizes.assign(opts->layer_sizes, opts->layer_sizes + opts->num_layer_sizes);
     cfg.activation = static_cast<accel::Activation>(act);
@@ -384,14 +402,17 @@ accel_status accel_model_forward(accel_context* ctx, accel_model* model, accel_t
     NEED(ctx);
     NEED(model);
     NEED(out);
+    same_context(ctx, model->ctx, "model");
     ACCEL_CHECK(num_inputs == 0 || inputs != nullptr, Status::InvalidArgument, "inputs is NULL");
     std::vector<torch::Tensor> ins;
     ins.reserve(num_inputs);
     for (size_t i = 0; i < num_inputs; ++i) {
       ACCEL_CHECK(inputs[i] != nullptr, Status::InvalidArgument, "inputs[", i, "] is NULL");
+      ACCEL_CHECK(inputs[i]->owner == nullptr || inputs[i]->owner == ctx, Status::InvalidArgument, "inputs[", i,
+                  "] belongs to another context");
       ins.push_back(inputs[i]->t);
     }
-    *out = wrap(acc_of(ctx).forward(*model->impl, ins));
+    *out = wrap(acc_of(ctx).forward(*model->impl, ins), ctx);
   });
 }
 
@@ -399,6 +420,7 @@ accel_status accel_model_set_training(accel_context* ctx, accel_model* model, in
   return guard(ctx, "accel_model_set_training", [&] {
     NEED(ctx);
     NEED(model);
+    same_context(ctx, model->ctx, "model");
     model->impl->train(training != 0);
   });
 }
@@ -428,6 +450,7 @@ accel_status accel_model_parameter(accel_context* ctx, const accel_model* model,
     NEED(ctx);
     NEED(model);
     NEED(out);
+    same_context(ctx, model->ctx, "model");
     const size_t n = model->impl->parameters().size();
     ACCEL_CHECK(index < n, Status::InvalidArgument, "parameter index ", index, " out of range (the model has ", n, ")");
     if (ctx->acc->zero_stage_active()) {  // the shards of every process, gathered
@@ -443,6 +466,7 @@ accel_status accel_save_model(accel_context* ctx, const accel_model* model, cons
     NEED(ctx);
     NEED(model);
     NEED(path);
+    same_context(ctx, model->ctx, "model");
     ctx->acc->save_model(*model->impl, path);
   });
 }
@@ -457,7 +481,9 @@ accel_status accel_loss_cross_entropy(accel_context* ctx, const accel_tensor* lo
     NEED(logits);
     NEED(targets);
     NEED(out);
-    *out = wrap(accel::cross_entropy(logits->t, targets->t));
+    same_context(ctx, logits->owner, "logits");
+    same_context(ctx, targets->owner, "targets");
+    *out = wrap(accel::cross_entropy(logits->t, targets->t), ctx);
   });
 }
 
@@ -468,7 +494,9 @@ accel_status accel_loss_mse(accel_context* ctx, const accel_tensor* input, const
     NEED(input);
     NEED(target);
     NEED(out);
-    *out = wrap(accel::mse(input->t, target->t));
+    same_context(ctx, input->owner, "input");
+    same_context(ctx, target->owner, "target");
+    *out = wrap(accel::mse(input->t, target->t), ctx);
   });
 }
 
@@ -501,6 +529,7 @@ accel_status accel_optimizer_create_sgd(accel_context* ctx, accel_model* model, 
     NEED(ctx);
     NEED(model);
     NEED(out);
+    same_context(ctx, model->ctx, "model");
     accel_sgd_options o = ACCEL_SGD_OPTIONS_INIT;
     if (opts) {
       check_version(opts, ACCEL_SGD_OPTIONS_VERSION, "accel_sgd_options");
@@ -517,6 +546,7 @@ accel_status accel_optimizer_create_adamw(accel_context* ctx, accel_model* model
     NEED(ctx);
     NEED(model);
     NEED(out);
+    same_context(ctx, model->ctx, "model");
     accel_adamw_options o = ACCEL_ADAMW_OPTIONS_INIT;
     if (opts) {
       check_version(opts, ACCEL_ADAMW_OPTIONS_VERSION, "accel_adamw_options");
@@ -544,6 +574,7 @@ accel_status accel_optimizer_create_lamb(accel_context* ctx, accel_model* model,
     NEED(ctx);
     NEED(model);
     NEED(out);
+    same_context(ctx, model->ctx, "model");
     accel_lamb_options o = ACCEL_LAMB_OPTIONS_INIT;
     if (opts) {
       check_version(opts, ACCEL_LAMB_OPTIONS_VERSION, "accel_lamb_options");
@@ -582,9 +613,10 @@ accel_status accel_scheduler_create(accel_context* ctx, accel_optimizer* optimiz
     NEED(opts);
     NEED(out);
     check_version(opts, ACCEL_SCHEDULER_OPTIONS_VERSION, "accel_scheduler_options");
+    same_context(ctx, optimizer->model->ctx, "optimizer");
     accel::SchedulerConfig c{static_cast<accel::Schedule>(raw(opts->kind)), opts->warmup_steps, opts->total_steps,
                              opts->min_lr_ratio};
-    *out = new accel_scheduler{std::make_shared<accel::Scheduler>(optimizer->impl, c)};
+    *out = new accel_scheduler{ctx, std::make_shared<accel::Scheduler>(optimizer->impl, c)};
   });
 }
 
@@ -630,7 +662,7 @@ accel_status accel_dataloader_create(accel_context* ctx, const accel_tensor* inp
     c.even_batches = o.even_batches != 0;
     c.split_batches = o.split_batches != 0;
     auto dl = std::make_shared<accel::DataLoader>(inputs->t.clone(), targets ? targets->t.clone() : torch::Tensor(), c);
-    *out = new accel_dataloader{std::move(dl)};
+    *out = new accel_dataloader{ctx, std::move(dl)};
   });
 }
 
@@ -642,6 +674,7 @@ accel_status accel_dataloader_next(accel_context* ctx, accel_dataloader* loader,
     NEED(ctx);
     NEED(loader);
     NEED(out_inputs);
+    same_context(ctx, loader->ctx, "loader");
     auto b = acc_of(ctx).next_batch(*loader->impl);
     if (!b) {
       *out_inputs = nullptr;
@@ -685,9 +718,10 @@ accel_status accel_prepare(accel_context* ctx, accel_model* model, accel_optimiz
                            accel_scheduler* scheduler, accel_dataloader* loader) {
   return guard(ctx, "accel_prepare", [&] {
     NEED(ctx);
-    ACCEL_CHECK(!model || model->ctx == ctx, Status::InvalidArgument, "the model was created on another context");
-    ACCEL_CHECK(!optimizer || optimizer->model->ctx == ctx, Status::InvalidArgument,
-                "the optimizer's model was created on another context");
+    if (model) same_context(ctx, model->ctx, "model");
+    if (optimizer) same_context(ctx, optimizer->model->ctx, "optimizer");
+    if (scheduler) same_context(ctx, scheduler->ctx, "scheduler");
+    if (loader) same_context(ctx, loader->ctx, "loader");
     acc_of(ctx).prepare(model ? model->impl : nullptr, optimizer ? optimizer->impl : nullptr,
                         scheduler ? scheduler->impl : nullptr, loader ? loader->impl : nullptr);
   });
@@ -697,7 +731,11 @@ accel_status accel_backward(accel_context* ctx, const accel_tensor* loss) {
   return guard(ctx, "accel_backward", [&] {
     NEED(ctx);
     NEED(loss);
+    same_context(ctx, loss->owner, "loss");
+    ACCEL_CHECK(!loss->backpropagated, Status::InvalidState,
+                "the loss was already backpropagated (accel_backward runs once per loss: compute a new one)");
     acc_of(ctx).backward(loss->t);
+    loss->backpropagated = true;
   });
 }
 
@@ -778,7 +816,7 @@ accel_status accel_reduce(accel_context* ctx, const accel_tensor* tensor, accel_
       case ACCEL_REDUCE_MAX: rop = accel::comm::RedOp::Max; break;
       case ACCEL_REDUCE_MIN: rop = accel::comm::RedOp::Min; break;
       case ACCEL_REDUCE_PROD: rop = accel::comm::RedOp::Prod; break;
-      default: accel::fail(Status::InvalidArgument, "unknown reduce op ", raw(op));
+      default: accel::fail(Status::InvalidArgument, "op must be an accel_reduce_op (0..4), got ", raw(op));
     }
     *out = wrap(acc_of(ctx).reduce(tensor->t, rop));
   });
@@ -889,11 +927,17 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
     }
     accel::sim::WorldOptions wo;
     wo.world_size = so.world_size;
-    ACCEL_CHECK(so.world_size >= 1, Status::InvalidArgument, "world_size must be >= 1, got ", so.world_size);
-    if (so.device_memory) wo.device_capacity = accel::sim::parse_bytes(so.device_memory);
     if (so.topology) wo.topology = so.topology;
-    wo.timeout_seconds = so.timeout_seconds;
+    const accel::sim::Topology topo = accel::sim::topology_preset(wo.topology);
+    const int64_t gpus = static_cast<int64_t>(topo.nodes) * topo.gpus_per_node;
+    ACCEL_CHECK(so.world_size >= 1 && so.world_size <= gpus, Status::InvalidArgument, "world_size must be in [1, ", gpus,
+                "] (the GPUs of topology '", wo.topology, "'; e.g. \"4x8xH100-IB\" has 32), got ", so.world_size);
+    if (so.device_memory) wo.device_capacity = accel::sim::parse_bytes(so.device_memory, "device_memory");
+    ACCEL_CHECK(std::isfinite(so.timeout_seconds) && so.timeout_seconds > 0, Status::InvalidArgument,
+                "timeout_seconds must be finite and > 0, got ", so.timeout_seconds);
     if (so.faults) wo.faults = accel::sim::parse_faults(so.faults);
+    ACCEL_CHECK(so.engine_threads >= 0 && so.engine_threads <= 1024, Status::InvalidArgument,
+                "engine_threads must be in [0, 1024] (0: the machine's cores), got ", so.engine_threads);
     wo.engine_threads = so.engine_threads;
     wo.record_trace = so.trace_path != nullptr;
     accel::Options ro = runtime_options(ctx_opts);
@@ -907,7 +951,11 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
       std::shared_ptr<accel::comm::Communicator> comm(&rank.comm(), [](accel::comm::Communicator*) {});
       ctx->acc = std::make_unique<accel::Accelerator>(ro, comm);
       tls_error.clear();
-      accel_status s = fn(ctx.get(), user);
+      const accel_status s = fn(ctx.get(), user);
+      const int code = raw(s);
+      // a value that is no accel_status (positive, or an unknown code) is the caller's bug
+      ACCEL_CHECK(code <= 0 && std::strcmp(accel_status_name(s), "ACCEL_ERR_UNKNOWN") != 0, Status::InvalidArgument,
+                  "fn returned ", code, ", which is not an accel_status (ACCEL_OK or a negative ACCEL_ERR_* code)");
       // the rank's last failure message: this thread's slot holds the latest of them all
       if (s != ACCEL_OK)
         throw accel::Error(static_cast<Status>(s), tls_error.empty() ? std::string(accel_status_name(s)) : tls_error);
@@ -975,6 +1023,7 @@ accel_status accel_set_project(accel_context* ctx, const accel_project_options* 
     NEED(opts);
     check_version(opts, ACCEL_PROJECT_OPTIONS_VERSION, "accel_project_options");
     ACCEL_CHECK(opts->project_dir != nullptr, Status::InvalidArgument, "project_dir is NULL");
+    ACCEL_CHECK(opts->project_dir[0] != '\0', Status::InvalidArgument, "project_dir is empty");
     acc_of(ctx).set_project(accel::ProjectConfig{opts->project_dir, opts->total_limit});
   });
 }
@@ -982,6 +1031,8 @@ accel_status accel_set_project(accel_context* ctx, const accel_project_options* 
 accel_status accel_save_state(accel_context* ctx, const char* dir) {
   return guard(ctx, "accel_save_state", [&] {
     NEED(ctx);
+    ACCEL_CHECK(dir == nullptr || dir[0] != '\0', Status::InvalidArgument,
+                "dir is empty (pass NULL for the project's next checkpoint)");
     ctx->last_checkpoint = acc_of(ctx).save_state(dir ? dir : "");
   });
 }
@@ -989,12 +1040,14 @@ accel_status accel_save_state(accel_context* ctx, const char* dir) {
 accel_status accel_load_state(accel_context* ctx, const char* dir) {
   return guard(ctx, "accel_load_state", [&] {
     NEED(ctx);
+    ACCEL_CHECK(dir == nullptr || dir[0] != '\0', Status::InvalidArgument,
+                "dir is empty (pass NULL for the project's newest checkpoint)");
     ctx->last_checkpoint = acc_of(ctx).load_state(dir ? dir : "");
   });
 }
 
 accel_status accel_last_checkpoint(const accel_context* ctx, const char** out) {
-  return guard(nullptr, "accel_last_checkpoint", [&] {
+  return guard(ctx, "accel_last_checkpoint", [&] {
     NEED(ctx);
     NEED(out);
     *out = ctx->last_checkpoint.c_str();

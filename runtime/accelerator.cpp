@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include "runtime/compat.h"
+#include "runtime/domain.h"
+#include "runtime/paths.h"
 #include "runtime/runtime.h"
 #include "runtime/zero.h"
 
@@ -12,24 +14,20 @@ namespace accel {
 
 void validate(const Options& o) {
   ACCEL_CHECK(o.precision == Precision::No || o.precision == Precision::BF16 || o.precision == Precision::FP16,
-              Status::InvalidArgument, "unknown mixed_precision value ", static_cast<int>(o.precision));
-  ACCEL_CHECK(o.gradient_accumulation_steps >= 1, Status::InvalidArgument,
-              "gradient_accumulation_steps must be >= 1, got ", o.gradient_accumulation_steps);
+              Status::InvalidArgument, "mixed_precision must be 0 (no), 1 (bf16) or 2 (fp16), got ",
+              static_cast<int>(o.precision));
+  domain::at_least("gradient_accumulation_steps", o.gradient_accumulation_steps, 1);
   ACCEL_CHECK(o.device == DeviceKind::Auto || o.device == DeviceKind::CPU || o.device == DeviceKind::CUDA,
-              Status::InvalidArgument, "unknown device value ", static_cast<int>(o.device));
-  ACCEL_CHECK(o.device_index >= 0, Status::InvalidArgument, "device_index must be >= 0, got ", o.device_index);
-  ACCEL_CHECK(std::isfinite(o.loss_scale_init) && o.loss_scale_init > 0, Status::InvalidArgument,
-              "loss_scale_init must be positive and finite, got ", o.loss_scale_init);
-  ACCEL_CHECK(std::isfinite(o.loss_scale_growth_factor) && o.loss_scale_growth_factor > 1, Status::InvalidArgument,
-              "loss_scale_growth_factor must be > 1, got ", o.loss_scale_growth_factor);
-  ACCEL_CHECK(o.loss_scale_backoff_factor > 0 && o.loss_scale_backoff_factor < 1, Status::InvalidArgument,
-              "loss_scale_backoff_factor must be in (0, 1), got ", o.loss_scale_backoff_factor);
-  ACCEL_CHECK(o.loss_scale_growth_interval >= 1, Status::InvalidArgument, "loss_scale_growth_interval must be >= 1, got ",
-              o.loss_scale_growth_interval);
-  ACCEL_CHECK(o.num_threads >= 0, Status::InvalidArgument, "num_threads must be >= 0, got ", o.num_threads);
+              Status::InvalidArgument, "device must be 0 (auto), 1 (cpu) or 2 (cuda), got ", static_cast<int>(o.device));
+  domain::at_least("device_index", o.device_index, 0);
+  domain::positive("loss_scale_init", o.loss_scale_init);
+  domain::above("loss_scale_growth_factor", o.loss_scale_growth_factor, 1);
+  domain::open("loss_scale_backoff_factor", o.loss_scale_backoff_factor, 0, 1);
+  domain::at_least("loss_scale_growth_interval", o.loss_scale_growth_interval, 1);
+  domain::within("num_threads", o.num_threads, 0, 4096);
   ACCEL_CHECK(static_cast<int>(o.strategy) >= 0 && static_cast<int>(o.strategy) <= 4, Status::InvalidArgument,
-              "unknown strategy ", static_cast<int>(o.strategy), " (0 no, 1 DDP, 2-4 ZeRO stages 1-3)");
-  ACCEL_CHECK(o.bucket_bytes >= 1, Status::InvalidArgument, "bucket_bytes must be positive, got ", o.bucket_bytes);
+              "strategy must be in [0, 4] (0 no, 1 DDP, 2-4 ZeRO stages 1-3), got ", static_cast<int>(o.strategy));
+  domain::at_least("bucket_bytes", o.bucket_bytes, 1);
 }
 
 const char* strategy_name(Strategy s) {
@@ -58,28 +56,25 @@ std::optional<Strategy> parse_strategy(const std::string& name) {
 // Optimizers
 
 void validate(const SGDConfig& c) {
-  ACCEL_CHECK(std::isfinite(c.lr) && c.lr > 0, Status::InvalidArgument, "SGD lr must be positive, got ", c.lr);
-  ACCEL_CHECK(c.momentum >= 0, Status::InvalidArgument, "SGD momentum must be >= 0, got ", c.momentum);
-  ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "SGD weight_decay must be >= 0, got ", c.weight_decay);
+  domain::positive("lr", c.lr);
+  domain::non_negative("momentum", c.momentum);
+  domain::closed("dampening", c.dampening, 0, 1);
+  domain::non_negative("weight_decay", c.weight_decay);
   ACCEL_CHECK(!c.nesterov || (c.momentum > 0 && c.dampening == 0), Status::InvalidArgument,
-              "Nesterov momentum needs momentum > 0 and dampening 0");
+              "nesterov needs momentum > 0 and dampening 0, got momentum ", c.momentum, " and dampening ", c.dampening);
 }
 
-void validate(const AdamWConfig& c) {
-  ACCEL_CHECK(std::isfinite(c.lr) && c.lr > 0, Status::InvalidArgument, "AdamW lr must be positive, got ", c.lr);
-  ACCEL_CHECK(c.beta1 >= 0 && c.beta1 < 1, Status::InvalidArgument, "AdamW beta1 must be in [0, 1), got ", c.beta1);
-  ACCEL_CHECK(c.beta2 >= 0 && c.beta2 < 1, Status::InvalidArgument, "AdamW beta2 must be in [0, 1), got ", c.beta2);
-  ACCEL_CHECK(c.eps > 0, Status::InvalidArgument, "AdamW eps must be positive, got ", c.eps);
-  ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "AdamW weight_decay must be >= 0, got ", c.weight_decay);
+// AdamW and LAMB share their hyper-parameters' domains.
+template <class C>
+void validate_adam_like(const C& c) {
+  domain::positive("lr", c.lr);
+  domain::half_open("beta1", c.beta1, 0, 1);
+  domain::half_open("beta2", c.beta2, 0, 1);
+  domain::positive("eps", c.eps);
+  domain::non_negative("weight_decay", c.weight_decay);
 }
-
-void validate(const LAMBConfig& c) {
-  ACCEL_CHECK(std::isfinite(c.lr) && c.lr > 0, Status::InvalidArgument, "LAMB lr must be positive, got ", c.lr);
-  ACCEL_CHECK(c.beta1 >= 0 && c.beta1 < 1, Status::InvalidArgument, "LAMB beta1 must be in [0, 1), got ", c.beta1);
-  ACCEL_CHECK(c.beta2 >= 0 && c.beta2 < 1, Status::InvalidArgument, "LAMB beta2 must be in [0, 1), got ", c.beta2);
-  ACCEL_CHECK(c.eps > 0, Status::InvalidArgument, "LAMB eps must be positive, got ", c.eps);
-  ACCEL_CHECK(c.weight_decay >= 0, Status::InvalidArgument, "LAMB weight_decay must be >= 0, got ", c.weight_decay);
-}
+void validate(const AdamWConfig& c) { validate_adam_like(c); }
+void validate(const LAMBConfig& c) { validate_adam_like(c); }
 
 Optimizer::Optimizer(std::shared_ptr<Model> model, LAMBConfig cfg)
     : model_(std::move(model)), lamb_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
@@ -278,13 +273,12 @@ void Optimizer::zero_grad() {
 
 void validate(const SchedulerConfig& c) {
   ACCEL_CHECK(c.kind == Schedule::Constant || c.kind == Schedule::Linear || c.kind == Schedule::Cosine,
-              Status::InvalidArgument, "unknown schedule kind ", static_cast<int>(c.kind));
-  ACCEL_CHECK(c.warmup_steps >= 0, Status::InvalidArgument, "warmup_steps must be >= 0, got ", c.warmup_steps);
+              Status::InvalidArgument, "kind must be 0 (constant), 1 (linear) or 2 (cosine), got ", static_cast<int>(c.kind));
+  domain::at_least("warmup_steps", c.warmup_steps, 0);
   ACCEL_CHECK(c.kind == Schedule::Constant || c.total_steps > c.warmup_steps, Status::InvalidArgument,
               "total_steps (", c.total_steps, ") must exceed warmup_steps (", c.warmup_steps,
               ") for a decaying schedule");
-  ACCEL_CHECK(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1, Status::InvalidArgument, "min_lr_ratio must be in [0, 1], got ",
-              c.min_lr_ratio);
+  domain::closed("min_lr_ratio", c.min_lr_ratio, 0, 1);
 }
 
 double schedule_factor(const SchedulerConfig& c, int64_t step) {
@@ -636,29 +630,23 @@ void Accelerator::save_model(const Model& model, const std::string& path) {
   const bool script = path.size() >= 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
   ACCEL_CHECK(!script || model.from_torchscript(), Status::Unsupported, "only a model loaded from TorchScript exports as ",
               "TorchScript ('", path, "'); save the built-in MLP as .safetensors");
+  ACCEL_CHECK(!path.empty(), Status::InvalidArgument, "path is empty");
   std::vector<torch::Tensor> params = full_parameters(model);
-  int32_t ok = 1;
+  Status status = Status::Ok;
   std::string why;
-  Status status = Status::IO;
   if (comm_->rank() == 0) {
     try {
+      paths::check_file_target(path, script ? paths::FileKind::TorchScript : paths::FileKind::Safetensors, "path");
       if (script)
         model.export_torchscript(params, path);
       else
         save_safetensors(model.parameter_names(), params, path);
     } catch (const Error& e) {
-      ok = 0;
       why = e.what();
       status = e.status();
     }
   }
-  if (comm_->size() > 1) {  // the outcome on every process, the file there on return
-    int32_t st = static_cast<int32_t>(status);
-    comm_->broadcast(&ok, &ok, 1, comm::DataType::Int32, 0)->wait();
-    comm_->broadcast(&st, &st, 1, comm::DataType::Int32, 0)->wait();
-    status = static_cast<Status>(st);
-  }
-  ACCEL_CHECK(ok, status, comm_->rank() == 0 ? why : "saving the model failed on process 0 ('" + path + "')");
+  agree(status, why);  // the outcome on every process, the file there on return
 }
 
 void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
@@ -831,7 +819,35 @@ torch::Tensor host_contiguous(const torch::Tensor& t) {
   ACCEL_CHECK(t.defined(), Status::InvalidArgument, "no tensor");
   return t.detach().to(torch::kCPU).contiguous();
 }
+
+std::string dims_str(const int64_t* d, int64_t n) {
+  std::string s = "[";
+  for (int64_t i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "]";
+}
 }  // namespace
+
+// Every process's dtype, rank and shape, exchanged before a collective whose sizes depend on
+// them, so that a mismatch is a clear error on every process instead of a mismatched
+// collective. Row r: {dtype, ndim, extra, dims[16]}.
+std::vector<int64_t> Accelerator::describe_across(const torch::Tensor& x, int64_t extra) {
+  constexpr size_t kRow = 19;
+  std::vector<int64_t> mine(kRow, 0), all(kRow * static_cast<size_t>(comm_->size()));
+  mine[0] = static_cast<int64_t>(x.scalar_type());
+  mine[1] = x.dim();
+  mine[2] = extra;
+  for (int64_t d = 0; d < x.dim() && d < 16; ++d) mine[static_cast<size_t>(3 + d)] = x.size(d);
+  comm_->all_gather(mine.data(), all.data(), kRow, comm::DataType::Int64)->wait();
+  for (int r = 0; r < comm_->size(); ++r) {
+    const int64_t* row = &all[kRow * static_cast<size_t>(r)];
+    ACCEL_CHECK(row[0] == all[0], Status::InvalidArgument, "tensor: the dtypes differ across processes: process 0 has ",
+                c10::toString(static_cast<c10::ScalarType>(all[0])), ", process ", r, " has ",
+                c10::toString(static_cast<c10::ScalarType>(row[0])));
+    ACCEL_CHECK(row[1] == all[1], Status::InvalidArgument, "tensor: the number of dimensions differs across processes: ",
+                "process 0 has ", dims_str(&all[3], all[1]), ", process ", r, " has ", dims_str(row + 3, row[1]));
+  }
+  return all;
+}
 
 torch::Tensor Accelerator::reduce(const torch::Tensor& t, comm::RedOp op) {
   torch::Tensor r = host_contiguous(t).clone();
@@ -840,6 +856,8 @@ torch::Tensor Accelerator::reduce(const torch::Tensor& t, comm::RedOp op) {
 }
 
 torch::Tensor Accelerator::broadcast(const torch::Tensor& t, int root) {
+  ACCEL_CHECK(root >= 0 && root < comm_->size(), Status::InvalidArgument, "root must be in [0, ", comm_->size(),
+              ") (a process index), got ", root);
   torch::Tensor r = host_contiguous(t).clone();
   comm_->broadcast(r.data_ptr(), r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), root)->wait();
   return r.device() == device_ ? r : r.to(device_);
@@ -850,16 +868,15 @@ torch::Tensor Accelerator::gather(const torch::Tensor& t) {
   ACCEL_CHECK(x.dim() >= 1, Status::InvalidArgument, "gather needs a tensor of at least one dimension, got a scalar");
   const int n = comm_->size();
   // the shapes first: a clear error instead of silently mixed rows
-  std::vector<int64_t> mine(x.sizes().begin(), x.sizes().end()), all(mine.size() * static_cast<size_t>(n));
-  comm_->all_gather(mine.data(), all.data(), mine.size(), comm::DataType::Int64)->wait();
+  const std::vector<int64_t> all = describe_across(x, 0);
+  const size_t nd = static_cast<size_t>(x.dim());
   for (int r = 0; r < n; ++r)
-    for (size_t d = 0; d < mine.size(); ++d)
-      ACCEL_CHECK(all[r * mine.size() + d] == all[d], Status::InvalidArgument, "gather needs the same shape on every process: ",
-                  "process 0 has ", shape_str(torch::empty(std::vector<int64_t>(all.begin(), all.begin() + mine.size()), torch::kByte)),
-                  ", process ", r, " has ",
-                  shape_str(torch::empty(std::vector<int64_t>(all.begin() + r * mine.size(), all.begin() + (r + 1) * mine.size()), torch::kByte)),
+    for (size_t d = 0; d < nd; ++d)
+      ACCEL_CHECK(all[19 * static_cast<size_t>(r) + 3 + d] == all[3 + d], Status::InvalidArgument,
+                  "gather needs the same shape on every process: process 0 has ", dims_str(&all[3], x.dim()),
+                  ", process ", r, " has ", dims_str(&all[19 * static_cast<size_t>(r) + 3], x.dim()),
                   " (pad_across_processes makes them equal)");
-  std::vector<int64_t> out_shape = mine;
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape[0] *= n;
   torch::Tensor out = torch::empty(out_shape, x.options());
   comm_->all_gather(x.data_ptr(), out.data_ptr(), static_cast<size_t>(x.numel()), comm_dtype(x.scalar_type()))->wait();
@@ -869,13 +886,25 @@ torch::Tensor Accelerator::gather(const torch::Tensor& t) {
 torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& t, int64_t dim, double value, bool pad_first) {
   torch::Tensor x = host_contiguous(t);
   ACCEL_CHECK(x.dim() >= 1, Status::InvalidArgument, "pad_across_processes needs a tensor of at least one dimension");
+  ACCEL_CHECK(dim >= -x.dim() && dim < x.dim(), Status::InvalidArgument, "dim must be in [", -x.dim(), ", ", x.dim(),
+              ") for a tensor ", shape_str(x), ", got ", dim);
   if (dim < 0) dim += x.dim();
-  ACCEL_CHECK(dim >= 0 && dim < x.dim(), Status::InvalidArgument, "dimension ", dim, " out of range for ", shape_str(x));
+  if (!x.is_floating_point()) {  // the pad value must be one of the dtype's values
+    const double lo = x.scalar_type() == torch::kByte ? 0.0 : -std::ldexp(1.0, static_cast<int>(x.element_size()) * 8 - 1);
+    const double hi = x.scalar_type() == torch::kByte ? 255.0 : std::ldexp(1.0, static_cast<int>(x.element_size()) * 8 - 1);
+    ACCEL_CHECK(std::isfinite(value) && value == std::floor(value) && value >= lo && value < hi + (x.scalar_type() == torch::kByte ? 1 : 0),
+                Status::InvalidArgument, "pad_value must be an integer in the range of ", c10::toString(x.scalar_type()),
+                " for this tensor, got ", value);
+  }
   const int n = comm_->size();
-  int64_t size = x.size(dim);
-  std::vector<int64_t> sizes(static_cast<size_t>(n));
-  comm_->all_gather(&size, sizes.data(), 1, comm::DataType::Int64)->wait();
-  const int64_t target = *std::max_element(sizes.begin(), sizes.end());
+  const std::vector<int64_t> all = describe_across(x, dim);
+  for (int r = 0; r < n; ++r)
+    ACCEL_CHECK(all[19 * static_cast<size_t>(r) + 2] == dim, Status::InvalidArgument,
+                "dim differs across processes: process 0 pads dimension ", all[2], ", process ", r, " dimension ",
+                all[19 * static_cast<size_t>(r) + 2]);
+  const int64_t size = x.size(dim);
+  int64_t target = 0;
+  for (int r = 0; r < n; ++r) target = std::max(target, all[19 * static_cast<size_t>(r) + 3 + static_cast<size_t>(dim)]);
   torch::Tensor out = x;
   if (target > size) {
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
@@ -1059,7 +1088,7 @@ bool Accelerator::unscale_once() {
 
 double Accelerator::clip_grad_norm(double max_norm) {
   ACCEL_CHECK(model_ != nullptr, Status::InvalidState, "clip_grad_norm before accel_prepare bound a model");
-  ACCEL_CHECK(std::isfinite(max_norm) && max_norm > 0, Status::InvalidArgument, "max_norm must be positive, got ",
+  ACCEL_CHECK(std::isfinite(max_norm) && max_norm > 0, Status::InvalidArgument, "max_norm must be finite and > 0, got ",
               max_norm);
   if (!pending_ || !sync_) return std::nan("");
   unscale_once();

@@ -27,6 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include "include/accel/accel.h"
+#include "runtime/checkpoint_format.h"
+#include "runtime/paths.h"
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
 #include "runtime/zero.h"
@@ -37,8 +39,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-constexpr int kFormatVersion = 1;
 
 std::string crc_hex(const std::string& bytes) { return safetensors::crc32_hex(bytes.data(), bytes.size()); }
 
@@ -113,19 +113,13 @@ struct Loaded {
   }
 };
 
-json read_json(const fs::path& p) {
-  std::string text = safetensors::read_file(p.string());
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    fail(Status::Format, p.string(), ": not valid JSON: ", e.what());
-  }
-}
-
 // Reads a whole file into a byte tensor.
 torch::Tensor read_buffer(const fs::path& p) {
   int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  ACCEL_CHECK(fd >= 0, Status::IO, "cannot open '", p.string(), "': ", std::strerror(errno));
+  if (fd < 0) {
+    const int e = errno;
+    fail(status_of_errno(e), "cannot open '", p.string(), "': ", std::strerror(e));
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
@@ -149,23 +143,32 @@ torch::Tensor read_buffer(const fs::path& p) {
 }
 
 // Reads a file the manifest lists and checks its size and CRC-32.
-torch::Tensor read_checked(const fs::path& dir, const json& files, const std::string& name) {
-  ACCEL_CHECK(files.contains(name), Status::Format, (dir / "manifest.json").string(), " does not list '", name, "'");
+using Files = std::map<std::string, ckpt::FileEntry>;
+
+torch::Tensor read_checked(const fs::path& dir, const Files& files, const std::string& name) {
+  auto it = files.find(name);
+  ACCEL_CHECK(it != files.end(), Status::Format, (dir / "manifest.json").string(), " does not list '", name, "'");
   const fs::path p = dir / name;
   std::error_code ec;
-  ACCEL_CHECK(fs::exists(p, ec), Status::IO, p.string(), ": missing from the checkpoint");
+  ACCEL_CHECK(fs::is_regular_file(p, ec), Status::IO, p.string(), ": missing from the checkpoint");
+  const ckpt::FileEntry& f = it->second;
+  const uintmax_t size = fs::file_size(p, ec);
+  ACCEL_CHECK(!ec && size == f.bytes, Status::Format, p.string(), ": ", ec ? std::string("?") : std::to_string(size),
+              " bytes, the manifest says ", f.bytes, " (truncated?)");
   torch::Tensor bytes = read_buffer(p);
-  const json& f = files[name];
-  const uint64_t want = f.value("bytes", uint64_t{0});
-  ACCEL_CHECK(static_cast<uint64_t>(bytes.numel()) == want, Status::Format, p.string(), ": ", bytes.numel(),
-              " bytes, the manifest says ", want, " (truncated?)");
+  ACCEL_CHECK(static_cast<uint64_t>(bytes.numel()) == f.bytes, Status::Format, p.string(), ": ", bytes.numel(),
+              " bytes, the manifest says ", f.bytes, " (truncated?)");
   const std::string crc = safetensors::crc32_hex(bytes.data_ptr(), static_cast<size_t>(bytes.numel()));
-  ACCEL_CHECK(crc == f.value("crc32", std::string()), Status::Format, p.string(), ": CRC-32 ", crc,
-              " does not match the manifest's ", f.value("crc32", std::string()), " (corrupted)");
+  ACCEL_CHECK(crc == f.crc32, Status::Format, p.string(), ": CRC-32 ", crc, " does not match the manifest's ", f.crc32,
+              " (corrupted)");
   return bytes;
 }
 
-Loaded load_tensors(const fs::path& dir, const json& files, const std::string& name) {
+std::string_view text_of(const torch::Tensor& bytes) {
+  return {static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())};
+}
+
+Loaded load_tensors(const fs::path& dir, const Files& files, const std::string& name) {
   Loaded l;
   l.path = (dir / name).string();
   l.buf = read_checked(dir, files, name);
@@ -184,7 +187,7 @@ int64_t latest_index(const fs::path& root, std::vector<std::pair<int64_t, fs::pa
     if (n.rfind("checkpoint_", 0) != 0) continue;
     const std::string num = n.substr(11);
     if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos || num.size() > 15) continue;
-    if (!fs::exists(e.path() / "manifest.json", ec)) continue;
+    if (!fs::exists(e.path() / "manifest.json", ec) || num.size() > 15) continue;
     const int64_t k = std::stoll(num);
     if (all) all->push_back({k, e.path()});
     best = std::max(best, k);
@@ -194,8 +197,9 @@ int64_t latest_index(const fs::path& root, std::vector<std::pair<int64_t, fs::pa
 }
 
 // Moves `tmp` to `target` in one step: a rename, or an exchange with an existing target
-// (then the old one, now at tmp, is removed).
-void publish(const fs::path& tmp, const fs::path& target) {
+// (then the old one, now at tmp, is removed). The caller checked (paths::) that an existing
+// target is an earlier checkpoint and that `old` holds nothing but a save's leftovers.
+void publish(const fs::path& tmp, const fs::path& target, const fs::path& old) {
   std::error_code ec;
   if (fs::exists(target, ec)) {
 #ifdef SYS_renameat2
@@ -205,7 +209,6 @@ void publish(const fs::path& tmp, const fs::path& target) {
       return;
     }
 #endif
-    const fs::path old = target.parent_path() / ("." + target.filename().string() + ".old");
     fs::remove_all(old, ec);
     fs::rename(target, old, ec);
     ACCEL_CHECK(!ec, Status::IO, "cannot move the old checkpoint ", target.string(), " aside: ", ec.message());
@@ -224,8 +227,24 @@ const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" :
 
 }  // namespace
 
+void Accelerator::agree(Status status, const std::string& message) {
+  if (comm_->size() > 1) {
+    int32_t code = static_cast<int32_t>(status);
+    comm_->broadcast(&code, &code, 1, comm::DataType::Int32, 0)->wait();
+    status = static_cast<Status>(code);
+    if (status != Status::Ok) {  // process 0's words on every process
+      int64_t n = comm_->rank() == 0 ? static_cast<int64_t>(message.size()) : 0;
+      comm_->broadcast(&n, &n, 1, comm::DataType::Int64, 0)->wait();
+      std::string text = comm_->rank() == 0 ? message : std::string(static_cast<size_t>(n), '\0');
+      if (n > 0) comm_->broadcast(text.data(), text.data(), static_cast<size_t>(n), comm::DataType::Uint8, 0)->wait();
+      throw Error(status, comm_->rank() == 0 ? text : "process 0: " + text);
+    }
+  }
+  if (status != Status::Ok) throw Error(status, message);
+}
+
 void Accelerator::set_project(const ProjectConfig& p) {
-  ACCEL_CHECK(!p.dir.empty(), Status::InvalidArgument, "the project directory is empty");
+  ACCEL_CHECK(!p.dir.empty(), Status::InvalidArgument, "project_dir is empty");
   ACCEL_CHECK(p.total_limit >= 0, Status::InvalidArgument, "total_limit must be >= 0, got ", p.total_limit);
   project_ = p;
 }
@@ -251,30 +270,35 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
   if (target.filename().empty()) target = target.parent_path();
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   const fs::path tmp = parent / ("." + target.filename().string() + ".tmp");
+  const fs::path old = parent / ("." + target.filename().string() + ".old");
 
-  // 1. process 0 makes a fresh temporary directory (a crashed save's leftovers go)
-  int32_t ok = 1;
+  // 1. process 0 checks that nothing but an earlier checkpoint would be replaced, then makes
+  //    a fresh temporary directory (a crashed save's leftovers go)
+  Status st = Status::Ok;
   std::string why;
   if (rank == 0) {
-    std::error_code ec;
-    fs::create_directories(parent, ec);
-    if (!ec) fs::remove_all(tmp, ec);
-    if (!ec) fs::create_directory(tmp, ec);
-    if (ec) {
-      ok = 0;
-      why = ec.message();
+    try {
+      paths::check_checkpoint_target(target, dir_arg.empty() ? "the project's next checkpoint" : "dir");
+      paths::check_leftover(tmp, target);
+      paths::check_leftover(old, target);
+      std::error_code ec;
+      fs::create_directories(parent, ec);
+      if (!ec) fs::remove_all(tmp, ec);
+      if (!ec) fs::create_directory(tmp, ec);
+      if (ec) fail(status_of_errno(ec.value()), "cannot create the checkpoint directory ", tmp.string(), ": ", ec.message());
+    } catch (const Error& e) {
+      st = e.status();
+      why = e.what();
     }
   }
-  comm_->broadcast(&ok, &ok, 1, comm::DataType::Int32, 0)->wait();
-  ACCEL_CHECK(ok, Status::IO, "cannot create the checkpoint directory ", tmp.string(),
-              rank == 0 ? ": " + why : std::string(" (process 0 could not)"));
+  agree(st, why);
   crash_point(1);
 
   // 2. every process writes its files
   const auto& params = model_->parameters();
   const auto& names = model_->parameter_names();
   std::vector<Written> written;
-  json pieces = json::array();
+  ckpt::RankState rs;
   const bool sharded = zero_ != nullptr;
   const std::vector<std::string> kinds = opt_ ? opt_->state_kinds() : std::vector<std::string>{};
   torch::NoGradGuard ng;
@@ -286,7 +310,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
         torch::Tensor t = zero_->piece_state(k, p);
         if (t.defined()) opt_file.add(k + "/" + names[p.param], t, true);
       }
-      pieces.push_back({p.param, p.start, p.len});
+      rs.pieces.push_back({p.param, p.start, p.len});
     }
     written.push_back(model_file.write(tmp, "model-rank" + std::to_string(rank) + ".safetensors"));
     crash_point(2);
@@ -298,9 +322,9 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
     crash_point(2);
     if (opt_) {
       for (const auto& k : kinds) {
-        const auto st = opt_->state(k);
+        const auto state = opt_->state(k);
         for (size_t i = 0; i < params.size(); ++i)
-          if (st[i].defined()) opt_file.add(k + "/" + names[i], st[i], false);
+          if (state[i].defined()) opt_file.add(k + "/" + names[i], state[i], false);
       }
       written.push_back(opt_file.write(tmp, "optimizer.safetensors"));
     }
@@ -313,82 +337,72 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
     rng.add_bytes("default_generator", def.get_state());
     written.push_back(rng.write(tmp, "rng-rank" + std::to_string(rank) + ".safetensors"));
   }
-  json rj;
-  rj["rank"] = rank;
-  rj["optimizer_steps"] = optimizer_steps_;
-  rj["micro_steps"] = micro_steps_;
-  rj["loss_scale"] = scaler_.scale();
-  rj["growth_tracker"] = scaler_.growth_tracker();
-  rj["scheduler_steps"] = sched_ ? json(sched_->steps()) : json(nullptr);
-  rj["optimizer_state_steps"] = zero_ ? zero_->steps() : (opt_ ? opt_->state_steps() : 0);
-  json loaders = json::array();
-  for (const auto& l : loaders_) loaders.push_back({{"epoch", l->epoch()}, {"position", l->position()}});
-  rj["loaders"] = loaders;
-  rj["pieces"] = pieces;
-  json files = json::object();
-  for (const auto& w : written) files[w.name] = {{"bytes", w.bytes}, {"crc32", w.crc}};
-  rj["files"] = files;
+  rs.rank = rank;
+  rs.optimizer_steps = optimizer_steps_;
+  rs.micro_steps = micro_steps_;
+  rs.loss_scale = scaler_.scale();
+  rs.growth_tracker = scaler_.growth_tracker();
+  if (sched_) rs.scheduler_steps = sched_->steps();
+  rs.optimizer_state_steps = zero_ ? zero_->steps() : (opt_ ? opt_->state_steps() : 0);
+  for (const auto& l : loaders_) rs.loaders.push_back({l->epoch(), l->position()});
+  for (const auto& w : written) rs.files[w.name] = {w.bytes, w.crc};
   const std::string rank_name = "rank-" + std::to_string(rank) + ".json";
-  safetensors::write_file_atomic((tmp / rank_name).string(), rj.dump(1));
+  safetensors::write_file_atomic((tmp / rank_name).string(), ckpt::to_json(rs));
   crash_point(3);
   comm_->barrier();
 
   // 3. process 0 writes the manifest last, then publishes the directory
   if (rank == 0) {
-    ok = 1;
     try {
-      json m;
-      m["format"] = "accel-checkpoint";
-      m["format_version"] = kFormatVersion;
-      m["accel_version"] = ACCEL_VERSION_STRING;
-      m["world_size"] = world;
-      m["strategy"] = strategy_name(opts_.strategy);
-      m["zero_stage"] = zero_ ? zero_->stage() : 0;
-      m["precision"] = precision_name(opts_.precision);
-      m["layout"] = sharded ? "sharded" : "full";
-      json plist = json::array();
-      for (size_t i = 0; i < params.size(); ++i)
-        plist.push_back({{"name", names[i]}, {"shape", params[i].sizes().vec()}, {"dtype", "F32"}});
-      m["parameters"] = plist;
-      m["optimizer"] = opt_ ? json{{"kind", opt_->kind()}, {"state", kinds}} : json(nullptr);
-      json all_files = json::object(), shards = json::array();
+      ckpt::Manifest m;
+      m.accel_version = ACCEL_VERSION_STRING;
+      m.world_size = world;
+      m.strategy = strategy_name(opts_.strategy);
+      m.zero_stage = zero_ ? zero_->stage() : 0;
+      m.precision = precision_name(opts_.precision);
+      m.layout = sharded ? "sharded" : "full";
+      for (size_t i = 0; i < params.size(); ++i) m.parameters.push_back({names[i], params[i].sizes().vec()});
+      if (opt_) {
+        m.optimizer_kind = opt_->kind();
+        m.optimizer_state = kinds;
+      }
       for (int r = 0; r < world; ++r) {
         const std::string rn = "rank-" + std::to_string(r) + ".json";
         const std::string bytes = safetensors::read_file((tmp / rn).string());
-        const json other = json::parse(bytes);
-        for (auto it = other["files"].begin(); it != other["files"].end(); ++it) all_files[it.key()] = it.value();
-        all_files[rn] = {{"bytes", bytes.size()}, {"crc32", crc_hex(bytes)}};
+        const ckpt::RankState other = ckpt::parse_rank(bytes, (tmp / rn).string());
+        for (const auto& [name, f] : other.files) m.files[name] = f;
+        m.files[rn] = {bytes.size(), crc_hex(bytes)};
         if (sharded) {
-          json sh = {{"rank", r}, {"model", "model-rank" + std::to_string(r) + ".safetensors"}, {"pieces", other["pieces"]}};
-          if (opt_) sh["optimizer"] = "optimizer-rank" + std::to_string(r) + ".safetensors";
-          shards.push_back(sh);
+          ckpt::Shard sh;
+          sh.rank = r;
+          sh.model = "model-rank" + std::to_string(r) + ".safetensors";
+          if (opt_) sh.optimizer = "optimizer-rank" + std::to_string(r) + ".safetensors";
+          sh.pieces = other.pieces;
+          m.shards.push_back(sh);
         }
       }
-      if (sharded) m["shards"] = shards;
-      m["files"] = all_files;
       crash_point(4);
-      safetensors::write_file_atomic((tmp / "manifest.json").string(), m.dump(1));
+      safetensors::write_file_atomic((tmp / "manifest.json").string(), ckpt::to_json(m));
       fsync_dir(tmp);
       crash_point(5);
-      publish(tmp, target);
+      publish(tmp, target, old);
       crash_point(6);
-      if (dir_arg.empty() && project_.total_limit > 0) {  // the oldest go first
+      if (dir_arg.empty() && project_.total_limit > 0) {  // the oldest go first (checkpoints only)
         std::vector<std::pair<int64_t, fs::path>> all;
         latest_index(target.parent_path(), &all);
         for (size_t i = 0; i + static_cast<size_t>(project_.total_limit) < all.size(); ++i) {
           std::error_code ec;
-          fs::remove_all(all[i].second, ec);
+          if (paths::is_checkpoint_dir(all[i].second, /*need_manifest=*/true)) fs::remove_all(all[i].second, ec);
         }
         fsync_dir(target.parent_path());
       }
     } catch (const std::exception& e) {
-      ok = 0;
-      why = e.what();
+      const auto* ae = dynamic_cast<const Error*>(&e);
+      st = ae && ae->status() == Status::OutOfMemory ? Status::OutOfMemory : Status::IO;
+      why = "saving the checkpoint " + target.string() + " failed: " + e.what();
     }
   }
-  comm_->broadcast(&ok, &ok, 1, comm::DataType::Int32, 0)->wait();
-  ACCEL_CHECK(ok, Status::IO, "saving the checkpoint ", target.string(), " failed",
-              rank == 0 ? ": " + why : std::string(" on process 0"));
+  agree(st, why);
   return target.string();
 }
 
@@ -407,143 +421,174 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
     dir = fs::path(dir_arg);
   }
   std::error_code ec;
-  ACCEL_CHECK(fs::is_directory(dir, ec), Status::IO, "no checkpoint directory ", dir.string());
-  ACCEL_CHECK(fs::exists(dir / "manifest.json", ec), Status::IO, (dir / "manifest.json").string(),
-              ": missing (an incomplete checkpoint?)");
-  const json m = read_json(dir / "manifest.json");
-  const std::string mpath = (dir / "manifest.json").string();
-  ACCEL_CHECK(m.is_object() && m.value("format", std::string()) == "accel-checkpoint", Status::Format, mpath,
-              ": not an accel checkpoint manifest");
-  const int version = m.value("format_version", 0);
-  ACCEL_CHECK(version >= 1 && version <= kFormatVersion, Status::Format, mpath, ": format version ", version,
-              " (accel ", m.value("accel_version", std::string("?")), "); this accel reads versions 1..", kFormatVersion);
-  const json& files = m.at("files");
-  const int old_world = m.value("world_size", 0);
-  ACCEL_CHECK(old_world >= 1, Status::Format, mpath, ": bad world_size");
+  ACCEL_CHECK(fs::is_directory(dir, ec), Status::IO, "no checkpoint directory ", dir.string(), " (there is ",
+              paths::describe(dir), ")");
+  const fs::path mfile = dir / "manifest.json";
+  const std::string mpath = mfile.string();
+  ACCEL_CHECK(fs::is_regular_file(mfile, ec), Status::IO, mpath, ": missing (an incomplete checkpoint?)");
 
-  // the parameters must be the model's
+  // Everything is read, parsed and checked into memory first; the context changes only
+  // once nothing can fail on any process (a refused load leaves every context as it was).
+  struct Staged {
+    std::map<std::string, std::vector<torch::Tensor>> full;
+    std::vector<std::string> kinds;
+    ckpt::RankState rs;
+    torch::Tensor g1, g2;
+    int old_world = 1;
+  };
   const auto& params = model_->parameters();
-  const auto& names = model_->parameter_names();
-  const json& plist = m.at("parameters");
-  ACCEL_CHECK(plist.size() == params.size(), Status::InvalidArgument, mpath, ": the checkpoint has ", plist.size(),
-              " parameters, the model ", params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    ACCEL_CHECK(plist[i].value("name", std::string()) == names[i], Status::InvalidArgument, mpath, ": parameter ", i,
-                " is '", plist[i].value("name", std::string()), "' in the checkpoint, '", names[i], "' in the model");
-    const std::vector<int64_t> shape = plist[i].at("shape").get<std::vector<int64_t>>();
-    ACCEL_CHECK(shape == params[i].sizes().vec(), Status::InvalidArgument, mpath, ": '", names[i], "' has shape ",
-                json(shape).dump(), " in the checkpoint, ", json(params[i].sizes().vec()).dump(), " in the model");
-  }
-  const json& mopt = m.at("optimizer");
-  ACCEL_CHECK(!opt_ || mopt.is_null() || mopt.value("kind", std::string()) == opt_->kind(), Status::InvalidArgument,
-              mpath, ": the checkpoint's optimizer is ", mopt.is_null() ? "none" : mopt.value("kind", std::string("?")),
-              ", this context's is ", opt_ ? opt_->kind() : "none");
-  std::vector<std::string> kinds;
-  if (opt_ && !mopt.is_null()) kinds = opt_->state_kinds();
+  at::Generator def = at::detail::getDefaultCPUGenerator();  // the process-wide generator
+  auto stage = [&]() {
+    Staged out;
+    auto& full = out.full;
+    auto& kinds = out.kinds;
+    const ckpt::Manifest m = ckpt::parse_manifest(safetensors::read_file(mpath), mpath);
+    const Files& files = m.files;
+    const int old_world = m.world_size;
+    out.old_world = old_world;
 
-  // read and check everything before changing anything
-  std::map<std::string, std::vector<torch::Tensor>> full;
-  full["weight"] = std::vector<torch::Tensor>(params.size());
-  for (const auto& k : kinds) full[k] = std::vector<torch::Tensor>(params.size());
-  const std::string layout = m.value("layout", std::string());
-  if (layout == "full") {
-    Loaded mf = load_tensors(dir, files, "model.safetensors");
-    for (size_t i = 0; i < params.size(); ++i) full["weight"][i] = mf.tensor(names[i], params[i].sizes().vec());
-    if (!kinds.empty()) {
-      Loaded of = load_tensors(dir, files, "optimizer.safetensors");
-      for (const auto& k : kinds)
-        for (size_t i = 0; i < params.size(); ++i)
-          if (of.by_name.count(k + "/" + names[i])) full[k][i] = of.tensor(k + "/" + names[i], params[i].sizes().vec());
+    // the parameters must be the model's
+    const auto& names = model_->parameter_names();
+    ACCEL_CHECK(m.parameters.size() == params.size(), Status::InvalidArgument, mpath, ": the checkpoint has ",
+                m.parameters.size(), " parameters, the model ", params.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      ACCEL_CHECK(m.parameters[i].name == names[i], Status::InvalidArgument, mpath, ": parameter ", i, " is '",
+                  m.parameters[i].name, "' in the checkpoint, '", names[i], "' in the model");
+      ACCEL_CHECK(m.parameters[i].shape == params[i].sizes().vec(), Status::InvalidArgument, mpath, ": '", names[i],
+                  "' has shape ", json(m.parameters[i].shape).dump(), " in the checkpoint, ",
+                  json(params[i].sizes().vec()).dump(), " in the model");
     }
-  } else if (layout == "sharded") {
-    // reassemble every parameter from the ranges the old processes held (resharding on load)
-    std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(params.size());
-    for (auto& [k, v] : full)
-      for (size_t i = 0; i < params.size(); ++i) v[i] = torch::zeros({params[i].numel()}, torch::kFloat);
-    std::vector<std::vector<bool>> opt_seen(kinds.size(), std::vector<bool>(params.size(), false));
-    for (const auto& sh : m.at("shards")) {
-      Loaded mf = load_tensors(dir, files, sh.at("model").get<std::string>());
-      std::optional<Loaded> of;
-      if (!kinds.empty() && sh.contains("optimizer")) of = load_tensors(dir, files, sh.at("optimizer").get<std::string>());
-      for (const auto& pc : sh.at("pieces")) {
-        const size_t pi = pc.at(0).get<size_t>();
-        const int64_t start = pc.at(1).get<int64_t>(), len = pc.at(2).get<int64_t>();
-        ACCEL_CHECK(pi < params.size() && start >= 0 && len > 0 && start + len <= params[pi].numel(), Status::Format,
-                    mpath, ": a shard range [", start, ", ", start + len, ") is outside its parameter");
-        covered[pi].push_back({start, start + len});
-        full["weight"][pi].narrow(0, start, len).copy_(mf.tensor(names[pi], {len}));
-        for (size_t k = 0; k < kinds.size(); ++k) {
-          const std::string key = kinds[k] + "/" + names[pi];
-          if (!of || !of->by_name.count(key)) continue;
-          full[kinds[k]][pi].narrow(0, start, len).copy_(of->tensor(key, {len}));
-          opt_seen[k][pi] = true;
+    ACCEL_CHECK(!opt_ || !m.optimizer_kind || *m.optimizer_kind == opt_->kind(), Status::InvalidArgument, mpath,
+                ": the checkpoint's optimizer is ", m.optimizer_kind.value_or("none"), ", this context's is ",
+                opt_ ? opt_->kind() : "none");
+    if (opt_ && m.optimizer_kind) kinds = opt_->state_kinds();
+
+    full["weight"] = std::vector<torch::Tensor>(params.size());
+    for (const auto& k : kinds) full[k] = std::vector<torch::Tensor>(params.size());
+    if (m.layout == "full") {
+      Loaded mf = load_tensors(dir, files, "model.safetensors");
+      for (size_t i = 0; i < params.size(); ++i) full["weight"][i] = mf.tensor(names[i], params[i].sizes().vec());
+      if (!kinds.empty()) {
+        Loaded of = load_tensors(dir, files, "optimizer.safetensors");
+        for (const auto& k : kinds)
+          for (size_t i = 0; i < params.size(); ++i)
+            if (of.by_name.count(k + "/" + names[i])) full[k][i] = of.tensor(k + "/" + names[i], params[i].sizes().vec());
+      }
+    } else {  // "sharded": reassemble every parameter from the ranges the old processes held
+      std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(params.size());
+      for (auto& [k, v] : full)
+        for (size_t i = 0; i < params.size(); ++i) v[i] = torch::zeros({params[i].numel()}, torch::kFloat);
+      std::vector<std::vector<bool>> opt_seen(kinds.size(), std::vector<bool>(params.size(), false));
+      for (const auto& sh : m.shards) {
+        Loaded mf = load_tensors(dir, files, sh.model);
+        std::optional<Loaded> of;
+        if (!kinds.empty() && sh.optimizer) of = load_tensors(dir, files, *sh.optimizer);
+        for (const auto& pc : sh.pieces) {
+          ACCEL_CHECK(pc.param < params.size() && pc.start + pc.len <= params[pc.param].numel(), Status::Format, mpath,
+                      ": a shard range [", pc.start, ", ", pc.start + pc.len, ") of parameter ", pc.param,
+                      " is outside it");
+          covered[pc.param].push_back({pc.start, pc.start + pc.len});
+          full["weight"][pc.param].narrow(0, pc.start, pc.len).copy_(mf.tensor(names[pc.param], {pc.len}));
+          for (size_t k = 0; k < kinds.size(); ++k) {
+            const std::string key = kinds[k] + "/" + names[pc.param];
+            if (!of || !of->by_name.count(key)) continue;
+            full[kinds[k]][pc.param].narrow(0, pc.start, pc.len).copy_(of->tensor(key, {pc.len}));
+            opt_seen[k][pc.param] = true;
+          }
         }
       }
-    }
-    for (size_t i = 0; i < params.size(); ++i) {
-      auto& c = covered[i];
-      std::sort(c.begin(), c.end());
-      int64_t at = 0;
-      for (const auto& [a, b] : c) {
-        ACCEL_CHECK(a == at, Status::Format, mpath, ": the shards ", a < at ? "overlap" : "leave a gap", " in '",
-                    names[i], "' at element ", std::min(a, at));
-        at = b;
+      for (size_t i = 0; i < params.size(); ++i) {
+        auto& c = covered[i];
+        std::sort(c.begin(), c.end());
+        int64_t at = 0;
+        for (const auto& [a, b] : c) {
+          ACCEL_CHECK(a == at, Status::Format, mpath, ": the shards ", a < at ? "overlap" : "leave a gap", " in '",
+                      names[i], "' at element ", std::min(a, at));
+          at = b;
+        }
+        ACCEL_CHECK(at == params[i].numel(), Status::Format, mpath, ": the shards cover ", at, " of the ",
+                    params[i].numel(), " elements of '", names[i], "'");
+        full["weight"][i] = full["weight"][i].view(params[i].sizes());
+        for (size_t k = 0; k < kinds.size(); ++k)
+          full[kinds[k]][i] = opt_seen[k][i] ? full[kinds[k]][i].view(params[i].sizes()) : torch::Tensor();
       }
-      ACCEL_CHECK(at == params[i].numel(), Status::Format, mpath, ": the shards cover ", at, " of the ",
-                  params[i].numel(), " elements of '", names[i], "'");
-      full["weight"][i] = full["weight"][i].view(params[i].sizes());
-      for (size_t k = 0; k < kinds.size(); ++k)
-        full[kinds[k]][i] = opt_seen[k][i] ? full[kinds[k]][i].view(params[i].sizes()) : torch::Tensor();
     }
-  } else {
-    fail(Status::Format, mpath, ": unknown layout '", layout, "'");
-  }
-  // this process's counters and generators: its own when the world is the same size
-  const int src = rank < old_world ? rank : 0;
-  const torch::Tensor rbytes = read_checked(dir, files, "rank-" + std::to_string(src) + ".json");
-  json rj;
-  try {
-    rj = json::parse(static_cast<const char*>(rbytes.data_ptr()), static_cast<const char*>(rbytes.data_ptr()) + rbytes.numel());
-  } catch (const json::exception& e) {
-    fail(Status::Format, (dir / ("rank-" + std::to_string(src) + ".json")).string(), ": not valid JSON: ", e.what());
-  }
-  Loaded rng = load_tensors(dir, files, "rng-rank" + std::to_string(src) + ".safetensors");
-  const torch::Tensor g1 = rng.tensor("generator", {static_cast<int64_t>(rng.get("generator").end - rng.get("generator").begin)}, "U8");
-  const torch::Tensor g2 = rng.tensor(
-      "default_generator",
-      {static_cast<int64_t>(rng.get("default_generator").end - rng.get("default_generator").begin)}, "U8");
-  const json& jl = rj.at("loaders");
-  ACCEL_CHECK(jl.size() == loaders_.size(), Status::InvalidArgument, mpath, ": the checkpoint has ", jl.size(),
-              " prepared data loaders, this context ", loaders_.size());
+    // this process's counters and generators: its own when the world is the same size
+    const int src = rank < old_world ? rank : 0;
+    const std::string rank_name = "rank-" + std::to_string(src) + ".json";
+    const std::string rpath = (dir / rank_name).string();
+    out.rs = ckpt::parse_rank(text_of(read_checked(dir, files, rank_name)), rpath);
+    const ckpt::RankState& rs = out.rs;
+    ACCEL_CHECK(rs.rank == src, Status::Format, rpath, ": field 'rank' must be ", src, ", got ", rs.rank);
+    Loaded rng = load_tensors(dir, files, "rng-rank" + std::to_string(src) + ".safetensors");
+    auto generator_state = [&](const char* name, const torch::Tensor& current) {
+      const auto& info = rng.get(name);
+      const int64_t n = static_cast<int64_t>(info.end - info.begin);
+      ACCEL_CHECK(n == current.numel(), Status::Format, rng.path, ": tensor '", name, "' holds ", n,
+                  " bytes; a CPU generator's state has ", current.numel());
+      return rng.tensor(name, {n}, "U8");
+    };
+    out.g1 = generator_state("generator", gen_.get_state());
+    {
+      std::lock_guard<std::mutex> lk(def.mutex());
+      out.g2 = generator_state("default_generator", def.get_state());
+    }
+    ACCEL_CHECK(rs.loaders.size() == loaders_.size(), Status::InvalidArgument, rpath, ": the checkpoint has ",
+                rs.loaders.size(), " prepared data loaders, this context ", loaders_.size());
 
-  // apply
+    return out;
+  };
+  std::optional<Staged> staged;
+  Status mine = Status::Ok;
+  std::string why;
+  try {
+    staged = stage();
+  } catch (const Error& e) {
+    if (comm_->size() == 1) throw;
+    mine = e.status();
+    why = e.what();
+  }
+  if (comm_->size() > 1) {  // every process loads, or none does
+    std::vector<int32_t> codes(static_cast<size_t>(comm_->size()));
+    int32_t code = static_cast<int32_t>(mine);
+    comm_->all_gather(&code, codes.data(), 1, comm::DataType::Int32)->wait();
+    if (mine != Status::Ok) throw Error(mine, why);
+    for (int r = 0; r < comm_->size(); ++r)
+      if (codes[static_cast<size_t>(r)] != 0)
+        fail(static_cast<Status>(codes[static_cast<size_t>(r)]), "process ", r, " refused the checkpoint ", dir.string(),
+             " (its error says why); nothing was loaded");
+  }
+  auto& full = staged->full;
+  const auto& kinds = staged->kinds;
+  const ckpt::RankState& rs = staged->rs;
+  const int old_world = staged->old_world;
+
+  // apply: nothing below fails on input that passed the checks above
   torch::NoGradGuard ng;
-  const int64_t ostep = rj.value("optimizer_state_steps", int64_t{0});
   if (zero_) {
-    zero_->restore(full, ostep);
+    zero_->restore(full, rs.optimizer_state_steps);
   } else {
     for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(full["weight"][i]);
     if (opt_) {
       opt_->zero_grad();
-      std::map<std::string, std::vector<torch::Tensor>> st;
-      for (const auto& k : kinds) st[k] = full[k];
-      opt_->restore(st, ostep);
+      std::map<std::string, std::vector<torch::Tensor>> state;
+      for (const auto& k : kinds) state[k] = full[k];
+      opt_->restore(state, rs.optimizer_state_steps);
     }
   }
-  scaler_.restore(rj.at("loss_scale").get<double>(), rj.at("growth_tracker").get<int>());
-  if (sched_ && !rj.at("scheduler_steps").is_null()) sched_->restore(rj.at("scheduler_steps").get<int64_t>());
-  optimizer_steps_ = rj.at("optimizer_steps").get<int64_t>();
-  micro_steps_ = rj.at("micro_steps").get<int64_t>();
+  scaler_.restore(rs.loss_scale, rs.growth_tracker);
+  if (sched_ && rs.scheduler_steps) sched_->restore(*rs.scheduler_steps);
+  optimizer_steps_ = rs.optimizer_steps;
+  micro_steps_ = rs.micro_steps;
   for (size_t i = 0; i < loaders_.size(); ++i) {
-    int64_t pos = jl[i].at("position").get<int64_t>();
+    int64_t pos = std::min<int64_t>(rs.loaders[i].position, int64_t{1} << 40);  // past any epoch's end
     if (old_world != world) pos = pos * old_world / world;  // the same share of the epoch's global batches
-    loaders_[i]->restore(jl[i].at("epoch").get<int64_t>(), pos);
+    loaders_[i]->restore(rs.loaders[i].epoch, pos);
   }
   if (rank < old_world) {
-    gen_.set_state(g1);
-    at::Generator def = at::detail::getDefaultCPUGenerator();  // shares the process-wide generator
+    gen_.set_state(staged->g1);
     std::lock_guard<std::mutex> lk(def.mutex());
-    def.set_state(g2);
+    def.set_state(staged->g2);
   }
   accum_count_ = 0;
   pending_ = sync_ = unscaled_ = found_inf_ = false;

@@ -1,6 +1,8 @@
 // Models (built-in MLP, TorchScript), fp16 emulation by rounding, losses and weight export.
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <fstream>
 
@@ -61,10 +63,17 @@ namespace {
 class MLP final : public Model {
  public:
   MLP(const MLPConfig& cfg, at::Generator gen) : cfg_(cfg), gen_(std::move(gen)) {
-    ACCEL_CHECK(cfg.sizes.size() >= 2, Status::InvalidArgument, "an MLP needs at least 2 layer sizes (input and output), got ",
-                cfg.sizes.size());
-    for (size_t i = 0; i < cfg.sizes.size(); ++i)
-      ACCEL_CHECK(cfg.sizes[i] >= 1, Status::InvalidArgument, "layer size ", i, " is ", cfg.sizes[i], ", must be >= 1");
+    ACCEL_CHECK(cfg.sizes.size() >= 2, Status::InvalidArgument,
+                "num_layer_sizes must be >= 2 (an input and an output size), got ", cfg.sizes.size());
+    int64_t total = 0;  // parameters, checked against overflow (of their bytes too)
+    for (size_t i = 0; i < cfg.sizes.size(); ++i) {
+      ACCEL_CHECK(cfg.sizes[i] >= 1, Status::InvalidArgument, "layer_sizes[", i, "] must be >= 1, got ", cfg.sizes[i]);
+      if (i == 0) continue;
+      const int64_t in = cfg.sizes[i - 1], out = cfg.sizes[i], limit = INT64_MAX / 8;
+      ACCEL_CHECK(in <= limit / out && in * out <= limit - out - total, Status::InvalidArgument, "layer_sizes[", i - 1,
+                  "] x layer_sizes[", i, "] = ", in, " x ", out, " weights: the parameter count overflows");
+      total += in * out + out;
+    }
     ACCEL_CHECK(cfg.dropout >= 0.0 && cfg.dropout < 1.0, Status::InvalidArgument, "dropout must be in [0, 1), got ",
                 cfg.dropout);
     std::vector<std::string> names;
@@ -230,10 +239,15 @@ class ScriptModel final : public Model {
       nb.value.copy_((*live).value.to(torch::kCPU));
       ++live;
     }
-    const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    std::string tmp = path + ".tmp." + std::to_string(::getpid());
+    for (int k = 1; ::access(tmp.c_str(), F_OK) == 0 || errno != ENOENT; ++k) {  // never over a file we did not make
+      ACCEL_CHECK(k < 100, Status::IO, "cannot find a free temporary name beside '", path, "'");
+      tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(k);
+    }
     try {
       m.save(tmp);
     } catch (const c10::Error& e) {
+      ::unlink(tmp.c_str());
       fail(Status::IO, "cannot write '", tmp, "': ", first_line(e.what_without_backtrace()));
     }
     ACCEL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Status::IO, "cannot rename '", tmp, "' to '", path, "': ",
@@ -289,6 +303,7 @@ std::unique_ptr<Model> make_mlp(const MLPConfig& cfg, at::Generator gen) {
 }
 
 std::unique_ptr<Model> load_torchscript(const std::string& path) {
+  ACCEL_CHECK(!path.empty(), Status::InvalidArgument, "path is empty");
   struct stat st {};
   ACCEL_CHECK(::stat(path.c_str(), &st) == 0, Status::IO, "cannot open TorchScript file '", path, "': ",
               std::strerror(errno));
@@ -303,6 +318,10 @@ std::unique_ptr<Model> load_torchscript(const std::string& path) {
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
     fail(Status::Format, "'", path, "' is not a TorchScript module: ", what.substr(0, what.find('\n')));
+  } catch (const std::bad_alloc&) {
+    throw;
+  } catch (const std::exception& e) {  // the archive reader's own errors
+    fail(Status::Format, "'", path, "' is not a TorchScript module: ", e.what());
   }
   ACCEL_CHECK(m.find_method("forward").has_value(), Status::Format, "the TorchScript module in '", path,
               "' has no forward method");

@@ -418,6 +418,12 @@ class Accelerator {
   std::string load_state(const std::string& dir);
 
  private:
+  // Every process's {dtype, ndim, extra, dims[16]} (19 int64 per process, process order),
+  // after checking that dtypes and ranks agree (InvalidArgument naming the processes).
+  std::vector<int64_t> describe_across(const torch::Tensor& x, int64_t extra);
+  // Process 0's outcome on every process: with `status` not Ok there, every process throws
+  // Error(status, process 0's message). A collective (a no-op on one process).
+  void agree(Status status, const std::string& message);
   bool unscale_once();  // returns found_inf; unscales at most once per real step
 
   // DDP: parameters from rank 0 at prepare; gradients averaged in buckets filled in reverse

@@ -201,7 +201,7 @@ std::string read_file(const std::string& path) {
 namespace {
 [[noreturn]] void io_fail(const std::string& what, const std::string& path) {
   int e = errno;
-  fail(Status::IO, what, " '", path, "': ", std::strerror(e));
+  fail(status_of_errno(e), what, " '", path, "': ", std::strerror(e));
 }
 }  // namespace
 
@@ -210,9 +210,14 @@ namespace {
 // Writes the parts to a temporary file beside `path`, fsyncs it, renames it into place and
 // fsyncs the directory.
 void write_parts_atomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& parts) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_fail("cannot create", tmp);
+  // a name of our own: O_EXCL never opens (and truncates) a file someone else made
+  std::string tmp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp = path + ".tmp." + std::to_string(::getpid()) + (attempt ? "." + std::to_string(attempt) : std::string());
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0 && (errno != EEXIST || attempt == 100)) io_fail("cannot create", tmp);
+  }
   for (const auto& [data, size] : parts) {
     size_t done = 0;
     while (done < size) {

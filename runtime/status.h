@@ -42,6 +42,12 @@ template <class... Args>
   throw Error(status, os.str());
 }
 
+// The status of a failed system call: a resource that ran out (file descriptors, kernel
+// memory) is OutOfMemory, anything else IO.
+inline Status status_of_errno(int e) {
+  return (e == 24 /* EMFILE */ || e == 23 /* ENFILE */ || e == 12 /* ENOMEM */) ? Status::OutOfMemory : Status::IO;
+}
+
 #define ACCEL_CHECK(cond, status, ...)         \
   do {                                         \
     if (!(cond)) ::accel::fail(status, __VA_ARGS__); \

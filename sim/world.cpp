@@ -4,6 +4,9 @@
 #include "sim/world.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -52,21 +55,36 @@ std::string RunReport::first_error() const {
 // ---------------------------------------------------------------------------------------
 // Parsing
 
-uint64_t parse_bytes(const std::string& text) {
+uint64_t parse_bytes(const std::string& text, const char* what) {
+  // digits, an optional fraction, optional spaces, an optional unit; nothing else
+  auto refuse = [&](const std::string& why) {
+    fail(Status::InvalidArgument, what, " '", text, "' ", why,
+         " (a positive number and a unit: 64MiB, 1.5GiB, 80GB, 1000000; units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  };
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
-  ACCEL_CHECK(i > 0, Status::InvalidArgument, "cannot read a size from '", text, "' (e.g. 16GiB, 64MiB)");
-  double v = std::stod(text.substr(0, i));
-  std::string unit = text.substr(i);
-  while (!unit.empty() && unit.front() == ' ') unit.erase(unit.begin());
+  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
+  const size_t int_digits = i;
+  size_t frac_digits = 0;
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++frac_digits;
+    if (frac_digits == 0) refuse("is not a size");
+  }
+  if (int_digits == 0) refuse("is not a size");
+  const std::string number = text.substr(0, i);
+  while (i < text.size() && text[i] == ' ') ++i;
+  const std::string unit = text.substr(i);
   static const std::map<std::string, double> units = {
       {"", 1},           {"B", 1},         {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0},
       {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12},
       {"K", 1024.0},     {"M", 1048576.0}, {"G", 1073741824.0}};
   auto it = units.find(unit);
-  ACCEL_CHECK(it != units.end(), Status::InvalidArgument, "unknown size unit '", unit, "' in '", text,
-              "' (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-  return static_cast<uint64_t>(v * it->second + 0.5);
+  if (it == units.end()) refuse("has an unknown unit '" + unit + "'");
+  const double bytes = std::strtod(number.c_str(), nullptr) * it->second;  // digits only: strtod cannot fail
+  if (!(bytes < 18446744073709551616.0)) refuse("is too large (at most 16 EiB)");
+  const uint64_t out = static_cast<uint64_t>(bytes + 0.5);
+  if (out == 0) refuse("is zero (for no limit pass no size at all)");
+  return out;
 }
 
 std::string format_bytes(uint64_t b) {
@@ -86,30 +104,32 @@ std::vector<Fault> parse_faults(const std::string& spec) {
   std::vector<Fault> out;
   std::stringstream ss(spec);
   std::string item;
+  const char* forms = "kill:RANK@collective:K, kill:RANK@step:K, delay:RANK:SECONDS";
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
     Fault f;
-    int rank = -1;
+    int rank = -1, used = 0;
     long long at = 0;
     double secs = 0;
     char what[16] = {0};
-    if (std::sscanf(item.c_str(), "kill:%d@%15[a-z]:%lld", &rank, what, &at) == 3) {
+    const auto whole = [&] { return used == static_cast<int>(item.size()); };
+    if (std::sscanf(item.c_str(), "kill:%d@%15[a-z]:%lld%n", &rank, what, &at, &used) == 3 && whole()) {
       std::string w = what;
-      ACCEL_CHECK(w == "collective" || w == "step", Status::InvalidArgument, "fault '", item,
+      ACCEL_CHECK(w == "collective" || w == "step", Status::InvalidArgument, "faults: '", item,
                   "': kill at 'collective' or 'step'");
       f.kind = w == "step" ? Fault::Kind::KillAtStep : Fault::Kind::KillAtCollective;
-      ACCEL_CHECK(at >= 1 || f.kind == Fault::Kind::KillAtStep, Status::InvalidArgument, "fault '", item,
-                  "': collectives are counted from 1");
+      ACCEL_CHECK(at >= 1 || (f.kind == Fault::Kind::KillAtStep && at >= 0), Status::InvalidArgument, "faults: '",
+                  item, "': K must be >= ", f.kind == Fault::Kind::KillAtStep ? 0 : 1, " (collectives are counted from 1), got ", at);
       f.at = at;
-    } else if (std::sscanf(item.c_str(), "delay:%d:%lf", &rank, &secs) == 2) {
+    } else if (std::sscanf(item.c_str(), "delay:%d:%lf%n", &rank, &secs, &used) == 2 && whole()) {
       f.kind = Fault::Kind::Delay;
-      ACCEL_CHECK(secs >= 0, Status::InvalidArgument, "fault '", item, "': negative delay");
+      ACCEL_CHECK(std::isfinite(secs) && secs >= 0, Status::InvalidArgument, "faults: '", item,
+                  "': SECONDS must be finite and >= 0, got ", secs);
       f.seconds = secs;
     } else {
-      fail(Status::InvalidArgument, "cannot read fault '", item,
-           "' (kill:RANK@collective:K, kill:RANK@step:K, delay:RANK:SECONDS)");
+      fail(Status::InvalidArgument, "faults: cannot read '", item, "' (", forms, ")");
     }
-    ACCEL_CHECK(rank >= 0, Status::InvalidArgument, "fault '", item, "': bad rank");
+    ACCEL_CHECK(rank >= 0, Status::InvalidArgument, "faults: '", item, "': RANK must be >= 0, got ", rank);
     f.rank = rank;
     out.push_back(f);
   }
@@ -920,9 +940,12 @@ void Rank::notify_step(int64_t step) { comm().on_step(step); }
 
 World::World(WorldOptions opts) : impl_(std::make_unique<Impl>()) {
   ACCEL_CHECK(opts.world_size >= 1, Status::InvalidArgument, "world_size must be >= 1, got ", opts.world_size);
-  ACCEL_CHECK(opts.timeout_seconds > 0, Status::InvalidArgument, "timeout_seconds must be positive");
+  ACCEL_CHECK(std::isfinite(opts.timeout_seconds) && opts.timeout_seconds > 0, Status::InvalidArgument,
+              "timeout_seconds must be finite and > 0, got ", opts.timeout_seconds);
+  ACCEL_CHECK(opts.engine_threads >= 0 && opts.engine_threads <= 1024, Status::InvalidArgument,
+              "engine_threads must be in [0, 1024] (0: the machine's cores), got ", opts.engine_threads);
   for (const auto& f : opts.faults)
-    ACCEL_CHECK(f.rank < opts.world_size, Status::InvalidArgument, "a fault names rank ", f.rank, " of a ",
+    ACCEL_CHECK(f.rank < opts.world_size, Status::InvalidArgument, "faults: a fault names rank ", f.rank, " of a ",
                 opts.world_size, "-rank world");
   impl_->self = this;
   impl_->topo = topology_preset(opts.topology);
@@ -958,19 +981,21 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
     w.comms.clear();
     for (int r = 0; r < w.n; ++r) w.comms.push_back(std::make_unique<SimCommunicator>(&w, r));
     w.budget->reset_peaks();
-    w.holder = 0;
+    w.holder = -1;  // nobody runs until every rank's thread exists
     w.last_progress = std::chrono::steady_clock::now();
   }
   std::vector<std::thread> threads;
   threads.reserve(w.n);
-  for (int r = 0; r < w.n; ++r) {
-    threads.emplace_back([this, &w, &fn, r] {
+  bool abandoned = false;  // a thread could not be started: the started ones leave at once
+  auto start = [&](int r) {
+    threads.emplace_back([this, &w, &fn, &abandoned, r] {
       tls_rank = r;
       tls_world = this;
       Rank rank(this, r);
       {
         std::unique_lock<std::mutex> lk(w.mu);
-        w.cvs[r].wait(lk, [&] { return w.holder == r; });
+        w.cvs[r].wait(lk, [&] { return w.holder == r || abandoned; });
+        if (abandoned) return;
       }
       Status status = Status::Ok;
       std::string error;
@@ -1009,6 +1034,26 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
       tls_rank = -1;
       tls_world = nullptr;
     });
+  };
+  for (int r = 0; r < w.n; ++r) {
+    try {
+      start(r);
+    } catch (const std::exception& e) {  // std::system_error (EAGAIN: no threads or memory left), bad_alloc
+      {
+        std::lock_guard<std::mutex> lk(w.mu);
+        abandoned = true;
+        for (int q = 0; q < r; ++q) w.cvs[q].notify_all();
+      }
+      for (auto& t : threads) t.join();
+      fail(Status::OutOfMemory, "could not start the thread of simulated rank ", r, " of ", w.n, " (", e.what(),
+           "): the process ran out of threads or memory for their stacks; no rank ran. Lower world_size, or raise "
+           "the limits (ulimit -u, ulimit -v)");
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(w.mu);
+    w.holder = 0;
+    w.cvs[0].notify_all();
   }
   for (auto& t : threads) t.join();
 

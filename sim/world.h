@@ -36,8 +36,10 @@ struct Fault {
 // Parses "kill:3@collective:5,kill:1@step:10,delay:2:0.005" (comma-separated; rank first).
 std::vector<Fault> parse_faults(const std::string& spec);
 
-// Parses "16GiB", "64MiB", "512KiB", "1000B", "80GB" (powers of 1000) or a plain number of bytes.
-uint64_t parse_bytes(const std::string& text);
+// Parses "16GiB", "64MiB", "512KiB", "1.5GiB", "1000B", "80GB" (powers of 1000) or a plain
+// number of bytes: digits with an optional fraction, then an optional unit. Zero, a sign,
+// anything else, or more than 2^64 bytes: Error(InvalidArgument) naming `what` and the text.
+uint64_t parse_bytes(const std::string& text, const char* what = "size");
 std::string format_bytes(uint64_t bytes);
 
 struct WorldOptions {

@@ -321,7 +321,7 @@ TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
          m["format_version"] = 2;
          m["accel_version"] = "9.0.0";
          write_text(d / "manifest.json", m.dump());
-       }, Status::Format, "format version 2 (accel 9.0.0)"},
+       }, Status::Format, "format version 2 (written by accel \"9.0.0\")"},
       {"not json", [](const fs::path& d) { write_text(d / "manifest.json", "{not json"); }, Status::Format, "not valid JSON"},
   };
   for (const auto& c : cases) {
