@@ -945,8 +945,7 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
                 "simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
     ro.device = accel::DeviceKind::CPU;
     accel::sim::World world(wo);
-    report = std::make_unique<accel_sim_report>();
-    report->rep = world.run([&](accel::sim::Rank& rank) {
+    accel::sim::RunReport ran = world.run([&](accel::sim::Rank& rank) {
       auto ctx = std::make_unique<accel_context>();
       std::shared_ptr<accel::comm::Communicator> comm(&rank.comm(), [](accel::comm::Communicator*) {});
       ctx->acc = std::make_unique<accel::Accelerator>(ro, comm);
@@ -960,6 +959,8 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
       if (s != ACCEL_OK)
         throw accel::Error(static_cast<Status>(s), tls_error.empty() ? std::string(accel_status_name(s)) : tls_error);
     });
+    report = std::make_unique<accel_sim_report>();  // the world ran: the caller gets its report
+    report->rep = std::move(ran);
     if (so.trace_path) world.write_trace(so.trace_path);
     for (const auto& r : report->rep.ranks)
       if (r.status != Status::Ok) throw accel::Error(r.status, "rank " + std::to_string(r.rank) + ": " + r.error);

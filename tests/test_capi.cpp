@@ -6,7 +6,12 @@
 
 #include <filesystem>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -804,6 +809,97 @@ TEST(Sim, FaultsTraceAndBadOptions) {
   EXPECT_EQ(rep, nullptr);
 }
 
+accel_status count_rank(accel_context*, void* user) {
+  static_cast<std::atomic<int>*>(user)->fetch_add(1);
+  return ACCEL_OK;
+}
+
+// Threads that cannot all be created (the address space capped, so their stacks do not fit):
+// ACCEL_ERR_OUT_OF_MEMORY naming what ran out, no rank runs, every started thread is joined
+// and the process lives on (it used to terminate). Run in a child: the cap is process-wide.
+TEST(Sim, ThreadsThatCannotBeCreatedAreAnErrorNotAnAbort) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: no room to cap it";
+#else
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    long vm_kib = 0;  // this process's current address space
+    std::ifstream st("/proc/self/status");
+    for (std::string line; std::getline(st, line);)
+      if (line.rfind("VmSize:", 0) == 0) vm_kib = std::atol(line.c_str() + 7);
+    const rlim_t cap = static_cast<rlim_t>(vm_kib + 512 * 1024) * 1024;  // room for ~60 8-MiB stacks
+    const struct rlimit lim = {cap, cap};
+    if (vm_kib == 0 || ::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(3);
+    accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+    so.world_size = 2048;
+    so.topology = "256x8xH100-IB";
+    std::atomic<int> ran{0};
+    accel_sim_report* rep = nullptr;
+    const accel_status s = accel_sim_run(&so, nullptr, count_rank, &ran, &rep);
+    const bool named = contains(accel_last_error(nullptr), "could not start the thread of simulated rank");
+    std::fprintf(stderr, "status %d, %d ranks ran: %s\n", s, ran.load(), accel_last_error(nullptr));
+    if (s != ACCEL_ERR_OUT_OF_MEMORY || !named || ran.load() != 0 || rep != nullptr) ::_exit(1);
+    so.world_size = 4;  // the process is still usable
+    so.topology = nullptr;
+    ::_exit(accel_sim_run(&so, nullptr, count_rank, &ran, nullptr) == ACCEL_OK && ran.load() == 4 ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
+}
+
+// Simulator options out of their domains are refused with the argument named.
+TEST(Sim, OptionsOutOfTheirDomains) {
+  struct Case {
+    void (*set)(accel_sim_options&);
+    const char* message;
+  };
+  const Case cases[] = {
+      {[](accel_sim_options& o) { o.world_size = 9; }, "world_size must be in [1, 8] (the GPUs of topology '8xH100'"},
+      {[](accel_sim_options& o) { o.device_memory = "1.2.3GiB"; }, "device_memory '1.2.3GiB' has an unknown unit"},
+      {[](accel_sim_options& o) { o.device_memory = "."; }, "device_memory '.' is not a size"},
+      {[](accel_sim_options& o) { o.device_memory = "0"; }, "device_memory '0' is zero"},
+      {[](accel_sim_options& o) { o.device_memory = "99999999999999999999TiB"; }, "is too large"},
+      {[](accel_sim_options& o) { o.device_memory = "-1GiB"; }, "device_memory '-1GiB' is not a size"},
+      {[](accel_sim_options& o) { o.timeout_seconds = NAN; }, "timeout_seconds must be finite and > 0, got nan"},
+      {[](accel_sim_options& o) { o.timeout_seconds = INFINITY; }, "timeout_seconds must be finite and > 0, got inf"},
+      {[](accel_sim_options& o) { o.engine_threads = -1; }, "engine_threads must be in [0, 1024]"},
+      {[](accel_sim_options& o) { o.faults = "delay:0:inf"; }, "faults: 'delay:0:inf': SECONDS must be finite and >= 0, got inf"},
+      {[](accel_sim_options& o) { o.faults = "delay:0:nan"; }, "SECONDS must be finite and >= 0, got nan"},
+      {[](accel_sim_options& o) { o.faults = "kill:1@step:3junk"; }, "faults: cannot read 'kill:1@step:3junk'"},
+  };
+  for (const auto& c : cases) {
+    accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+    c.set(so);
+    accel_sim_report* rep = nullptr;
+    EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT) << c.message;
+    EXPECT_EQ(rep, nullptr);
+    EXPECT_TRUE(contains(accel_last_error(nullptr), "accel_sim_run: ")) << accel_last_error(nullptr);
+    EXPECT_TRUE(contains(accel_last_error(nullptr), c.message)) << accel_last_error(nullptr);
+  }
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;  // sizes that are fine
+  for (const char* size : {"64MiB", "1.5GiB", "1000000", "80 GB"}) {
+    so.device_memory = size;
+    EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, nullptr), ACCEL_OK) << size << ": " << accel_last_error(nullptr);
+  }
+}
+
+accel_status returns_seven(accel_context*, void*) { return static_cast<accel_status>(7); }
+
+TEST(Sim, ARankFunctionReturningNoStatusIsAnError) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  accel_sim_report* rep = nullptr;
+  EXPECT_EQ(accel_sim_run(&so, nullptr, returns_seven, nullptr, &rep), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "fn returned 7, which is not an accel_status")) << accel_last_error(nullptr);
+  accel_status st = ACCEL_OK;
+  ASSERT_EQ(accel_sim_report_rank(rep, 1, &st, nullptr, nullptr), ACCEL_OK);
+  EXPECT_EQ(st, ACCEL_ERR_INVALID_ARGUMENT);
+  accel_sim_report_destroy(rep);
+}
+
 // Each rank trains its own MLP with the same seed on rank-specific data, then the ranks
 // average their first weight: twice, bit for bit.
 accel_status train_and_average(accel_context* ctx, void* user) {
@@ -1379,3 +1475,71 @@ TEST(Checkpoint, ArgumentsStateAndARoundTrip) {
 }
 
 }  // namespace
+
+namespace {
+std::string slurp(const std::string& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+}  // namespace
+
+// A save never destroys what it did not write: a regular file, a directory of the user's,
+// a symbolic link, a device, a user's file where the save's temporary would go. Each is
+// refused (ACCEL_ERR_INVALID_ARGUMENT, saying what is there) and left as it was; an empty
+// directory and an earlier checkpoint (or an earlier saved model) are replaced.
+TEST(Checkpoint, ASaveNeverDestroysWhatItDidNotWrite) {
+  namespace fs = std::filesystem;
+  Fixture f;
+  const fs::path root = tmp_path("paths");
+  fs::remove_all(root);
+  fs::create_directories(root / "mine");
+  std::ofstream(root / "notes.txt") << "my notes";
+  std::ofstream(root / "mine" / "data.csv") << "1,2";
+  fs::create_symlink(root / "mine", root / "link");
+  std::ofstream(root / ".ck.tmp") << "not a leftover";
+  struct Refusal {
+    std::string path, says;
+  };
+  const Refusal refusals[] = {
+      {(root / "notes.txt").string(), "is a regular file, not an accel checkpoint"},
+      {(root / "mine").string(), "is a directory that is not an accel checkpoint"},
+      {(root / "link").string(), "is a symbolic link to"},
+      {"/dev/null", "is a character device"},
+      {(root / "ck").string(), "uses the temporary path"},
+  };
+  for (const auto& r : refusals) {
+    EXPECT_EQ(accel_save_state(f.ctx, r.path.c_str()), ACCEL_ERR_INVALID_ARGUMENT) << r.path;
+    EXPECT_TRUE(contains(accel_last_error(f.ctx), "accel_save_state: ")) << accel_last_error(f.ctx);
+    EXPECT_TRUE(contains(accel_last_error(f.ctx), r.says)) << accel_last_error(f.ctx);
+  }
+  EXPECT_EQ(accel_save_state(f.ctx, ""), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(f.ctx), "dir is empty"));
+  EXPECT_EQ(slurp((root / "notes.txt").string()), "my notes");
+  EXPECT_EQ(slurp((root / "mine" / "data.csv").string()), "1,2");
+  EXPECT_TRUE(fs::is_symlink(root / "link"));
+  EXPECT_EQ(slurp((root / ".ck.tmp").string()), "not a leftover");
+  fs::remove(root / ".ck.tmp");
+  // an earlier checkpoint is replaced; so is an empty directory
+  ASSERT_OK(f.ctx, accel_save_state(f.ctx, (root / "ck").c_str()));
+  ASSERT_OK(f.ctx, accel_save_state(f.ctx, (root / "ck").c_str()));
+  fs::create_directory(root / "empty");
+  ASSERT_OK(f.ctx, accel_save_state(f.ctx, (root / "empty").c_str()));
+  EXPECT_TRUE(fs::exists(root / "empty" / "manifest.json"));
+  // a checkpoint directory with a file of the user's added is no longer only a checkpoint
+  std::ofstream(root / "ck" / "README") << "keep";
+  EXPECT_EQ(accel_save_state(f.ctx, (root / "ck").c_str()), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(slurp((root / "ck" / "README").string()), "keep");
+
+  // accel_save_model: the same classes; an earlier safetensors file is replaced
+  for (const auto& r : {Refusal{(root / "notes.txt").string(), "is a regular file that is not a safetensors file"},
+                        Refusal{(root / "mine").string(), "is a directory"},
+                        Refusal{(root / "link").string(), "is a symbolic link"},
+                        Refusal{"/dev/null", "is a character device"}, Refusal{"", "path is empty"}}) {
+    EXPECT_EQ(accel_save_model(f.ctx, f.model, r.path.c_str()), ACCEL_ERR_INVALID_ARGUMENT) << r.path;
+    EXPECT_TRUE(contains(accel_last_error(f.ctx), r.says)) << accel_last_error(f.ctx);
+  }
+  EXPECT_EQ(slurp((root / "notes.txt").string()), "my notes");
+  ASSERT_OK(f.ctx, accel_save_model(f.ctx, f.model, (root / "model.safetensors").c_str()));
+  ASSERT_OK(f.ctx, accel_save_model(f.ctx, f.model, (root / "model.safetensors").c_str()));
+  fs::remove_all(root);
+}

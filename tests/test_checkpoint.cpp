@@ -268,6 +268,14 @@ void replace_checked(const fs::path& dir, const std::string& file, const std::st
   write_text(dir / "manifest.json", m.dump());
 }
 
+// Rewrites rank-0.json through `edit` and makes its manifest entry consistent.
+template <class F>
+void edit_rank(const fs::path& dir, F edit) {
+  auto r = nlohmann::json::parse(read_text(dir / "rank-0.json"));
+  edit(r);
+  replace_checked(dir, "rank-0.json", r.dump());
+}
+
 std::string header_with(const std::string& json_header, size_t data_bytes) {
   std::string out(8, '\0');
   uint64_t n = json_header.size();
@@ -323,6 +331,32 @@ TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
          write_text(d / "manifest.json", m.dump());
        }, Status::Format, "format version 2 (written by accel \"9.0.0\")"},
       {"not json", [](const fs::path& d) { write_text(d / "manifest.json", "{not json"); }, Status::Format, "not valid JSON"},
+      // well-formed files that lie, their CRCs made consistent: refused before anything changes
+      {"counter of the wrong JSON type", [](const fs::path& d) { edit_rank(d, [](auto& r) { r["optimizer_steps"] = "2"; }); },
+       Status::Format, "rank-0.json: field 'optimizer_steps' must be an integer >= 0, got \"2\""},
+      {"negative counter", [](const fs::path& d) { edit_rank(d, [](auto& r) { r["micro_steps"] = -4; }); },
+       Status::Format, "field 'micro_steps' must be an integer >= 0, got -4"},
+      {"missing key", [](const fs::path& d) { edit_rank(d, [](auto& r) { r.erase("loaders"); }); },
+       Status::Format, "rank-0.json: field 'loaders' must be an array, got nothing (it is missing)"},
+      {"fractional epoch", [](const fs::path& d) { edit_rank(d, [](auto& r) { r["loaders"][0]["epoch"] = 1.5; }); },
+       Status::Format, "field 'loaders[0].epoch' must be an integer >= 0, got 1.5"},
+      {"loss scale as a string", [](const fs::path& d) { edit_rank(d, [](auto& r) { r["loss_scale"] = "big"; }); },
+       Status::Format, "field 'loss_scale' must be a finite number > 0"},
+      {"generator state of the wrong size", [](const fs::path& d) {
+         replace_checked(d, "rng-rank0.safetensors",
+                         header_with(R"({"generator":{"dtype":"U8","shape":[16],"data_offsets":[0,16]},)"
+                                     R"("default_generator":{"dtype":"U8","shape":[16],"data_offsets":[16,32]}})", 32));
+       }, Status::Format, "rng-rank0.safetensors: tensor 'generator' holds 16 bytes"},
+      {"world size as a string", [](const fs::path& d) {
+         auto m = nlohmann::json::parse(read_text(d / "manifest.json"));
+         m["world_size"] = "1";
+         write_text(d / "manifest.json", m.dump());
+       }, Status::Format, "manifest.json: field 'world_size' must be an integer in [1, 1048576], got \"1\""},
+      {"a file name that leaves the directory", [](const fs::path& d) {
+         auto m = nlohmann::json::parse(read_text(d / "manifest.json"));
+         m["files"]["../model.safetensors"] = m["files"]["model.safetensors"];
+         write_text(d / "manifest.json", m.dump());
+       }, Status::Format, "field 'files' must be an object whose keys name checkpoint files"},
   };
   for (const auto& c : cases) {
     const fs::path bad = scratch(std::string("bad"));
@@ -330,8 +364,8 @@ TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
     c.apply(bad);
     Single t;
     t.train(1);
-    const auto before = t.weights();
-    const auto steps = t.acc->optimizer_steps();
+    const fs::path before = scratch("before"), after = scratch("after");
+    t.acc->save_state(before.string());
     try {
       t.acc->load_state(bad.string());
       ADD_FAILURE() << c.name << ": loaded";
@@ -340,10 +374,13 @@ TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
       EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << c.name << ": " << e.what();
       EXPECT_NE(std::string(e.what()).find(bad.string()), std::string::npos) << c.name << " names the file: " << e.what();
     }
-    const auto after = t.weights();
-    for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(torch::equal(after[i], before[i])) << c.name;
-    EXPECT_EQ(t.acc->optimizer_steps(), steps) << c.name;
+    // the context is byte-identical: weights, optimizer state, counters, generators, data positions
+    t.acc->save_state(after.string());
+    for (const auto& e : fs::directory_iterator(before))
+      EXPECT_EQ(read_text(e.path()), read_text(after / e.path().filename())) << c.name << ": " << e.path().filename();
     fs::remove_all(bad);
+    fs::remove_all(before);
+    fs::remove_all(after);
   }
   // a model of another shape
   Single other({6, 9, 3});
@@ -415,6 +452,13 @@ TEST(MergeWeights, ConsolidatesAShardedCheckpoint) {
     std::memcpy(t.data_ptr(), bytes.data() + h.data_start + it->begin, it->end - it->begin);
     EXPECT_TRUE(torch::equal(t, saved.params[i])) << names[i];
   }
+  // a second merge replaces the earlier output; an output path holding a user's file is refused, the file kept
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const fs::path notes = fs::path(out).replace_filename("notes_" + std::to_string(::getpid()) + ".txt");
+  { std::ofstream(notes) << "mine"; }
+  EXPECT_NE(std::system((std::string(ACCEL_TOOL) + " merge-weights " + dir.string() + " " + notes.string() + " 2>/dev/null").c_str()), 0);
+  EXPECT_EQ(read_text(notes), "mine");
+  fs::remove(notes);
   // a corrupted shard is refused
   {
     auto b = safetensors::read_file((dir / "model-rank1.safetensors").string());

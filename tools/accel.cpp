@@ -24,6 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/checkpoint_format.h"
+#include "runtime/paths.h"
+
 #include "accel/accel.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/safetensors.h"
@@ -179,40 +182,40 @@ int sim_bench(const BenchArgs& a) {
 }
 
 // A checkpoint's file, checked against the manifest's size and CRC-32.
-std::string checked(const std::string& dir, const nlohmann::json& files, const std::string& name) {
+std::string checked(const std::string& dir, const std::map<std::string, accel::ckpt::FileEntry>& files,
+                    const std::string& name) {
   const std::string path = dir + "/" + name;
-  ACCEL_CHECK(files.contains(name), accel::Status::Format, dir, "/manifest.json does not list '", name, "'");
+  auto it = files.find(name);
+  ACCEL_CHECK(it != files.end(), accel::Status::Format, dir, "/manifest.json does not list '", name, "'");
   std::string bytes = accel::safetensors::read_file(path);
-  ACCEL_CHECK(bytes.size() == files[name].value("bytes", uint64_t{0}), accel::Status::Format, path, ": ", bytes.size(),
-              " bytes, the manifest says ", files[name].value("bytes", uint64_t{0}), " (truncated?)");
-  ACCEL_CHECK(accel::safetensors::crc32_hex(bytes.data(), bytes.size()) == files[name].value("crc32", std::string()),
-              accel::Status::Format, path, ": CRC-32 does not match the manifest (corrupted)");
+  ACCEL_CHECK(bytes.size() == it->second.bytes, accel::Status::Format, path, ": ", bytes.size(),
+              " bytes, the manifest says ", it->second.bytes, " (truncated?)");
+  ACCEL_CHECK(accel::safetensors::crc32_hex(bytes.data(), bytes.size()) == it->second.crc32, accel::Status::Format, path,
+              ": CRC-32 does not match the manifest (corrupted)");
   return bytes;
 }
 
 int merge_weights(const std::string& dir, const std::string& out) {
-  using nlohmann::json;
   using accel::Status;
   const std::string mpath = dir + "/manifest.json";
-  json m;
-  try {
-    m = json::parse(accel::safetensors::read_file(mpath));
-  } catch (const json::exception& e) {
-    accel::fail(Status::Format, mpath, ": not valid JSON: ", e.what());
-  }
-  ACCEL_CHECK(m.value("format", std::string()) == "accel-checkpoint", Status::Format, mpath, ": not an accel checkpoint");
-  ACCEL_CHECK(m.value("format_version", 0) == 1, Status::Format, mpath, ": format version ", m.value("format_version", 0),
-              "; this tool reads version 1");
-  const json& files = m.at("files");
-  const json& plist = m.at("parameters");
+  // the output never replaces anything but an earlier safetensors file
+  accel::paths::check_file_target(out, accel::paths::FileKind::Safetensors, "OUT");
+  const accel::ckpt::Manifest m = accel::ckpt::parse_manifest(accel::safetensors::read_file(mpath), mpath);
+  const auto& files = m.files;
+  uint64_t file_bytes = 0;  // the values the checkpoint's files can hold bound what the shapes may claim
+  for (const auto& [name, f] : files) file_bytes += f.bytes;
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
   std::vector<std::vector<float>> values;
-  for (const auto& p : plist) {
-    names.push_back(p.at("name").get<std::string>());
-    shapes.push_back(p.at("shape").get<std::vector<int64_t>>());
-    int64_t n = 1;
-    for (int64_t d : shapes.back()) n *= d;
+  for (const auto& p : m.parameters) {
+    names.push_back(p.name);
+    shapes.push_back(p.shape);
+    uint64_t n = 1;
+    for (int64_t d : p.shape) {
+      ACCEL_CHECK(d == 0 || n <= file_bytes / 4 / static_cast<uint64_t>(d), Status::Format, mpath, ": the shape of '",
+                  p.name, "' holds more values than the checkpoint's files");
+      n *= static_cast<uint64_t>(d);
+    }
     values.emplace_back(static_cast<size_t>(n));
   }
   std::vector<int64_t> covered(names.size(), 0);
@@ -232,19 +235,18 @@ int merge_weights(const std::string& dir, const std::string& out) {
     accel::fail(accel::Status::Format, dir, "/", file, ": no tensor '", name, "'");
   };
   size_t files_read = 0;
-  if (m.at("layout") == "full") {
+  if (m.layout == "full") {
     const std::string bytes = checked(dir, files, "model.safetensors");
     ++files_read;
     for (size_t i = 0; i < names.size(); ++i) take("model.safetensors", bytes, names[i], i, 0, static_cast<int64_t>(values[i].size()));
   } else {
-    for (const auto& sh : m.at("shards")) {
-      const std::string file = sh.at("model").get<std::string>();
-      const std::string bytes = checked(dir, files, file);
+    for (const auto& sh : m.shards) {
+      const std::string bytes = checked(dir, files, sh.model);
       ++files_read;
-      for (const auto& pc : sh.at("pieces")) {
-        const size_t pi = pc.at(0).get<size_t>();
-        ACCEL_CHECK(pi < names.size(), accel::Status::Format, mpath, ": a shard names parameter ", pi, " of ", names.size());
-        take(file, bytes, names[pi], pi, pc.at(1).get<int64_t>(), pc.at(2).get<int64_t>());
+      for (const auto& pc : sh.pieces) {
+        ACCEL_CHECK(pc.param < names.size(), accel::Status::Format, mpath, ": a shard names parameter ", pc.param, " of ",
+                    names.size());
+        take(sh.model, bytes, names[pc.param], pc.param, pc.start, pc.len);
       }
     }
   }
