@@ -19,6 +19,18 @@
  *   thread-local slot read with accel_last_error(NULL). Functions that take a context
  *   record their message in both places. No C++ exception ever crosses this boundary.
  *
+ * - Errors every function shares (docs/errors.md lists every status with an example):
+ *   every message starts with the function's name ("accel_backward: ...") and names the
+ *   argument or field at fault with its value and its domain ("weight_decay must be
+ *   finite and >= 0, got inf"). A required pointer that is NULL, an options struct of an
+ *   unknown version, an enum value the type does not define, or a handle that belongs to
+ *   another context is ACCEL_ERR_INVALID_ARGUMENT. A number outside the domain documented
+ *   at its argument or field is ACCEL_ERR_INVALID_ARGUMENT; "finite" means NaN and +-inf
+ *   are refused. A call in the wrong order (before accel_prepare, twice where once is
+ *   allowed) is ACCEL_ERR_INVALID_STATE. A host allocation, thread or file descriptor
+ *   that cannot be had is ACCEL_ERR_OUT_OF_MEMORY, naming what ran out. No input aborts
+ *   the process.
+ *
  * - Outputs: out-parameters come last; a single output is named `out`.
  *
  * - Options: option structs start with a `version` field. Fill them with the
@@ -129,9 +141,13 @@ ACCEL_API size_t accel_dtype_size(accel_dtype dtype);
 
 /* Creates a host tensor of `dtype` and shape shape[0..ndim) by copying
  * prod(shape) * accel_dtype_size(dtype) bytes from `data` (row-major, contiguous).
- * ndim may be 0 (a scalar, one element); at most 16 dimensions; dimensions must be >= 0.
+ * ndim in [0, 16] (0: a scalar, one element); every shape[i] >= 0.
  * `data` may be NULL only when the tensor has no elements. The caller keeps `data`.
- * On success *out is a new tensor owned by the caller. */
+ * On success *out is a new tensor owned by the caller.
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT for a dtype that is no accel_dtype, ndim > 16, a
+ * negative dimension, a shape whose byte size overflows ("shape: the product of the
+ * dimensions overflows"), NULL data for a non-empty tensor; ACCEL_ERR_OUT_OF_MEMORY when
+ * the host cannot allocate the tensor. */
 ACCEL_API accel_status accel_tensor_create(accel_dtype dtype, const int64_t *shape, size_t ndim,
                                            const void *data, accel_tensor **out);
 
@@ -210,13 +226,14 @@ typedef struct accel_options {
                                             libtorch's process-wide default one (used by
                                             TorchScript models); default 0 */
     accel_device device;                 /* default ACCEL_DEVICE_AUTO */
-    int32_t device_index;                /* CUDA device ordinal, default 0 */
+    int32_t device_index;                /* CUDA device ordinal, >= 0, default 0 */
     /* Dynamic loss scaling (fp16 only). Defaults match Accelerate / torch.cuda.amp. */
-    double loss_scale_init;              /* default 65536 */
-    double loss_scale_growth_factor;     /* default 2 */
-    double loss_scale_backoff_factor;    /* default 0.5 */
-    int32_t loss_scale_growth_interval;  /* default 2000 real steps without overflow */
-    int32_t num_threads;                 /* libtorch's intra-op threads (process-wide); 0 = leave as is */
+    double loss_scale_init;              /* finite and > 0, default 65536 */
+    double loss_scale_growth_factor;     /* finite and > 1, default 2 */
+    double loss_scale_backoff_factor;    /* in (0, 1), default 0.5 */
+    int32_t loss_scale_growth_interval;  /* >= 1, default 2000 real steps without overflow */
+    int32_t num_threads;                 /* libtorch's intra-op threads (process-wide), in
+                                            [0, 4096]; 0 = leave as is */
     /* version 2 */
     accel_strategy strategy;             /* how several processes share the work; default
                                             ACCEL_STRATEGY_NO, or the ACCEL_STRATEGY environment
@@ -224,7 +241,8 @@ typedef struct accel_options {
                                             "zero1", "zero2", "zero3", "shard_grad_op",
                                             "full_shard" (any case) */
     int64_t bucket_bytes;                /* DDP gradient bucket size, and ZeRO's unit size for
-                                            models that are not split in layers; default 25 MiB */
+                                            models that are not split in layers; >= 1,
+                                            default 25 MiB */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
@@ -236,8 +254,9 @@ typedef struct accel_options {
 ACCEL_API accel_status accel_options_init(accel_options *opts, uint32_t version);
 
 /* Creates a context: validates the options, picks the device, seeds the generators.
- * opts may be NULL for the defaults. Errors: ACCEL_ERR_INVALID_ARGUMENT for a bad option
- * (unknown version, K < 1, non-positive scaler settings), ACCEL_ERR_UNSUPPORTED for
+ * opts may be NULL for the defaults. Errors: ACCEL_ERR_INVALID_ARGUMENT for a field outside
+ * its domain above (an unknown version or enum value, K < 1, a NaN scaler setting, ...) or
+ * an ACCEL_STRATEGY environment value that names no strategy, ACCEL_ERR_UNSUPPORTED for
  * ACCEL_DEVICE_CUDA when CUDA is not available. The message is then read with
  * accel_last_error(NULL). On success *out belongs to the caller. */
 ACCEL_API accel_status accel_init(const accel_options *opts, accel_context **out);
@@ -266,8 +285,10 @@ typedef enum accel_activation {
 
 typedef struct accel_mlp_options {
     uint32_t version;             /* ACCEL_MLP_OPTIONS_VERSION */
-    const int64_t *layer_sizes;   /* input, hidden..., output: at least 2 entries, all >= 1 */
-    size_t num_layer_sizes;
+    const int64_t *layer_sizes;   /* input, hidden..., output: all >= 1; the parameter count
+                                     must fit in int64 (else ACCEL_ERR_INVALID_ARGUMENT) and
+                                     in host memory (else ACCEL_ERR_OUT_OF_MEMORY) */
+    size_t num_layer_sizes;       /* >= 2 */
     accel_activation activation;  /* between linear layers; default ReLU */
     double dropout;               /* dropout after each activation, in [0, 1); default 0 */
     int32_t bias;                 /* non-zero: linear layers have a bias (default 1) */
@@ -288,8 +309,9 @@ ACCEL_API accel_status accel_model_create_mlp(accel_context *ctx, const accel_ml
 
 /* Loads a TorchScript module saved by torch.jit.save (Python) or
  * torch::jit::Module::save (C++). Its parameters are made trainable and it is put in
- * training mode. Errors: ACCEL_ERR_IO when the file is missing or unreadable,
- * ACCEL_ERR_FORMAT when it is not a TorchScript module or has no forward method.
+ * training mode. Errors: ACCEL_ERR_INVALID_ARGUMENT for an empty path, ACCEL_ERR_IO when
+ * the file is missing, unreadable or not a regular file, ACCEL_ERR_FORMAT when it is not a
+ * TorchScript module (a text file, a truncated archive) or has no forward method.
  * *out belongs to the caller. */
 ACCEL_API accel_status accel_model_load_torchscript(accel_context *ctx, const char *path, accel_model **out);
 
@@ -301,8 +323,8 @@ ACCEL_API void accel_model_destroy(accel_model *model);
  * the output in *out (a new tensor). In training mode the output records the autograd
  * graph for accel_backward; in evaluation mode no graph is recorded.
  * Errors: ACCEL_ERR_INVALID_ARGUMENT for wrong input count, shapes or dtypes (the message
- * says which), ACCEL_ERR_FORMAT when a TorchScript forward returns something other than a
- * tensor. */
+ * says which), for a model or an input made by another context; ACCEL_ERR_FORMAT when a
+ * TorchScript forward returns something other than a tensor. */
 ACCEL_API accel_status accel_model_forward(accel_context *ctx, accel_model *model,
                                            accel_tensor *const *inputs, size_t num_inputs,
                                            accel_tensor **out);
@@ -315,11 +337,13 @@ ACCEL_API accel_status accel_model_set_training(accel_context *ctx, accel_model 
 ACCEL_API accel_status accel_model_num_parameters(const accel_model *model, size_t *out_tensors,
                                                   int64_t *out_elements);
 
-/* The name of parameter `index` (in [0, num_tensors)), e.g. "layers.0.weight". The string
+/* The name of parameter `index` (in [0, num_tensors), else ACCEL_ERR_INVALID_ARGUMENT), e.g.
+ * "layers.0.weight". The string
  * belongs to the model and lives as long as the model. */
 ACCEL_API accel_status accel_model_parameter_name(const accel_model *model, size_t index, const char **out);
 
-/* A copy of parameter `index` (fp32 master weights) as a new host tensor. Under ZeRO the
+/* A copy of parameter `index` (in [0, num_tensors)) (fp32 master weights) as a new host
+ * tensor. The model must belong to ctx. Under ZeRO the
  * weights are sharded: this is a collective that gathers them, and every process must
  * call it with the same index. */
 ACCEL_API accel_status accel_model_parameter(accel_context *ctx, const accel_model *model, size_t index,
@@ -332,7 +356,11 @@ ACCEL_API accel_status accel_model_parameter(accel_context *ctx, const accel_mod
  * are gathered first). A path ending in ".pt" writes TorchScript instead, for a model
  * loaded with accel_model_load_torchscript: the module as loaded (from its file) with the
  * trained weights and buffers, for inference elsewhere (ACCEL_ERR_UNSUPPORTED for the
- * built-in MLP). Errors: ACCEL_ERR_IO. */
+ * built-in MLP). The save never destroys what it did not write: `path` may name nothing
+ * or an earlier file of the same format (safetensors, or a TorchScript archive), which is
+ * replaced; an empty path, a directory, a symbolic link, a device and any other file are
+ * refused with ACCEL_ERR_INVALID_ARGUMENT saying what is there, and left as they are.
+ * Errors: also ACCEL_ERR_IO when writing fails (the previous file, if any, is intact). */
 ACCEL_API accel_status accel_save_model(accel_context *ctx, const accel_model *model, const char *path);
 
 /* ------------------------------------------------------------------------------------
@@ -341,12 +369,14 @@ ACCEL_API accel_status accel_save_model(accel_context *ctx, const accel_model *m
 
 /* Mean cross-entropy of logits [batch, classes] against int64 (or int32) class indices
  * [batch], computed in fp32 whatever the precision. *out is a new scalar tensor.
- * ACCEL_ERR_INVALID_ARGUMENT for mismatched batch sizes, wrong ranks, dtypes, or class
- * indices out of range. */
+ * ACCEL_ERR_INVALID_ARGUMENT for mismatched batch sizes, wrong ranks, dtypes, class
+ * indices out of range, or logits made by another context's model. */
 ACCEL_API accel_status accel_loss_cross_entropy(accel_context *ctx, const accel_tensor *logits,
                                                 const accel_tensor *targets, accel_tensor **out);
 
-/* Mean squared error of `input` against a float `target` of the same shape, in fp32. */
+/* Mean squared error of `input` against a float `target` of the same shape, in fp32.
+ * ACCEL_ERR_INVALID_ARGUMENT for different shapes, non-float dtypes, or an input made by
+ * another context. */
 ACCEL_API accel_status accel_loss_mse(accel_context *ctx, const accel_tensor *input,
                                       const accel_tensor *target, accel_tensor **out);
 
@@ -361,10 +391,11 @@ typedef struct accel_scheduler accel_scheduler;
 
 typedef struct accel_sgd_options {
     uint32_t version;     /* ACCEL_SGD_OPTIONS_VERSION */
-    double lr;            /* > 0, default 0.01 */
-    double momentum;      /* >= 0, default 0 */
-    double dampening;     /* default 0 */
-    double weight_decay;  /* >= 0, default 0 (L2, added to the gradient as in torch.optim.SGD) */
+    double lr;            /* finite and > 0, default 0.01 */
+    double momentum;      /* finite and >= 0, default 0 */
+    double dampening;     /* in [0, 1], default 0 */
+    double weight_decay;  /* finite and >= 0, default 0 (L2, added to the gradient as in
+                             torch.optim.SGD) */
     int32_t nesterov;     /* non-zero for Nesterov momentum (needs momentum > 0, dampening 0) */
 } accel_sgd_options;
 
@@ -376,11 +407,11 @@ ACCEL_API accel_status accel_sgd_options_init(accel_sgd_options *opts, uint32_t 
 
 typedef struct accel_adamw_options {
     uint32_t version;     /* ACCEL_ADAMW_OPTIONS_VERSION */
-    double lr;            /* > 0, default 1e-3 */
+    double lr;            /* finite and > 0, default 1e-3 */
     double beta1;         /* in [0, 1), default 0.9 */
     double beta2;         /* in [0, 1), default 0.999 */
-    double eps;           /* > 0, default 1e-8 */
-    double weight_decay;  /* >= 0, decoupled, default 0.01 (torch.optim.AdamW's default) */
+    double eps;           /* finite and > 0, default 1e-8 */
+    double weight_decay;  /* finite and >= 0, decoupled, default 0.01 (torch.optim.AdamW's default) */
 } accel_adamw_options;
 
 #define ACCEL_ADAMW_OPTIONS_INIT { ACCEL_ADAMW_OPTIONS_VERSION, 1e-3, 0.9, 0.999, 1e-8, 0.01 }
@@ -389,7 +420,9 @@ ACCEL_API accel_status accel_adamw_options_init(accel_adamw_options *opts, uint3
 
 /* Creates an optimizer for all parameters of `model`. The optimizer's state is built on
  * the model's device at accel_prepare. *out belongs to the caller; destroy it after the
- * context is done stepping it. opts NULL means the defaults. */
+ * context is done stepping it. opts NULL means the defaults. Errors:
+ * ACCEL_ERR_INVALID_ARGUMENT for a field outside its domain above ("weight_decay must be
+ * finite and >= 0, got inf") or a model of another context. */
 ACCEL_API accel_status accel_optimizer_create_sgd(accel_context *ctx, accel_model *model,
                                                   const accel_sgd_options *opts, accel_optimizer **out);
 ACCEL_API accel_status accel_optimizer_create_adamw(accel_context *ctx, accel_model *model,
@@ -404,11 +437,11 @@ ACCEL_API accel_status accel_optimizer_create_adamw(accel_context *ctx, accel_mo
  * strategy (ACCEL_ERR_UNSUPPORTED); it works alone and under DDP. */
 typedef struct accel_lamb_options {
     uint32_t version;     /* ACCEL_LAMB_OPTIONS_VERSION */
-    double lr;            /* > 0, default 1e-3 */
+    double lr;            /* finite and > 0, default 1e-3 */
     double beta1;         /* in [0, 1), default 0.9 */
     double beta2;         /* in [0, 1), default 0.999 */
-    double eps;           /* > 0, default 1e-6 */
-    double weight_decay;  /* >= 0, default 0.01 */
+    double eps;           /* finite and > 0, default 1e-6 */
+    double weight_decay;  /* finite and >= 0, default 0.01 */
 } accel_lamb_options;
 
 #define ACCEL_LAMB_OPTIONS_INIT { ACCEL_LAMB_OPTIONS_VERSION, 1e-3, 0.9, 0.999, 1e-6, 0.01 }
@@ -449,7 +482,9 @@ ACCEL_API accel_status accel_scheduler_options_init(accel_scheduler_options *opt
  * number of real optimizer steps taken (the same formulas as transformers'
  * get_{constant,linear,cosine}_schedule_with_warmup). It sets the step-0 lr at once.
  * It advances only on real optimizer steps (not on accumulation micro-steps, not on
- * skipped fp16 steps), once per step whatever the number of processes. */
+ * skipped fp16 steps), once per step whatever the number of processes.
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT for a field outside its domain above or an optimizer
+ * of another context. */
 ACCEL_API accel_status accel_scheduler_create(accel_context *ctx, accel_optimizer *optimizer,
                                               const accel_scheduler_options *opts, accel_scheduler **out);
 
@@ -509,7 +544,8 @@ ACCEL_API void accel_dataloader_destroy(accel_dataloader *loader);
  * the end of the data for gradient accumulation (the next accel_step is a real step).
  * Errors: ACCEL_ERR_INVALID_STATE at the end of an epoch (the epoch has advanced, no
  * batch is yielded) when, with even_batches off, this process had fewer batches than
- * another and the training loop's collectives would not match theirs (see accel_backward). */
+ * another and the training loop's collectives would not match theirs (see accel_backward).
+ * ACCEL_ERR_INVALID_ARGUMENT for a loader created on another context. */
 ACCEL_API accel_status accel_dataloader_next(accel_context *ctx, accel_dataloader *loader,
                                              accel_tensor **out_inputs, accel_tensor **out_targets);
 
@@ -519,7 +555,8 @@ ACCEL_API accel_status accel_dataloader_epoch(const accel_dataloader *loader, in
 /* The number of batches in one epoch. */
 ACCEL_API accel_status accel_dataloader_num_batches(const accel_dataloader *loader, int64_t *out);
 
-/* Sets the epoch and rewinds to its first batch (the permutation depends on the epoch). */
+/* Sets the epoch (>= 0) and rewinds to its first batch (the permutation depends on the
+ * epoch). */
 ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader *loader, int64_t epoch);
 
 /* ------------------------------------------------------------------------------------
@@ -532,15 +569,19 @@ ACCEL_API accel_status accel_dataloader_set_epoch(accel_dataloader *loader, int6
  * optimizer: binding a second, different model or optimizer is ACCEL_ERR_INVALID_STATE.
  * The optimizer must belong to the model, the scheduler to the optimizer. Several loaders
  * may be prepared (for example training and evaluation). The objects are borrowed: they
- * must outlive their use by the context. */
+ * must outlive their use by the context. Errors: ACCEL_ERR_INVALID_ARGUMENT for an object
+ * created on another context, an optimizer of another model, a scheduler of another
+ * optimizer, split_batches with a batch size that does not divide by the processes. */
 ACCEL_API accel_status accel_prepare(accel_context *ctx, accel_model *model, accel_optimizer *optimizer,
                                      accel_scheduler *scheduler, accel_dataloader *loader);
 
 /* Backpropagates `loss` (a scalar produced by a loss function or a model from this
  * context), scaled as the precision requires: divided by the accumulation steps K and, in
  * fp16, multiplied by the loss scale. Gradients accumulate across micro-batches.
- * Errors: ACCEL_ERR_INVALID_STATE before accel_prepare bound a model;
- * ACCEL_ERR_INVALID_ARGUMENT for a non-scalar or graph-less loss;
+ * Errors: ACCEL_ERR_INVALID_STATE before accel_prepare bound a model, and for a loss that
+ * was already backpropagated (once per loss: compute a new one);
+ * ACCEL_ERR_INVALID_ARGUMENT for a non-scalar or graph-less loss, or one computed by
+ * another context;
  * ACCEL_ERR_NON_FINITE for a NaN or infinite loss in fp32 or bf16: the gradients are left
  * as they were and the micro-batch is not counted. In fp16, a non-finite loss is
  * backpropagated like any other: its step will be skipped by the loss scaler.
@@ -557,7 +598,8 @@ ACCEL_API accel_status accel_backward(accel_context *ctx, const accel_tensor *lo
  * the K-th since the last real step, or the last batch of a loader's epoch. */
 ACCEL_API accel_status accel_sync_gradients(const accel_context *ctx, int *out);
 
-/* Clips the gradients so that their global L2 norm is at most max_norm (> 0) and returns
+/* Clips the gradients so that their global L2 norm is at most max_norm (finite and > 0)
+ * and returns
  * the norm before clipping in *out. In fp16 the gradients are unscaled first (once per
  * step). It acts only when gradients are complete (accel_sync_gradients is non-zero); on
  * an accumulation micro-step it changes nothing and *out is set to NAN. When the
@@ -620,14 +662,16 @@ ACCEL_API accel_status accel_local_process_index(const accel_context *ctx, int32
 ACCEL_API accel_status accel_is_main_process(const accel_context *ctx, int *out);
 ACCEL_API accel_status accel_is_local_main_process(const accel_context *ctx, int *out);
 
-/* Every process receives a copy of process `root`'s tensor in *out. All processes pass a
- * tensor of the same shape and dtype (the others' values are ignored). */
+/* Every process receives a copy of process `root`'s tensor in *out; root in
+ * [0, accel_num_processes). All processes pass a tensor of the same shape and dtype (the
+ * others' values are ignored). */
 ACCEL_API accel_status accel_broadcast(accel_context *ctx, const accel_tensor *tensor, int32_t root,
                                        accel_tensor **out);
 
 /* Concatenates every process's tensor along dimension 0, in process order; every process
- * receives the result. The shapes must be equal on all processes (else
- * ACCEL_ERR_INVALID_ARGUMENT naming them: accel_pad_across_processes makes them equal). */
+ * receives the result. The dtypes and shapes must be equal on all processes (else
+ * ACCEL_ERR_INVALID_ARGUMENT on every process, naming them: accel_pad_across_processes
+ * makes the shapes equal). */
 ACCEL_API accel_status accel_gather(accel_context *ctx, const accel_tensor *tensor, accel_tensor **out);
 
 /* Like accel_gather for evaluation outputs: the rows of the last batch that even_batches
@@ -637,9 +681,12 @@ ACCEL_API accel_status accel_gather(accel_context *ctx, const accel_tensor *tens
  * The processes' row counts may differ. */
 ACCEL_API accel_status accel_gather_for_metrics(accel_context *ctx, const accel_tensor *tensor, accel_tensor **out);
 
-/* Pads dimension `dim` (negative counts from the end) of every process's tensor to the
- * largest size among the processes, with `pad_value`, after the data (or before it when
- * pad_first is non-zero). */
+/* Pads dimension `dim` (in [-ndim, ndim); negative counts from the end) of every
+ * process's tensor to the largest size among the processes, with `pad_value`, after the
+ * data (or before it when pad_first is non-zero). For an integer tensor pad_value must be
+ * an integer in the dtype's range (a float tensor takes any value, NaN included). The
+ * processes' tensors must agree in dtype, number of dimensions and `dim`, else
+ * ACCEL_ERR_INVALID_ARGUMENT on every process naming them. */
 ACCEL_API accel_status accel_pad_across_processes(accel_context *ctx, const accel_tensor *tensor, int32_t dim,
                                                   double pad_value, int pad_first, accel_tensor **out);
 
@@ -658,17 +705,24 @@ ACCEL_API accel_status accel_set_seed(accel_context *ctx, uint64_t seed, int per
 
 typedef struct accel_sim_options {
     uint32_t version;            /* ACCEL_SIM_OPTIONS_VERSION */
-    int32_t world_size;          /* simulated GPUs, >= 1; default 2 */
-    const char *device_memory;   /* per-rank capacity such as "80GiB" or "64MiB"; NULL = unlimited */
+    int32_t world_size;          /* simulated GPUs, in [1, the topology's GPUs] (8 for "8xH100",
+                                    8N for "Nx8xH100-IB"); default 2 */
+    const char *device_memory;   /* per-rank capacity: a positive number with an optional
+                                    fraction and unit, "80GiB", "64MiB", "1.5GiB", "80GB",
+                                    "1000000" (bytes), at most 2^64 bytes; NULL = unlimited
+                                    ("0" is refused) */
     const char *topology;        /* cost-model preset: "8xH100" (default), "8xA100", "8xPCIe",
                                     "Nx8xH100-IB" (e.g. "4x8xH100-IB") */
-    double timeout_seconds;      /* no progress for this long: waiting ranks fail with
-                                    ACCEL_ERR_TIMEOUT; default 60 */
-    const char *faults;          /* fault injection, comma-separated: "kill:RANK@collective:K",
-                                    "kill:RANK@step:K", "delay:RANK:SECONDS"; NULL = none */
+    double timeout_seconds;      /* finite and > 0: no progress for this long, waiting ranks
+                                    fail with ACCEL_ERR_TIMEOUT; default 60 */
+    const char *faults;          /* fault injection, comma-separated: "kill:RANK@collective:K"
+                                    (K >= 1), "kill:RANK@step:K" (K >= 0),
+                                    "delay:RANK:SECONDS" (finite, >= 0); RANK in
+                                    [0, world_size); NULL = none */
     const char *trace_path;      /* write the run's timeline here as Chrome trace JSON
                                     (opens in ui.perfetto.dev); NULL = none */
-    int32_t engine_threads;      /* threads for large reductions; 0 = the machine's cores */
+    int32_t engine_threads;      /* threads for large reductions, in [0, 1024]; 0 = the
+                                    machine's cores */
 } accel_sim_options;
 
 #define ACCEL_SIM_OPTIONS_INIT { ACCEL_SIM_OPTIONS_VERSION, 2, NULL, "8xH100", 60.0, NULL, NULL, 0 }
@@ -676,7 +730,9 @@ typedef struct accel_sim_options {
 ACCEL_API accel_status accel_sim_options_init(accel_sim_options *opts, uint32_t version);
 
 /* A rank's function: runs once per simulated rank with that rank's context. Its return
- * value is the rank's status (ACCEL_OK, or the error that stopped it). */
+ * value is the rank's status (ACCEL_OK, or the error that stopped it); a value that is no
+ * accel_status (positive, or a code this library does not define) fails that rank with
+ * ACCEL_ERR_INVALID_ARGUMENT ("fn returned 7, which is not an accel_status"). */
 typedef accel_status (*accel_rank_fn)(accel_context *ctx, void *user);
 
 /* The outcome of accel_sim_run: per-rank status, error message and peak device memory,
@@ -693,7 +749,12 @@ typedef struct accel_sim_report accel_sim_report;
  * The contexts exist only during fn: do not keep them.
  * Returns ACCEL_OK when every rank returned ACCEL_OK; otherwise the first failing rank's
  * status, with "rank R: message" in accel_last_error(NULL). *out (may be NULL) receives
- * the report in both cases, once the world ran; invalid options fail before and leave it. */
+ * the report in both cases, once the world ran; invalid options fail before and leave it.
+ * Errors before any rank runs (*out untouched): ACCEL_ERR_INVALID_ARGUMENT for NULL fn or
+ * an option outside its domain above, ACCEL_ERR_UNSUPPORTED for ACCEL_DEVICE_CUDA,
+ * ACCEL_ERR_OUT_OF_MEMORY when the rank threads cannot all be started (too many for the
+ * process's thread or address-space limits: the started ones are stopped and joined, no
+ * rank runs). */
 ACCEL_API accel_status accel_sim_run(const accel_sim_options *sim, const accel_options *ctx_opts, accel_rank_fn fn,
                                      void *user, accel_sim_report **out);
 
@@ -712,7 +773,7 @@ ACCEL_API accel_status accel_sim_report_rank(const accel_sim_report *report, int
  * virtual clock: charged compute plus communication). */
 ACCEL_API accel_status accel_sim_report_predicted_seconds(const accel_sim_report *report, double *out);
 
-/* Charges `seconds` of compute to the calling rank's virtual clock (what a forward or
+/* Charges `seconds` (finite and >= 0) of compute to the calling rank's virtual clock (what a forward or
  * backward would take on the simulated GPU); `label` names it in the trace (may be NULL).
  * A no-op outside the simulator. */
 ACCEL_API accel_status accel_sim_charge_compute(accel_context *ctx, double seconds, const char *label);
@@ -725,9 +786,10 @@ ACCEL_API accel_status accel_sim_charge_compute(accel_context *ctx, double secon
 
 typedef struct accel_project_options {
     uint32_t version;         /* ACCEL_PROJECT_OPTIONS_VERSION */
-    const char *project_dir;  /* checkpoints go to <project_dir>/checkpoints/checkpoint_N */
-    int32_t total_limit;      /* keep the newest N automatic checkpoints (oldest deleted
-                                 first); 0 = keep all (the default) */
+    const char *project_dir;  /* non-empty; checkpoints go to <project_dir>/checkpoints/checkpoint_N */
+    int32_t total_limit;      /* >= 0: keep the newest N automatic checkpoints (oldest
+                                 deleted first, and only directories that are complete accel
+                                 checkpoints); 0 = keep all (the default) */
 } accel_project_options;
 
 #define ACCEL_PROJECT_OPTIONS_INIT { ACCEL_PROJECT_OPTIONS_VERSION, NULL, 0 }
@@ -748,8 +810,17 @@ ACCEL_API accel_status accel_set_project(accel_context *ctx, const accel_project
  * them). The checkpoint appears only when complete: it is written to a hidden temporary
  * directory beside `dir`, flushed, and renamed into place, so a process killed during a
  * save leaves the previous checkpoint as it was.
- * A collective: every process calls it. Call it after an accel_step that stepped (not
- * between a backward and its step: ACCEL_ERR_INVALID_STATE). Errors: ACCEL_ERR_IO. */
+ * A save never destroys what it did not write: `dir` may name nothing, an empty
+ * directory, or an earlier accel checkpoint (a directory holding a checkpoint manifest and
+ * only checkpoint files), which is replaced. A regular file, a directory holding other
+ * files, a symbolic link, a device, or a user's file where the save's hidden temporary
+ * (".NAME.tmp", ".NAME.old") would go are refused with ACCEL_ERR_INVALID_ARGUMENT saying
+ * what is there, and left as they are. "" is ACCEL_ERR_INVALID_ARGUMENT (NULL means the
+ * project's next checkpoint).
+ * A collective: every process calls it, and every process returns process 0's outcome.
+ * Call it after an accel_step that stepped (not between a backward and its step:
+ * ACCEL_ERR_INVALID_STATE; before accel_prepare: ACCEL_ERR_INVALID_STATE).
+ * Errors: also ACCEL_ERR_IO when writing fails (the previous checkpoint is intact). */
 ACCEL_API accel_status accel_save_state(accel_context *ctx, const char *dir);
 
 /* Restores what accel_save_state saved, from `dir` (NULL: the project's newest complete
@@ -759,8 +830,15 @@ ACCEL_API accel_status accel_save_state(accel_context *ctx, const char *dir);
  * the manifest before anything changes: a missing, truncated or corrupted file, a header
  * that lies, a manifest from a newer format, or parameters whose names or shapes differ
  * from the model's fail with ACCEL_ERR_IO, ACCEL_ERR_FORMAT or ACCEL_ERR_INVALID_ARGUMENT
- * naming the file and the problem, and leave the context untouched.
- * Call it after accel_prepare (model, optimizer, scheduler, loaders). A collective. */
+ * naming the file and the problem, and leave the context untouched. Files that are
+ * well-formed and consistent with their CRC but lie (a counter of the wrong JSON type or
+ * out of its domain, a missing field, a generator state of the wrong size, a file name
+ * outside the directory) are ACCEL_ERR_FORMAT naming the file and the field: every file
+ * is parsed and checked into memory before anything changes, and on several processes
+ * either every process loads or none does. "" is ACCEL_ERR_INVALID_ARGUMENT (NULL means
+ * the project's newest checkpoint).
+ * Call it after accel_prepare (model, optimizer, scheduler, loaders; before:
+ * ACCEL_ERR_INVALID_STATE). A collective. */
 ACCEL_API accel_status accel_load_state(accel_context *ctx, const char *dir);
 
 /* The directory the context's last successful accel_save_state or accel_load_state used;
