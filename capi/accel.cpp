@@ -428,7 +428,7 @@ accel_status accel_model_set_training(accel_context* ctx, accel_model* model, in
 accel_status accel_model_num_parameters(const accel_model* model, size_t* out_tensors, int64_t* out_elements) {
   return guard(nullptr, "accel_model_num_parameters", [&] {
     NEED(model);
-    ACCEL_CHECK(out_tensors || out_elements, Status::InvalidArgument, "both outputs are NULL");
+    ACCEL_CHECK(out_tensors || out_elements, Status::InvalidArgument, "out_tensors and out_elements are both NULL");
     if (out_tensors) *out_tensors = model->impl->parameters().size();
     if (out_elements) *out_elements = model->impl->num_elements();
   });
@@ -935,14 +935,14 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
     if (so.device_memory) wo.device_capacity = accel::sim::parse_bytes(so.device_memory, "device_memory");
     ACCEL_CHECK(std::isfinite(so.timeout_seconds) && so.timeout_seconds > 0, Status::InvalidArgument,
                 "timeout_seconds must be finite and > 0, got ", so.timeout_seconds);
-    if (so.faults) wo.faults = accel::sim::parse_faults(so.faults);
+    if (so.faults) wo.faults = accel::sim::parse_faults(so.faults, so.world_size);
     ACCEL_CHECK(so.engine_threads >= 0 && so.engine_threads <= 1024, Status::InvalidArgument,
                 "engine_threads must be in [0, 1024] (0: the machine's cores), got ", so.engine_threads);
     wo.engine_threads = so.engine_threads;
     wo.record_trace = so.trace_path != nullptr;
     accel::Options ro = runtime_options(ctx_opts);
     ACCEL_CHECK(ro.device != accel::DeviceKind::CUDA, Status::Unsupported,
-                "simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
+                "ctx_opts->device: simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
     ro.device = accel::DeviceKind::CPU;
     accel::sim::World world(wo);
     accel::sim::RunReport ran = world.run([&](accel::sim::Rank& rank) {

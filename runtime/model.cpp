@@ -95,11 +95,12 @@ class MLP final : public Model {
   }
 
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
-    ACCEL_CHECK(inputs.size() == 1, Status::InvalidArgument, "the MLP takes 1 input tensor, got ", inputs.size());
+    ACCEL_CHECK(inputs.size() == 1, Status::InvalidArgument, "num_inputs must be 1 (the MLP takes one input tensor), got ",
+                inputs.size());
     torch::Tensor x = inputs[0];
-    ACCEL_CHECK(x.dim() == 2 && x.size(1) == cfg_.sizes[0], Status::InvalidArgument, "the MLP expects input [batch, ",
+    ACCEL_CHECK(x.dim() == 2 && x.size(1) == cfg_.sizes[0], Status::InvalidArgument, "inputs[0]: the MLP expects input [batch, ",
                 cfg_.sizes[0], "], got ", shape_str(x));
-    ACCEL_CHECK(x.is_floating_point(), Status::InvalidArgument, "the MLP expects a floating-point input, got ",
+    ACCEL_CHECK(x.is_floating_point(), Status::InvalidArgument, "inputs[0]: the MLP expects a floating-point input, got ",
                 c10::toString(x.scalar_type()));
     if (x.scalar_type() != torch::kFloat) x = x.to(torch::kFloat);
     const auto& p = parameters();
@@ -378,7 +379,7 @@ torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& ta
     lo = std::get<0>(mm).item<int64_t>();
     hi = std::get<1>(mm).item<int64_t>();
   }
-  ACCEL_CHECK(lo >= 0 && hi < classes, Status::InvalidArgument, "cross-entropy target ", (lo < 0 ? lo : hi),
+  ACCEL_CHECK(lo >= 0 && hi < classes, Status::InvalidArgument, "targets: class index ", (lo < 0 ? lo : hi),
               " is out of range for ", classes, " classes");
   return torch::nn::functional::cross_entropy(logits.to(torch::kFloat), t);
 }

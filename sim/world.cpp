@@ -100,7 +100,7 @@ std::string format_bytes(uint64_t b) {
   return buf;
 }
 
-std::vector<Fault> parse_faults(const std::string& spec) {
+std::vector<Fault> parse_faults(const std::string& spec, int world_size) {
   std::vector<Fault> out;
   std::stringstream ss(spec);
   std::string item;
@@ -130,6 +130,8 @@ std::vector<Fault> parse_faults(const std::string& spec) {
       fail(Status::InvalidArgument, "faults: cannot read '", item, "' (", forms, ")");
     }
     ACCEL_CHECK(rank >= 0, Status::InvalidArgument, "faults: '", item, "': RANK must be >= 0, got ", rank);
+    ACCEL_CHECK(world_size <= 0 || rank < world_size, Status::InvalidArgument, "faults: '", item, "' names rank ", rank,
+                " of a ", world_size, "-rank world");
     f.rank = rank;
     out.push_back(f);
   }

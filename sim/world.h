@@ -34,7 +34,8 @@ struct Fault {
 };
 
 // Parses "kill:3@collective:5,kill:1@step:10,delay:2:0.005" (comma-separated; rank first).
-std::vector<Fault> parse_faults(const std::string& spec);
+// With world_size > 0, a RANK outside [0, world_size) is refused with the item quoted.
+std::vector<Fault> parse_faults(const std::string& spec, int world_size = 0);
 
 // Parses "16GiB", "64MiB", "512KiB", "1.5GiB", "1000B", "80GB" (powers of 1000) or a plain
 // number of bytes: digits with an optional fraction, then an optional unit. Zero, a sign,

@@ -1,0 +1,1859 @@
+// The misuse suite: every public function of the C ABI (include/accel/accel.h) called
+// wrongly. NULL pointers, unknown versions and enum values, zero / negative / NaN / infinite
+// / overflowing numbers, wrong shapes and dtypes, calls in the wrong state or order, objects
+// from another context, hostile paths, and checkpoint files that are well-formed but lie.
+//
+// Each case runs in its own child process (a crash or a hang fails that case, not the suite)
+// and asserts: the status the header names; a message in accel_last_error(NULL) (and in
+// accel_last_error(ctx) for calls on a context) that starts with "<function>: " and names the
+// argument; out-parameters left as they were; and a context that still trains afterwards.
+//
+// Usage: test_misuse HEADER [FILTER] [-v]
+//   HEADER  include/accel/accel.h: every `ACCEL_API ... accel_xxx(` in it needs a case
+//   FILTER  run only the cases whose name contains it
+//   -v      also print every passing case with the status and message it saw
+// The parent only forks and reads: it never calls into the library.
+#include <accel/accel.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+const double kInf = std::numeric_limits<double>::infinity();
+constexpr accel_status OK = ACCEL_OK, ARG = ACCEL_ERR_INVALID_ARGUMENT, STATE = ACCEL_ERR_INVALID_STATE,
+                       IO = ACCEL_ERR_IO, FORMAT = ACCEL_ERR_FORMAT, UNSUPPORTED = ACCEL_ERR_UNSUPPORTED;
+constexpr int kJobs = 2;
+constexpr int kCaseSeconds = 10;
+
+// The text a value has in a message: what `std::ostream << v` writes ("nan", "-inf", "1e+300").
+template <class T>
+std::string str(const T& v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+// Out-parameters start filled with 0x5A bytes; a failing call must leave them so.
+template <class T>
+void fill(T& v) {
+  std::memset(static_cast<void*>(&v), 0x5A, sizeof v);
+}
+bool filled(const void* p, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  return std::all_of(b, b + n, [](unsigned char c) { return c == 0x5A; });
+}
+
+// An enum value that C may pass but C++ may not name (42, -1). Such a value lives in an int
+// (or, inside an options struct, is written with memcpy) and becomes the enum type only as a
+// call's argument: loading it from an enum-typed object is what UBSan's enum check refuses.
+template <class E>
+void set_raw(E& e, int v) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  std::memcpy(&e, &v, sizeof v);
+}
+template <class E>
+E raw(int v) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  return static_cast<E>(v);
+}
+
+struct SetupError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void ok(accel_status s, const std::string& what) {
+  if (s != ACCEL_OK) throw SetupError(what + " returned " + accel_status_name(s) + ": " + accel_last_error(nullptr));
+}
+
+// ---------------------------------------------------------------------------------------
+// Tensors, the standard fixture and a normal training step
+
+accel_tensor* tensor(accel_dtype dt, const std::vector<int64_t>& shape, const void* data) {
+  accel_tensor* t = nullptr;
+  ok(accel_tensor_create(dt, shape.data(), shape.size(), data, &t), "accel_tensor_create");
+  return t;
+}
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+accel_tensor* floats(const std::vector<int64_t>& shape, float v = 0.5f) {
+  std::vector<float> d(static_cast<size_t>(numel(shape)) + 1, v);
+  return tensor(ACCEL_FLOAT32, shape, d.data());
+}
+accel_tensor* longs(const std::vector<int64_t>& values) {
+  return tensor(ACCEL_INT64, {static_cast<int64_t>(values.size())}, values.data());
+}
+
+const int64_t kSizes[] = {4, 8, 3};
+constexpr size_t kParamTensors = 4;  // two Linear layers, each a weight and a bias
+
+struct World {
+  accel_context* ctx = nullptr;
+  accel_model* model = nullptr;
+  accel_optimizer* opt = nullptr;
+  accel_scheduler* sched = nullptr;
+  accel_dataloader* loader = nullptr;
+  accel_tensor* x = nullptr;  // the dataset: float [16, 4]
+  accel_tensor* y = nullptr;  // int64 [16], classes 0..2
+};
+
+accel_options fixture_options() {
+  accel_options o = ACCEL_OPTIONS_INIT;
+  o.device = ACCEL_DEVICE_CPU;
+  o.seed = 0;
+  o.num_threads = 1;  // two children run at once on small machines
+  return o;
+}
+
+// accel_init (fp32, CPU, seed 0) -> MLP {4, 8, 3} -> AdamW -> LINEAR scheduler (warmup 1,
+// total 100) -> a loader over 16 samples, batch 4 -> accel_prepare (unless prepare is false).
+World make_world(bool prepare = true) {
+  World w;
+  const accel_options o = fixture_options();
+  ok(accel_init(&o, &w.ctx), "accel_init");
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = kSizes;
+  m.num_layer_sizes = 3;
+  ok(accel_model_create_mlp(w.ctx, &m, &w.model), "accel_model_create_mlp");
+  ok(accel_optimizer_create_adamw(w.ctx, w.model, nullptr, &w.opt), "accel_optimizer_create_adamw");
+  accel_scheduler_options so = ACCEL_SCHEDULER_OPTIONS_INIT;
+  so.kind = ACCEL_SCHEDULE_LINEAR;
+  so.warmup_steps = 1;
+  so.total_steps = 100;
+  ok(accel_scheduler_create(w.ctx, w.opt, &so, &w.sched), "accel_scheduler_create");
+  std::vector<float> xs(64);
+  std::vector<int64_t> ys(16);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(static_cast<int>((i * 7) % 11)) / 10.0f - 0.5f;
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<int64_t>(i % 3);
+  w.x = tensor(ACCEL_FLOAT32, {16, 4}, xs.data());
+  w.y = longs(ys);
+  accel_dataloader_options dl = ACCEL_DATALOADER_OPTIONS_INIT;
+  dl.batch_size = 4;
+  ok(accel_dataloader_create(w.ctx, w.x, w.y, &dl, &w.loader), "accel_dataloader_create");
+  if (prepare) ok(accel_prepare(w.ctx, w.model, w.opt, w.sched, w.loader), "accel_prepare");
+  return w;
+}
+
+struct Batch {
+  accel_tensor *x = nullptr, *y = nullptr, *logits = nullptr, *loss = nullptr;
+};
+
+Batch forward_loss(World& w) {
+  Batch b;
+  ok(accel_dataloader_next(w.ctx, w.loader, &b.x, &b.y), "accel_dataloader_next");
+  if (!b.x) ok(accel_dataloader_next(w.ctx, w.loader, &b.x, &b.y), "accel_dataloader_next");  // a new epoch
+  if (!b.x || !b.y) throw SetupError("accel_dataloader_next yielded no batch twice in a row");
+  ok(accel_model_forward(w.ctx, w.model, &b.x, 1, &b.logits), "accel_model_forward");
+  ok(accel_loss_cross_entropy(w.ctx, b.logits, b.y, &b.loss), "accel_loss_cross_entropy");
+  return b;
+}
+
+// forward -> loss from host tensors (no loader): x float [4, 4], targets {0, 1, 2, 0}.
+Batch host_forward_loss(World& w, float xv = 0.25f) {
+  Batch b;
+  b.x = floats({4, 4}, xv);
+  b.y = longs({0, 1, 2, 0});
+  ok(accel_model_forward(w.ctx, w.model, &b.x, 1, &b.logits), "accel_model_forward");
+  ok(accel_loss_cross_entropy(w.ctx, b.logits, b.y, &b.loss), "accel_loss_cross_entropy");
+  return b;
+}
+
+void normal_step(World& w) {
+  Batch b = forward_loss(w);
+  ok(accel_backward(w.ctx, b.loss), "accel_backward");
+  ok(accel_step(w.ctx, nullptr), "accel_step");
+  for (accel_tensor* t : {b.x, b.y, b.logits, b.loss}) accel_tensor_destroy(t);
+}
+
+// ---------------------------------------------------------------------------------------
+// Cases
+
+accel_status noop_rank(accel_context*, void*) { return ACCEL_OK; }
+
+// What a case's body did: the status of the call under test and the context it was called
+// on (NULL for functions without one), whose message is checked as well as the thread's.
+struct R {
+  accel_status status;
+  const accel_context* ctx;
+  R(accel_status s, const accel_context* c = nullptr) : status(s), ctx(c) {}  // NOLINT: implicit
+};
+
+class Env {
+ public:
+  World a;  // the standard fixture
+  std::vector<std::string> failures;
+
+  World& other() {  // a second context with its own objects, built on first use
+    if (!b_) b_ = make_world();
+    return *b_;
+  }
+  const accel_sim_report* report() {  // the report of a 2-rank world that ran
+    if (!rep_) {
+      accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+      ok(accel_sim_run(&so, nullptr, noop_rank, nullptr, &rep_), "accel_sim_run");
+    }
+    return rep_;
+  }
+  void expect(bool cond, const std::string& what) {
+    if (!cond) failures.push_back(what);
+  }
+  template <class T>
+  void untouched(const T& v, const std::string& name) {
+    expect(filled(&v, sizeof v), name + " was written by the failing call");
+  }
+
+ private:
+  std::optional<World> b_;
+  accel_sim_report* rep_ = nullptr;
+};
+
+// Runs call(out) with *out filled with 0x5A bytes; a failing call must leave it so.
+template <class T, class Call>
+R with_out(Env& e, Call call) {
+  T out;
+  fill(out);
+  const R r = call(&out);
+  e.untouched(out, "*out");
+  return r;
+}
+
+using Body = std::function<R(Env&)>;
+
+struct Case {
+  std::string name;
+  std::string fn;                    // the function it covers
+  accel_status expect;               // the status the header names
+  std::vector<std::string> needles;  // the message contains each
+  Body body;
+  std::string prefix;              // the message starts with it: "<fn>: " unless set
+  std::vector<accel_status> also;  // other acceptable outcomes (no message check for ACCEL_OK)
+};
+
+std::vector<Case>& cases() {
+  static std::vector<Case> all;
+  return all;
+}
+
+Case& add(const std::string& fn, const std::string& what, accel_status expect, std::vector<std::string> needles,
+          Body body) {
+  cases().push_back(Case{fn + "/" + what, fn, expect, std::move(needles), std::move(body), fn + ": ", {}});
+  return cases().back();
+}
+
+// A required pointer passed as NULL: INVALID_ARGUMENT, "<param> is NULL".
+void null_case(const std::string& fn, const std::string& param, Body body) {
+  add(fn, param + "=NULL", ARG, {param + " is NULL"}, std::move(body));
+}
+
+// A void function (a _destroy) given NULL: nothing happens, the context trains on.
+void destroy_null(const std::string& fn, void (*f)()) {
+  add(fn, "NULL", OK, {}, [f](Env&) {
+    f();
+    return R(OK);
+  });
+}
+
+// Getters f(const Obj *param, T *out): param NULL (out untouched), out NULL.
+template <class Obj, class T, class Get>
+void getter(const std::string& fn, const std::string& param, accel_status (*f)(const Obj*, T*), Get obj) {
+  null_case(fn, param, [f](Env& e) { return with_out<T>(e, [&](auto* out) { return R(f(nullptr, out)); }); });
+  null_case(fn, "out", [f, obj](Env& e) {
+    const Obj* o = obj(e);
+    if constexpr (std::is_same_v<Obj, accel_context>)
+      return R(f(o, nullptr), o);
+    else
+      return R(f(o, nullptr));
+  });
+}
+
+// *_options_init(opts, version): NULL, and unknown versions (the struct untouched).
+template <class T>
+void options_init(const std::string& fn, accel_status (*f)(T*, uint32_t), uint32_t good) {
+  null_case(fn, "opts", [f, good](Env&) { return R(f(nullptr, good)); });
+  for (uint32_t v : {0u, 99u})
+    add(fn, "version=" + str(v), ARG, {"version", str(v)}, [f, v](Env& e) {
+      T o;
+      fill(o);
+      R r = f(&o, v);
+      e.untouched(o, "*opts");
+      return r;
+    });
+}
+
+// An options struct passed to `fn` as argument `arg`: each bad field value is one case,
+// INVALID_ARGUMENT with a message naming the field and the value.
+template <class O>
+struct Target {
+  std::string fn, arg;
+  std::function<O()> init;
+  std::function<R(Env&, const O&)> call;  // makes the call, checks its out-parameters
+
+  Case& bad(const std::string& what, std::vector<std::string> needles, std::function<void(O&)> mutate,
+            accel_status st = ARG) const {
+    auto i = init;
+    auto c = call;
+    return add(fn, arg + "->" + what, st, std::move(needles), [i, c, mutate](Env& e) {
+      O o = i();
+      mutate(o);
+      return c(e, o);
+    });
+  }
+  template <class V>
+  void field(const std::string& name, V O::*m, std::vector<V> values) const {
+    for (V v : values) bad(name + "=" + str(v), {name, str(v)}, [m, v](O& o) { o.*m = v; });
+  }
+  template <class E>
+  void enums(const std::string& name, E O::*m) const {
+    for (int v : {42, -1}) bad(name + "=" + str(v), {name, str(v)}, [m, v](O& o) { set_raw(o.*m, v); });
+  }
+  void versions() const {
+    for (uint32_t v : {0u, 99u}) bad("version=" + str(v), {"version", str(v)}, [v](O& o) { o.version = v; });
+  }
+};
+
+template <class O>
+Target<O> target(std::string fn, std::string arg, std::function<O()> init, std::function<R(Env&, const O&)> call) {
+  return Target<O>{std::move(fn), std::move(arg), std::move(init), std::move(call)};
+}
+
+const std::vector<double> kNonFinite = {kNaN, kInf, -kInf};
+std::vector<double> plus(std::vector<double> a, const std::vector<double>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// ---------------------------------------------------------------------------------------
+// Files
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  if (!f) throw SetupError("cannot read " + p.string());
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+void write_file(const fs::path& p, const std::string& bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << bytes;
+  if (!f) throw SetupError("cannot write " + p.string());
+}
+std::string crc_hex(const std::string& b) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08lx",
+                static_cast<unsigned long>(::crc32(::crc32(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(b.data()),
+                                                   static_cast<uInt>(b.size()))));
+  return buf;
+}
+
+// Replaces a file the checkpoint's manifest lists and records its new size and CRC-32 there,
+// so the checkpoint stays consistent and only the content lies.
+void replace_listed(const fs::path& dir, const std::string& file, const std::string& bytes) {
+  json m = json::parse(read_file(dir / "manifest.json"));
+  const json& entry = m.at("files").at(file);
+  if (entry.at("crc32") != crc_hex(read_file(dir / file)) || entry.at("bytes") != read_file(dir / file).size())
+    throw SetupError("the manifest's entry for " + file + " is not {bytes, crc32 as %08lx}: " + entry.dump());
+  write_file(dir / file, bytes);
+  m["files"][file] = {{"bytes", bytes.size()}, {"crc32", crc_hex(bytes)}};
+  write_file(dir / "manifest.json", m.dump(1));
+}
+void edit_json(const fs::path& dir, const std::string& file, const std::function<void(json&)>& edit) {
+  json j = json::parse(read_file(dir / file));
+  edit(j);
+  if (file == "manifest.json")
+    write_file(dir / file, j.dump(1));
+  else
+    replace_listed(dir, file, j.dump(1));
+}
+
+// Rewrites rng-rank0.safetensors with a "generator" of `gen_bytes` bytes (its first ones),
+// keeping "default_generator" as it was.
+void rewrite_rng(const fs::path& dir, size_t gen_bytes) {
+  const std::string file = "rng-rank0.safetensors";
+  const std::string b = read_file(dir / file);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i)
+    n |= static_cast<uint64_t>(static_cast<unsigned char>(b[static_cast<size_t>(i)])) << (8 * i);
+  const json h = json::parse(b.substr(8, n));
+  const std::string data = b.substr(8 + n);
+  auto span = [&](const char* name) {
+    const auto off = h.at(name).at("data_offsets");
+    return data.substr(off.at(0).get<size_t>(), off.at(1).get<size_t>() - off.at(0).get<size_t>());
+  };
+  const std::string gen = span("generator").substr(0, gen_bytes), def = span("default_generator");
+  json nh = h;
+  nh["generator"] = {{"dtype", "U8"}, {"shape", {gen.size()}}, {"data_offsets", {0, gen.size()}}};
+  nh["default_generator"]["data_offsets"] = {gen.size(), gen.size() + def.size()};
+  std::string hs = nh.dump();
+  while (hs.size() % 8) hs += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((hs.size() >> (8 * i)) & 0xff);
+  replace_listed(dir, file, out + hs + gen + def);
+}
+
+// What a failed load must leave as it was.
+struct Snapshot {
+  std::vector<std::string> params;
+  double lr = 0, loss_scale = 0;
+  int64_t sched_steps = 0, epoch = 0;
+  bool operator==(const Snapshot& o) const {
+    return params == o.params && lr == o.lr && loss_scale == o.loss_scale && sched_steps == o.sched_steps &&
+           epoch == o.epoch;
+  }
+};
+Snapshot snapshot(World& w) {
+  Snapshot s;
+  size_t n = 0;
+  int64_t elements = 0;
+  ok(accel_model_num_parameters(w.model, &n, &elements), "accel_model_num_parameters");
+  for (size_t i = 0; i < n; ++i) {
+    accel_tensor* t = nullptr;
+    ok(accel_model_parameter(w.ctx, w.model, i, &t), "accel_model_parameter");
+    size_t bytes = 0;
+    ok(accel_tensor_nbytes(t, &bytes), "accel_tensor_nbytes");
+    std::string buf(bytes, '\0');
+    ok(accel_tensor_copy_to_host(t, buf.data(), bytes), "accel_tensor_copy_to_host");
+    accel_tensor_destroy(t);
+    s.params.push_back(buf);
+  }
+  ok(accel_optimizer_lr(w.opt, &s.lr), "accel_optimizer_lr");
+  ok(accel_scheduler_steps(w.sched, &s.sched_steps), "accel_scheduler_steps");
+  ok(accel_dataloader_epoch(w.loader, &s.epoch), "accel_dataloader_epoch");
+  ok(accel_loss_scale(w.ctx, &s.loss_scale), "accel_loss_scale");
+  return s;
+}
+
+const std::string kNotes = "my notes: do not delete\n";
+
+// A character device to aim savers at. /dev/null itself as a normal user; as root (who could
+// replace /dev/null if a saver renamed onto it) a private node with its numbers.
+std::string device_path() {
+  if (::geteuid() != 0) return "/dev/null";
+  if (::mknod("null_device", S_IFCHR | 0666, makedev(1, 3)) != 0)
+    throw SetupError(std::string("mknod null_device: ") + std::strerror(errno) + " (not aiming at /dev/null as root)");
+  return "null_device";
+}
+bool is_char_device(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+// A symbolic link "link" to a directory "target_dir" holding a user file, or to a file.
+void make_links() {
+  fs::create_directory("target_dir");
+  write_file("target_dir/user.txt", kNotes);
+  write_file("target.txt", kNotes);
+  fs::create_directory_symlink("target_dir", "link_dir");
+  fs::create_symlink("target.txt", "link_file");
+}
+bool links_intact() {
+  return fs::is_symlink("link_dir") && fs::is_symlink("link_file") && read_file("target_dir/user.txt") == kNotes &&
+         read_file("target.txt") == kNotes;
+}
+
+// ---------------------------------------------------------------------------------------
+// The cases, by section of the header
+
+void basics() {
+  add("accel_version_number", "matches the header", OK, {}, [](Env& e) {
+    e.expect(accel_version_number() == ACCEL_VERSION_NUMBER, "accel_version_number() != ACCEL_VERSION_NUMBER");
+    return R(OK);
+  });
+  add("accel_version_string", "matches the header", OK, {}, [](Env& e) {
+    const char* v = accel_version_string();
+    e.expect(v && std::string(v) == ACCEL_VERSION_STRING, "accel_version_string() != ACCEL_VERSION_STRING");
+    return R(OK);
+  });
+  for (int code : {12345, -999, 1, -11})
+    add("accel_status_name", "unknown code " + str(code), OK, {}, [code](Env& e) {
+      const char* n = accel_status_name(raw<accel_status>(code));
+      e.expect(n && std::string(n) == "ACCEL_ERR_UNKNOWN", "got " + std::string(n ? n : "NULL"));
+      return R(OK);
+    });
+  add("accel_status_name", "known codes", OK, {}, [](Env& e) {
+    const std::map<accel_status, std::string> names = {{ACCEL_OK, "ACCEL_OK"},
+                                                       {ACCEL_ERR_INVALID_ARGUMENT, "ACCEL_ERR_INVALID_ARGUMENT"},
+                                                       {ACCEL_ERR_INVALID_STATE, "ACCEL_ERR_INVALID_STATE"},
+                                                       {ACCEL_ERR_OUT_OF_MEMORY, "ACCEL_ERR_OUT_OF_MEMORY"},
+                                                       {ACCEL_ERR_COMMUNICATION, "ACCEL_ERR_COMMUNICATION"},
+                                                       {ACCEL_ERR_TIMEOUT, "ACCEL_ERR_TIMEOUT"},
+                                                       {ACCEL_ERR_IO, "ACCEL_ERR_IO"},
+                                                       {ACCEL_ERR_FORMAT, "ACCEL_ERR_FORMAT"},
+                                                       {ACCEL_ERR_UNSUPPORTED, "ACCEL_ERR_UNSUPPORTED"},
+                                                       {ACCEL_ERR_INTERNAL, "ACCEL_ERR_INTERNAL"},
+                                                       {ACCEL_ERR_NON_FINITE, "ACCEL_ERR_NON_FINITE"}};
+    for (const auto& [s, n] : names) e.expect(accel_status_name(s) == n, "accel_status_name(" + n + ")");
+    return R(OK);
+  });
+  for (int d : {42, -1, 8})
+    add("accel_dtype_size", "unknown dtype " + str(d), OK, {}, [d](Env& e) {
+      e.expect(accel_dtype_size(raw<accel_dtype>(d)) == 0, "got " + str(accel_dtype_size(raw<accel_dtype>(d))));
+      return R(OK);
+    });
+  add("accel_last_error", "NULL is the thread's slot", OK, {}, [](Env& e) {
+    int64_t n = 0;
+    accel_tensor_numel(nullptr, &n);
+    const char* m = accel_last_error(nullptr);
+    e.expect(m && std::string(m).find("accel_tensor_numel") != std::string::npos,
+             "accel_last_error(NULL) after a failing accel_tensor_numel: " + std::string(m ? m : "NULL"));
+    return R(OK);
+  });
+  add("accel_last_error", "a fresh context has none", OK, {}, [](Env& e) {
+    accel_context* c = nullptr;
+    const accel_options o = fixture_options();
+    ok(accel_init(&o, &c), "accel_init");
+    const char* m = accel_last_error(c);
+    e.expect(m && std::string(m).empty(), "accel_last_error(fresh ctx) = " + std::string(m ? m : "NULL"));
+    accel_destroy(c);
+    return R(OK);
+  });
+  add("accel_last_error", "contexts are independent", OK, {}, [](Env& e) {
+    World& b = e.other();
+    accel_device_kind(e.a.ctx, nullptr);  // fails on ctx A only
+    const char* mb = accel_last_error(b.ctx);
+    e.expect(mb && std::string(mb).find("accel_device_kind") == std::string::npos,
+             "ctx B shows ctx A's error: " + std::string(mb ? mb : "NULL"));
+    return R(OK);
+  });
+}
+
+void tensors() {
+  const std::string fn = "accel_tensor_create";
+  // create(dtype, shape, ndim, data): each refused with *out untouched
+  auto create = [](int dt, std::vector<int64_t> shape, bool null_shape, bool null_data) {
+    return [dt, shape, null_shape, null_data](Env& e) {
+      std::vector<char> data(64, 0);
+      accel_tensor* out;
+      fill(out);
+      R r = accel_tensor_create(raw<accel_dtype>(dt), null_shape ? nullptr : shape.data(), shape.size(),
+                                null_data ? nullptr : data.data(), &out);
+      e.untouched(out, "*out");
+      return r;
+    };
+  };
+  null_case(fn, "out", [](Env&) {
+    const int64_t shape[] = {2};
+    const float d[] = {1, 2};
+    return R(accel_tensor_create(ACCEL_FLOAT32, shape, 1, d, nullptr));
+  });
+  for (int d : {42, -1}) add(fn, "dtype=" + str(d), ARG, {"dtype", str(d)}, create(d, {2}, false, false));
+  add(fn, "ndim=17", ARG, {"ndim", "17"}, create(ACCEL_FLOAT32, std::vector<int64_t>(17, 1), false, false));
+  add(fn, "shape=NULL with ndim 2", ARG, {"shape is NULL"}, create(ACCEL_FLOAT32, {2, 2}, true, false));
+  add(fn, "shape={2,-1}", ARG, {"shape", "-1"}, create(ACCEL_FLOAT32, {2, -1}, false, false));
+  add(fn, "shape={INT64_MIN}", ARG, {"shape", str(INT64_MIN)}, create(ACCEL_FLOAT32, {INT64_MIN}, false, false));
+  for (std::vector<int64_t> s :
+       {std::vector<int64_t>{INT64_MAX / 2, 4}, std::vector<int64_t>{INT64_MAX, INT64_MAX},
+        std::vector<int64_t>{int64_t{1} << 32, int64_t{1} << 32}, std::vector<int64_t>{int64_t{1} << 61, 1, 2}})
+    add(fn, "shape=" + json(s).dump() + " (byte size overflows)", ARG, {"shape"},
+        create(ACCEL_FLOAT32, s, false, false));
+  add(fn, "data=NULL with 6 elements", ARG, {"data is NULL"}, create(ACCEL_FLOAT32, {2, 3}, false, true));
+  add(fn, "shape={1<<40} float32 (4 TiB)", ACCEL_ERR_OUT_OF_MEMORY, {}, [](Env& e) {
+    // data big enough to read should the allocation succeed: a reserved, never-touched mapping
+    const size_t big = size_t{1} << 42;
+    void* data = ::mmap(nullptr, big, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (data == MAP_FAILED) throw SetupError("cannot reserve 4 TiB of address space");
+    const int64_t shape[] = {int64_t{1} << 40};
+    return with_out<accel_tensor*>(
+        e, [&](auto* out) { return R(accel_tensor_create(ACCEL_FLOAT32, shape, 1, data, out)); });
+  });
+  destroy_null("accel_tensor_destroy", [] { accel_tensor_destroy(nullptr); });
+
+  // copy_to_host / copy_to_host_as on a float [2, 3] tensor (24 bytes)
+  auto copy = [](bool as, int dtype, size_t bytes, bool null_tensor, bool null_dst) {
+    return [=](Env& e) {
+      accel_tensor* t = null_tensor ? nullptr : floats({2, 3});
+      unsigned char dst[64];
+      fill(dst);
+      void* d = null_dst ? nullptr : dst;
+      R r = as ? accel_tensor_copy_to_host_as(t, raw<accel_dtype>(dtype), d, bytes)
+               : accel_tensor_copy_to_host(t, d, bytes);
+      e.untouched(dst, "dst");
+      return r;
+    };
+  };
+  null_case("accel_tensor_copy_to_host", "tensor", copy(false, 0, 24, true, false));
+  null_case("accel_tensor_copy_to_host", "dst", copy(false, 0, 24, false, true));
+  for (size_t b : {size_t{23}, size_t{25}, size_t{0}, SIZE_MAX})
+    add("accel_tensor_copy_to_host", "dst_bytes=" + str(b), ARG, {"dst_bytes", str(b)},
+        copy(false, 0, b, false, false));
+  null_case("accel_tensor_copy_to_host_as", "tensor", copy(true, ACCEL_FLOAT64, 48, true, false));
+  null_case("accel_tensor_copy_to_host_as", "dst", copy(true, ACCEL_FLOAT64, 48, false, true));
+  for (int d : {42, -1})
+    add("accel_tensor_copy_to_host_as", "dtype=" + str(d), ARG, {"dtype", str(d)}, copy(true, d, 24, false, false));
+  for (size_t b : {size_t{24}, size_t{47}, size_t{0}, SIZE_MAX})
+    add("accel_tensor_copy_to_host_as", "dst_bytes=" + str(b) + " as float64", ARG, {"dst_bytes", str(b)},
+        copy(true, ACCEL_FLOAT64, b, false, false));
+
+  auto t23 = [](Env&) -> const accel_tensor* { return floats({2, 3}); };
+  getter("accel_tensor_item", "tensor", accel_tensor_item, [](Env&) -> const accel_tensor* { return floats({}); });
+  for (int64_t n : {3, 0})
+    add("accel_tensor_item", "a " + str(n) + "-element tensor", ARG, {"tensor", str(n)}, [n](Env& e) {
+      accel_tensor* t = floats({n});
+      return with_out<double>(e, [&](auto* out) { return R(accel_tensor_item(t, out)); });
+    });
+  getter("accel_tensor_dtype", "tensor", accel_tensor_dtype, t23);
+  getter("accel_tensor_ndim", "tensor", accel_tensor_ndim, t23);
+  getter("accel_tensor_numel", "tensor", accel_tensor_numel, t23);
+  getter("accel_tensor_nbytes", "tensor", accel_tensor_nbytes, t23);
+  auto shape = [](bool null_tensor, bool null_out, size_t cap) {
+    return [=](Env& e) {
+      accel_tensor* t = null_tensor ? nullptr : floats({2, 3});
+      int64_t out[4];
+      fill(out);
+      R r = accel_tensor_shape(t, null_out ? nullptr : out, cap);
+      e.untouched(out, "out[]");
+      return r;
+    };
+  };
+  null_case("accel_tensor_shape", "tensor", shape(true, false, 4));
+  null_case("accel_tensor_shape", "out", shape(false, true, 4));
+  for (size_t c : {size_t{1}, size_t{0}})
+    add("accel_tensor_shape", "capacity=" + str(c) + " for 2 dimensions", ARG, {"capacity", str(c)},
+        shape(false, false, c));
+}
+
+void context() {
+  options_init("accel_options_init", accel_options_init, ACCEL_OPTIONS_VERSION);
+  null_case("accel_init", "out", [](Env&) {
+    const accel_options o = fixture_options();
+    return R(accel_init(&o, nullptr));
+  });
+  const auto t = target<accel_options>("accel_init", "opts", fixture_options, [](Env& e, const accel_options& o) {
+    return with_out<accel_context*>(e, [&](auto* out) { return R(accel_init(&o, out)); });
+  });
+  t.versions();
+  t.enums("mixed_precision", &accel_options::mixed_precision);
+  t.enums("device", &accel_options::device);
+  t.enums("strategy", &accel_options::strategy);
+  t.field<int32_t>("gradient_accumulation_steps", &accel_options::gradient_accumulation_steps, {0, -1, INT32_MIN});
+  t.field<int32_t>("device_index", &accel_options::device_index, {-1, INT32_MIN});
+  t.field("loss_scale_init", &accel_options::loss_scale_init, plus(kNonFinite, {0, -1, -1e300}));
+  t.field("loss_scale_growth_factor", &accel_options::loss_scale_growth_factor, plus(kNonFinite, {1, 0.5, 0, -2}));
+  t.field("loss_scale_backoff_factor", &accel_options::loss_scale_backoff_factor, plus(kNonFinite, {0, 1, -0.5, 1.5}));
+  t.field<int32_t>("loss_scale_growth_interval", &accel_options::loss_scale_growth_interval, {0, -1, INT32_MIN});
+  t.field<int32_t>("num_threads", &accel_options::num_threads, {-1, 4097, INT32_MAX, INT32_MIN});
+  t.field<int64_t>("bucket_bytes", &accel_options::bucket_bytes, {0, -1, INT64_MIN});
+  Case& cuda = t.bad(
+      "device=CUDA", {"device"}, [](accel_options& o) { o.device = ACCEL_DEVICE_CUDA; }, UNSUPPORTED);
+  cuda.also = {OK};  // a machine with CUDA accepts it
+  add("accel_init", "ACCEL_STRATEGY=bogus", ARG, {"ACCEL_STRATEGY", "bogus"}, [](Env& e) {
+    ::setenv("ACCEL_STRATEGY", "bogus", 1);
+    const accel_options o = fixture_options();
+    accel_context* out;
+    fill(out);
+    R r = accel_init(&o, &out);
+    ::unsetenv("ACCEL_STRATEGY");
+    e.untouched(out, "*out");
+    return r;
+  });
+  destroy_null("accel_destroy", [] { accel_destroy(nullptr); });
+  auto ctx = [](Env& e) -> const accel_context* { return e.a.ctx; };
+  getter("accel_device_kind", "ctx", accel_device_kind, ctx);
+}
+
+void models() {
+  options_init("accel_mlp_options_init", accel_mlp_options_init, ACCEL_MLP_OPTIONS_VERSION);
+  const std::string fn = "accel_model_create_mlp";
+  auto mlp_init = [] {
+    accel_mlp_options o = ACCEL_MLP_OPTIONS_INIT;
+    o.layer_sizes = kSizes;
+    o.num_layer_sizes = 3;
+    return o;
+  };
+  null_case(fn, "ctx", [mlp_init](Env& e) {
+    const accel_mlp_options o = mlp_init();
+    return with_out<accel_model*>(e, [&](auto* out) { return R(accel_model_create_mlp(nullptr, &o, out)); });
+  });
+  null_case(fn, "opts", [](Env& e) {
+    return with_out<accel_model*>(e,
+                                  [&](auto* out) { return R(accel_model_create_mlp(e.a.ctx, nullptr, out), e.a.ctx); });
+  });
+  null_case(fn, "out", [mlp_init](Env& e) {
+    const accel_mlp_options o = mlp_init();
+    return R(accel_model_create_mlp(e.a.ctx, &o, nullptr), e.a.ctx);
+  });
+  const auto t = target<accel_mlp_options>(fn, "opts", mlp_init, [](Env& e, const accel_mlp_options& o) {
+    return with_out<accel_model*>(e, [&](auto* out) { return R(accel_model_create_mlp(e.a.ctx, &o, out), e.a.ctx); });
+  });
+  t.versions();
+  t.enums("activation", &accel_mlp_options::activation);
+  t.field("dropout", &accel_mlp_options::dropout, plus(kNonFinite, {-0.1, 1, 1.5}));
+  t.field<size_t>("num_layer_sizes", &accel_mlp_options::num_layer_sizes, {0, 1});
+  t.bad("layer_sizes=NULL", {"layer_sizes is NULL"}, [](accel_mlp_options& o) { o.layer_sizes = nullptr; });
+  static const int64_t zero[] = {4, 0, 3}, negative[] = {4, -1, 3}, min[] = {INT64_MIN, 3};
+  static const int64_t huge[] = {int64_t{1} << 40, int64_t{1} << 40}, max[] = {INT64_MAX, 2};
+  struct Sizes {
+    const char* what;
+    const int64_t* sizes;
+    size_t n;
+    std::string value;
+  };
+  for (const Sizes& s :
+       {Sizes{"{4,0,3}", zero, 3, "0"}, Sizes{"{4,-1,3}", negative, 3, "-1"},
+        Sizes{"{INT64_MIN,3}", min, 2, str(INT64_MIN)}, Sizes{"{1<<40,1<<40} (overflows)", huge, 2, ""},
+        Sizes{"{INT64_MAX,2} (overflows)", max, 2, ""}}) {
+    std::vector<std::string> needles = {"layer_sizes"};
+    if (!s.value.empty()) needles.push_back(s.value);
+    t.bad(std::string("layer_sizes=") + s.what, needles, [s](accel_mlp_options& o) {
+      o.layer_sizes = s.sizes;
+      o.num_layer_sizes = s.n;
+    });
+  }
+
+  // TorchScript
+  const std::string ts = "accel_model_load_torchscript";
+  auto load = [](const char* path, bool null_ctx, bool null_out) {
+    return [=](Env& e) {
+      write_file("notes.pt", "this is not a TorchScript module\n");
+      accel_model* out;
+      fill(out);
+      accel_context* c = null_ctx ? nullptr : e.a.ctx;
+      R r(accel_model_load_torchscript(c, path, null_out ? nullptr : &out), c);
+      e.untouched(out, "*out");
+      return r;
+    };
+  };
+  null_case(ts, "ctx", load("notes.pt", true, false));
+  null_case(ts, "path", load(nullptr, false, false));
+  null_case(ts, "out", load("notes.pt", false, true));
+  add(ts, "path=\"\"", ARG, {"path"}, load("", false, false));
+  add(ts, "a missing file", IO, {"missing.pt"}, load("missing.pt", false, false));
+  add(ts, "a text file", FORMAT, {"notes.pt"}, load("notes.pt", false, false));
+  destroy_null("accel_model_destroy", [] { accel_model_destroy(nullptr); });
+
+  // forward
+  const std::string fw = "accel_model_forward";
+  // forward(ctx?, model?, inputs built by `in`, num, out?)
+  using Inputs = std::function<std::vector<accel_tensor*>(Env&)>;
+  auto forward = [](int ctx_kind, int model_kind, Inputs in, size_t num, bool null_inputs, bool null_out) {
+    return [=](Env& e) {
+      std::vector<accel_tensor*> ins = in(e);
+      accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+      accel_model* m = model_kind == 0 ? nullptr : model_kind == 1 ? e.a.model : e.other().model;
+      return with_out<accel_tensor*>(e, [&](auto* out) {
+        return R(accel_model_forward(c, m, null_inputs ? nullptr : ins.data(), num, null_out ? nullptr : out), c);
+      });
+    };
+  };
+  Inputs good = [](Env&) { return std::vector<accel_tensor*>{floats({4, 4})}; };
+  null_case(fw, "ctx", forward(0, 1, good, 1, false, false));
+  null_case(fw, "model", forward(1, 0, good, 1, false, false));
+  null_case(fw, "out", forward(1, 1, good, 1, false, true));
+  null_case(fw, "inputs", forward(1, 1, good, 1, true, false));
+  null_case(fw, "inputs[0]",
+            forward(
+                1, 1, [](Env&) { return std::vector<accel_tensor*>{nullptr}; }, 1, false, false));
+  add(fw, "num_inputs=0", ARG, {"num_inputs", "0"}, forward(1, 1, good, 0, false, false));
+  add(fw, "num_inputs=2", ARG, {"num_inputs", "2"},
+      forward(
+          1, 1,
+          [](Env&) {
+            return std::vector<accel_tensor*>{floats({4, 4}), floats({4, 4})};
+          },
+          2, false, false));
+  add(fw, "inputs[0] float [4,5] for 4 features", ARG, {"inputs[0]"},
+      forward(
+          1, 1,
+          [](Env&) {
+            return std::vector<accel_tensor*>{floats({4, 5})};
+          },
+          1, false, false));
+  add(fw, "inputs[0] float [4] (1-D)", ARG, {"inputs[0]"},
+      forward(
+          1, 1, [](Env&) { return std::vector<accel_tensor*>{floats({4})}; }, 1, false, false));
+  add(fw, "inputs[0] int64 [4,4]", ARG, {"inputs[0]"},
+      forward(
+          1, 1,
+          [](Env&) {
+            std::vector<int64_t> d(16, 1);
+            return std::vector<accel_tensor*>{tensor(ACCEL_INT64, {4, 4}, d.data())};
+          },
+          1, false, false));
+  add(fw, "model of another context", ARG, {"another context"}, forward(1, 2, good, 1, false, false));
+
+  // set_training, num_parameters, parameter_name, parameter
+  const std::string st = "accel_model_set_training";
+  null_case(st, "ctx", [](Env& e) { return R(accel_model_set_training(nullptr, e.a.model, 0)); });
+  null_case(st, "model", [](Env& e) { return R(accel_model_set_training(e.a.ctx, nullptr, 0), e.a.ctx); });
+  add(st, "model of another context", ARG, {"another context"},
+      [](Env& e) { return R(accel_model_set_training(e.a.ctx, e.other().model, 0), e.a.ctx); });
+
+  const std::string np = "accel_model_num_parameters";
+  null_case(np, "model", [](Env& e) {
+    size_t n;
+    int64_t el;
+    fill(n);
+    fill(el);
+    R r = accel_model_num_parameters(nullptr, &n, &el);
+    e.untouched(n, "*out_tensors");
+    e.untouched(el, "*out_elements");
+    return r;
+  });
+  add(np, "out_tensors=NULL and out_elements=NULL", ARG, {"out_tensors"},
+      [](Env& e) { return R(accel_model_num_parameters(e.a.model, nullptr, nullptr)); });
+
+  const std::string pn = "accel_model_parameter_name";
+  null_case(pn, "model", [](Env& e) {
+    return with_out<const char*>(e, [&](auto* out) { return R(accel_model_parameter_name(nullptr, 0, out)); });
+  });
+  null_case(pn, "out", [](Env& e) { return R(accel_model_parameter_name(e.a.model, 0, nullptr)); });
+  for (size_t i : {kParamTensors, SIZE_MAX})
+    add(pn, "index=" + str(i), ARG, {"index", str(i)}, [i](Env& e) {
+      return with_out<const char*>(e, [&](auto* out) { return R(accel_model_parameter_name(e.a.model, i, out)); });
+    });
+
+  const std::string pa = "accel_model_parameter";
+  auto param = [](int ctx_kind, int model_kind, size_t index, bool null_out) {
+    return [=](Env& e) {
+      accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+      accel_model* m = model_kind == 0 ? nullptr : model_kind == 1 ? e.a.model : e.other().model;
+      return with_out<accel_tensor*>(
+          e, [&](auto* out) { return R(accel_model_parameter(c, m, index, null_out ? nullptr : out), c); });
+    };
+  };
+  null_case(pa, "ctx", param(0, 1, 0, false));
+  null_case(pa, "model", param(1, 0, 0, false));
+  null_case(pa, "out", param(1, 1, 0, true));
+  for (size_t i : {kParamTensors, SIZE_MAX}) add(pa, "index=" + str(i), ARG, {"index", str(i)}, param(1, 1, i, false));
+  add(pa, "model of another context", ARG, {"another context"}, param(1, 2, 0, false));
+
+  // save_model: paths it must refuse, and leave as they were
+  const std::string sm = "accel_save_model";
+  null_case(sm, "ctx", [](Env& e) { return R(accel_save_model(nullptr, e.a.model, "m.safetensors")); });
+  null_case(sm, "model", [](Env& e) { return R(accel_save_model(e.a.ctx, nullptr, "m.safetensors"), e.a.ctx); });
+  null_case(sm, "path", [](Env& e) { return R(accel_save_model(e.a.ctx, e.a.model, nullptr), e.a.ctx); });
+  add(sm, "model of another context", ARG, {"another context"}, [](Env& e) {
+    R r(accel_save_model(e.a.ctx, e.other().model, "m.safetensors"), e.a.ctx);
+    e.expect(!fs::exists("m.safetensors"), "m.safetensors was written");
+    return r;
+  });
+  add(sm, "path=\"\"", ARG, {"path"}, [](Env& e) { return R(accel_save_model(e.a.ctx, e.a.model, ""), e.a.ctx); });
+  add(sm, "path=an existing directory", ARG, {"mydir"}, [](Env& e) {
+    fs::create_directory("mydir");
+    write_file("mydir/user.txt", kNotes);
+    R r(accel_save_model(e.a.ctx, e.a.model, "mydir"), e.a.ctx);
+    e.expect(fs::is_directory("mydir") && read_file("mydir/user.txt") == kNotes, "mydir/user.txt was changed");
+    return r;
+  });
+  for (const char* link : {"link_dir", "link_file"})
+    add(sm, std::string("path=a symbolic link (") + link + ")", ARG, {"symbolic link"}, [link](Env& e) {
+      make_links();
+      R r(accel_save_model(e.a.ctx, e.a.model, link), e.a.ctx);
+      e.expect(links_intact(), "the link or its target was changed");
+      return r;
+    });
+  add(sm, "path=a character device", ARG, {"device"}, [](Env& e) {
+    const std::string dev = device_path();
+    R r(accel_save_model(e.a.ctx, e.a.model, dev.c_str()), e.a.ctx);
+    e.expect(is_char_device(dev), dev + " is no longer a character device");
+    return r;
+  });
+  add(sm, "path=\"notes.txt\" (a user's text file)", ARG, {"notes.txt"}, [](Env& e) {
+    write_file("notes.txt", kNotes);
+    R r(accel_save_model(e.a.ctx, e.a.model, "notes.txt"), e.a.ctx);
+    e.expect(fs::is_regular_file(fs::symlink_status("notes.txt")) && read_file("notes.txt") == kNotes,
+             "notes.txt was changed");
+    return r;
+  });
+  add(sm, "path=\"mlp.pt\" (TorchScript of the built-in MLP)", UNSUPPORTED, {}, [](Env& e) {
+    R r(accel_save_model(e.a.ctx, e.a.model, "mlp.pt"), e.a.ctx);
+    e.expect(!fs::exists("mlp.pt"), "mlp.pt was written");
+    return r;
+  });
+  add(sm, "twice to model.safetensors (replacing is allowed)", OK, {}, [](Env& e) {
+    ok(accel_save_model(e.a.ctx, e.a.model, "model.safetensors"), "the first accel_save_model");
+    R r(accel_save_model(e.a.ctx, e.a.model, "model.safetensors"), e.a.ctx);
+    e.expect(fs::is_regular_file("model.safetensors"), "model.safetensors is missing");
+    return r;
+  });
+}
+
+void losses() {
+  // loss(ctx?, a, b, out?) with a and b built by `make`
+  using Pair = std::function<std::pair<accel_tensor*, accel_tensor*>(Env&)>;
+  for (const std::string fn : {"accel_loss_cross_entropy", "accel_loss_mse"}) {
+    const bool ce = fn == "accel_loss_cross_entropy";
+    const char* a_name = ce ? "logits" : "input";
+    const char* b_name = ce ? "targets" : "target";
+    auto loss = [ce](bool null_ctx, bool null_out, Pair make) {
+      return [=](Env& e) {
+        auto [a, b] = make(e);
+        accel_context* c = null_ctx ? nullptr : e.a.ctx;
+        accel_tensor* out;
+        fill(out);
+        R r(ce ? accel_loss_cross_entropy(c, a, b, null_out ? nullptr : &out)
+               : accel_loss_mse(c, a, b, null_out ? nullptr : &out),
+            c);
+        e.untouched(out, "*out");
+        return r;
+      };
+    };
+    auto pair = [](std::vector<int64_t> a_shape, std::function<accel_tensor*()> b) -> Pair {
+      return [a_shape, b](Env&) { return std::make_pair(floats(a_shape), b()); };
+    };
+    const Pair good = ce ? pair({4, 3},
+                                [] {
+                                  return longs({0, 1, 2, 0});
+                                })
+                         : pair({4, 3}, [] {
+                             return floats({4, 3});
+                           });
+    null_case(fn, "ctx", loss(true, false, good));
+    null_case(fn, "out", loss(false, true, good));
+    null_case(fn, a_name, loss(false, false, [good](Env& e) { return std::make_pair(nullptr, good(e).second); }));
+    null_case(fn, b_name, loss(false, false, [good](Env& e) { return std::make_pair(good(e).first, nullptr); }));
+    if (ce) {
+      add(fn, "targets [3] for a batch of 4", ARG, {"targets"}, loss(false, false, pair({4, 3}, [] {
+                                                                       return longs({0, 1, 2});
+                                                                     })));
+      add(fn, "targets float", ARG, {"targets"}, loss(false, false, pair({4, 3}, [] { return floats({4}); })));
+      add(fn, "targets [4,1]", ARG, {"targets"}, loss(false, false, pair({4, 3}, [] {
+                                                        std::vector<int64_t> d = {0, 1, 2, 0};
+                                                        return tensor(ACCEL_INT64, {4, 1}, d.data());
+                                                      })));
+      for (int64_t cls : {7, 3, -1})
+        add(fn, "class index " + str(cls) + " of 3", ARG, {"targets", str(cls)}, loss(false, false, pair({4, 3}, [cls] {
+                                                                                        return longs({0, cls, 1, 2});
+                                                                                      })));
+      add(fn, "logits 1-D", ARG, {"logits"}, loss(false, false, pair({3}, [] { return longs({0}); })));
+      add(fn, "logits of another context's model", ARG, {"another context"}, loss(false, false, [](Env& e) {
+            Batch b = forward_loss(e.other());
+            return std::make_pair(b.logits, longs({0, 1, 2, 0}));
+          }));
+    } else {
+      add(fn, "target [4,2] for input [4,3]", ARG, {"target"}, loss(false, false, pair({4, 3}, [] {
+                                                                      return floats({4, 2});
+                                                                    })));
+      add(fn, "target int64", ARG, {"target"}, loss(false, false, pair({4}, [] { return longs({0, 1, 2, 0}); })));
+    }
+  }
+}
+
+template <class O>
+void optimizer_cases(const std::string& fn,
+                     accel_status (*create)(accel_context*, accel_model*, const O*, accel_optimizer**), O defaults) {
+  auto call = [create](int ctx_kind, int model_kind, bool null_out) {
+    return [=](Env& e) {
+      accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+      accel_model* m = model_kind == 0 ? nullptr : model_kind == 1 ? e.a.model : e.other().model;
+      return with_out<accel_optimizer*>(
+          e, [&](auto* out) { return R(create(c, m, nullptr, null_out ? nullptr : out), c); });
+    };
+  };
+  null_case(fn, "ctx", call(0, 1, false));
+  null_case(fn, "model", call(1, 0, false));
+  null_case(fn, "out", call(1, 1, true));
+  add(fn, "model of another context", ARG, {"another context"}, call(1, 2, false));
+  const auto t = target<O>(
+      fn, "opts", [defaults] { return defaults; },
+      [create](Env& e, const O& o) {
+        return with_out<accel_optimizer*>(e,
+                                          [&](auto* out) { return R(create(e.a.ctx, e.a.model, &o, out), e.a.ctx); });
+      });
+  t.versions();
+  t.field("lr", &O::lr, plus(kNonFinite, {0, -1}));
+  t.field("weight_decay", &O::weight_decay, plus(kNonFinite, {-1, -1e-300}));
+  if constexpr (std::is_same_v<O, accel_sgd_options>) {
+    t.field("momentum", &O::momentum, plus(kNonFinite, {-1}));
+    t.field("dampening", &O::dampening, plus(kNonFinite, {-0.5, 1.5}));
+    t.bad("nesterov=1 with momentum 0", {"nesterov"}, [](O& o) { o.nesterov = 1; });
+    t.bad("nesterov=1 with dampening 0.5", {"nesterov"}, [](O& o) {
+      o.nesterov = 1;
+      o.momentum = 0.9;
+      o.dampening = 0.5;
+    });
+  } else {
+    t.field("beta1", &O::beta1, plus(kNonFinite, {-0.1, 1, 1.5}));
+    t.field("beta2", &O::beta2, plus(kNonFinite, {-0.1, 1, 1.5}));
+    t.field("eps", &O::eps, plus(kNonFinite, {0, -1}));
+  }
+}
+
+void optimizers() {
+  options_init("accel_sgd_options_init", accel_sgd_options_init, ACCEL_SGD_OPTIONS_VERSION);
+  options_init("accel_adamw_options_init", accel_adamw_options_init, ACCEL_ADAMW_OPTIONS_VERSION);
+  options_init("accel_lamb_options_init", accel_lamb_options_init, ACCEL_LAMB_OPTIONS_VERSION);
+  optimizer_cases<accel_sgd_options>("accel_optimizer_create_sgd", accel_optimizer_create_sgd, ACCEL_SGD_OPTIONS_INIT);
+  optimizer_cases<accel_adamw_options>("accel_optimizer_create_adamw", accel_optimizer_create_adamw,
+                                       ACCEL_ADAMW_OPTIONS_INIT);
+  optimizer_cases<accel_lamb_options>("accel_optimizer_create_lamb", accel_optimizer_create_lamb,
+                                      ACCEL_LAMB_OPTIONS_INIT);
+  destroy_null("accel_optimizer_destroy", [] { accel_optimizer_destroy(nullptr); });
+  getter("accel_optimizer_lr", "optimizer", accel_optimizer_lr,
+         [](Env& e) -> const accel_optimizer* { return e.a.opt; });
+
+  options_init("accel_scheduler_options_init", accel_scheduler_options_init, ACCEL_SCHEDULER_OPTIONS_VERSION);
+  const std::string fn = "accel_scheduler_create";
+  auto linear = [] {
+    accel_scheduler_options o = ACCEL_SCHEDULER_OPTIONS_INIT;
+    o.kind = ACCEL_SCHEDULE_LINEAR;
+    o.warmup_steps = 1;
+    o.total_steps = 100;
+    return o;
+  };
+  auto call = [linear](int ctx_kind, int opt_kind, bool null_opts, bool null_out) {
+    return [=](Env& e) {
+      const accel_scheduler_options o = linear();
+      accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+      accel_optimizer* p = opt_kind == 0 ? nullptr : opt_kind == 1 ? e.a.opt : e.other().opt;
+      return with_out<accel_scheduler*>(e, [&](auto* out) {
+        return R(accel_scheduler_create(c, p, null_opts ? nullptr : &o, null_out ? nullptr : out), c);
+      });
+    };
+  };
+  null_case(fn, "ctx", call(0, 1, false, false));
+  null_case(fn, "optimizer", call(1, 0, false, false));
+  null_case(fn, "opts", call(1, 1, true, false));
+  null_case(fn, "out", call(1, 1, false, true));
+  add(fn, "optimizer of another context", ARG, {"another context"}, call(1, 2, false, false));
+  const auto t = target<accel_scheduler_options>(fn, "opts", linear, [](Env& e, const accel_scheduler_options& o) {
+    return with_out<accel_scheduler*>(
+        e, [&](auto* out) { return R(accel_scheduler_create(e.a.ctx, e.a.opt, &o, out), e.a.ctx); });
+  });
+  t.versions();
+  t.enums("kind", &accel_scheduler_options::kind);
+  t.field<int64_t>("warmup_steps", &accel_scheduler_options::warmup_steps, {-1, INT64_MIN});
+  t.field<int64_t>("total_steps", &accel_scheduler_options::total_steps, {1, 0, -1, INT64_MIN});  // warmup is 1
+  t.bad("total_steps=0 with COSINE, warmup 0", {"total_steps", "0"}, [](accel_scheduler_options& o) {
+    o.kind = ACCEL_SCHEDULE_COSINE;
+    o.warmup_steps = 0;
+    o.total_steps = 0;
+  });
+  t.field("min_lr_ratio", &accel_scheduler_options::min_lr_ratio, plus(kNonFinite, {-0.1, 1.5}));
+  destroy_null("accel_scheduler_destroy", [] { accel_scheduler_destroy(nullptr); });
+  getter("accel_scheduler_steps", "scheduler", accel_scheduler_steps,
+         [](Env& e) -> const accel_scheduler* { return e.a.sched; });
+}
+
+void data() {
+  options_init("accel_dataloader_options_init", accel_dataloader_options_init, ACCEL_DATALOADER_OPTIONS_VERSION);
+  const std::string fn = "accel_dataloader_create";
+  auto dl_init = [] {
+    accel_dataloader_options o = ACCEL_DATALOADER_OPTIONS_INIT;
+    o.batch_size = 4;
+    return o;
+  };
+  using Data = std::function<std::pair<accel_tensor*, accel_tensor*>(Env&)>;
+  auto call = [dl_init](bool null_ctx, bool null_opts, bool null_out, Data d) {
+    return [=](Env& e) {
+      const accel_dataloader_options o = dl_init();
+      auto [x, y] = d(e);
+      accel_context* c = null_ctx ? nullptr : e.a.ctx;
+      return with_out<accel_dataloader*>(e, [&](auto* out) {
+        return R(accel_dataloader_create(c, x, y, null_opts ? nullptr : &o, null_out ? nullptr : out), c);
+      });
+    };
+  };
+  const Data good = [](Env& e) { return std::make_pair(e.a.x, e.a.y); };
+  null_case(fn, "ctx", call(true, false, false, good));
+  null_case(fn, "inputs", call(false, false, false, [](Env& e) { return std::make_pair(nullptr, e.a.y); }));
+  null_case(fn, "opts", call(false, true, false, good));
+  null_case(fn, "out", call(false, false, true, good));
+  add(fn, "targets [15] for inputs [16,4]", ARG, {"targets"},
+      call(false, false, false, [](Env& e) { return std::make_pair(e.a.x, longs(std::vector<int64_t>(15, 0))); }));
+  add(fn, "inputs a scalar", ARG, {"inputs"},
+      call(false, false, false, [](Env&) { return std::make_pair(floats({}), static_cast<accel_tensor*>(nullptr)); }));
+  add(fn, "inputs [0,4] (no samples)", ARG, {"inputs"}, call(false, false, false, [](Env&) {
+        return std::make_pair(floats({0, 4}), tensor(ACCEL_INT64, {0}, nullptr));
+      }));
+  const auto t = target<accel_dataloader_options>(fn, "opts", dl_init, [](Env& e, const accel_dataloader_options& o) {
+    return with_out<accel_dataloader*>(
+        e, [&](auto* out) { return R(accel_dataloader_create(e.a.ctx, e.a.x, e.a.y, &o, out), e.a.ctx); });
+  });
+  t.versions();
+  t.field<int64_t>("batch_size", &accel_dataloader_options::batch_size, {0, -1, INT64_MIN});
+  destroy_null("accel_dataloader_destroy", [] { accel_dataloader_destroy(nullptr); });
+
+  const std::string nx = "accel_dataloader_next";
+  auto next = [](int ctx_kind, int loader_kind, bool null_inputs) {
+    return [=](Env& e) {
+      accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+      accel_dataloader* l = loader_kind == 0 ? nullptr : loader_kind == 1 ? e.a.loader : e.other().loader;
+      accel_tensor *x, *y;
+      fill(x);
+      fill(y);
+      R r(accel_dataloader_next(c, l, null_inputs ? nullptr : &x, &y), c);
+      e.untouched(x, "*out_inputs");
+      e.untouched(y, "*out_targets");
+      return r;
+    };
+  };
+  null_case(nx, "ctx", next(0, 1, false));
+  null_case(nx, "loader", next(1, 0, false));
+  null_case(nx, "out_inputs", next(1, 1, true));
+  add(nx, "loader of another context", ARG, {"another context"}, next(1, 2, false));
+  auto loader = [](Env& e) -> const accel_dataloader* { return e.a.loader; };
+  getter("accel_dataloader_epoch", "loader", accel_dataloader_epoch, loader);
+  getter("accel_dataloader_num_batches", "loader", accel_dataloader_num_batches, loader);
+  const std::string se = "accel_dataloader_set_epoch";
+  null_case(se, "loader", [](Env&) { return R(accel_dataloader_set_epoch(nullptr, 1)); });
+  for (int64_t ep : {int64_t{-1}, INT64_MIN})
+    add(se, "epoch=" + str(ep), ARG, {"epoch", str(ep)}, [ep](Env& e) {
+      ok(accel_dataloader_set_epoch(e.a.loader, 2), "accel_dataloader_set_epoch(2)");
+      R r = accel_dataloader_set_epoch(e.a.loader, ep);
+      int64_t now = -7;
+      ok(accel_dataloader_epoch(e.a.loader, &now), "accel_dataloader_epoch");
+      e.expect(now == 2, "the epoch changed to " + str(now));
+      return r;
+    });
+}
+
+void training() {
+  // prepare: objects from another context, a second model or optimizer
+  const std::string pr = "accel_prepare";
+  null_case(pr, "ctx", [](Env& e) { return R(accel_prepare(nullptr, e.a.model, e.a.opt, e.a.sched, e.a.loader)); });
+  add(pr, "model of another context", ARG, {"another context"},
+      [](Env& e) { return R(accel_prepare(e.a.ctx, e.other().model, nullptr, nullptr, nullptr), e.a.ctx); });
+  add(pr, "optimizer of another context", ARG, {"another context"},
+      [](Env& e) { return R(accel_prepare(e.a.ctx, nullptr, e.other().opt, nullptr, nullptr), e.a.ctx); });
+  add(pr, "scheduler of another context", ARG, {"another context"},
+      [](Env& e) { return R(accel_prepare(e.a.ctx, nullptr, nullptr, e.other().sched, nullptr), e.a.ctx); });
+  add(pr, "loader of another context", ARG, {"another context"},
+      [](Env& e) { return R(accel_prepare(e.a.ctx, nullptr, nullptr, nullptr, e.other().loader), e.a.ctx); });
+  add(pr, "a second model on a prepared context", STATE, {"model"}, [](Env& e) {
+    accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+    m.layer_sizes = kSizes;
+    m.num_layer_sizes = 3;
+    accel_model* m2 = nullptr;
+    ok(accel_model_create_mlp(e.a.ctx, &m, &m2), "accel_model_create_mlp");
+    return R(accel_prepare(e.a.ctx, m2, nullptr, nullptr, nullptr), e.a.ctx);
+  });
+  add(pr, "a second optimizer on a prepared context", STATE, {"optimizer"}, [](Env& e) {
+    accel_optimizer* o2 = nullptr;
+    ok(accel_optimizer_create_adamw(e.a.ctx, e.a.model, nullptr, &o2), "accel_optimizer_create_adamw");
+    return R(accel_prepare(e.a.ctx, nullptr, o2, nullptr, nullptr), e.a.ctx);
+  });
+
+  // backward
+  const std::string bw = "accel_backward";
+  null_case(bw, "ctx", [](Env& e) { return R(accel_backward(nullptr, host_forward_loss(e.a).loss)); });
+  null_case(bw, "loss", [](Env& e) { return R(accel_backward(e.a.ctx, nullptr), e.a.ctx); });
+  add(bw, "before accel_prepare", STATE, {}, [](Env&) {
+    World f = make_world(false);
+    return R(accel_backward(f.ctx, host_forward_loss(f).loss), f.ctx);
+  });
+  add(bw, "twice through the same loss", STATE, {"already"}, [](Env& e) {
+    Batch b = forward_loss(e.a);
+    ok(accel_backward(e.a.ctx, b.loss), "the first accel_backward");
+    return R(accel_backward(e.a.ctx, b.loss), e.a.ctx);
+  });
+  add(bw, "a non-scalar loss (the logits)", ARG, {"loss"},
+      [](Env& e) { return R(accel_backward(e.a.ctx, forward_loss(e.a).logits), e.a.ctx); });
+  add(bw, "a loss with no graph (a host tensor)", ARG, {"loss"},
+      [](Env& e) { return R(accel_backward(e.a.ctx, floats({}, 1.0f)), e.a.ctx); });
+  add(bw, "a loss of another context", ARG, {"another context"},
+      [](Env& e) { return R(accel_backward(e.a.ctx, forward_loss(e.other()).loss), e.a.ctx); });
+  add(bw, "a NaN loss (fp32)", ACCEL_ERR_NON_FINITE, {"loss"},
+      [](Env& e) { return R(accel_backward(e.a.ctx, host_forward_loss(e.a, std::nanf("")).loss), e.a.ctx); });
+
+  auto ctx = [](Env& e) -> const accel_context* { return e.a.ctx; };
+  getter("accel_sync_gradients", "ctx", accel_sync_gradients, ctx);
+  getter("accel_loss_scale", "ctx", accel_loss_scale, ctx);
+
+  const std::string cg = "accel_clip_grad_norm";
+  null_case(cg, "ctx", [](Env& e) {
+    return with_out<double>(e, [&](auto* out) { return R(accel_clip_grad_norm(nullptr, 1.0, out)); });
+  });
+  for (double v : plus(kNonFinite, {-1, 0, -1e-300}))
+    add(cg, "max_norm=" + str(v), ARG, {"max_norm", str(v)}, [v](Env& e) {
+      Batch b = forward_loss(e.a);  // gradients to clip
+      ok(accel_backward(e.a.ctx, b.loss), "accel_backward");
+      return with_out<double>(e, [&](auto* out) { return R(accel_clip_grad_norm(e.a.ctx, v, out), e.a.ctx); });
+    });
+  add(cg, "before accel_prepare", STATE, {}, [](Env& e) {
+    World f = make_world(false);
+    return with_out<double>(e, [&](auto* out) { return R(accel_clip_grad_norm(f.ctx, 1.0, out), f.ctx); });
+  });
+
+  const std::string sp = "accel_step";
+  null_case(sp, "ctx", [](Env& e) {
+    return with_out<accel_step_result>(e, [&](auto* out) { return R(accel_step(nullptr, out)); });
+  });
+  add(sp, "before accel_prepare", STATE, {}, [](Env& e) {
+    World f = make_world(false);
+    return with_out<accel_step_result>(e, [&](auto* out) { return R(accel_step(f.ctx, out), f.ctx); });
+  });
+}
+
+// A rank function for the collective cases: the call it makes, from its rank's index.
+using RankCall = accel_status (*)(accel_context*, int32_t rank);
+accel_status run_rank_call(accel_context* ctx, void* user) {
+  int32_t rank = -1;
+  accel_status s = accel_process_index(ctx, &rank);
+  return s != ACCEL_OK ? s : (*static_cast<RankCall*>(user))(ctx, rank);
+}
+// Runs `call` on each rank of a 2-rank simulated world (5 s timeout): accel_sim_run's status.
+R in_world(RankCall call) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.timeout_seconds = 5;
+  accel_sim_report* rep = nullptr;
+  const accel_status s = accel_sim_run(&so, nullptr, run_rank_call, &call, &rep);
+  accel_sim_report_destroy(rep);
+  return R(s);
+}
+accel_tensor* rank_tensor(std::vector<int64_t> shape) {
+  std::vector<float> d(static_cast<size_t>(numel(shape)) + 1, 1.0f);
+  accel_tensor* t = nullptr;
+  accel_tensor_create(ACCEL_FLOAT32, shape.data(), shape.size(), d.data(), &t);
+  return t;
+}
+
+void processes() {
+  auto ctx = [](Env& e) -> const accel_context* { return e.a.ctx; };
+  getter("accel_process_index", "ctx", accel_process_index, ctx);
+  getter("accel_num_processes", "ctx", accel_num_processes, ctx);
+  getter("accel_local_process_index", "ctx", accel_local_process_index, ctx);
+  getter("accel_is_main_process", "ctx", accel_is_main_process, ctx);
+  getter("accel_is_local_main_process", "ctx", accel_is_local_main_process, ctx);
+  null_case("accel_barrier", "ctx", [](Env&) { return R(accel_barrier(nullptr)); });
+  add("accel_barrier", "rank 0 barrier, rank 1 reduce (in a simulated world)", STATE, {"barrier"}, [](Env&) {
+    return in_world([](accel_context* c, int32_t rank) -> accel_status {
+      if (rank == 0) return accel_barrier(c);
+      accel_tensor* out = nullptr;
+      return accel_reduce(c, rank_tensor({2}), ACCEL_REDUCE_SUM, &out);
+    });
+  }).prefix = "accel_sim_run: ";
+  null_case("accel_print", "ctx", [](Env&) { return R(accel_print(nullptr, "hello")); });
+  null_case("accel_print", "message", [](Env& e) { return R(accel_print(e.a.ctx, nullptr), e.a.ctx); });
+  null_case("accel_set_seed", "ctx", [](Env&) { return R(accel_set_seed(nullptr, 1, 0)); });
+
+  // Collectives f(ctx, tensor, ..., out): ctx, tensor and out NULL (out untouched).
+  using Coll = std::function<accel_status(accel_context*, const accel_tensor*, accel_tensor**)>;
+  auto coll = [](Coll f, bool c = true, bool t = true, bool o = true) -> Body {
+    return [=](Env& e) {
+      accel_context* cx = c ? e.a.ctx : nullptr;
+      return with_out<accel_tensor*>(e, [&](auto* out) {
+        return R(f(cx, t ? floats({2, 3}) : nullptr, o ? out : nullptr), cx);
+      });
+    };
+  };
+  auto nulls = [coll](const std::string& fn, Coll f) {
+    null_case(fn, "ctx", coll(f, false, true, true));
+    null_case(fn, "tensor", coll(f, true, false, true));
+    null_case(fn, "out", coll(f, true, true, false));
+  };
+  nulls("accel_reduce", [](accel_context* c, const accel_tensor* t, accel_tensor** o) {
+    return accel_reduce(c, t, ACCEL_REDUCE_SUM, o);
+  });
+  for (int op : {42, -1})
+    add("accel_reduce", "op=" + str(op), ARG, {"op", str(op)},
+        coll([op](accel_context* c, const accel_tensor* t, accel_tensor** o) {
+          return accel_reduce(c, t, raw<accel_reduce_op>(op), o);
+        }));
+  add("accel_reduce", "shapes differ across ranks (in a simulated world)", STATE, {"accel_reduce"}, [](Env&) {
+    return in_world([](accel_context* c, int32_t rank) {
+      accel_tensor* out = nullptr;
+      return accel_reduce(c, rank_tensor({rank == 0 ? 2 : 3}), ACCEL_REDUCE_SUM, &out);
+    });
+  }).prefix = "accel_sim_run: ";
+
+  nulls("accel_broadcast",
+        [](accel_context* c, const accel_tensor* t, accel_tensor** o) { return accel_broadcast(c, t, 0, o); });
+  for (int32_t root : {-1, 1, INT32_MAX, INT32_MIN})
+    add("accel_broadcast", "root=" + str(root) + " of 1 process", ARG, {"root", str(root)},
+        coll([root](accel_context* c, const accel_tensor* t, accel_tensor** o) {
+          return accel_broadcast(c, t, root, o);
+        }));
+  add("accel_broadcast", "root=2 of 2 (in a simulated world)", ARG, {"accel_broadcast", "root"}, [](Env&) {
+    return in_world([](accel_context* c, int32_t) {
+      accel_tensor* out = nullptr;
+      return accel_broadcast(c, rank_tensor({2}), 2, &out);
+    });
+  }).prefix = "accel_sim_run: ";
+
+  nulls("accel_gather", accel_gather);
+  add("accel_gather", "shapes differ across ranks (in a simulated world)", ARG, {"accel_gather"}, [](Env&) {
+    return in_world([](accel_context* c, int32_t rank) {
+      accel_tensor* out = nullptr;
+      return accel_gather(c, rank_tensor({2, rank == 0 ? 2 : 3}), &out);
+    });
+  }).prefix = "accel_sim_run: ";
+  nulls("accel_gather_for_metrics", accel_gather_for_metrics);
+  add("accel_gather_for_metrics", "a scalar (no batch dimension)", ARG, {"tensor"}, [](Env& e) {
+    return with_out<accel_tensor*>(
+        e, [&](auto* out) { return R(accel_gather_for_metrics(e.a.ctx, floats({}), out), e.a.ctx); });
+  });
+
+  const std::string pad = "accel_pad_across_processes";
+  auto pad_call = [](accel_dtype dt, int32_t dim, double value) {
+    return [=](Env& e) {
+      std::vector<int64_t> d(6, 1);
+      accel_tensor* t = tensor(dt, {2, 3}, d.data());  // 48 bytes: enough for any dtype
+      return with_out<accel_tensor*>(
+          e, [&](auto* out) { return R(accel_pad_across_processes(e.a.ctx, t, dim, value, 0, out), e.a.ctx); });
+    };
+  };
+  nulls(pad, [](accel_context* c, const accel_tensor* t, accel_tensor** o) {
+    return accel_pad_across_processes(c, t, 0, 0.0, 0, o);
+  });
+  for (int32_t dim : {2, -3, INT32_MAX, INT32_MIN})
+    add(pad, "dim=" + str(dim) + " of 2", ARG, {"dim", str(dim)}, pad_call(ACCEL_FLOAT32, dim, 0));
+  for (double v : plus(kNonFinite, {0.5, 1e300}))
+    add(pad, "pad_value=" + str(v) + " for int64", ARG, {"pad_value", str(v)}, pad_call(ACCEL_INT64, 0, v));
+  add(pad, "pad_value=200 for int8", ARG, {"pad_value", "200"}, pad_call(ACCEL_INT8, 0, 200));
+  add(pad, "pad_value=-1 for uint8", ARG, {"pad_value", "-1"}, pad_call(ACCEL_UINT8, 0, -1));
+}
+
+accel_status return_status(accel_context*, void* user) { return raw<accel_status>(*static_cast<int*>(user)); }
+
+void simulator() {
+  options_init("accel_sim_options_init", accel_sim_options_init, ACCEL_SIM_OPTIONS_VERSION);
+  const std::string fn = "accel_sim_run";
+  auto sim_init = [] {
+    accel_sim_options o = ACCEL_SIM_OPTIONS_INIT;
+    return o;
+  };
+  auto run = [](const accel_sim_options* so, const accel_options* co, accel_rank_fn f, Env& e) {
+    return with_out<accel_sim_report*>(e, [&](auto* out) { return R(accel_sim_run(so, co, f, nullptr, out)); });
+  };
+  null_case(fn, "fn", [run](Env& e) { return run(nullptr, nullptr, nullptr, e); });
+  const auto t = target<accel_sim_options>(
+      fn, "sim", sim_init, [run](Env& e, const accel_sim_options& o) { return run(&o, nullptr, noop_rank, e); });
+  t.versions();
+  t.field<int32_t>("world_size", &accel_sim_options::world_size, {0, -1, INT32_MIN});
+  t.bad("world_size=9 on 8xH100", {"world_size", "9", "8xH100"}, [](accel_sim_options& o) { o.world_size = 9; });
+  t.field("timeout_seconds", &accel_sim_options::timeout_seconds, plus(kNonFinite, {0, -1}));
+  t.field<int32_t>("engine_threads", &accel_sim_options::engine_threads, {-1, INT32_MIN});
+  static const std::vector<std::string> bad_memory = {
+      "1.2.3GiB", ".", "", "GiB", "12XB", "-1GiB", "0", "0GiB", "99999999999999999999TiB"};
+  for (const std::string& m : bad_memory) {
+    std::vector<std::string> needles = {"device_memory"};
+    if (!m.empty()) needles.push_back(m);
+    t.bad("device_memory=\"" + m + "\"", needles, [m](accel_sim_options& o) { o.device_memory = m.c_str(); });
+  }
+  static const std::vector<std::string> good_memory = {"64MiB", "1.5GiB", "1000000"};
+  for (const std::string& m : good_memory)
+    add(fn, "sim->device_memory=\"" + m + "\" (valid)", OK, {}, [m](Env&) {
+      accel_sim_options o = ACCEL_SIM_OPTIONS_INIT;
+      o.device_memory = m.c_str();
+      accel_sim_report* rep = nullptr;
+      R r = accel_sim_run(&o, nullptr, noop_rank, nullptr, &rep);
+      accel_sim_report_destroy(rep);
+      return r;
+    });
+  static const std::vector<std::string> bad_faults = {"delay:0:inf", "delay:0:nan", "delay:0:-1", "kill:9@step:1",
+                                                      "garbage"};
+  for (const std::string& f : bad_faults)
+    t.bad("faults=\"" + f + "\"", {"faults", f}, [f](accel_sim_options& o) { o.faults = f.c_str(); });
+  t.bad("topology=\"9xTPU\"", {"topology", "9xTPU"}, [](accel_sim_options& o) { o.topology = "9xTPU"; });
+  t.bad("topology=\"\"", {"topology"}, [](accel_sim_options& o) { o.topology = ""; });
+  const auto c = target<accel_options>(fn, "ctx_opts", fixture_options, [run](Env& e, const accel_options& o) {
+    return run(nullptr, &o, noop_rank, e);
+  });
+  c.versions();
+  c.field<int32_t>("gradient_accumulation_steps", &accel_options::gradient_accumulation_steps, {0});
+  c.bad(
+      "device=CUDA", {"device"}, [](accel_options& o) { o.device = ACCEL_DEVICE_CUDA; }, UNSUPPORTED);
+  for (int v : {7, -77})
+    add(fn, "fn returns " + str(v), ARG, {"returned " + str(v)}, [v](Env&) {
+      int code = v;
+      accel_sim_report* rep = nullptr;
+      R r = accel_sim_run(nullptr, nullptr, return_status, &code, &rep);
+      accel_sim_report_destroy(rep);  // the world ran: the report may come back
+      return r;
+    });
+  destroy_null("accel_sim_report_destroy", [] { accel_sim_report_destroy(nullptr); });
+  auto report = [](Env& e) { return e.report(); };
+  getter("accel_sim_report_world_size", "report", accel_sim_report_world_size, report);
+  getter("accel_sim_report_predicted_seconds", "report", accel_sim_report_predicted_seconds, report);
+  auto rank = [](bool null_report, int32_t r) {
+    return [=](Env& e) {
+      const accel_sim_report* rep = null_report ? nullptr : e.report();
+      accel_status s;
+      const char* err;
+      uint64_t peak;
+      fill(s);
+      fill(err);
+      fill(peak);
+      R res = accel_sim_report_rank(rep, r, &s, &err, &peak);
+      e.untouched(s, "*out_status");
+      e.untouched(err, "*out_error");
+      e.untouched(peak, "*out_peak_bytes");
+      return res;
+    };
+  };
+  null_case("accel_sim_report_rank", "report", rank(true, 0));
+  for (int32_t r : {-1, 2, INT32_MAX, INT32_MIN})
+    add("accel_sim_report_rank", "rank=" + str(r) + " of 2", ARG, {"rank", str(r)}, rank(false, r));
+  null_case("accel_sim_charge_compute", "ctx", [](Env&) { return R(accel_sim_charge_compute(nullptr, 1.0, "x")); });
+  for (double v : plus(kNonFinite, {-1, -1e-300}))
+    add("accel_sim_charge_compute", "seconds=" + str(v), ARG, {"seconds", str(v)},
+        [v](Env& e) { return R(accel_sim_charge_compute(e.a.ctx, v, "x"), e.a.ctx); });
+}
+
+// accel_load_state of a checkpoint "ck" of the fixture (saved after one step; the context
+// then steps once more) after `edit`: refused, the context unchanged.
+void lie(const std::string& what, accel_status st, std::vector<std::string> needles,
+         std::function<void(const fs::path&)> edit) {
+  add("accel_load_state", what, st, std::move(needles), [edit](Env& e) {
+    normal_step(e.a);
+    ok(accel_save_state(e.a.ctx, "ck"), "accel_save_state");
+    normal_step(e.a);  // the context moves on: a half-done load would show
+    edit("ck");
+    const Snapshot before = snapshot(e.a);
+    R r(accel_load_state(e.a.ctx, "ck"), e.a.ctx);
+    if (r.status != ACCEL_OK) e.expect(snapshot(e.a) == before, "the failed load changed the context");
+    return r;
+  });
+}
+
+void checkpoints() {
+  options_init("accel_project_options_init", accel_project_options_init, ACCEL_PROJECT_OPTIONS_VERSION);
+  const std::string sp = "accel_set_project";
+  auto proj_init = [] {
+    accel_project_options o = ACCEL_PROJECT_OPTIONS_INIT;
+    o.project_dir = "proj";
+    return o;
+  };
+  null_case(sp, "ctx", [proj_init](Env&) {
+    const accel_project_options o = proj_init();
+    return R(accel_set_project(nullptr, &o));
+  });
+  null_case(sp, "opts", [](Env& e) { return R(accel_set_project(e.a.ctx, nullptr), e.a.ctx); });
+  const auto t = target<accel_project_options>(sp, "opts", proj_init, [](Env& e, const accel_project_options& o) {
+    return R(accel_set_project(e.a.ctx, &o), e.a.ctx);
+  });
+  t.versions();
+  t.field<int32_t>("total_limit", &accel_project_options::total_limit, {-1, INT32_MIN});
+  t.bad("project_dir=NULL", {"project_dir"}, [](accel_project_options& o) { o.project_dir = nullptr; });
+  t.bad("project_dir=\"\"", {"project_dir"}, [](accel_project_options& o) { o.project_dir = ""; });
+  getter("accel_last_checkpoint", "ctx", accel_last_checkpoint, [](Env& e) -> const accel_context* { return e.a.ctx; });
+
+  // save_state: state, and paths it must refuse and leave as they were
+  const std::string ss = "accel_save_state";
+  null_case(ss, "ctx", [](Env&) { return R(accel_save_state(nullptr, "ck")); });
+  add(ss, "before accel_prepare", STATE, {}, [](Env& e) {
+    World f = make_world(false);
+    R r(accel_save_state(f.ctx, "ck"), f.ctx);
+    e.expect(!fs::exists("ck"), "ck was written");
+    return r;
+  });
+  add(ss, "between a backward and its step", STATE, {}, [](Env& e) {
+    ok(accel_backward(e.a.ctx, forward_loss(e.a).loss), "accel_backward");
+    R r(accel_save_state(e.a.ctx, "ck"), e.a.ctx);
+    e.expect(!fs::exists("ck"), "ck was written");
+    return r;
+  });
+  add(ss, "dir=NULL without a project", ARG, {"accel_set_project"},
+      [](Env& e) { return R(accel_save_state(e.a.ctx, nullptr), e.a.ctx); });
+  add(ss, "dir=\"\"", ARG, {"dir"}, [](Env& e) { return R(accel_save_state(e.a.ctx, ""), e.a.ctx); });
+  add(ss, "dir=\".\"", ARG, {"directory"}, [](Env& e) {
+    write_file("keep.txt", kNotes);
+    R r(accel_save_state(e.a.ctx, "."), e.a.ctx);
+    e.expect(read_file("keep.txt") == kNotes, "keep.txt in . was changed");
+    return r;
+  });
+  add(ss, "dir=\"notes.txt\" (a regular file)", ARG, {"notes.txt", "regular file"}, [](Env& e) {
+    write_file("notes.txt", kNotes);
+    R r(accel_save_state(e.a.ctx, "notes.txt"), e.a.ctx);
+    e.expect(fs::is_regular_file(fs::symlink_status("notes.txt")) && read_file("notes.txt") == kNotes,
+             "notes.txt was changed");
+    return r;
+  });
+  add(ss, "dir=a non-empty directory that is not a checkpoint", ARG, {"mydir"}, [](Env& e) {
+    fs::create_directory("mydir");
+    write_file("mydir/user.txt", kNotes);
+    R r(accel_save_state(e.a.ctx, "mydir"), e.a.ctx);
+    e.expect(fs::exists("mydir/user.txt") && read_file("mydir/user.txt") == kNotes, "mydir/user.txt was changed");
+    return r;
+  });
+  for (const char* link : {"link_dir", "link_file"})
+    add(ss, std::string("dir=a symbolic link (") + link + ")", ARG, {"symbolic link"}, [link](Env& e) {
+      make_links();
+      R r(accel_save_state(e.a.ctx, link), e.a.ctx);
+      e.expect(links_intact(), "the link or its target was changed");
+      return r;
+    });
+  add(ss, "dir=a character device", ARG, {"device"}, [](Env& e) {
+    const std::string dev = device_path();
+    R r(accel_save_state(e.a.ctx, dev.c_str()), e.a.ctx);
+    e.expect(is_char_device(dev), dev + " is no longer a character device");
+    return r;
+  });
+  for (bool as_dir : {false, true})
+    add(ss, std::string("a user's ") + (as_dir ? "directory" : "file") + " at the temporary sibling .ck.tmp", ARG,
+        {".ck.tmp"},
+        [as_dir](Env& e) {
+          const std::string user = as_dir ? ".ck.tmp/user.txt" : ".ck.tmp";
+          if (as_dir) fs::create_directory(".ck.tmp");
+          write_file(user, kNotes);
+          R r(accel_save_state(e.a.ctx, "ck"), e.a.ctx);
+          e.expect(fs::is_regular_file(user) && read_file(user) == kNotes, user + " was destroyed");
+          return r;
+        })
+        .also = {OK};
+  add(ss, "twice to the same directory (replacing is allowed)", OK, {}, [](Env& e) {
+    normal_step(e.a);
+    ok(accel_save_state(e.a.ctx, "ck"), "the first accel_save_state");
+    normal_step(e.a);
+    R r(accel_save_state(e.a.ctx, "ck"), e.a.ctx);
+    e.expect(fs::exists("ck/manifest.json"), "ck/manifest.json is missing");
+    return r;
+  });
+
+  // load_state: state, missing things, and files that lie
+  const std::string ls = "accel_load_state";
+  null_case(ls, "ctx", [](Env&) { return R(accel_load_state(nullptr, "ck")); });
+  add(ls, "before accel_prepare", STATE, {}, [](Env&) {
+    World f = make_world(false);
+    return R(accel_load_state(f.ctx, "ck"), f.ctx);
+  });
+  add(ls, "dir=NULL without a project", ARG, {"accel_set_project"},
+      [](Env& e) { return R(accel_load_state(e.a.ctx, nullptr), e.a.ctx); });
+  add(ls, "dir=\"\"", ARG, {"dir"}, [](Env& e) { return R(accel_load_state(e.a.ctx, ""), e.a.ctx); });
+  add(ls, "a missing directory", IO, {"nope"}, [](Env& e) { return R(accel_load_state(e.a.ctx, "nope"), e.a.ctx); });
+  add(ls, "a directory without manifest.json", IO, {"manifest.json"}, [](Env& e) {
+    fs::create_directory("empty");
+    return R(accel_load_state(e.a.ctx, "empty"), e.a.ctx);
+  });
+  // controls: the editing tools keep a checkpoint loadable when they change nothing
+  lie("control: the checkpoint as saved", OK, {}, [](const fs::path&) {});
+  lie("control: rank-0.json rewritten unchanged", OK, {},
+      [](const fs::path& d) { edit_json(d, "rank-0.json", [](json&) {}); });
+  lie("control: rng-rank0.safetensors rewritten unchanged", OK, {},
+      [](const fs::path& d) { rewrite_rng(d, SIZE_MAX); });
+  struct Lie {
+    const char* file;
+    const char* what;
+    const char* needle;
+    std::function<void(json&)> edit;
+  };
+  const std::vector<Lie> lies = {
+      {"rank-0.json", "optimizer_steps a string", "optimizer_steps", [](json& j) { j["optimizer_steps"] = "1"; }},
+      {"rank-0.json", "loss_scale a string", "loss_scale", [](json& j) { j["loss_scale"] = "1"; }},
+      {"rank-0.json", "micro_steps negative", "micro_steps", [](json& j) { j["micro_steps"] = -3; }},
+      {"rank-0.json", "loaders missing", "loaders", [](json& j) { j.erase("loaders"); }},
+      {"rank-0.json", "loaders[0].epoch 1.5", "epoch", [](json& j) { j["loaders"][0]["epoch"] = 1.5; }},
+      {"rank-0.json", "an array, not an object", "rank-0.json",
+       [](json& j) {
+         j = json::array({1, 2});
+       }},
+      {"manifest.json", "world_size a string", "world_size", [](json& j) { j["world_size"] = "1"; }},
+      {"manifest.json", "world_size 0", "world_size", [](json& j) { j["world_size"] = 0; }},
+      {"manifest.json", "format_version 99", "format version", [](json& j) { j["format_version"] = 99; }},
+      {"manifest.json", "parameters missing", "parameters", [](json& j) { j.erase("parameters"); }},
+      {"manifest.json", "files an array", "files", [](json& j) { j["files"] = json::array(); }},
+      {"manifest.json", "files a string", "files", [](json& j) { j["files"] = "model.safetensors"; }},
+  };
+  for (const Lie& l : lies)
+    lie(std::string(l.file) + ": " + l.what, FORMAT, {l.file, l.needle},
+        [l](const fs::path& d) { edit_json(d, l.file, l.edit); });
+  lie("rng-rank0.safetensors: a generator of 16 bytes", FORMAT, {"rng-rank0.safetensors", "generator"},
+      [](const fs::path& d) { rewrite_rng(d, 16); });
+}
+
+void register_cases() {
+  basics();
+  tensors();
+  context();
+  models();
+  losses();
+  optimizers();
+  data();
+  training();
+  processes();
+  simulator();
+  checkpoints();
+}
+
+// ---------------------------------------------------------------------------------------
+// The child: one case
+
+void check_message(Env& e, const Case& c, const std::string& where, const char* msg) {
+  const std::string m = msg ? msg : "(NULL)";
+  std::string missing;
+  if (m.rfind(c.prefix, 0) != 0) missing += " [starts with \"" + c.prefix + "\"]";
+  for (const std::string& n : c.needles)
+    if (m.find(n) == std::string::npos) missing += " \"" + n + "\"";
+  if (!missing.empty()) e.failures.push_back(where + " = \"" + m + "\" lacks" + missing);
+}
+
+int run_child(const Case& c) {
+  Env e;
+  try {
+    e.a = make_world();
+    const R r = c.body(e);
+    const char* seen = r.ctx ? accel_last_error(r.ctx) : accel_last_error(nullptr);
+    std::fprintf(stderr, "INFO: %s \"%s\"\n", accel_status_name(r.status),
+                 r.status == ACCEL_OK ? ""
+                 : seen               ? seen
+                                      : "NULL");
+    const bool accepted = r.status == c.expect || std::count(c.also.begin(), c.also.end(), r.status) > 0;
+    if (!accepted) {
+      e.failures.insert(e.failures.begin(), std::string("status ") + accel_status_name(r.status) + ", expected " +
+                                                accel_status_name(c.expect) + " (message: \"" + (seen ? seen : "NULL") +
+                                                "\")");
+    } else if (r.status != ACCEL_OK) {
+      check_message(e, c, "accel_last_error(NULL)", accel_last_error(nullptr));
+      if (r.ctx) check_message(e, c, "accel_last_error(ctx)", accel_last_error(r.ctx));
+    }
+    try {
+      normal_step(e.a);
+    } catch (const SetupError& x) {
+      e.failures.push_back(std::string("the context is unusable afterwards: ") + x.what());
+    }
+  } catch (const SetupError& x) {
+    e.failures.push_back(std::string("setup: ") + x.what());
+  } catch (const std::exception& x) {
+    e.failures.push_back(std::string("exception in the case: ") + x.what());
+  }
+  for (const std::string& f : e.failures) std::fprintf(stderr, "FAIL: %s\n", f.c_str());
+  std::fflush(stderr);
+  return e.failures.empty() ? 0 : 1;
+}
+
+// ---------------------------------------------------------------------------------------
+// The parent: the header's functions, and the cases run in children
+
+std::vector<std::string> header_functions(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return {};
+  std::string text, line;
+  while (std::getline(f, line))
+    if (line.find_first_not_of(" \t") == std::string::npos || line[line.find_first_not_of(" \t")] != '#')
+      text += line + "\n";  // preprocessor lines (the ACCEL_API definitions) dropped
+  for (size_t a; (a = text.find("/*")) != std::string::npos;) {
+    const size_t b = text.find("*/", a + 2);
+    text.erase(a, b == std::string::npos ? std::string::npos : b + 2 - a);
+  }
+  std::vector<std::string> fns;
+  for (size_t at = 0; (at = text.find("ACCEL_API", at)) != std::string::npos; at += 9) {
+    const size_t paren = text.find_first_of("(;{", at);
+    if (paren == std::string::npos || text[paren] != '(') continue;
+    size_t end = paren;
+    while (end > at && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+    size_t begin = end;
+    while (begin > at && (std::isalnum(static_cast<unsigned char>(text[begin - 1])) || text[begin - 1] == '_')) --begin;
+    const std::string name = text.substr(begin, end - begin);
+    if (name.rfind("accel_", 0) == 0) fns.push_back(name);
+  }
+  return fns;
+}
+
+struct Running {
+  size_t index;
+  pid_t pid;
+  int fd;
+  std::string output;
+  std::chrono::steady_clock::time_point start;
+};
+
+void drain(Running& r) {
+  char buf[4096];
+  for (ssize_t n; (n = ::read(r.fd, buf, sizeof buf)) > 0;) r.output.append(buf, static_cast<size_t>(n));
+}
+
+std::string last_line(const std::string& out) {
+  std::string s = out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  const size_t nl = s.rfind('\n');
+  s = nl == std::string::npos ? s : s.substr(nl + 1);
+  return s.size() > 300 ? s.substr(0, 300) + "..." : s;
+}
+
+// Why a finished child failed ("" when it passed).
+std::string verdict(int status, const std::string& out) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    std::string w = "crashed: signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
+    return out.empty() ? w : w + "; last output: " + last_line(out);
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  std::string why;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("FAIL: ", 0) == 0) why += (why.empty() ? "" : "\n    ") + line.substr(6);
+  if (why.empty())
+    why = "exited with status " + std::to_string(WEXITSTATUS(status)) + "; last output: " + last_line(out);
+  return why;
+}
+
+pid_t start_child(const Case& c, const fs::path& dir, int* fd) {
+  int p[2];
+  if (::pipe(p) != 0) return -1;
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    ::dup2(p[1], 2);
+    ::close(p[1]);
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    if (devnull >= 0) ::dup2(devnull, 1);
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec || ::chdir(dir.c_str()) != 0) {
+      std::fprintf(stderr, "FAIL: setup: cannot enter %s\n", dir.c_str());
+      ::_exit(1);
+    }
+    ::_exit(run_child(c));
+  }
+  ::close(p[1]);
+  if (pid < 0) {
+    ::close(p[0]);
+    return -1;
+  }
+  ::fcntl(p[0], F_SETFL, O_NONBLOCK);
+  *fd = p[0];
+  return pid;
+}
+
+}  // namespace
+
+#if defined(__SANITIZE_ADDRESS__)
+// Under AddressSanitizer (scripts/test's second run) a huge allocation must fail like a real
+// one (ACCEL_ERR_OUT_OF_MEMORY), not abort the process. Options in ASAN_OPTIONS still apply.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+#endif
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  const bool verbose = std::count(args.begin(), args.end(), "-v") > 0;
+  args.erase(std::remove(args.begin(), args.end(), "-v"), args.end());
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: %s HEADER [FILTER] [-v]\n", argv[0]);
+    return 2;
+  }
+  const std::string header = args[0];
+  const std::string filter = args.size() > 1 ? args[1] : "";
+  ::unsetenv("ACCEL_STRATEGY");  // the fixture is the plain one whatever the caller's environment
+  register_cases();
+  const std::vector<Case>& all = cases();
+
+  // the generated list: every function of the header needs a case, every case a function
+  const std::vector<std::string> declared = header_functions(header);
+  const std::set<std::string> in_header(declared.begin(), declared.end());
+  std::set<std::string> covered, names;
+  bool list_ok = !in_header.empty();
+  if (in_header.empty()) std::printf("misuse: no ACCEL_API functions found in %s\n", header.c_str());
+  for (const Case& c : all) {
+    covered.insert(c.fn);
+    if (!names.insert(c.name).second) {
+      std::printf("misuse: two cases are named %s\n", c.name.c_str());
+      list_ok = false;
+    }
+    if (!in_header.count(c.fn)) {
+      std::printf("misuse: case %s covers %s, which the header does not declare\n", c.name.c_str(), c.fn.c_str());
+      list_ok = false;
+    }
+  }
+  for (const std::string& f : in_header)
+    if (!covered.count(f)) {
+      std::printf("misuse: no case covers %s\n", f.c_str());
+      list_ok = false;
+    }
+
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < all.size(); ++i)
+    if (filter.empty() || all[i].name.find(filter) != std::string::npos) todo.push_back(i);
+
+  char root_template[] = "/tmp/accel-misuse-XXXXXX";
+  const char* root_dir = ::mkdtemp(root_template);
+  if (!root_dir) {
+    std::perror("mkdtemp");
+    return 2;
+  }
+  const fs::path root(root_dir);
+  std::vector<std::string> result(all.size()), info(all.size());
+  std::vector<double> seconds(all.size(), 0.0);
+  std::vector<Running> running;
+  size_t next = 0;
+  while (next < todo.size() || !running.empty()) {
+    while (running.size() < static_cast<size_t>(kJobs) && next < todo.size()) {
+      const size_t i = todo[next++];
+      int fd = -1;
+      const pid_t pid = start_child(all[i], root / std::to_string(i) / "work", &fd);
+      if (pid < 0)
+        result[i] = std::string("cannot start a child: ") + std::strerror(errno);
+      else
+        running.push_back({i, pid, fd, "", std::chrono::steady_clock::now()});
+    }
+    std::vector<pollfd> fds;
+    for (const Running& r : running) fds.push_back({r.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);
+    for (size_t k = 0; k < running.size();) {
+      Running& r = running[k];
+      drain(r);
+      int status = 0;
+      const pid_t w = ::waitpid(r.pid, &status, WNOHANG);
+      const bool late = std::chrono::steady_clock::now() - r.start > std::chrono::seconds(kCaseSeconds);
+      if (w != r.pid && !late) {
+        ++k;
+        continue;
+      }
+      if (w != r.pid) {
+        ::kill(r.pid, SIGKILL);
+        ::waitpid(r.pid, &status, 0);
+        drain(r);
+        result[r.index] = "hung: killed after " + std::to_string(kCaseSeconds) + " s" +
+                          (r.output.empty() ? "" : "; last output: " + last_line(r.output));
+      } else {
+        drain(r);
+        result[r.index] = verdict(status, r.output);
+        const size_t at = r.output.find("INFO: ");
+        if (at != std::string::npos) info[r.index] = r.output.substr(at + 6, r.output.find('\n', at) - at - 6);
+      }
+      seconds[r.index] = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+      ::close(r.fd);
+      running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(root, ec);
+
+  size_t failed = 0;
+  for (size_t i : todo)
+    if (verbose && result[i].empty()) std::printf("ok   %s: %s\n", all[i].name.c_str(), info[i].c_str());
+  for (size_t i : todo)
+    if (!result[i].empty()) {
+      ++failed;
+      std::printf("FAIL %s: %s\n", all[i].name.c_str(), result[i].c_str());
+    }
+  if (verbose && !todo.empty()) {
+    const size_t slow =
+        *std::max_element(todo.begin(), todo.end(), [&](size_t x, size_t y) { return seconds[x] < seconds[y]; });
+    std::printf("slowest case: %s (%.2f s of the %d s allowed)\n", all[slow].name.c_str(), seconds[slow], kCaseSeconds);
+  }
+  size_t functions = 0;
+  for (const std::string& f : covered) functions += in_header.count(f);
+  std::printf("misuse: %zu cases, %zu passed, %zu failed (%zu functions covered of %zu declared)%s\n", todo.size(),
+              todo.size() - failed, failed, functions, in_header.size(),
+              filter.empty() ? "" : (" [filter \"" + filter + "\"]").c_str());
+  return failed == 0 && list_ok ? 0 : 1;
+}
