@@ -1543,3 +1543,41 @@ TEST(Checkpoint, ASaveNeverDestroysWhatItDidNotWrite) {
   ASSERT_OK(f.ctx, accel_save_model(f.ctx, f.model, (root / "model.safetensors").c_str()));
   fs::remove_all(root);
 }
+
+// pad_across_processes and gather with tensors whose rank or dtype differ across processes:
+// INVALID_ARGUMENT on every process naming both (not a mismatched collective, not OK).
+struct Ragged {
+  std::vector<accel_status> pad, gather;
+  std::vector<std::string> pad_msg, gather_msg;
+};
+
+accel_status ragged_ranks(accel_context* ctx, void* user) {
+  auto* c = static_cast<Ragged*>(user);
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  // rank 0: float [2]; rank 1: float [2, 1] (pad); rank 1: int64 [2] (gather)
+  accel_tensor* a = rank == 0 ? make_f32({2}, {1, 2}) : make_f32({2, 1}, {1, 2});
+  accel_tensor* b = rank == 0 ? make_f32({2}, {1, 2}) : make_i64({2}, {1, 2});
+  accel_tensor* out = nullptr;
+  c->pad[rank] = accel_pad_across_processes(ctx, a, 0, 0.0, 0, &out);
+  c->pad_msg[rank] = accel_last_error(ctx);
+  c->gather[rank] = accel_gather(ctx, b, &out);
+  c->gather_msg[rank] = accel_last_error(ctx);
+  accel_tensor_destroy(a);
+  accel_tensor_destroy(b);
+  return out == nullptr ? ACCEL_OK : ACCEL_ERR_INTERNAL;
+}
+
+TEST(Sim, PadAndGatherRefuseTensorsThatDifferInRankOrDtype) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  Ragged c{{ACCEL_OK, ACCEL_OK}, {ACCEL_OK, ACCEL_OK}, {"", ""}, {"", ""}};
+  ASSERT_EQ(accel_sim_run(&so, nullptr, ragged_ranks, &c, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(c.pad[r], ACCEL_ERR_INVALID_ARGUMENT) << c.pad_msg[r];
+    EXPECT_TRUE(contains(c.pad_msg[r].c_str(), "the number of dimensions differs across processes: process 0 has [2], process 1 has [2, 1]"))
+        << c.pad_msg[r];
+    EXPECT_EQ(c.gather[r], ACCEL_ERR_INVALID_ARGUMENT) << c.gather_msg[r];
+    EXPECT_TRUE(contains(c.gather_msg[r].c_str(), "the dtypes differ across processes: process 0 has Float, process 1 has Long"))
+        << c.gather_msg[r];
+  }
+}
