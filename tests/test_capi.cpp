@@ -1581,3 +1581,34 @@ TEST(Sim, PadAndGatherRefuseTensorsThatDifferInRankOrDtype) {
         << c.gather_msg[r];
   }
 }
+
+// Out of file descriptors: a load reports ACCEL_ERR_OUT_OF_MEMORY naming what ran out and
+// changes nothing; with descriptors back, the same load succeeds. In a child: the limit is
+// process-wide.
+TEST(Checkpoint, RunningOutOfFileDescriptorsIsAResourceError) {
+  const std::string dir = tmp_path("fds");
+  std::filesystem::remove_all(dir);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    Fixture f;
+    if (accel_save_state(f.ctx, dir.c_str()) != ACCEL_OK) ::_exit(3);
+    const int lowest_free = ::dup(0);  // the number the next open would get
+    ::close(lowest_free);
+    struct rlimit old {};
+    ::getrlimit(RLIMIT_NOFILE, &old);
+    const struct rlimit none = {static_cast<rlim_t>(lowest_free), old.rlim_max};  // not one more
+    if (::setrlimit(RLIMIT_NOFILE, &none) != 0) ::_exit(4);
+    const accel_status s = accel_load_state(f.ctx, dir.c_str());
+    const std::string msg = accel_last_error(f.ctx);
+    ::setrlimit(RLIMIT_NOFILE, &old);
+    std::fprintf(stderr, "status %d: %s\n", s, msg.c_str());
+    if (s != ACCEL_ERR_OUT_OF_MEMORY || !contains(msg.c_str(), "Too many open files")) ::_exit(1);
+    ::_exit(accel_load_state(f.ctx, dir.c_str()) == ACCEL_OK ? 0 : 2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  std::filesystem::remove_all(dir);
+}
