@@ -9,7 +9,9 @@
 #include <cstring>
 #include <new>
 
+#include "runtime/paths.h"
 #include "runtime/runtime.h"
+#include "runtime/safetensors.h"
 #include "sim/world.h"
 
 using accel::Status;
@@ -940,6 +942,7 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
                 "engine_threads must be in [0, 1024] (0: the machine's cores), got ", so.engine_threads);
     wo.engine_threads = so.engine_threads;
     wo.record_trace = so.trace_path != nullptr;
+    if (so.trace_path) accel::paths::check_file_target(so.trace_path, accel::paths::FileKind::ChromeTrace, "trace_path");
     accel::Options ro = runtime_options(ctx_opts);
     ACCEL_CHECK(ro.device != accel::DeviceKind::CUDA, Status::Unsupported,
                 "ctx_opts->device: simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
@@ -961,7 +964,7 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
     });
     report = std::make_unique<accel_sim_report>();  // the world ran: the caller gets its report
     report->rep = std::move(ran);
-    if (so.trace_path) world.write_trace(so.trace_path);
+    if (so.trace_path) accel::safetensors::write_file_atomic(so.trace_path, world.trace_json());  // appears whole
     for (const auto& r : report->rep.ranks)
       if (r.status != Status::Ok) throw accel::Error(r.status, "rank " + std::to_string(r.rank) + ": " + r.error);
   });

@@ -55,6 +55,12 @@ bool is_safetensors(const fs::path& p) {
 
 bool is_zip(const fs::path& p) { return head(p, 4) == std::string("PK\x03\x04", 4); }
 
+// What World::trace_json writes starts so.
+bool is_trace(const fs::path& p) {
+  const std::string start = "{\"displayTimeUnit\":";
+  return head(p, start.size()) == start;
+}
+
 }  // namespace
 
 std::string describe(const fs::path& p) {
@@ -118,16 +124,20 @@ void check_file_target(const std::string& path, FileKind kind, const std::string
   const fs::path p(path);
   std::error_code ec;
   const fs::file_status s = fs::symlink_status(p, ec);
-  const char* what = kind == FileKind::Safetensors ? "a safetensors file" : "a TorchScript file";
+  const char* what = kind == FileKind::Safetensors   ? "a safetensors file"
+                     : kind == FileKind::TorchScript ? "a TorchScript file"
+                                                     : "a Chrome trace";
   if (s.type() == fs::file_type::not_found) {
     ACCEL_CHECK(!p.filename().empty() && p.filename() != "." && p.filename() != "..", Status::InvalidArgument, arg,
                 " '", path, "' names a directory, not a file");
     return;
   }
   if (s.type() == fs::file_type::regular) {
-    const bool same_kind = kind == FileKind::Safetensors ? is_safetensors(p) : is_zip(p);
+    const bool same_kind = kind == FileKind::Safetensors   ? is_safetensors(p)
+                           : kind == FileKind::TorchScript ? is_zip(p)
+                                                           : is_trace(p);
     ACCEL_CHECK(same_kind, Status::InvalidArgument, arg, " '", path, "' is a regular file that is not ", what,
-                ": refusing to replace it; choose a new path, or an earlier saved model's");
+                ": refusing to replace it; choose a new path, or an earlier one of ", what);
     return;
   }
   fail(Status::InvalidArgument, arg, " '", path, "' is ", describe(p), ", not ", what,

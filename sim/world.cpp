@@ -1113,7 +1113,7 @@ std::string World::trace_json() const {
   return os.str();
 }
 
-void World::write_trace(const std::string& path) const {
+void World::write_trace(const std::string& path) const {  // a plain write (the C ABI checks the path and writes atomically)
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   ACCEL_CHECK(f.good(), Status::IO, "cannot write the trace to '", path, "'");
   f << trace_json();

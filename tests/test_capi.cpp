@@ -885,6 +885,21 @@ TEST(Sim, OptionsOutOfTheirDomains) {
     so.device_memory = size;
     EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, nullptr), ACCEL_OK) << size << ": " << accel_last_error(nullptr);
   }
+  // the trace replaces an earlier trace, never a user's file
+  so.device_memory = nullptr;
+  const std::string notes = tmp_path("notes.txt"), trace = tmp_path("run.trace.json");
+  std::ofstream(notes) << "my notes";
+  so.trace_path = notes.c_str();
+  EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "trace_path '" + notes + "' is a regular file that is not a Chrome trace"))
+      << accel_last_error(nullptr);
+  std::ifstream in(notes);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "my notes");
+  so.trace_path = trace.c_str();
+  EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(accel_sim_run(&so, nullptr, reduce_three_times, nullptr, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  std::remove(notes.c_str());
+  std::remove(trace.c_str());
 }
 
 accel_status returns_seven(accel_context*, void*) { return static_cast<accel_status>(7); }

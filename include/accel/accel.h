@@ -720,7 +720,10 @@ typedef struct accel_sim_options {
                                     "delay:RANK:SECONDS" (finite, >= 0); RANK in
                                     [0, world_size); NULL = none */
     const char *trace_path;      /* write the run's timeline here as Chrome trace JSON
-                                    (opens in ui.perfetto.dev); NULL = none */
+                                    (opens in ui.perfetto.dev); NULL = none. It may replace
+                                    nothing or an earlier trace: any other file, a directory,
+                                    a link or a device is ACCEL_ERR_INVALID_ARGUMENT before
+                                    the run */
     int32_t engine_threads;      /* threads for large reductions, in [0, 1024]; 0 = the
                                     machine's cores */
 } accel_sim_options;
