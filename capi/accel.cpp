@@ -954,13 +954,16 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
       ctx->acc = std::make_unique<accel::Accelerator>(ro, comm);
       tls_error.clear();
       const accel_status s = fn(ctx.get(), user);
+      // read as an int: a value outside the enum's range may not be loaded as accel_status (UBSan);
+      // the lowest code is ACCEL_ERR_NON_FINITE until a new one is appended
       const int code = raw(s);
       // a value that is no accel_status (positive, or an unknown code) is the caller's bug
-      ACCEL_CHECK(code <= 0 && std::strcmp(accel_status_name(s), "ACCEL_ERR_UNKNOWN") != 0, Status::InvalidArgument,
-                  "fn returned ", code, ", which is not an accel_status (ACCEL_OK or a negative ACCEL_ERR_* code)");
+      ACCEL_CHECK(code <= ACCEL_OK && code >= ACCEL_ERR_NON_FINITE, Status::InvalidArgument, "fn returned ", code,
+                  ", which is not an accel_status (ACCEL_OK or a negative ACCEL_ERR_* code)");
       // the rank's last failure message: this thread's slot holds the latest of them all
-      if (s != ACCEL_OK)
-        throw accel::Error(static_cast<Status>(s), tls_error.empty() ? std::string(accel_status_name(s)) : tls_error);
+      if (code != ACCEL_OK)
+        throw accel::Error(static_cast<Status>(code),
+                           tls_error.empty() ? std::string(accel_status_name(static_cast<accel_status>(code))) : tls_error);
     });
     report = std::make_unique<accel_sim_report>();  // the world ran: the caller gets its report
     report->rep = std::move(ran);
