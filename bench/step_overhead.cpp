@@ -26,6 +26,10 @@
 //   bench_step_overhead [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N]
 //                       [--model SUBSTRING] [--data PATH] [--breakdown]
 //
+// First it prints this CPU's sgemm rate through libtorch's BLAS (1024 x 1024 fp32, best of
+// 10): {"bench":"sgemm","n":1024,"threads":…,"best_us":…,"gflops":…}, the peak the MLPs'
+// achieved FLOP/s are measured against (--model sgemm prints it alone).
+//
 // --breakdown adds, per model and side, one "step_overhead_breakdown" line with the
 // median time of each phase of a step (next, forward, loss, backward, step).
 #include <accel/accel.h>
@@ -489,11 +493,30 @@ int main(int argc, char** argv) {
   const int threads = cfg.threads > 0 ? cfg.threads : at::get_num_threads();
   at::set_num_threads(threads);
 
+  // This CPU's sgemm rate through libtorch's BLAS (the peak the MLPs are measured against):
+  // C = A x B of 1024 x 1024 fp32 matrices, best of 10 after 2 warm-ups.
+  int ran = 0;
+  if (cfg.model_filter.empty() || std::string("sgemm").find(cfg.model_filter) != std::string::npos) {
+    ++ran;
+    const int64_t n = 1024;
+    const at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+    at::Tensor c = at::empty({n, n});
+    double best = 1e30;
+    for (int i = 0; i < 12; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      at::mm_out(c, a, b);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i >= 2) best = std::min(best, s);
+    }
+    std::printf("{\"bench\":\"sgemm\",\"n\":%" PRId64 ",\"threads\":%d,\"best_us\":%.1f,\"gflops\":%.2f}\n", n,
+                threads, best * 1e6, 2.0 * n * n * n / best / 1e9);
+    std::fflush(stdout);
+  }
+
   const std::vector<ModelSpec> specs = {
       {model_name({64, 128, 64, 10}), {64, 128, 64, 10}, 32, 200, 200, true},
       {model_name({1024, 1024, 1024, 1024, 10}), {1024, 1024, 1024, 1024, 10}, 64, 4, 3, false},
   };
-  int ran = 0;
   for (const auto& s : specs) {
     if (!cfg.model_filter.empty() && s.name.find(cfg.model_filter) == std::string::npos) continue;
     run_model(s, cfg, threads);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "runtime/blas.h"
 #include "runtime/compat.h"
 #include "runtime/domain.h"
 #include "runtime/paths.h"
@@ -579,7 +580,10 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
       gen_(at::make_generator<at::CPUGeneratorImpl>(opts.seed)),
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
               opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {
-  if (opts_.num_threads > 0) at::set_num_threads(opts_.num_threads);
+  if (opts_.num_threads > 0) {  // libtorch's intra-op pool and the BLAS's own threads, so they never oversubscribe
+    at::set_num_threads(opts_.num_threads);
+    blas::set_threads(opts_.num_threads);
+  }
   // TorchScript models draw dropout masks and initial values from libtorch's default
   // generator; seed it too so their runs repeat.
   torch::manual_seed(opts_.seed);

@@ -15,15 +15,24 @@
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include "runtime/blas.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/paths.h"
 
@@ -266,10 +275,48 @@ int merge_weights(const std::string& dir, const std::string& out) {
 
 }  // namespace
 
+// `accel env`: what a bug report needs, as `accelerate env` prints it.
+int env() {
+  {  // a matmul large enough to go through BLAS, so that the BLAS is loaded and initialised
+    const at::Tensor a = at::ones({64, 64});
+    (void)at::mm(a, a).sum().item<float>();
+  }
+  const accel::blas::Info b = accel::blas::info();
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const char* obl = std::getenv("OPENBLAS_NUM_THREADS");
+  std::printf("- accel version: %s (ACCEL_VERSION_NUMBER %d, libaccel.so.0)\n", accel_version_string(),
+              accel_version_number());
+  std::printf("- libtorch version: %s (C++ ABI %s)\n", TORCH_VERSION, _GLIBCXX_USE_CXX11_ABI ? "cxx11" : "pre-cxx11");
+  std::printf("- BLAS: %s%s%s\n", b.name.c_str(), b.details.empty() ? "" : ", ", b.details.c_str());
+  std::printf("- BLAS library: %s\n", b.path.empty() ? "(none mapped)" : b.path.c_str());
+  std::printf("- threads: libtorch intra-op %d, inter-op %d, BLAS %s; %u cores; OMP_NUM_THREADS=%s, "
+              "OPENBLAS_NUM_THREADS=%s\n",
+              at::get_num_threads(), at::get_num_interop_threads(),
+              b.threads > 0 ? std::to_string(b.threads).c_str() : "(follows OpenMP or unknown)",
+              std::thread::hardware_concurrency(), omp ? omp : "unset", obl ? obl : "unset");
+  std::printf("- libtorch built with: OpenMP %s, MKL %s, LAPACK %s, MKL-DNN %s\n", at::hasOpenMP() ? "yes" : "no",
+              at::hasMKL() ? "yes" : "no", at::hasLAPACK() ? "yes" : "no", at::hasMKLDNN() ? "yes" : "no");
+  const bool cuda = torch::cuda::is_available();
+  std::printf("- devices: CPU%s\n",
+              cuda ? (", CUDA x" + std::to_string(torch::cuda::device_count())).c_str()
+                   : "; CUDA: not available (this libtorch or machine has none)");
+  std::printf("- communication backends: local (1 process), sim (the simulator)\n");
+#ifdef ACCEL_HAVE_CUDA_TOOLKIT
+  std::printf("- CUDA toolkit with NCCL at build time: found\n");
+#else
+  std::printf("- CUDA toolkit with NCCL at build time: not found\n");
+#endif
+  std::printf("- simulator topologies:");
+  for (const auto& name : accel::sim::topology_preset_names()) std::printf(" %s", name.c_str());
+  std::printf("\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"accel: an embeddable training runtime; tools for its simulator"};
   app.require_subcommand(1);
   auto* version = app.add_subcommand("version", "print the library version");
+  auto* envcmd = app.add_subcommand("env", "versions, BLAS, threads, devices and backends: paste it into a bug report");
   auto* sim = app.add_subcommand("sim", "the multi-GPU simulator");
   sim->require_subcommand(1);
   BenchArgs a;
@@ -296,7 +343,9 @@ int main(int argc, char** argv) {
   merge->add_option("out", merge_out, "the safetensors file to write")->required();
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*version) {
+    if (*envcmd) {
+      return env();
+    } else if (*version) {
       std::printf("accel %s (library %d)\n", accel_version_string(), accel_version_number());
     } else if (*topos) {
       for (const auto& name : accel::sim::topology_preset_names()) {

@@ -1,0 +1,99 @@
+// The BLAS loaded in this process (see blas.h).
+#include "runtime/blas.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace accel::blas {
+
+namespace {
+
+// The library mapped at `path` (already loaded: RTLD_NOLOAD), for symbols that a BLAS
+// exports only from its own object (BLIS's libblas.so.3 is not in the global scope).
+void* loaded(const std::string& path) {
+  return path.empty() ? nullptr : ::dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+}
+
+std::string& mapped_path() {
+  static std::string p;
+  return p;
+}
+
+template <class F>
+F symbol(const char* name) {
+  if (void* f = ::dlsym(RTLD_DEFAULT, name)) return reinterpret_cast<F>(f);
+  if (void* h = loaded(mapped_path())) {
+    void* f = ::dlsym(h, name);
+    ::dlclose(h);  // a reference dropped, the library stays (libtorch holds it)
+    return reinterpret_cast<F>(f);
+  }
+  return nullptr;
+}
+
+// The first mapped library whose file name contains one of the needles.
+std::string mapped(std::initializer_list<const char*> needles) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    const std::string file = path.substr(path.rfind('/') + 1);
+    for (const char* n : needles)
+      if (file.find(n) != std::string::npos) {
+        char* real = ::realpath(path.c_str(), nullptr);
+        std::string out = real ? real : path;
+        std::free(real);
+        return out;
+      }
+  }
+  return {};
+}
+
+}  // namespace
+
+Info info() {
+  Info i;
+  i.path = mapped({"libopenblas", "libblis", "libmkl_rt", "libmkl_core", "libblas.so"});
+  mapped_path() = i.path;
+  if (auto cfg = symbol<char* (*)()>("openblas_get_config")) {
+    i.name = "OpenBLAS";
+    i.details = cfg();
+    if (auto n = symbol<int (*)()>("openblas_get_num_threads")) i.threads = n();
+    if (auto p = symbol<int (*)()>("openblas_get_parallel")) {
+      const int kind = p();  // 0 sequential, 1 pthreads, 2 OpenMP
+      i.details += kind == 2 ? " (OpenMP threads)" : kind == 1 ? " (pthreads)" : " (sequential)";
+    }
+  } else if (auto ver = symbol<const char* (*)()>("bli_info_get_version_str")) {
+    i.name = "BLIS";
+    i.details = std::string("version ") + ver();
+    if (auto n = symbol<long (*)()>("bli_thread_get_num_threads")) i.threads = static_cast<int>(n());
+  } else if (i.path.find("blis") != std::string::npos) {
+    i.name = "BLIS";
+    i.details = "its libblas.so.3 exports the BLAS only: threads from BLIS_NUM_THREADS";
+  } else if (symbol<void*>("mkl_get_version") || i.path.find("mkl") != std::string::npos) {
+    i.name = "MKL";
+  } else if (i.path.find("/blas/libblas.so") != std::string::npos) {
+    i.name = "netlib (reference BLAS: slow; install libopenblas0-pthread, see README)";
+  } else {
+    i.name = i.path.empty() ? "none loaded (or linked statically into libtorch)" : "unknown";
+  }
+  return i;
+}
+
+bool set_threads(int n) {
+  if (mapped_path().empty()) mapped_path() = mapped({"libopenblas", "libblis", "libmkl_rt", "libmkl_core", "libblas.so"});
+  if (auto f = symbol<void (*)(int)>("openblas_set_num_threads")) {
+    f(n);
+    return true;
+  }
+  if (auto f = symbol<void (*)(long)>("bli_thread_set_num_threads")) {
+    f(n);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace accel::blas
