@@ -26,6 +26,9 @@
 //   bench_step_overhead [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N]
 //                       [--model SUBSTRING] [--data PATH] [--breakdown]
 //
+// --bf16 adds, per model, accel's step under bf16 autocast against its fp32 step:
+// {"bench":"precision",...,"fp32_us":…,"bf16_us":…,"bf16_over_fp32":…}.
+//
 // First it prints this CPU's sgemm rate through libtorch's BLAS (1024 x 1024 fp32, best of
 // 10): {"bench":"sgemm","n":1024,"threads":…,"best_us":…,"gflops":…}, the peak the MLPs'
 // achieved FLOP/s are measured against (--model sgemm prints it alone).
@@ -175,12 +178,13 @@ torch::Tensor to_torch(const accel_tensor* t) {
 
 class AccelSide {
  public:
-  AccelSide(const std::vector<int64_t>& sizes, int64_t batch, const Dataset& data, const Hyper& h, int threads) {
+  AccelSide(const std::vector<int64_t>& sizes, int64_t batch, const Dataset& data, const Hyper& h, int threads,
+            accel_precision precision = ACCEL_PRECISION_NO) {
     accel_options opts = ACCEL_OPTIONS_INIT;
     opts.seed = h.seed;
     opts.device = ACCEL_DEVICE_CPU;
     opts.num_threads = threads;
-    opts.mixed_precision = ACCEL_PRECISION_NO;
+    opts.mixed_precision = precision;
     opts.gradient_accumulation_steps = 1;
     ACHECK(nullptr, accel_init(&opts, &ctx_));
     accel_mlp_options mlp = ACCEL_MLP_OPTIONS_INIT;
@@ -343,7 +347,7 @@ struct Config {
   int steps = 0;   // steps per block; 0: the model's default
   int warmup = -1; // warm-up steps per side; -1: the model's default
   int threads = 0; // 0: libtorch's default
-  bool quick = false, breakdown = false;
+  bool quick = false, breakdown = false, bf16 = false;
   std::string model_filter, data = DIGITS_DEFAULT_PATH;
 };
 
@@ -450,13 +454,30 @@ void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
       std::printf(",\"sum_us\":%.1f}\n", total);
     }
   }
+  if (cfg.bf16) {  // accel's step in bf16 autocast against its fp32 step, blocks interleaved
+    AccelSide half(spec.sizes, spec.batch, data, h, threads, ACCEL_PRECISION_BF16);
+    for (int i = 0; i < warmup; ++i) half.step(nullptr);
+    std::vector<double> fp32, bf16;
+    for (int r = 0; r < rounds; ++r) {
+      for (int k = 0; k < 2; ++k) {
+        const bool half_turn = (k == 0) == (r % 2 == 0);
+        const auto t0 = Clock::now();
+        for (int i = 0; i < steps; ++i) (half_turn ? half : acc).step(nullptr);
+        (half_turn ? bf16 : fp32).push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / steps);
+      }
+    }
+    const double f = median(fp32), b = median(bf16);
+    std::printf("{\"bench\":\"precision\",\"model\":\"%s\",\"batch\":%" PRId64 ",\"threads\":%d,\"fp32_us\":%.1f,"
+                "\"bf16_us\":%.1f,\"bf16_over_fp32\":%.3f}\n",
+                spec.name.c_str(), spec.batch, used_threads, f, b, b / f);
+  }
   std::fflush(stdout);
 }
 
 [[noreturn]] void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N] [--model SUBSTRING]\n"
-               "          [--data digits.csv.gz] [--breakdown]\n",
+               "          [--data digits.csv.gz] [--breakdown] [--bf16]\n",
                argv0);
   std::exit(2);
 }
@@ -477,6 +498,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--quick") cfg.quick = true;
     else if (a == "--breakdown") cfg.breakdown = true;
+    else if (a == "--bf16") cfg.bf16 = true;
     else if (a == "--rounds") cfg.rounds = std::max(1, int_arg(argc, argv, i));
     else if (a == "--steps") cfg.steps = int_arg(argc, argv, i);
     else if (a == "--warmup") cfg.warmup = int_arg(argc, argv, i);
