@@ -232,8 +232,9 @@ typedef struct accel_options {
     double loss_scale_growth_factor;     /* finite and > 1, default 2 */
     double loss_scale_backoff_factor;    /* in (0, 1), default 0.5 */
     int32_t loss_scale_growth_interval;  /* >= 1, default 2000 real steps without overflow */
-    int32_t num_threads;                 /* libtorch's intra-op threads (process-wide), in
-                                            [0, 4096]; 0 = leave as is */
+    int32_t num_threads;                 /* libtorch's intra-op threads and the BLAS's own
+                                            (process-wide; OpenBLAS, BLIS), in [0, 4096];
+                                            0 = leave as is (docs/performance.md) */
     /* version 2 */
     accel_strategy strategy;             /* how several processes share the work; default
                                             ACCEL_STRATEGY_NO, or the ACCEL_STRATEGY environment
