@@ -133,7 +133,7 @@ template <class Map>
 auto state_key(const torch::Tensor& p) {
   using Key = typename std::decay_t<Map>::key_type;
   if constexpr (std::is_same_v<Key, std::string>)
-    return c10::guts::to_string(p.unsafeGetTensorImpl());
+    return compat::pointer_text(p.unsafeGetTensorImpl());
   else
     return static_cast<Key>(p.unsafeGetTensorImpl());
 }

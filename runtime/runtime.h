@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 #include <torch/script.h>
 
+#include "runtime/compat.h"
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -464,7 +466,7 @@ class Accelerator {
   void ddp_launch(Bucket& b);
   void ddp_finish();  // launches incomplete buckets, waits for the averages
   void ddp_release();
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keeps the post hooks alive
+  std::vector<compat::GradAccumulator> accumulators_;  // keeps the post hooks alive
   bool in_backward_ = false;
   std::vector<Bucket> buckets_;
   // gradient hooks outlive nothing: they reach the context through this, cleared on destruction

@@ -42,9 +42,9 @@ constexpr size_t kMaxInflight = 1;
 
 }  // namespace
 
-std::shared_ptr<torch::autograd::Node> on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn) {
-  std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::grad_accumulator(p);
-  ACCEL_CHECK(acc != nullptr, Status::Internal, "a parameter without a gradient accumulator (does it require grad?)");
+compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn) {
+  compat::GradAccumulator acc = torch::autograd::impl::grad_accumulator(p);
+  ACCEL_CHECK(static_cast<bool>(acc), Status::Internal, "a parameter without a gradient accumulator (does it require grad?)");
   acc->add_post_hook(std::make_unique<CallbackPostHook>(std::move(fn)));
   return acc;
 }

@@ -33,7 +33,7 @@ namespace accel {
 // Runs `fn` each time autograd has accumulated a gradient into p.grad (a post hook on the
 // parameter's gradient accumulator, as DDP's reducer does). The hook lives as long as the
 // returned node is held.
-std::shared_ptr<torch::autograd::Node> on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn);
+compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn);
 
 // Broadcasts process 0's parameters and buffers to every process (DDP and ZeRO at prepare).
 void broadcast_from_rank0(comm::Communicator& comm, Model& model);
@@ -143,7 +143,7 @@ class ZeroEngine final : public UnitGate {
   bool in_backward_ = false, sync_ = false;
   int64_t rows_ = 0;
   std::deque<size_t> inflight_;  // units whose reduce-scatter is launched, oldest first
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<compat::GradAccumulator> accumulators_;
   std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
 };
 
