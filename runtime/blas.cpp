@@ -73,7 +73,19 @@ Info info() {
   } else if (i.path.find("blis") != std::string::npos) {
     i.name = "BLIS";
     i.details = "its libblas.so.3 exports the BLAS only: threads from BLIS_NUM_THREADS";
-  } else if (symbol<void*>("mkl_get_version") || i.path.find("mkl") != std::string::npos) {
+  } else if (auto mkl = symbol<void (*)(char*, int)>("MKL_Get_Version_String")) {
+    i.name = "MKL";  // a PyTorch wheel's libtorch_cpu links it in (x86-64)
+    char buf[256] = {0};
+    mkl(buf, static_cast<int>(sizeof buf - 1));
+    i.details = buf;
+    if (auto n = symbol<int (*)()>("MKL_Get_Max_Threads")) i.threads = n();
+    Dl_info where{};
+    if (::dladdr(reinterpret_cast<void*>(mkl), &where) && where.dli_fname) {
+      char* real = ::realpath(where.dli_fname, nullptr);
+      i.path = real ? real : where.dli_fname;
+      std::free(real);
+    }
+  } else if (i.path.find("mkl") != std::string::npos) {
     i.name = "MKL";
   } else if (i.path.find("/blas/libblas.so") != std::string::npos) {
     i.name = "netlib (reference BLAS: slow; install libopenblas0-pthread, see README)";

@@ -291,7 +291,7 @@ int env() {
   std::printf("- BLAS library: %s\n", b.path.empty() ? "(none mapped)" : b.path.c_str());
   std::printf("- threads: libtorch intra-op %d, inter-op %d, BLAS %s; %u cores; OMP_NUM_THREADS=%s, "
               "OPENBLAS_NUM_THREADS=%s\n",
-              at::get_num_threads(), at::get_num_interop_threads(),
+              static_cast<int>(at::get_num_threads()), static_cast<int>(at::get_num_interop_threads()),
               b.threads > 0 ? std::to_string(b.threads).c_str() : "(follows OpenMP or unknown)",
               std::thread::hardware_concurrency(), omp ? omp : "unset", obl ? obl : "unset");
   std::printf("- libtorch built with: OpenMP %s, MKL %s, LAPACK %s, MKL-DNN %s\n", at::hasOpenMP() ? "yes" : "no",
