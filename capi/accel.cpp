@@ -142,7 +142,7 @@ accel_tensor* wrap(torch::Tensor t, const accel_context* owner = nullptr) {
 }
 
 // Objects that belong to a context must be used with it.
-void same_context(const accel_context* ctx, const accel_context* owner, const char* what) {
+void same_context(const accel_context* ctx, const accel_context* owner, const std::string& what) {
   ACCEL_CHECK(owner == nullptr || owner == ctx, Status::InvalidArgument, what, " belongs to another context");
 }
 
@@ -410,8 +410,7 @@ accel_status accel_model_forward(accel_context* ctx, accel_model* model, accel_t
     ins.reserve(num_inputs);
     for (size_t i = 0; i < num_inputs; ++i) {
       ACCEL_CHECK(inputs[i] != nullptr, Status::InvalidArgument, "inputs[", i, "] is NULL");
-      ACCEL_CHECK(inputs[i]->owner == nullptr || inputs[i]->owner == ctx, Status::InvalidArgument, "inputs[", i,
-                  "] belongs to another context");
+      same_context(ctx, inputs[i]->owner, "inputs[" + std::to_string(i) + "]");
       ins.push_back(inputs[i]->t);
     }
     *out = wrap(acc_of(ctx).forward(*model->impl, ins), ctx);

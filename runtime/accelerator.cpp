@@ -634,7 +634,6 @@ void Accelerator::save_model(const Model& model, const std::string& path) {
   const bool script = path.size() >= 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
   ACCEL_CHECK(!script || model.from_torchscript(), Status::Unsupported, "only a model loaded from TorchScript exports as ",
               "TorchScript ('", path, "'); save the built-in MLP as .safetensors");
-  ACCEL_CHECK(!path.empty(), Status::InvalidArgument, "path is empty");
   std::vector<torch::Tensor> params = full_parameters(model);
   Status status = Status::Ok;
   std::string why;
@@ -835,7 +834,6 @@ std::string dims_str(const int64_t* d, int64_t n) {
 // them, so that a mismatch is a clear error on every process instead of a mismatched
 // collective. Row r: {dtype, ndim, extra, dims[16]}.
 std::vector<int64_t> Accelerator::describe_across(const torch::Tensor& x, int64_t extra) {
-  constexpr size_t kRow = 19;
   std::vector<int64_t> mine(kRow, 0), all(kRow * static_cast<size_t>(comm_->size()));
   mine[0] = static_cast<int64_t>(x.scalar_type());
   mine[1] = x.dim();
@@ -876,9 +874,9 @@ torch::Tensor Accelerator::gather(const torch::Tensor& t) {
   const size_t nd = static_cast<size_t>(x.dim());
   for (int r = 0; r < n; ++r)
     for (size_t d = 0; d < nd; ++d)
-      ACCEL_CHECK(all[19 * static_cast<size_t>(r) + 3 + d] == all[3 + d], Status::InvalidArgument,
+      ACCEL_CHECK(all[kRow * static_cast<size_t>(r) + 3 + d] == all[3 + d], Status::InvalidArgument,
                   "gather needs the same shape on every process: process 0 has ", dims_str(&all[3], x.dim()),
-                  ", process ", r, " has ", dims_str(&all[19 * static_cast<size_t>(r) + 3], x.dim()),
+                  ", process ", r, " has ", dims_str(&all[kRow * static_cast<size_t>(r) + 3], x.dim()),
                   " (pad_across_processes makes them equal)");
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape[0] *= n;
@@ -893,22 +891,23 @@ torch::Tensor Accelerator::pad_across_processes(const torch::Tensor& t, int64_t 
   ACCEL_CHECK(dim >= -x.dim() && dim < x.dim(), Status::InvalidArgument, "dim must be in [", -x.dim(), ", ", x.dim(),
               ") for a tensor ", shape_str(x), ", got ", dim);
   if (dim < 0) dim += x.dim();
-  if (!x.is_floating_point()) {  // the pad value must be one of the dtype's values
-    const double lo = x.scalar_type() == torch::kByte ? 0.0 : -std::ldexp(1.0, static_cast<int>(x.element_size()) * 8 - 1);
-    const double hi = x.scalar_type() == torch::kByte ? 255.0 : std::ldexp(1.0, static_cast<int>(x.element_size()) * 8 - 1);
-    ACCEL_CHECK(std::isfinite(value) && value == std::floor(value) && value >= lo && value < hi + (x.scalar_type() == torch::kByte ? 1 : 0),
+  if (!x.is_floating_point()) {  // the pad value must be one of the dtype's values: [lo, end)
+    const double half = std::ldexp(1.0, static_cast<int>(x.element_size()) * 8 - 1);
+    const bool unsigned_bytes = x.scalar_type() == torch::kByte;
+    const double lo = unsigned_bytes ? 0.0 : -half, end = unsigned_bytes ? 2 * half : half;
+    ACCEL_CHECK(std::isfinite(value) && value == std::floor(value) && value >= lo && value < end,
                 Status::InvalidArgument, "pad_value must be an integer in the range of ", c10::toString(x.scalar_type()),
                 " for this tensor, got ", value);
   }
   const int n = comm_->size();
   const std::vector<int64_t> all = describe_across(x, dim);
   for (int r = 0; r < n; ++r)
-    ACCEL_CHECK(all[19 * static_cast<size_t>(r) + 2] == dim, Status::InvalidArgument,
+    ACCEL_CHECK(all[kRow * static_cast<size_t>(r) + 2] == dim, Status::InvalidArgument,
                 "dim differs across processes: process 0 pads dimension ", all[2], ", process ", r, " dimension ",
-                all[19 * static_cast<size_t>(r) + 2]);
+                all[kRow * static_cast<size_t>(r) + 2]);
   const int64_t size = x.size(dim);
   int64_t target = 0;
-  for (int r = 0; r < n; ++r) target = std::max(target, all[19 * static_cast<size_t>(r) + 3 + static_cast<size_t>(dim)]);
+  for (int r = 0; r < n; ++r) target = std::max(target, all[kRow * static_cast<size_t>(r) + 3 + static_cast<size_t>(dim)]);
   torch::Tensor out = x;
   if (target > size) {
     std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());

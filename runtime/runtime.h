@@ -422,6 +422,7 @@ class Accelerator {
  private:
   // Every process's {dtype, ndim, extra, dims[16]} (19 int64 per process, process order),
   // after checking that dtypes and ranks agree (InvalidArgument naming the processes).
+  static constexpr size_t kRow = 19;  // describe_across's row: {dtype, ndim, extra, dims[16]}
   std::vector<int64_t> describe_across(const torch::Tensor& x, int64_t extra);
   // Process 0's outcome on every process: with `status` not Ok there, every process throws
   // Error(status, process 0's message). A collective (a no-op on one process).
