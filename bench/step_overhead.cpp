@@ -20,14 +20,15 @@
 // "max_abs_diff" is the largest difference between them (0 when the two loops really do
 // the same work on the same batches).
 //
-// Threads: --threads N, else libtorch's default (at::get_num_threads() at start-up);
-// the count both sides ran with is reported as "threads".
+// The thread count every side ran with is reported as "threads".
 //
-//   bench_step_overhead [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N]
-//                       [--model SUBSTRING] [--data PATH] [--breakdown]
+//   bench_step_overhead [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N[,N...]]
+//                       [--model SUBSTRING] [--data PATH] [--breakdown] [--bf16]
+//                       [--peers PYTHON [--peers-script PATH]]
 //
 // --bf16 adds, per model, accel's step under bf16 autocast against its fp32 step:
-// {"bench":"precision",...,"fp32_us":…,"bf16_us":…,"bf16_over_fp32":…}.
+// {"bench":"precision",...,"fp32_us":…,"bf16_us":…,"bf16_over_fp32":…} (with --peers, the
+// same for PyTorch 2.x's loop: "pytorch_fp32_us", "pytorch_bf16_us", "pytorch_bf16_over_fp32").
 //
 // First it prints this CPU's sgemm rate through libtorch's BLAS (1024 x 1024 fp32, best of
 // 10): {"bench":"sgemm","n":1024,"threads":…,"best_us":…,"gflops":…}, the peak the MLPs'
@@ -35,8 +36,25 @@
 //
 // --breakdown adds, per model and side, one "step_overhead_breakdown" line with the
 // median time of each phase of a step (next, forward, loss, backward, step).
+//
+// --peers PYTHON adds accel's peers, PyTorch 2.x eager and Accelerate 1.x, run by
+// bench/peers/peers.py under that interpreter (scripts/bench makes a venv with them): the
+// same model, batch, optimizer, precision and thread count, their blocks of steps
+// interleaved with accel's and the baseline's in the same rounds, one more JSON line per
+// model: {"bench":"peers",...,"accel_us":…,"pytorch_us":…,"accelerate_us":…,
+// "vs_pytorch":…,"vs_accelerate":…} (accel's time over the peer's; lower is better).
+//
+// Every model's line carries the achieved FLOP/s of its matrix products ("gflops": the
+// forward's, the weight gradients' and the input gradients' of every layer but the first)
+// and their fraction of the sgemm rate measured with the same threads ("sgemm_fraction").
+//
+// Thread counts: --threads N or a list (--threads 1,2); by default 1 and the number of CPUs
+// (std::thread::hardware_concurrency), each model measured at each.
 #include <accel/accel.h>
 #include <torch/torch.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -49,10 +67,14 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifndef DIGITS_DEFAULT_PATH
 #define DIGITS_DEFAULT_PATH "examples/data/digits.csv.gz"
+#endif
+#ifndef PEERS_DEFAULT_SCRIPT
+#define PEERS_DEFAULT_SCRIPT "bench/peers/peers.py"
 #endif
 
 namespace {
@@ -340,15 +362,142 @@ class TorchSide {
   int64_t epoch_ = 0, pos_ = 0, order_epoch_ = -1;
 };
 
+// The peers (PyTorch eager, Accelerate) in a child process running bench/peers/peers.py
+// --serve: commands on its stdin, one answer line each on its stdout.
+struct PeerBlock {
+  double total_us = 0;
+  std::vector<double> step_us, fetch_us;
+};
+
+class PeerProcess {
+ public:
+  PeerProcess(const std::string& python, const std::string& script, const std::vector<int64_t>& sizes,
+              int64_t batch, int threads, const std::string& data) {
+    std::string size_list;
+    for (auto v : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(v);
+    std::vector<std::string> args = {python, script, "--serve", "--sizes", size_list, "--batch", std::to_string(batch),
+                                     "--threads", std::to_string(threads)};
+    if (sizes.front() == 64 && sizes.back() == 10) {
+      args.push_back("--data");
+      args.push_back(data);
+    }
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) fail("pipe: " + std::string(std::strerror(errno)));
+    std::fflush(stdout);
+    pid_ = fork();
+    if (pid_ < 0) fail("fork: " + std::string(std::strerror(errno)));
+    if (pid_ == 0) {
+      dup2(to_child[0], STDIN_FILENO);
+      dup2(from_child[1], STDOUT_FILENO);
+      close(to_child[0]);
+      close(to_child[1]);
+      close(from_child[0]);
+      close(from_child[1]);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      std::fprintf(stderr, "step_overhead: cannot run %s: %s\n", argv[0], std::strerror(errno));
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    to_ = fdopen(to_child[1], "w");
+    from_ = fdopen(from_child[0], "r");
+    // "ready TORCH_VERSION ACCELERATE_VERSION THREADS"
+    const std::vector<std::string> ready = split(read_line());
+    if (ready.size() != 4 || ready[0] != "ready") fail("unexpected first line from the peers' process");
+    torch_version_ = ready[1];
+    accelerate_version_ = ready[2];
+    threads_ = std::atoi(ready[3].c_str());
+  }
+  PeerProcess(const PeerProcess&) = delete;
+  PeerProcess& operator=(const PeerProcess&) = delete;
+  ~PeerProcess() {
+    if (to_) {
+      std::fputs("quit\n", to_);
+      std::fclose(to_);
+    }
+    if (from_) std::fclose(from_);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+
+  const std::string& torch_version() const { return torch_version_; }
+  const std::string& accelerate_version() const { return accelerate_version_; }
+  int threads() const { return threads_; }
+
+  PeerBlock run(const char* side, int steps) {
+    const auto f = ask("run " + std::string(side) + " " + std::to_string(steps));
+    if (f.size() != 2 + 2 * static_cast<size_t>(steps)) fail("a block's answer has " + std::to_string(f.size()) + " fields");
+    PeerBlock b;
+    b.total_us = std::atof(f[1].c_str());
+    for (int i = 0; i < steps; ++i) {
+      b.step_us.push_back(std::atof(f[2 + static_cast<size_t>(i)].c_str()));
+      b.fetch_us.push_back(std::atof(f[2 + static_cast<size_t>(steps + i)].c_str()));
+    }
+    return b;
+  }
+
+  double sgemm_us() {
+    const auto f = ask("sgemm");
+    if (f.size() != 2) fail("unexpected answer to sgemm");
+    return std::atof(f[1].c_str());
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    std::fprintf(stderr, "step_overhead: the peers' process (%s): %s\n", PEERS_DEFAULT_SCRIPT, what.c_str());
+    std::exit(1);
+  }
+
+  static std::vector<std::string> split(const std::string& line) {
+    std::vector<std::string> out;
+    size_t i = 0;
+    while (i < line.size()) {
+      while (i < line.size() && line[i] == ' ') ++i;
+      size_t j = i;
+      while (j < line.size() && line[j] != ' ') ++j;
+      if (j > i) out.push_back(line.substr(i, j - i));
+      i = j;
+    }
+    return out;
+  }
+
+  std::string read_line() {
+    char* buf = nullptr;
+    size_t cap = 0;
+    const ssize_t n = getline(&buf, &cap, from_);
+    std::string line = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+    std::free(buf);
+    if (n <= 0) fail("it ended (see its messages above)");
+    if (!line.empty() && line.back() == '\n') line.pop_back();
+    return line;
+  }
+
+  std::vector<std::string> ask(const std::string& command) {
+    if (std::fprintf(to_, "%s\n", command.c_str()) < 0 || std::fflush(to_) != 0) fail("it ended (see its messages above)");
+    auto f = split(read_line());
+    if (f.empty() || f[0] != "ok") fail("'" + command + "' failed");
+    return f;
+  }
+
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+  std::string torch_version_, accelerate_version_;
+  int threads_ = 0;
+};
+
 // ---------------------------------------------------------------------------------------
 
 struct Config {
   int rounds = 15;
   int steps = 0;   // steps per block; 0: the model's default
   int warmup = -1; // warm-up steps per side; -1: the model's default
-  int threads = 0; // 0: libtorch's default
+  std::vector<int> threads; // empty: 1 and libtorch's default
   bool quick = false, breakdown = false, bf16 = false;
   std::string model_filter, data = DIGITS_DEFAULT_PATH;
+  std::string peers_python, peers_script = PEERS_DEFAULT_SCRIPT;
 };
 
 struct ModelSpec {
@@ -365,7 +514,38 @@ std::string model_name(const std::vector<int64_t>& sizes) {
   return s;
 }
 
-void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
+// The floating-point operations of a step's matrix products: per layer (in x out weights),
+// 2·batch·in·out for the forward and as many for the weight gradient, and as many again for
+// the input gradient of every layer but the first (the data needs none).
+double step_flops(const std::vector<int64_t>& sizes, int64_t batch) {
+  double f = 0;
+  for (size_t l = 0; l + 1 < sizes.size(); ++l) {
+    const double mm = 2.0 * static_cast<double>(batch) * static_cast<double>(sizes[l]) * static_cast<double>(sizes[l + 1]);
+    f += (l == 0 ? 2 : 3) * mm;
+  }
+  return f;
+}
+
+// This CPU's sgemm rate through libtorch's BLAS (the peak the MLPs are measured against):
+// C = A x B of 1024 x 1024 fp32 matrices, best of 10 after 2 warm-ups, with the current
+// thread count.
+double sgemm_best_us() {
+  const int64_t n = 1024;
+  const at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
+  at::Tensor c = at::empty({n, n});
+  double best = 1e30;
+  for (int i = 0; i < 12; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::mm_out(c, a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 2) best = std::min(best, s);
+  }
+  return best * 1e6;
+}
+
+constexpr double kSgemmFlops = 2.0 * 1024 * 1024 * 1024;
+
+void run_model(const ModelSpec& spec, const Config& cfg, int threads, double sgemm_us) {
   const Dataset data = spec.digits ? load_digits(cfg.data) : random_data(4096, spec.sizes.front(), spec.sizes.back(), 7);
   const Hyper h;
   int steps = cfg.steps > 0 ? cfg.steps : spec.steps;
@@ -380,31 +560,54 @@ void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
   TorchSide base(acc.parameters(), spec.batch, data, h);  // the same initial weights
   at::set_num_threads(threads);                           // (accel_init set it too)
   const int used_threads = at::get_num_threads();
+  std::unique_ptr<PeerProcess> peers;
+  if (!cfg.peers_python.empty()) {
+    peers = std::make_unique<PeerProcess>(cfg.peers_python, cfg.peers_script, spec.sizes, spec.batch, threads, cfg.data);
+    if (peers->threads() != used_threads) {
+      std::fprintf(stderr, "step_overhead: the peers run %d threads, accel %d\n", peers->threads(), used_threads);
+      std::exit(1);
+    }
+  }
 
-  std::fprintf(stderr, "step_overhead: %s batch %" PRId64 " (%s, %" PRId64 " samples), %d threads, %d rounds x %d steps, warm-up %d\n",
+  std::fprintf(stderr, "step_overhead: %s batch %" PRId64 " (%s, %" PRId64 " samples), %d threads, %d rounds x %d steps, warm-up %d%s\n",
                spec.name.c_str(), spec.batch, spec.digits ? "digits" : "random", data.x.size(0), used_threads, rounds,
-               steps, warmup);
+               steps, warmup, peers ? ", with PyTorch and Accelerate" : "");
 
+  // The sides: accel, the libtorch baseline, then the peers when asked for.
+  enum Side { kAccel, kBaseline, kPyTorch, kAccelerate, kSides };
+  const char* const side_names[kSides] = {"accel", "baseline", "pytorch", "accelerate"};
+  const int sides = peers ? 4 : 2;
   for (int i = 0; i < warmup; ++i) acc.step(nullptr);
   for (int i = 0; i < warmup; ++i) base.step(nullptr);
+  if (peers) {
+    peers->run(side_names[kPyTorch], warmup);
+    peers->run(side_names[kAccelerate], warmup);
+  }
 
   // A block's mean step time is one sample (it includes every cost, periodic ones such as
   // the per-epoch permutation too). Each step is timed as well: the median single step is
-  // less disturbed when other processes take the CPU now and then.
-  std::vector<double> acc_samples, base_samples, acc_steps, base_steps;
+  // less disturbed when other processes take the CPU now and then. The order of the sides
+  // rotates from round to round, so drifts cancel out.
+  std::array<std::vector<double>, kSides> samples, per_step, fetch;
   for (int r = 0; r < rounds; ++r) {
-    for (int k = 0; k < 2; ++k) {
-      const bool accel_turn = (k == 0) == (r % 2 == 0);  // who goes first alternates
-      auto& per_step = accel_turn ? acc_steps : base_steps;
+    for (int k = 0; k < sides; ++k) {
+      const int side = (k + r) % sides;
+      if (side >= kPyTorch) {
+        PeerBlock b = peers->run(side_names[side], steps);
+        samples[side].push_back(b.total_us / steps);
+        per_step[side].insert(per_step[side].end(), b.step_us.begin(), b.step_us.end());
+        fetch[side].insert(fetch[side].end(), b.fetch_us.begin(), b.fetch_us.end());
+        continue;
+      }
       const auto t0 = Clock::now();
       auto prev = t0;
       for (int i = 0; i < steps; ++i) {
-        if (accel_turn) acc.step(nullptr); else base.step(nullptr);
+        if (side == kAccel) acc.step(nullptr); else base.step(nullptr);
         const auto now = Clock::now();
-        per_step.push_back(std::chrono::duration<double, std::micro>(now - prev).count());
+        per_step[side].push_back(std::chrono::duration<double, std::micro>(now - prev).count());
         prev = now;
       }
-      (accel_turn ? acc_samples : base_samples).push_back(std::chrono::duration<double, std::micro>(prev - t0).count() / steps);
+      samples[side].push_back(std::chrono::duration<double, std::micro>(prev - t0).count() / steps);
     }
   }
 
@@ -432,14 +635,32 @@ void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
     if (a.size() != b.size()) max_diff = INFINITY;
   }
 
-  const double a_us = median(acc_samples), b_us = median(base_samples);
-  const double a_p50 = median(acc_steps), b_p50 = median(base_steps);
+  const double a_us = median(samples[kAccel]), b_us = median(samples[kBaseline]);
+  const double a_p50 = median(per_step[kAccel]), b_p50 = median(per_step[kBaseline]);
+  const double flops = step_flops(spec.sizes, spec.batch), sgemm_gflops = kSgemmFlops / sgemm_us / 1e3;
+  const double gflops = flops / a_us / 1e3;
   std::printf("{\"bench\":\"step_overhead\",\"model\":\"%s\",\"batch\":%" PRId64
               ",\"threads\":%d,\"rounds\":%d,\"steps\":%d,\"accel_us\":%.1f,\"baseline_us\":%.1f,\"ratio\":%.3f,"
               "\"overhead_us\":%.1f,\"accel_step_p50_us\":%.1f,\"baseline_step_p50_us\":%.1f,\"step_p50_ratio\":%.3f,"
-              "\"max_abs_diff\":%.3g}\n",
+              "\"max_abs_diff\":%.3g,\"gflops\":%.2f,\"sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f}\n",
               spec.name.c_str(), spec.batch, used_threads, rounds, steps, a_us, b_us, a_us / b_us, a_us - b_us, a_p50,
-              b_p50, a_p50 / b_p50, max_diff);
+              b_p50, a_p50 / b_p50, max_diff, gflops, sgemm_gflops, gflops / sgemm_gflops);
+  if (peers) {
+    const double pt_us = median(samples[kPyTorch]), ac_us = median(samples[kAccelerate]);
+    const double peer_sgemm_gflops = kSgemmFlops / peers->sgemm_us() / 1e3;
+    std::printf("{\"bench\":\"peers\",\"model\":\"%s\",\"batch\":%" PRId64
+                ",\"threads\":%d,\"rounds\":%d,\"steps\":%d,\"torch\":\"%s\",\"accelerate\":\"%s\","
+                "\"accel_us\":%.1f,\"pytorch_us\":%.1f,\"accelerate_us\":%.1f,\"vs_pytorch\":%.3f,\"vs_accelerate\":%.3f,"
+                "\"accel_step_p50_us\":%.1f,\"pytorch_step_p50_us\":%.1f,\"accelerate_step_p50_us\":%.1f,"
+                "\"pytorch_fetch_us\":%.1f,\"accelerate_fetch_us\":%.1f,"
+                "\"accel_gflops\":%.2f,\"pytorch_gflops\":%.2f,\"accelerate_gflops\":%.2f,"
+                "\"sgemm_gflops\":%.2f,\"peer_sgemm_gflops\":%.2f,\"sgemm_fraction\":%.3f}\n",
+                spec.name.c_str(), spec.batch, used_threads, rounds, steps, peers->torch_version().c_str(),
+                peers->accelerate_version().c_str(), a_us, pt_us, ac_us, a_us / pt_us, a_us / ac_us, a_p50,
+                median(per_step[kPyTorch]), median(per_step[kAccelerate]), median(fetch[kPyTorch]),
+                median(fetch[kAccelerate]), gflops, flops / pt_us / 1e3, flops / ac_us / 1e3, sgemm_gflops,
+                peer_sgemm_gflops, gflops / sgemm_gflops);
+  }
   if (cfg.breakdown) {
     for (int side = 0; side < 2; ++side) {
       const auto& ph = side == 0 ? acc_ph : base_ph;
@@ -468,16 +689,31 @@ void run_model(const ModelSpec& spec, const Config& cfg, int threads) {
     }
     const double f = median(fp32), b = median(bf16);
     std::printf("{\"bench\":\"precision\",\"model\":\"%s\",\"batch\":%" PRId64 ",\"threads\":%d,\"fp32_us\":%.1f,"
-                "\"bf16_us\":%.1f,\"bf16_over_fp32\":%.3f}\n",
+                "\"bf16_us\":%.1f,\"bf16_over_fp32\":%.3f",
                 spec.name.c_str(), spec.batch, used_threads, f, b, b / f);
+    if (peers) {  // the same comparison in PyTorch 2.x (its own kernels for bf16)
+      std::vector<double> pf, pb;
+      peers->run(side_names[kPyTorch], warmup);
+      peers->run("pytorch_bf16", warmup);
+      for (int r = 0; r < rounds; ++r) {
+        for (int k = 0; k < 2; ++k) {
+          const bool half_turn = (k == 0) == (r % 2 == 0);
+          const PeerBlock blk = peers->run(half_turn ? "pytorch_bf16" : side_names[kPyTorch], steps);
+          (half_turn ? pb : pf).push_back(blk.total_us / steps);
+        }
+      }
+      std::printf(",\"torch\":\"%s\",\"pytorch_fp32_us\":%.1f,\"pytorch_bf16_us\":%.1f,\"pytorch_bf16_over_fp32\":%.3f",
+                  peers->torch_version().c_str(), median(pf), median(pb), median(pb) / median(pf));
+    }
+    std::printf("}\n");
   }
   std::fflush(stdout);
 }
 
 [[noreturn]] void usage(const char* argv0) {
   std::fprintf(stderr,
-               "usage: %s [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N] [--model SUBSTRING]\n"
-               "          [--data digits.csv.gz] [--breakdown] [--bf16]\n",
+               "usage: %s [--quick] [--rounds N] [--steps N] [--warmup N] [--threads N[,N...]] [--model SUBSTRING]\n"
+               "          [--data digits.csv.gz] [--breakdown] [--bf16] [--peers PYTHON [--peers-script PATH]]\n",
                argv0);
   std::exit(2);
 }
@@ -488,6 +724,22 @@ int int_arg(int argc, char** argv, int& i) {
   long v = std::strtol(argv[++i], &end, 10);
   if (*end != '\0' || v < 0 || v > 1000000) usage(argv[0]);
   return static_cast<int>(v);
+}
+
+// "1,2" -> {1, 2}: thread counts, each from 1 to 1024.
+std::vector<int> threads_arg(int argc, char** argv, int& i) {
+  if (i + 1 >= argc) usage(argv[0]);
+  std::vector<int> out;
+  const char* p = argv[++i];
+  while (true) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 1 || v > 1024 || (*end != ',' && *end != '\0')) usage(argv[0]);
+    out.push_back(static_cast<int>(v));
+    if (*end == '\0') break;
+    p = end + 1;
+  }
+  return out;
 }
 
 }  // namespace
@@ -502,47 +754,44 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") cfg.rounds = std::max(1, int_arg(argc, argv, i));
     else if (a == "--steps") cfg.steps = int_arg(argc, argv, i);
     else if (a == "--warmup") cfg.warmup = int_arg(argc, argv, i);
-    else if (a == "--threads") cfg.threads = int_arg(argc, argv, i);
+    else if (a == "--threads") cfg.threads = threads_arg(argc, argv, i);
     else if (a == "--model" && i + 1 < argc) cfg.model_filter = argv[++i];
     else if (a == "--data" && i + 1 < argc) cfg.data = argv[++i];
+    else if (a == "--peers" && i + 1 < argc) cfg.peers_python = argv[++i];
+    else if (a == "--peers-script" && i + 1 < argc) cfg.peers_script = argv[++i];
     else usage(argv[0]);
   }
   bool rounds_given = false;
   for (int i = 1; i < argc; ++i) rounds_given = rounds_given || std::strcmp(argv[i], "--rounds") == 0;
   if (cfg.quick && !rounds_given) cfg.rounds = 5;
-
-  // The same intra-op thread count for both sides: the one asked for, else libtorch's default.
-  const int threads = cfg.threads > 0 ? cfg.threads : at::get_num_threads();
-  at::set_num_threads(threads);
-
-  // This CPU's sgemm rate through libtorch's BLAS (the peak the MLPs are measured against):
-  // C = A x B of 1024 x 1024 fp32 matrices, best of 10 after 2 warm-ups.
-  int ran = 0;
-  if (cfg.model_filter.empty() || std::string("sgemm").find(cfg.model_filter) != std::string::npos) {
-    ++ran;
-    const int64_t n = 1024;
-    const at::Tensor a = at::randn({n, n}), b = at::randn({n, n});
-    at::Tensor c = at::empty({n, n});
-    double best = 1e30;
-    for (int i = 0; i < 12; ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      at::mm_out(c, a, b);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (i >= 2) best = std::min(best, s);
-    }
-    std::printf("{\"bench\":\"sgemm\",\"n\":%" PRId64 ",\"threads\":%d,\"best_us\":%.1f,\"gflops\":%.2f}\n", n,
-                threads, best * 1e6, 2.0 * n * n * n / best / 1e9);
-    std::fflush(stdout);
+  if (cfg.threads.empty()) {  // one thread, and one per CPU this process may run on when that is more
+    cfg.threads.push_back(1);
+    const int cpus = static_cast<int>(std::thread::hardware_concurrency());
+    if (cpus > 1) cfg.threads.push_back(cpus);
   }
+  signal(SIGPIPE, SIG_IGN);  // a peers' process that ends is reported, not fatal by signal
 
   const std::vector<ModelSpec> specs = {
       {model_name({64, 128, 64, 10}), {64, 128, 64, 10}, 32, 200, 200, true},
       {model_name({1024, 1024, 1024, 1024, 10}), {1024, 1024, 1024, 1024, 10}, 64, 4, 3, false},
   };
-  for (const auto& s : specs) {
-    if (!cfg.model_filter.empty() && s.name.find(cfg.model_filter) == std::string::npos) continue;
-    run_model(s, cfg, threads);
-    ++ran;
+  const bool sgemm_only = !cfg.model_filter.empty() && std::string("sgemm").find(cfg.model_filter) != std::string::npos;
+  int ran = 0;
+  for (const int threads : cfg.threads) {
+    at::set_num_threads(threads);  // the same intra-op thread count for every side
+    const double sgemm_us = sgemm_best_us();
+    std::printf("{\"bench\":\"sgemm\",\"n\":1024,\"threads\":%d,\"best_us\":%.1f,\"gflops\":%.2f}\n", threads, sgemm_us,
+                kSgemmFlops / sgemm_us / 1e3);
+    std::fflush(stdout);
+    if (sgemm_only) {
+      ++ran;
+      continue;
+    }
+    for (const auto& s : specs) {
+      if (!cfg.model_filter.empty() && s.name.find(cfg.model_filter) == std::string::npos) continue;
+      run_model(s, cfg, threads, sgemm_us);
+      ++ran;
+    }
   }
   if (ran == 0) {
     std::fprintf(stderr, "no model matches '%s'\n", cfg.model_filter.c_str());
