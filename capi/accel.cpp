@@ -454,7 +454,7 @@ accel_status accel_model_parameter(accel_context* ctx, const accel_model* model,
     same_context(ctx, model->ctx, "model");
     const size_t n = model->impl->parameters().size();
     ACCEL_CHECK(index < n, Status::InvalidArgument, "parameter index ", index, " out of range (the model has ", n, ")");
-    if (ctx->acc->zero_stage_active()) {  // the shards of every process, gathered
+    if (ctx->acc->shards_parameters()) {  // the shards of every process, gathered
       *out = wrap(ctx->acc->full_parameters(*model->impl)[index]);
     } else {
       *out = wrap(model->impl->parameters()[index].detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
@@ -1009,7 +1009,7 @@ accel_status accel_sim_charge_compute(accel_context* ctx, double seconds, const 
   return guard(ctx, "accel_sim_charge_compute", [&] {
     NEED(ctx);
     ACCEL_CHECK(std::isfinite(seconds) && seconds >= 0, Status::InvalidArgument, "seconds must be >= 0, got ", seconds);
-    acc_of(ctx).comm().charge_compute(seconds, label);
+    if (accel::comm::ComputeClock* clock = acc_of(ctx).clock()) clock->charge_compute(seconds, label);  // else not simulated: nothing to charge
   });
 }
 

@@ -31,7 +31,7 @@
 #include "runtime/paths.h"
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
-#include "runtime/zero.h"
+#include "runtime/strategy/strategy.h"
 
 namespace accel {
 
@@ -299,15 +299,15 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
   const auto& names = model_->parameter_names();
   std::vector<Written> written;
   ckpt::RankState rs;
-  const bool sharded = zero_ != nullptr;
+  const bool sharded = strategy_->shards_state();
   const std::vector<std::string> kinds = opt_ ? opt_->state_kinds() : std::vector<std::string>{};
   torch::NoGradGuard ng;
   if (sharded) {
     TensorFile model_file, opt_file;
-    for (const auto& p : zero_->pieces()) {
-      model_file.add(names[p.param], zero_->piece_state("weight", p), true);
+    for (const auto& p : strategy_->pieces()) {
+      model_file.add(names[p.param], strategy_->piece_state("weight", p), true);
       for (const auto& k : kinds) {
-        torch::Tensor t = zero_->piece_state(k, p);
+        torch::Tensor t = strategy_->piece_state(k, p);
         if (t.defined()) opt_file.add(k + "/" + names[p.param], t, true);
       }
       rs.pieces.push_back({p.param, p.start, p.len});
@@ -343,7 +343,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
   rs.loss_scale = scaler_.scale();
   rs.growth_tracker = scaler_.growth_tracker();
   if (sched_) rs.scheduler_steps = sched_->steps();
-  rs.optimizer_state_steps = zero_ ? zero_->steps() : (opt_ ? opt_->state_steps() : 0);
+  rs.optimizer_state_steps = strategy_->optimizer_state_steps(opt_.get());
   for (const auto& l : loaders_) rs.loaders.push_back({l->epoch(), l->position()});
   for (const auto& w : written) rs.files[w.name] = {w.bytes, w.crc};
   const std::string rank_name = "rank-" + std::to_string(rank) + ".json";
@@ -358,7 +358,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
       m.accel_version = ACCEL_VERSION_STRING;
       m.world_size = world;
       m.strategy = strategy_name(opts_.strategy);
-      m.zero_stage = zero_ ? zero_->stage() : 0;
+      m.zero_stage = strategy_->zero_stage();
       m.precision = precision_name(opts_.precision);
       m.layout = sharded ? "sharded" : "full";
       for (size_t i = 0; i < params.size(); ++i) m.parameters.push_back({names[i], params[i].sizes().vec()});
@@ -559,23 +559,12 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
              " (its error says why); nothing was loaded");
   }
   auto& full = staged->full;
-  const auto& kinds = staged->kinds;
   const ckpt::RankState& rs = staged->rs;
   const int old_world = staged->old_world;
 
   // apply: nothing below fails on input that passed the checks above
   torch::NoGradGuard ng;
-  if (zero_) {
-    zero_->restore(full, rs.optimizer_state_steps);
-  } else {
-    for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(full["weight"][i]);
-    if (opt_) {
-      opt_->zero_grad();
-      std::map<std::string, std::vector<torch::Tensor>> state;
-      for (const auto& k : kinds) state[k] = full[k];
-      opt_->restore(state, rs.optimizer_state_steps);
-    }
-  }
+  strategy_->restore(full, rs.optimizer_state_steps, opt_.get());
   scaler_.restore(rs.loss_scale, rs.growth_tracker);
   if (sched_ && rs.scheduler_steps) sched_->restore(*rs.scheduler_steps);
   optimizer_steps_ = rs.optimizer_steps;

@@ -5,7 +5,6 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -16,14 +15,6 @@ namespace accel::compat {
 // A parameter's gradient accumulator, as libtorch hands it out: std::shared_ptr<Node> up to
 // 2.x's move to c10::intrusive_ptr<Node>. Holding it keeps the post hooks alive.
 using GradAccumulator = decltype(torch::autograd::impl::grad_accumulator(std::declval<const at::Tensor&>()));
-
-// The text libtorch 1.x's optimizers key their state by (the TensorImpl's address as an
-// ostream writes it; c10::guts::to_string did this and is gone from 2.x).
-inline std::string pointer_text(const void* p) {
-  std::ostringstream os;
-  os << p;
-  return os.str();
-}
 
 // Autocast: 2.4 replaced the per-device functions with ones taking a device type.
 inline bool autocast_enabled(c10::DeviceType type) {

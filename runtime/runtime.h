@@ -164,8 +164,9 @@ void validate(const SGDConfig& c);
 void validate(const AdamWConfig& c);
 void validate(const LAMBConfig& c);
 
-// An optimizer over a model's parameters. The libtorch optimizer (and its state) is built
-// at bind(), after the model is placed; the learning rate may be set before.
+// An optimizer over a model's parameters. Its state is made at bind(), after the model is
+// placed; the learning rate may be set before. SGD and AdamW compute exactly what
+// torch::optim's do (runtime/optim/update.h), in one fused pass per parameter on the CPU.
 class Optimizer {
  public:
   Optimizer(std::shared_ptr<Model> model, SGDConfig cfg);
@@ -199,6 +200,14 @@ class Optimizer {
 
  private:
   void lamb_step();
+  // A parameter's state: AdamW's exp_avg/exp_avg_sq (LAMB's m/v), SGD's momentum buffer,
+  // each made at the parameter's first update, and how many updates it had.
+  struct ParamState {
+    torch::Tensor exp_avg, exp_avg_sq, momentum;
+    int64_t steps = 0;
+  };
+  // Where a state kind ("exp_avg", "m", "momentum_buffer"...) lives in a ParamState.
+  static torch::Tensor ParamState::*slot_of(const std::string& kind);
 
   std::shared_ptr<Model> model_;
   std::optional<SGDConfig> sgd_;
@@ -206,11 +215,7 @@ class Optimizer {
   std::optional<LAMBConfig> lamb_;
   double base_lr_, lr_;
   bool bound_ = false;
-  std::unique_ptr<torch::optim::Optimizer> impl_;  // SGD, AdamW: libtorch's
-  struct LambState {
-    torch::Tensor m, v;
-  };
-  std::vector<LambState> lamb_state_;
+  std::vector<ParamState> state_;  // per parameter, model order
   int64_t lamb_steps_ = 0;
 };
 
@@ -342,7 +347,7 @@ struct StepResult {
   int64_t optimizer_steps = 0, micro_steps = 0;
 };
 
-class ZeroEngine;
+class ParallelStrategy;
 
 // Where save_state puts checkpoints when it is given no directory: checkpoints/checkpoint_N
 // under `dir` (N counting up from 0), keeping the newest `total_limit` (0 = all).
@@ -361,6 +366,8 @@ class Accelerator {
   Accelerator& operator=(const Accelerator&) = delete;
 
   comm::Communicator& comm() { return *comm_; }
+  // The simulator's clock when the context runs on a simulated rank; null otherwise.
+  comm::ComputeClock* clock() { return clock_; }
   int process_index() const { return comm_->rank(); }
   int num_processes() const { return comm_->size(); }
   int local_process_index() const { return comm_->local_rank(); }
@@ -409,6 +416,7 @@ class Accelerator {
   // process must call it).
   void save_model(const Model& model, const std::string& path);
   int zero_stage_active() const;  // 0 unless a ZeRO engine shards the prepared model
+  bool shards_parameters() const { return zero_stage_active() > 0; }
 
   // Checkpoints (runtime/checkpoint.cpp, docs/checkpoints.md). Collectives: every process
   // calls them. save_state writes the whole training state to `dir` (empty: the next
@@ -429,26 +437,12 @@ class Accelerator {
   void agree(Status status, const std::string& message);
   bool unscale_once();  // returns found_inf; unscales at most once per real step
 
-  // DDP: parameters from rank 0 at prepare; gradients averaged in buckets filled in reverse
-  // parameter order, each launched as soon as all its gradients are ready during backward.
-  struct Bucket {
-    std::vector<size_t> params;   // indices into model_->parameters()
-    std::vector<int64_t> offsets; // element offsets in flat
-    int64_t numel = 0;
-    torch::Tensor flat;           // the bucket's gradients (the parameters' .grad are views), averaged
-                                  // in place; allocated at the first gradient of a step, freed at the step
-    size_t ready = 0;
-    std::shared_ptr<comm::Work> work;
-  };
-  bool ddp() const { return opts_.strategy == Strategy::DDP && comm_->size() > 1; }
   // Uneven shares (even_batches off) make the processes with more batches issue collectives
   // the others never will. Before a collective caused by a batch of `last_loader_` (DDP's
   // and ZeRO's backward, ZeRO-3's forward) this fails on a process that is past what the
   // process with the fewest batches will make; the processes with fewer fail at the end of
   // such an epoch (next_batch): every process gets the error, none waits forever.
   void check_even_collectives();
-  // ZeRO-2/3 communicate on every micro-batch; DDP and ZeRO-1 only where gradients complete.
-  bool communicates_every_micro_batch() const { return zero_stage_active() >= 2; }
   // The collectives a training loop has made by batch `position` (1-based) of an epoch of
   // `batches`; at position == batches, the epoch's total.
   int64_t collectives_through(int64_t position, int64_t batches) const;
@@ -457,23 +451,8 @@ class Accelerator {
   DataLoader* last_loader_ = nullptr;  // the prepared loader that yielded the last batch (until its epoch ends)
   int64_t last_position_ = 0;          // that batch's 1-based position in its epoch
   std::vector<const DataLoader*> epoch_collectives_;  // loaders whose batches made collectives in their current epoch
-  void check_strategy(const Optimizer* opt) const;  // the backend and optimizer can do it
-  void charge_flops(double flops, const char* label);
-  std::unique_ptr<ZeroEngine> zero_;
   ProjectConfig project_;
   int64_t fwd_rows_ = 0;  // rows of the last forward's first input (compute estimates)
-  void ddp_setup();
-  void ddp_accumulated(size_t param);  // after autograd accumulated the parameter's gradient
-  void ddp_launch(Bucket& b);
-  void ddp_finish();  // launches incomplete buckets, waits for the averages
-  void ddp_release();
-  std::vector<compat::GradAccumulator> accumulators_;  // keeps the post hooks alive
-  bool in_backward_ = false;
-  std::vector<Bucket> buckets_;
-  // gradient hooks outlive nothing: they reach the context through this, cleared on destruction
-  std::shared_ptr<Accelerator*> hook_owner_ = std::make_shared<Accelerator*>(this);
-  std::vector<std::pair<size_t, size_t>> bucket_of_;  // param -> (bucket, slot)
-  bool ddp_sync_now_ = false;
 
   Options opts_;
   std::shared_ptr<comm::Communicator> comm_;
@@ -484,6 +463,8 @@ class Accelerator {
   std::shared_ptr<Optimizer> opt_;
   std::shared_ptr<Scheduler> sched_;
   std::vector<std::shared_ptr<DataLoader>> loaders_;
+  comm::ComputeClock* clock_ = nullptr;         // the simulator's clock; null on real backends
+  std::unique_ptr<ParallelStrategy> strategy_;  // how the processes share the work (runtime/strategy/)
 
   int64_t accum_count_ = 0;       // micro-batches since the last real step
   bool end_of_data_ = false;      // the last batch yielded was the last of its epoch

@@ -287,7 +287,9 @@ struct World::Impl {
   int engine_threads = 1;
   std::shared_ptr<MemoryBudget> budget;
   std::vector<char> progress_queued;  // progress()'s work-list marks, kept to avoid an O(n) allocation per call
-  std::vector<std::unique_ptr<comm::Communicator>> comms;  // one per rank, made by run()
+  std::vector<std::unique_ptr<RankCommunicator>> comms;  // one per rank, made by run()
+  // WorldOptions::missing, parsed: (collective, element type or -1 for every type)
+  std::vector<std::pair<comm::Collective, int>> missing;
 
   // --- scheduling --------------------------------------------------------------------
 
@@ -787,7 +789,7 @@ class SimWork final : public comm::Work {
   OpPtr op_;
 };
 
-class SimCommunicator final : public comm::Communicator {
+class SimCommunicator final : public RankCommunicator {
  public:
   SimCommunicator(World::Impl* w, int rank) : w_(w), rank_(rank) {}
   int rank() const override { return rank_; }
@@ -799,12 +801,9 @@ class SimCommunicator final : public comm::Communicator {
   }
   std::string backend() const override { return "sim"; }
   double flops_per_second() const override { return w_->topo.gpu_flops * w_->topo.mfu; }
-  bool supports(const std::string& collective, DataType t) const override {
-    for (const auto& m : w_->opts.missing) {
-      const auto colon = m.find(':');
-      if (m.substr(0, colon) != collective) continue;
-      if (colon == std::string::npos || m.substr(colon + 1) == comm::dtype_name(t)) return false;
-    }
+  bool supports(comm::Collective op, DataType t) const override {
+    for (const auto& [c, dtype] : w_->missing)
+      if (c == op && (dtype < 0 || dtype == static_cast<int>(t))) return false;
     return true;
   }
 
@@ -936,7 +935,7 @@ int Rank::rank() const { return rank_; }
 int Rank::size() const { return world_->options().world_size; }
 World& Rank::world() { return *world_; }
 
-comm::Communicator& Rank::comm() { return *world_->impl_->comms.at(rank_); }
+RankCommunicator& Rank::comm() { return *world_->impl_->comms.at(rank_); }
 
 void Rank::notify_step(int64_t step) { comm().on_step(step); }
 
@@ -955,6 +954,21 @@ World::World(WorldOptions opts) : impl_(std::make_unique<Impl>()) {
   impl_->engine_threads = opts.engine_threads > 0 ? opts.engine_threads
                                                   : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   impl_->budget = std::make_shared<MemoryBudget>(opts.world_size, opts.device_capacity);
+  for (const auto& m : opts.missing) {  // "reduce_scatter" or "reduce_scatter:bfloat16"
+    const auto colon = m.find(':');
+    const std::string name = m.substr(0, colon), type = colon == std::string::npos ? "" : m.substr(colon + 1);
+    int c = 0, t = -1;
+    while (c < comm::kNumCollectives && name != comm::collective_name(static_cast<comm::Collective>(c))) ++c;
+    ACCEL_CHECK(c < comm::kNumCollectives, Status::InvalidArgument, "missing: '", name, "' is not a collective (all_reduce, ",
+                "reduce_scatter, all_gather, broadcast, reduce, send, recv, barrier)");
+    if (!type.empty()) {
+      t = 0;
+      while (t < comm::kNumDataTypes && type != comm::dtype_name(static_cast<DataType>(t))) ++t;
+      ACCEL_CHECK(t < comm::kNumDataTypes, Status::InvalidArgument, "missing: '", type, "' is not an element type (",
+                  "int8 ... bfloat16, as nccl.h names them)");
+    }
+    impl_->missing.emplace_back(static_cast<comm::Collective>(c), t);
+  }
   impl_->opts = std::move(opts);
   install_allocator_hook();
 }

@@ -55,6 +55,7 @@ struct WorldOptions {
   // Collectives the ranks' communicators report as unsupported ("reduce_scatter", or
   // "reduce_scatter:bfloat16" for one element type): stands in for a backend that lacks
   // them (gloo has no bf16 reduce-scatter), to test that strategies refuse it at prepare.
+  // Parsed when the World is made: an unknown collective or element type is InvalidArgument.
   std::vector<std::string> missing;
 };
 
@@ -77,12 +78,16 @@ struct RunReport {
 
 class World;
 
+// A simulated rank's communicator: NCCL's operations, and the virtual clock the runtime
+// charges its estimated compute to (comm::ComputeClock), which real backends do not have.
+class RankCommunicator : public comm::Communicator, public comm::ComputeClock {};
+
 // What a rank's function receives.
 class Rank {
  public:
   int rank() const;
   int size() const;
-  comm::Communicator& comm();
+  RankCommunicator& comm();
   World& world();
   // Called by the runtime at every optimizer step; fault injection may kill the rank here.
   void notify_step(int64_t step);

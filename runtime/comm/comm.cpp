@@ -31,6 +31,12 @@ const char* op_name(RedOp op) {
   return i >= 0 && i < kNumRedOps ? names[i] : "unknown-op";
 }
 
+const char* collective_name(Collective c) {
+  static const char* names[] = {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "send", "recv", "barrier"};
+  int i = static_cast<int>(c);
+  return i >= 0 && i < kNumCollectives ? names[i] : "unknown-collective";
+}
+
 const char* result_name(Result r) {
   switch (r) {
     case Result::Success: return "ncclSuccess";

@@ -73,9 +73,34 @@ class Work {
   virtual bool test() = 0;
 };
 
+// The operations of the interface below, for capability queries (Communicator::supports).
+enum class Collective : int { AllReduce = 0, ReduceScatter, AllGather, Broadcast, Reduce, Send, Recv, Barrier };
+constexpr int kNumCollectives = 8;
+const char* collective_name(Collective c);  // "all_reduce", "reduce_scatter"...
+
 // The scalar of PreMulSum: a host value applied in the operation's data type.
 struct PreMul {
   double value = 1.0;
+};
+
+// The simulator's virtual clock and fault injection, which a training context reports to:
+// the compute it estimates (forward, backward) and the optimizer steps it starts. The
+// simulator's communicators implement it beside Communicator; real backends do not, and the
+// runtime finds it with dynamic_cast (comm::clock_of), so nothing simulated is in
+// Communicator's interface.
+class ComputeClock {
+ public:
+  virtual ~ComputeClock() = default;
+  // Charges `seconds` of compute to this rank's virtual clock.
+  virtual void charge_compute(double seconds, const char* label) = 0;
+  // The rate (FLOP/s) at which estimated work becomes virtual time (the cost model's).
+  virtual double flops_per_second() const = 0;
+  void charge_flops(double flops, const char* label) {
+    const double fps = flops_per_second();
+    if (fps > 0 && flops > 0) charge_compute(flops / fps, label);
+  }
+  // The rank starts optimizer step `step` (1-based): fault injection may kill it here.
+  virtual void on_step(int64_t step) = 0;
 };
 
 class Communicator {
@@ -116,25 +141,11 @@ class Communicator {
   virtual void group_start() = 0;
   virtual void group_end() = 0;
 
-  // Called by the runtime as a rank starts optimizer step `step` (1-based); the simulator's
-  // fault injection may kill the rank here. A no-op on real backends.
-  virtual void on_step(int64_t step) { (void)step; }
-
-  // Charges `seconds` of compute to this rank's virtual clock (the simulator's cost
-  // model); a no-op on real backends.
-  virtual void charge_compute(double seconds, const char* label) {
-    (void)seconds;
-    (void)label;
-  }
-  // The rate (FLOP/s) at which the simulator turns the runtime's estimates of the work in
-  // forward and backward into virtual compute time; 0 on real backends (nothing charged).
-  virtual double flops_per_second() const { return 0.0; }
-
-  // Whether this backend implements `collective` (the name of the method above, such as
-  // "reduce_scatter") for element type `t`. Strategies check what they need at prepare,
-  // so a missing collective is a clear error on every rank instead of a failure mid-step.
-  virtual bool supports(const std::string& collective, DataType t) const {
-    (void)collective;
+  // Whether this backend implements `op` for element type `t`. Strategies check what they
+  // need at prepare, so a missing collective is a clear error on every rank instead of a
+  // failure mid-step.
+  virtual bool supports(Collective op, DataType t) const {
+    (void)op;
     (void)t;
     return true;
   }
@@ -143,5 +154,9 @@ class Communicator {
 // The single-rank backend: collectives are copies (or scalings), send/recv to oneself
 // pair up in a group, everything completes immediately.
 std::unique_ptr<Communicator> make_local_communicator();
+
+// The clock the simulator attached to `c` (its communicators are clocks too); null for
+// real backends.
+inline ComputeClock* clock_of(Communicator& c) { return dynamic_cast<ComputeClock*>(&c); }
 
 }  // namespace accel::comm

@@ -26,23 +26,21 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/runtime.h"
+#include "runtime/strategy/strategy.h"
 
 namespace accel {
 
-// Runs `fn` each time autograd has accumulated a gradient into p.grad (a post hook on the
-// parameter's gradient accumulator, as DDP's reducer does). The hook lives as long as the
-// returned node is held.
-compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn);
+// The ZeRO strategy at `stage` (1-3): a ZeroEngine made at prepare.
+std::unique_ptr<ParallelStrategy> make_zero(const StrategySetup& setup, int stage);
 
-// Broadcasts process 0's parameters and buffers to every process (DDP and ZeRO at prepare).
-void broadcast_from_rank0(comm::Communicator& comm, Model& model);
-
+// Every buffer below lives on the model's device (a GPU's when the model is there).
 class ZeroEngine final : public UnitGate {
  public:
   // Broadcasts rank 0's parameters and buffers, shards them and points the model's
   // parameters at the working copy. `work` is the working dtype.
-  ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::ScalarType work, int64_t bucket_bytes);
+  // `clock`: the simulator's, to charge backward compute per unit (null on real backends).
+  ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* clock, Model& model, c10::ScalarType work,
+             int64_t bucket_bytes);
   ~ZeroEngine() override;
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
@@ -81,14 +79,8 @@ class ZeroEngine final : public UnitGate {
   // (at most one per parameter), and their state: "weight" (the fp32 master values) or an
   // optimizer kind ("exp_avg", "exp_avg_sq", "momentum_buffer"; undefined before the
   // first step created it).
-  struct Piece {
-    size_t param = 0;
-    int64_t start = 0, len = 0;  // in the parameter's flattened values
-    size_t unit = 0;
-    int64_t in_chunk = 0;        // where the range starts in the rank's chunk of the unit
-  };
-  std::vector<Piece> pieces() const;
-  torch::Tensor piece_state(const std::string& kind, const Piece& p);
+  std::vector<StatePiece> pieces() const;
+  torch::Tensor piece_state(const std::string& kind, const StatePiece& p);
   // Sets the rank's chunks from whole flattened values per parameter (fp32, any device),
   // for "weight" and the optimizer kinds present, and the step count.
   void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps);
@@ -125,11 +117,14 @@ class ZeroEngine final : public UnitGate {
 
   int stage_;
   comm::Communicator& comm_;
+  comm::ComputeClock* clock_;
   Model& model_;
   c10::ScalarType work_;
   comm::DataType work_comm_;
   int n_, r_;
   bool model_gates_;
+  torch::Device device_;
+  torch::TensorOptions on(c10::ScalarType t) const { return torch::dtype(t).device(device_); }
   std::vector<Unit> units_;
   std::vector<std::pair<size_t, size_t>> unit_of_;  // param -> (unit, slot)
   int64_t total_ = 0;  // elements in the rank's chunks, all units

@@ -1,5 +1,7 @@
-// ZeRO stages 1-3: see runtime/zero.h for the layout.
-#include "runtime/zero.h"
+// ZeRO stages 1-3: see zero.h for the layout.
+#include "runtime/strategy/zero.h"
+
+#include "runtime/optim/update.h"
 
 #include <cmath>
 
@@ -26,50 +28,24 @@ void alloc_storage(const torch::Tensor& t, size_t nbytes) {
 
 int64_t ceil_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-struct CallbackPostHook final : torch::autograd::FunctionPostHook {
-  explicit CallbackPostHook(std::function<void()> f) : fn(std::move(f)) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    fn();
-    return outputs;
-  }
-  std::function<void()> fn;
-};
-
 // Gradient reductions in flight at once under stages 2-3 while the next unit's gradient is
 // being filled (DeepSpeed's double buffer): bounds the unsharded gradient memory to two units.
 constexpr size_t kMaxInflight = 1;
 
 }  // namespace
 
-compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn) {
-  compat::GradAccumulator acc = torch::autograd::impl::grad_accumulator(p);
-  ACCEL_CHECK(static_cast<bool>(acc), Status::Internal, "a parameter without a gradient accumulator (does it require grad?)");
-  acc->add_post_hook(std::make_unique<CallbackPostHook>(std::move(fn)));
-  return acc;
-}
-
-void broadcast_from_rank0(comm::Communicator& comm, Model& model) {
-  torch::NoGradGuard ng;
-  std::vector<torch::Tensor> state = model.parameters();
-  for (const auto& b : model.buffers()) state.push_back(b);
-  for (const auto& p : state) {
-    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
-    comm.broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
-        ->wait();
-    p.detach().copy_(host);
-  }
-}
-
-ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::ScalarType work, int64_t bucket_bytes)
+ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* clock, Model& model, c10::ScalarType work,
+                       int64_t bucket_bytes)
     : stage_(stage),
       comm_(comm),
+      clock_(clock),
       model_(model),
       work_(work),
       work_comm_(comm_dtype(work)),
       n_(comm.size()),
       r_(comm.rank()),
-      model_gates_(model.gates_units()) {
+      model_gates_(model.gates_units()),
+      device_(model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters().front().device()) {
   ACCEL_CHECK(stage >= 1 && stage <= 3, Status::InvalidArgument, "ZeRO stage ", stage, " does not exist (1, 2 or 3)");
   const auto& params = model.parameters();
   broadcast_from_rank0(comm_, model);  // rank 0's weights and buffers everywhere
@@ -85,19 +61,7 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::S
   } else if (stage_ == 3) {
     groups = Model::units_of_all(params.size());
   } else {  // buckets in reverse order, as DDP: backward completes the last layers first
-    std::vector<size_t> cur;
-    int64_t bytes = 0;
-    for (size_t k = params.size(); k-- > 0;) {
-      const int64_t b = params[k].numel() * 4;
-      if (!cur.empty() && bytes + b > bucket_bytes) {
-        groups.push_back(std::move(cur));
-        cur.clear();
-        bytes = 0;
-      }
-      cur.push_back(k);
-      bytes += b;
-    }
-    if (!cur.empty()) groups.push_back(std::move(cur));
+    groups = reverse_buckets(params, bucket_bytes);
   }
   unit_of_.assign(params.size(), {SIZE_MAX, 0});
   int64_t total_chunks = 0;
@@ -122,12 +86,12 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::S
 
   total_ = total_chunks;
   const bool separate_master = !(work_ == torch::kFloat && stage_ <= 2);
-  if (separate_master) master_ = torch::zeros({total_chunks}, torch::kFloat);
-  if (stage_ == 3 && work_ != torch::kFloat) work_shard_ = torch::zeros({total_chunks}, work_);
-  if (stage_ >= 2) grad_ = torch::zeros({total_chunks}, work_);
+  if (separate_master) master_ = torch::zeros({total_chunks}, on(torch::kFloat));
+  if (stage_ == 3 && work_ != torch::kFloat) work_shard_ = torch::zeros({total_chunks}, on(work_));
+  if (stage_ >= 2) grad_ = torch::zeros({total_chunks}, on(work_));
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
-    torch::Tensor flat = torch::zeros({u.padded}, torch::kFloat);
+    torch::Tensor flat = torch::zeros({u.padded}, on(torch::kFloat));
     for (size_t i = 0; i < u.params.size(); ++i)
       flat.narrow(0, u.offsets[i], params[u.params[i]].numel()).copy_(params[u.params[i]].detach().reshape({-1}));
     torch::Tensor mine = flat.narrow(0, r_ * u.chunk, u.chunk);
@@ -136,7 +100,7 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, Model& model, c10::S
     u.full = work_ == torch::kFloat ? flat : flat.to(work_);
     flat = torch::Tensor();
     u.gathered = true;
-    if (stage_ == 1) u.gbuf = torch::zeros({u.padded}, work_);
+    if (stage_ == 1) u.gbuf = torch::zeros({u.padded}, on(work_));
     for (size_t i = 0; i < u.params.size(); ++i) {
       torch::Tensor p = params[u.params[i]];
       p.set_data(u.full.narrow(0, u.offsets[i], p.numel()).view(p.sizes()));
@@ -204,9 +168,8 @@ void ZeroEngine::begin_backward(bool sync, int64_t rows) {
 }
 
 void ZeroEngine::charge_backward(size_t u) {
-  const double fps = comm_.flops_per_second();
-  if (fps > 0 && rows_ > 0)  // a dense layer: 2 FLOPs per weight and row for each of dX and dW
-    comm_.charge_compute(4.0 * static_cast<double>(rows_) * static_cast<double>(units_[u].numel) / fps, "backward");
+  // a dense layer: 2 FLOPs per weight and row for each of dX and dW
+  if (clock_ && rows_ > 0) clock_->charge_flops(4.0 * static_cast<double>(rows_) * static_cast<double>(units_[u].numel), "backward");
 }
 
 void ZeroEngine::accumulated(size_t k) {
@@ -217,15 +180,11 @@ void ZeroEngine::accumulated(size_t k) {
   torch::NoGradGuard ng;
   if (stage_ == 1) {
     // the gradient lives in the unit's buffer: later micro-batches accumulate in place
-    torch::Tensor view = u.gbuf.narrow(0, u.offsets[slot], p.numel()).view(p.sizes());
-    if (p.grad().data_ptr() != view.data_ptr()) {
-      view.copy_(p.grad());
-      const_cast<torch::Tensor&>(p).mutable_grad() = view;
-    }
+    grad_into_slot(p, u.gbuf, u.offsets[slot]);
     if (!sync_) return;  // stage 1 reduces on the micro-batch that completes the gradients
   } else {
     if (u.launched) return;  // a parameter reached again after its unit was reduced
-    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, work_);
+    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
     u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
     const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the unsharded gradient goes at once
   }
@@ -240,7 +199,7 @@ void ZeroEngine::launch(size_t ui) {
     u.work = comm_.reduce_scatter(base, base + r_ * u.chunk * u.gbuf.element_size(), static_cast<size_t>(u.chunk),
                                   work_comm_, comm::RedOp::Avg);
   } else {
-    u.rs_out = torch::empty({u.chunk}, work_);
+    u.rs_out = torch::empty({u.chunk}, on(work_));
     u.work = comm_.reduce_scatter(u.gbuf.data_ptr(), u.rs_out.data_ptr(), static_cast<size_t>(u.chunk), work_comm_,
                                   comm::RedOp::Avg);
   }
@@ -285,16 +244,9 @@ void ZeroEngine::end_backward() {
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
     if (u.launched) continue;
-    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, work_);
+    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
     if (stage_ == 1)
-      for (size_t i = 0; i < u.params.size(); ++i) {
-        const auto& p = params[u.params[i]];
-        torch::Tensor view = u.gbuf.narrow(0, u.offsets[i], p.numel());
-        if (!p.grad().defined())
-          view.zero_();
-        else if (p.grad().data_ptr() != view.data_ptr())
-          view.copy_(p.grad().reshape({-1}));
-      }
+      for (size_t i = 0; i < u.params.size(); ++i) grad_into_slot(params[u.params[i]], u.gbuf, u.offsets[i]);
     launch(ui);
   }
   while (!inflight_.empty()) complete(inflight_.front());
@@ -363,8 +315,8 @@ void ZeroEngine::step(const Optimizer& opt) {
   const int64_t total = total_;
   ++steps_;
   if (adamw && !exp_avg_.defined()) {
-    exp_avg_ = torch::zeros({total}, torch::kFloat);
-    exp_avg_sq_ = torch::zeros({total}, torch::kFloat);
+    exp_avg_ = torch::zeros({total}, on(torch::kFloat));
+    exp_avg_sq_ = torch::zeros({total}, on(torch::kFloat));
   }
   std::vector<std::shared_ptr<comm::Work>> gathers;
   for (size_t u = 0; u < units_.size(); ++u) {
@@ -372,30 +324,13 @@ void ZeroEngine::step(const Optimizer& opt) {
     torch::Tensor p = master_chunk(u);
     torch::Tensor g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
     if (grad_factor_ != 1.0) g = g * grad_factor_;
-    if (adamw) {  // libtorch's AdamW, term by term
-      const auto& c = *adamw;
-      torch::Tensor m = exp_avg_.narrow(0, x.shard_offset, x.chunk), v = exp_avg_sq_.narrow(0, x.shard_offset, x.chunk);
-      if (c.weight_decay != 0) p.mul_(1 - lr * c.weight_decay);
-      const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(steps_));
-      const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(steps_));
-      m.mul_(c.beta1).add_(g, 1 - c.beta1);
-      v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
-      torch::Tensor denom = (v.sqrt() / std::sqrt(bc2)).add_(c.eps);
-      p.addcdiv_(m, denom, -lr / bc1);
-    } else {  // libtorch's SGD
-      const auto& c = *sgd;
-      torch::Tensor d = g;
-      if (c.weight_decay != 0) d = d.add(p, c.weight_decay);
-      if (c.momentum != 0) {
-        if (!momentum_.defined()) momentum_ = torch::zeros({total}, torch::kFloat);
-        torch::Tensor buf = momentum_.narrow(0, x.shard_offset, x.chunk);
-        if (steps_ == 1)
-          buf.copy_(d);
-        else
-          buf.mul_(c.momentum).add_(d, 1 - c.dampening);
-        d = c.nesterov ? d.add(buf, c.momentum) : buf;
-      }
-      p.add_(d, -lr);
+    if (adamw) {
+      adamw_update(*adamw, lr, steps_, p, g, exp_avg_.narrow(0, x.shard_offset, x.chunk),
+                   exp_avg_sq_.narrow(0, x.shard_offset, x.chunk));
+    } else {
+      const bool momentum = sgd->momentum != 0;
+      if (momentum && !momentum_.defined()) momentum_ = torch::zeros({total}, on(torch::kFloat));
+      sgd_update(*sgd, lr, p, g, momentum ? momentum_.narrow(0, x.shard_offset, x.chunk) : torch::Tensor(), steps_ == 1);
     }
     if (stage_ <= 2) {
       torch::Tensor slot = x.full.narrow(0, r_ * x.chunk, x.chunk);
@@ -421,18 +356,18 @@ std::vector<torch::Tensor> ZeroEngine::full_parameters() {
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& x = units_[u];
     torch::Tensor mine = master_chunk(u).contiguous();
-    torch::Tensor flat = torch::empty({x.padded}, torch::kFloat);
+    torch::Tensor flat = torch::empty({x.padded}, on(torch::kFloat));
     comm_.all_gather(mine.data_ptr(), flat.data_ptr(), static_cast<size_t>(x.chunk), comm::DataType::Float32)->wait();
     for (size_t i = 0; i < x.params.size(); ++i) {
       const auto& p = params[x.params[i]];
-      out[x.params[i]] = flat.narrow(0, x.offsets[i], p.numel()).view(p.sizes()).clone();
+      out[x.params[i]] = flat.narrow(0, x.offsets[i], p.numel()).view(p.sizes()).to(torch::kCPU).clone();
     }
   }
   return out;
 }
 
-std::vector<ZeroEngine::Piece> ZeroEngine::pieces() const {
-  std::vector<Piece> out;
+std::vector<StatePiece> ZeroEngine::pieces() const {
+  std::vector<StatePiece> out;
   const auto& params = model_.parameters();
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& x = units_[u];
@@ -440,13 +375,13 @@ std::vector<ZeroEngine::Piece> ZeroEngine::pieces() const {
     for (size_t i = 0; i < x.params.size(); ++i) {
       const int64_t a = std::max(lo, x.offsets[i]), b = std::min(hi, x.offsets[i] + params[x.params[i]].numel());
       if (a >= b) continue;
-      out.push_back(Piece{x.params[i], a - x.offsets[i], b - a, u, a - lo});
+      out.push_back(StatePiece{x.params[i], a - x.offsets[i], b - a, u, a - lo});
     }
   }
   return out;
 }
 
-torch::Tensor ZeroEngine::piece_state(const std::string& kind, const Piece& p) {
+torch::Tensor ZeroEngine::piece_state(const std::string& kind, const StatePiece& p) {
   const Unit& x = units_[p.unit];
   torch::Tensor chunk;
   if (kind == "weight") {
@@ -471,10 +406,10 @@ void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>
     torch::Tensor* opt_state = kind == "exp_avg" ? &exp_avg_ : kind == "exp_avg_sq" ? &exp_avg_sq_
                                : kind == "momentum_buffer" ? &momentum_ : nullptr;
     ACCEL_CHECK(kind == "weight" || opt_state != nullptr, Status::Internal, "restore: unknown state '", kind, "'");
-    if (opt_state && !opt_state->defined()) *opt_state = torch::zeros({total_}, torch::kFloat);
+    if (opt_state && !opt_state->defined()) *opt_state = torch::zeros({total_}, on(torch::kFloat));
     for (size_t u = 0; u < units_.size(); ++u) {
       Unit& x = units_[u];
-      torch::Tensor flat = torch::zeros({x.padded}, torch::kFloat);
+      torch::Tensor flat = torch::zeros({x.padded}, on(torch::kFloat));
       for (size_t i = 0; i < x.params.size(); ++i) {
         const torch::Tensor& t = tensors[x.params[i]];
         if (t.defined()) flat.narrow(0, x.offsets[i], params[x.params[i]].numel()).copy_(t.reshape({-1}));
@@ -491,6 +426,114 @@ void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>
   }
   steps_ = steps;
   zero_grad();
+}
+
+// ---------------------------------------------------------------------------------------
+// The strategy
+
+namespace {
+
+class ZeroStrategy final : public ParallelStrategy {
+ public:
+  ZeroStrategy(const StrategySetup& s, int stage) : ParallelStrategy(s), stage_(stage) {}
+
+  void check(const Model* model, const Optimizer* opt) const override {
+    const comm::DataType w = comm_dtype(opts_.precision == Precision::BF16   ? torch::kBFloat16
+                                        : opts_.precision == Precision::FP16 ? torch::kHalf
+                                                                              : torch::kFloat);
+    using comm::Collective;
+    const std::pair<Collective, comm::DataType> needs[] = {
+        {Collective::Broadcast, comm::DataType::Float32}, {Collective::ReduceScatter, w},
+        {Collective::AllGather, w},                       {Collective::AllGather, comm::DataType::Float32},
+        {Collective::AllReduce, comm::DataType::Float64}, {Collective::AllReduce, comm::DataType::Int32}};
+    for (const auto& [c, t] : needs)
+      ACCEL_CHECK(comm_.supports(c, t), Status::Unsupported, "strategy ", strategy_name(opts_.strategy), " needs ",
+                  comm::collective_name(c), " of ", comm::dtype_name(t), ", which the '", comm_.backend(),
+                  "' communication backend lacks");
+    ACCEL_CHECK(!opt || opt->shardable(), Status::Unsupported, "ZeRO cannot shard the ", opt->name(),
+                " optimizer: its update is not elementwise (it needs whole-tensor norms); use DDP, or SGD or AdamW");
+    ACCEL_CHECK(!model || !model->parameters().empty(), Status::InvalidArgument, "ZeRO shards parameters; the model has none");
+  }
+
+  void prepare(Model& model) override {
+    model_ = &model;
+    // the working copy: 16-bit under mixed precision where the model can compute with it
+    c10::ScalarType work = torch::kFloat;
+    const bool sixteen = model.casts_weights() || device_.is_cuda();
+    if (opts_.precision == Precision::BF16 && sixteen) work = torch::kBFloat16;
+    if (opts_.precision == Precision::FP16 && sixteen) work = torch::kHalf;
+    // fp16 emulated on a CPU for a model that computes in fp32: round its gradients
+    if (opts_.precision == Precision::FP16 && device_.is_cpu() && work == torch::kFloat) model.set_grad_rounding(true);
+    engine_ = std::make_unique<ZeroEngine>(stage_, comm_, clock_, model, work, opts_.bucket_bytes);
+  }
+  bool shards_state() const override { return true; }
+
+  Cadence cadence() const override {
+    return stage_ == 1 ? Cadence::OnSync : stage_ == 2 ? Cadence::EveryMicroBatch : Cadence::EveryForward;
+  }
+  const char* collectives_noun() const override {
+    return stage_ == 1 ? "gradient synchronisations"
+           : stage_ == 2 ? "gradient reduce-scatters"
+                         : "weight gathers and gradient reduce-scatters";
+  }
+
+  torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
+    if (stage_ != 3) return model.forward(inputs, mode);
+    if (engine_->gates_units()) {  // the model gathers unit by unit
+      ForwardMode gated = mode;
+      gated.gate = engine_.get();
+      return model.forward(inputs, gated);
+    }
+    engine_->before(0);
+    torch::Tensor out = model.forward(inputs, mode);
+    engine_->after(0, out);
+    return out;
+  }
+
+  void backward(const torch::Tensor& scaled_loss, bool sync, int64_t rows) override {
+    engine_->begin_backward(sync, rows);
+    try {
+      scaled_loss.backward();
+    } catch (...) {
+      engine_->end_backward_abandoned();
+      throw;
+    }
+    engine_->end_backward();
+  }
+
+  // as torch.cuda.amp: the reciprocal in double, applied in fp32
+  bool unscale(const LossScaler& scaler) override {
+    return engine_->unscale(static_cast<double>(static_cast<float>(1.0 / scaler.scale())));
+  }
+  double clip(double max_norm) override { return engine_->clip(max_norm); }  // the norm over every rank's shard
+  void step(Optimizer& opt) override { engine_->step(opt); }
+  void zero_grad(Optimizer& opt) override {
+    (void)opt;
+    engine_->zero_grad();
+  }
+
+  std::vector<torch::Tensor> full_parameters() override { return engine_->full_parameters(); }
+  int zero_stage() const override { return engine_ ? stage_ : 0; }
+  std::vector<StatePiece> pieces() const override { return engine_->pieces(); }
+  torch::Tensor piece_state(const std::string& kind, const StatePiece& p) override { return engine_->piece_state(kind, p); }
+  void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, Optimizer* opt) override {
+    (void)opt;  // ZeRO keeps the optimizer's state itself
+    engine_->restore(full, steps);
+  }
+  int64_t optimizer_state_steps(const Optimizer* opt) const override {
+    (void)opt;
+    return engine_ ? engine_->steps() : 0;
+  }
+
+ private:
+  int stage_;
+  std::unique_ptr<ZeroEngine> engine_;
+};
+
+}  // namespace
+
+std::unique_ptr<ParallelStrategy> make_zero(const StrategySetup& setup, int stage) {
+  return std::make_unique<ZeroStrategy>(setup, stage);
 }
 
 }  // namespace accel

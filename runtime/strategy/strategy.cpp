@@ -1,0 +1,163 @@
+// The strategy seam's shared parts: the defaults of ParallelStrategy (one process's view of
+// the gradients), the factory, the single-process strategy, and the flat-buffer helpers that
+// DDP and ZeRO share.
+#include "runtime/strategy/strategy.h"
+
+#include <cmath>
+
+#include "runtime/strategy/ddp.h"
+#include "runtime/strategy/zero.h"
+
+namespace accel {
+
+// ---------------------------------------------------------------------------------------
+// Defaults: the gradients live whole in the parameters' .grad
+
+bool ParallelStrategy::unscale(const LossScaler& scaler) { return scaler.unscale(model_->parameters()); }
+
+double ParallelStrategy::clip(double max_norm) {
+  std::vector<torch::Tensor> grads, norms;
+  for (const auto& p : model_->parameters())
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return 0.0;
+  norms.reserve(grads.size());
+  for (const auto& g : grads) norms.push_back(g.norm(2));
+  const double total = torch::stack(norms).norm(2).item<double>();
+  if (!std::isfinite(total)) return total;
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0)
+    for (auto& g : grads) g.mul_(coef);
+  return total;
+}
+
+std::vector<torch::Tensor> ParallelStrategy::full_parameters() {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model_->parameters()) out.push_back(p.detach().to(torch::kCPU, torch::kFloat, false, true));
+  return out;
+}
+
+void ParallelStrategy::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps,
+                               Optimizer* opt) {
+  torch::NoGradGuard ng;
+  const auto& params = model_->parameters();
+  const auto& weights = full.at("weight");
+  for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(weights[i]);
+  if (!opt) return;
+  opt->zero_grad();
+  std::map<std::string, std::vector<torch::Tensor>> state;
+  for (const auto& k : opt->state_kinds())
+    if (auto it = full.find(k); it != full.end()) state[k] = it->second;
+  opt->restore(state, steps);
+}
+
+// ---------------------------------------------------------------------------------------
+// One process, or every process on its own: no communication
+
+namespace {
+class SingleProcess final : public ParallelStrategy {
+ public:
+  using ParallelStrategy::ParallelStrategy;
+  void prepare(Model& model) override {
+    model_ = &model;
+    // fp16 requested where the device has no fp16 kernels: emulated by rounding
+    if (opts_.precision == Precision::FP16 && device_.is_cpu()) model.set_grad_rounding(true);
+  }
+  Cadence cadence() const override { return Cadence::Never; }
+  void backward(const torch::Tensor& scaled_loss, bool sync, int64_t rows) override {
+    (void)sync;
+    scaled_loss.backward();
+    // a dense layer: 2 FLOPs per weight and row for each of dX and dW
+    charge(4.0 * static_cast<double>(rows) * static_cast<double>(model_->num_elements()), "backward");
+  }
+};
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// The factory: one line per strategy
+
+std::unique_ptr<ParallelStrategy> make_strategy(const StrategySetup& s) {
+  const bool many = s.comm.size() > 1;
+  switch (s.options.strategy) {
+    case Strategy::None: return std::make_unique<SingleProcess>(s);
+    case Strategy::DDP: return many ? make_ddp(s) : std::make_unique<SingleProcess>(s);
+    case Strategy::Zero1: return make_zero(s, 1);
+    case Strategy::Zero2: return make_zero(s, 2);
+    case Strategy::Zero3: return make_zero(s, 3);
+  }
+  fail(Status::InvalidArgument, "strategy must be in [0, 4] (0 no, 1 DDP, 2-4 ZeRO stages 1-3), got ",
+       static_cast<int>(s.options.strategy));
+}
+
+// ---------------------------------------------------------------------------------------
+// Hooks and flat buffers
+
+namespace {
+struct CallbackPostHook final : torch::autograd::FunctionPostHook {
+  explicit CallbackPostHook(std::function<void()> f) : fn(std::move(f)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    fn();
+    return outputs;
+  }
+  std::function<void()> fn;
+};
+}  // namespace
+
+compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn) {
+  compat::GradAccumulator acc = torch::autograd::impl::grad_accumulator(p);
+  ACCEL_CHECK(static_cast<bool>(acc), Status::Internal, "a parameter without a gradient accumulator (does it require grad?)");
+  acc->add_post_hook(std::make_unique<CallbackPostHook>(std::move(fn)));
+  return acc;
+}
+
+void broadcast_from_rank0(comm::Communicator& comm, Model& model) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> state = model.parameters();
+  for (const auto& b : model.buffers()) state.push_back(b);
+  for (const auto& p : state) {
+    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
+    comm.broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
+        ->wait();
+    p.detach().copy_(host);
+  }
+}
+
+std::vector<std::vector<size_t>> reverse_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes) {
+  std::vector<std::vector<size_t>> groups;
+  std::vector<size_t> cur;
+  int64_t bytes = 0;
+  for (size_t k = params.size(); k-- > 0;) {
+    const int64_t b = params[k].numel() * 4;
+    if (!cur.empty() && bytes + b > bucket_bytes) {
+      groups.push_back(std::move(cur));
+      cur.clear();
+      bytes = 0;
+    }
+    cur.push_back(k);
+    bytes += b;
+  }
+  if (!cur.empty()) groups.push_back(std::move(cur));
+  return groups;
+}
+
+FlatLayout FlatLayout::of(const std::vector<size_t>& group, const std::vector<torch::Tensor>& params) {
+  FlatLayout f;
+  for (size_t k : group) {
+    f.params.push_back(k);
+    f.offsets.push_back(f.numel);
+    f.numel += params[k].numel();
+  }
+  return f;
+}
+
+void grad_into_slot(const torch::Tensor& p, const torch::Tensor& flat, int64_t offset) {
+  torch::Tensor view = flat.narrow(0, offset, p.numel()).view(p.sizes());
+  if (p.grad().defined() && p.grad().data_ptr() == view.data_ptr()) return;
+  if (p.grad().defined())
+    view.copy_(p.grad());
+  else
+    view.zero_();
+  const_cast<torch::Tensor&>(p).mutable_grad() = view;
+}
+
+}  // namespace accel

@@ -1,0 +1,140 @@
+// How the processes of a world share the training work: the seam between the Accelerator
+// and DDP, ZeRO or nothing at all. The Accelerator holds one strategy and calls it at each
+// phase of a step; it never asks which strategy it holds. Internal to the runtime.
+//
+// A new strategy (hybrid sharding, FSDP-style per-module units, pipeline...) is a file in
+// this folder that implements ParallelStrategy, plus one line in the table of factory.cpp.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/runtime.h"
+
+namespace accel {
+
+// What every strategy is built from.
+struct StrategySetup {
+  const Options& options;          // precision, strategy, bucket_bytes...
+  comm::Communicator& comm;        // the world
+  comm::ComputeClock* clock;       // the simulator's virtual clock; null on real backends
+  torch::Device device;            // the context's device
+};
+
+// When a strategy communicates during a training loop (the Accelerator checks, before each
+// such collective, that uneven data will not leave a process waiting forever).
+enum class Cadence {
+  Never,               // no collectives in training
+  OnSync,              // on the micro-batch that completes the gradients (DDP, ZeRO-1)
+  EveryMicroBatch,     // on every backward (ZeRO-2)
+  EveryForward,        // on every forward and backward (ZeRO-3)
+};
+
+// Whether a backward with this cadence communicates (`sync`: it completes the gradients).
+inline bool communicates_in_backward(Cadence c, bool sync) {
+  return c == Cadence::EveryMicroBatch || c == Cadence::EveryForward || (c == Cadence::OnSync && sync);
+}
+
+// A range of one parameter's flattened values that this process holds (sharded state).
+struct StatePiece {
+  size_t param = 0;
+  int64_t start = 0, len = 0;  // in the parameter's flattened values
+  size_t unit = 0;             // the strategy's own bookkeeping
+  int64_t in_chunk = 0;
+};
+
+class ParallelStrategy {
+ public:
+  explicit ParallelStrategy(const StrategySetup& s) : opts_(s.options), comm_(s.comm), clock_(s.clock), device_(s.device) {}
+  virtual ~ParallelStrategy() = default;
+  ParallelStrategy(const ParallelStrategy&) = delete;
+  ParallelStrategy& operator=(const ParallelStrategy&) = delete;
+
+  // --- prepare
+  // Before anything changes: whether this world and optimizer can run the strategy
+  // (Unsupported/InvalidArgument naming what is missing). `model` or `opt` may be null.
+  virtual void check(const Model* model, const Optimizer* opt) const { (void)model, (void)opt; }
+  // The model is on the context's device: make it this strategy's (broadcast, shard, hooks).
+  virtual void prepare(Model& model) = 0;
+  // Whether the strategy keeps the optimizer's state itself (sharded): then the Optimizer
+  // makes none of its own.
+  virtual bool shards_state() const { return false; }
+
+  // --- a step
+  virtual Cadence cadence() const = 0;
+  // What its collectives are called in errors ("gradient synchronisations").
+  virtual const char* collectives_noun() const { return "collectives"; }
+  // The prepared model's forward (ZeRO-3 gathers weights around it).
+  virtual torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) {
+    return model.forward(inputs, mode);
+  }
+  // Runs backward of the already scaled loss and this strategy's communication. `sync`: this
+  // micro-batch completes the gradients; `rows`: the batch's rows (compute estimates).
+  virtual void backward(const torch::Tensor& scaled_loss, bool sync, int64_t rows) = 0;
+  // Unscales the gradients (fp16); true when any process's hold inf/NaN (the same answer on
+  // every process).
+  virtual bool unscale(const LossScaler& scaler);
+  // The global norm of the gradients, scaled down to max_norm when above.
+  virtual double clip(double max_norm);
+  virtual void step(Optimizer& opt) { opt.step(); }
+  virtual void zero_grad(Optimizer& opt) { opt.zero_grad(); }
+
+  // --- evaluation and checkpoints
+  // The prepared model's parameters whole, fp32, on the host (a collective when sharded).
+  virtual std::vector<torch::Tensor> full_parameters();
+  virtual int zero_stage() const { return 0; }
+  // Sharded state (shards_state()): this process's pieces and their values, for "weight"
+  // or an optimizer state kind (undefined where the optimizer has made none yet).
+  virtual std::vector<StatePiece> pieces() const { return {}; }
+  virtual torch::Tensor piece_state(const std::string& kind, const StatePiece& p) {
+    (void)kind, (void)p;
+    return {};
+  }
+  // Sets the weights and optimizer state from whole flattened values per parameter ("weight"
+  // and the kinds present; fp32, any device) and the optimizer's step count.
+  virtual void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, Optimizer* opt);
+  virtual int64_t optimizer_state_steps(const Optimizer* opt) const { return opt ? opt->state_steps() : 0; }
+
+ protected:
+  Model& model() { return *model_; }
+  // Charges estimated FLOPs to the simulator's clock (nothing on real backends).
+  void charge(double flops, const char* label) const {
+    if (clock_) clock_->charge_flops(flops, label);
+  }
+  const Options& opts_;
+  comm::Communicator& comm_;
+  comm::ComputeClock* clock_;
+  torch::Device device_;
+  Model* model_ = nullptr;  // set by prepare
+};
+
+// The strategy `opts.strategy` names on this world (DDP on one process is no strategy).
+std::unique_ptr<ParallelStrategy> make_strategy(const StrategySetup& setup);
+
+// Runs `fn` each time autograd has accumulated a gradient into p.grad (a post hook on the
+// parameter's gradient accumulator, as DDP's reducer does). The hook lives as long as the
+// returned node is held.
+compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn);
+
+// Broadcasts process 0's parameters and buffers to every process (DDP and ZeRO at prepare).
+void broadcast_from_rank0(comm::Communicator& comm, Model& model);
+
+// Flat buffers: parameters grouped into buckets of at most `bucket_bytes` (4 bytes per
+// element), in reverse parameter order (backward completes the last layers first). Used by
+// DDP's gradient buckets and ZeRO's units alike.
+std::vector<std::vector<size_t>> reverse_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes);
+// A parameter's slot in a flat buffer: `numel` elements at `offset`.
+struct FlatLayout {
+  std::vector<size_t> params;    // indices into the model's parameters
+  std::vector<int64_t> offsets;  // element offsets in the flat buffer
+  int64_t numel = 0;
+  static FlatLayout of(const std::vector<size_t>& group, const std::vector<torch::Tensor>& params);
+};
+// Makes p.grad a view of its slot in `flat` (copying the gradient autograd wrote elsewhere),
+// so later micro-batches accumulate in place and a collective reduces the slot directly.
+void grad_into_slot(const torch::Tensor& p, const torch::Tensor& flat, int64_t offset);
+
+}  // namespace accel
