@@ -76,6 +76,7 @@ struct RunReport {
 };
 
 class World;
+struct Simulation;  // a World's internal state (sim/simulation.h)
 
 // What a rank's function receives.
 class Rank {
@@ -121,11 +122,9 @@ class World {
   uint64_t current_bytes(int rank) const;
   uint64_t peak_bytes(int rank) const;
 
-  struct Impl;
-
  private:
   friend class Rank;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Simulation> sim_;
 };
 
 class MemoryBudget {
