@@ -55,21 +55,11 @@ class SimCommunicator final : public comm::Communicator {
 
   std::shared_ptr<comm::Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
                                          comm::PreMul premul) override {
-    comm::check_op(t, op);
-    need(send, recv, count);
-    auto o = make(OpKind::AllReduce, send, recv, count, t);
-    o->op = op;
-    o->premul = premul.value;
-    return submit(o);
+    return submit(reduction(OpKind::AllReduce, send, recv, count, t, op, premul));
   }
   std::shared_ptr<comm::Work> reduce_scatter(const void* send, void* recv, size_t recvcount, DataType t, RedOp op,
                                              comm::PreMul premul) override {
-    comm::check_op(t, op);
-    need(send, recv, recvcount);
-    auto o = make(OpKind::ReduceScatter, send, recv, recvcount, t);
-    o->op = op;
-    o->premul = premul.value;
-    return submit(o);
+    return submit(reduction(OpKind::ReduceScatter, send, recv, recvcount, t, op, premul));
   }
   std::shared_ptr<comm::Work> all_gather(const void* send, void* recv, size_t sendcount, DataType t) override {
     comm::check_dtype(t);
@@ -86,30 +76,13 @@ class SimCommunicator final : public comm::Communicator {
   }
   std::shared_ptr<comm::Work> reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root,
                                      comm::PreMul premul) override {
-    comm::check_op(t, op);
-    check_rank(root, "root");
-    need(send, rank_ == root ? recv : send, count);
-    auto o = make(OpKind::Reduce, send, recv, count, t);
-    o->op = op;
-    o->root = root;
-    o->premul = premul.value;
-    return submit(o);
+    return submit(reduction(OpKind::Reduce, send, recv, count, t, op, premul, root));
   }
   std::shared_ptr<comm::Work> send(const void* buf, size_t count, DataType t, int peer) override {
-    comm::check_dtype(t);
-    check_rank(peer, "peer");
-    need(buf, buf, count);
-    auto o = make(OpKind::Send, buf, nullptr, count, t);
-    o->peer = peer;
-    return submit(o);
+    return submit(point_to_point(OpKind::Send, buf, nullptr, count, t, peer));
   }
   std::shared_ptr<comm::Work> recv(void* buf, size_t count, DataType t, int peer) override {
-    comm::check_dtype(t);
-    check_rank(peer, "peer");
-    need(buf, buf, count);
-    auto o = make(OpKind::Recv, nullptr, buf, count, t);
-    o->peer = peer;
-    return submit(o);
+    return submit(point_to_point(OpKind::Recv, nullptr, buf, count, t, peer));
   }
   void barrier() override { submit(make(OpKind::Barrier, nullptr, nullptr, 0, DataType::Uint8))->wait(); }
 
@@ -150,6 +123,29 @@ class SimCommunicator final : public comm::Communicator {
     o->recv = recv;
     o->count = count;
     o->t = t;
+    return o;
+  }
+  // all_reduce, reduce_scatter, reduce (with its root): the checks, then the operation.
+  OpPtr reduction(OpKind k, const void* send, void* recv, size_t count, DataType t, RedOp op, comm::PreMul premul,
+                  int root = 0) {
+    comm::check_op(t, op);
+    const bool rooted = k == OpKind::Reduce;
+    if (rooted) check_rank(root, "root");
+    need(send, rooted && rank_ != root ? send : recv, count);  // only the root's recv is written
+    auto o = make(k, send, recv, count, t);
+    o->op = op;
+    o->root = root;
+    o->premul = premul.value;
+    return o;
+  }
+  // send (from `send`) or recv (into `recv`): the checks, then the operation.
+  OpPtr point_to_point(OpKind k, const void* send, void* recv, size_t count, DataType t, int peer) {
+    comm::check_dtype(t);
+    check_rank(peer, "peer");
+    const void* buf = k == OpKind::Send ? send : recv;
+    need(buf, buf, count);
+    auto o = make(k, send, recv, count, t);
+    o->peer = peer;
     return o;
   }
   std::shared_ptr<comm::Work> submit(const OpPtr& o) {

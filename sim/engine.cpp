@@ -157,7 +157,7 @@ void Engine::collective(const Op& ref, const std::vector<OpPtr>& ops) const {
 }
 
 void Engine::p2p(const Op& send, const Op& recv) {
-  const size_t bytes = send.count * comm::dtype_size(send.t);
+  const size_t bytes = send.bytes();
   if (bytes && send.send != recv.recv) std::memmove(recv.recv, send.send, bytes);
 }
 

@@ -39,18 +39,17 @@ void Simulation::post(int r, const OpPtr& op) {
       // a rank that died before reaching it
       for (int q = 0; q < n; ++q)
         if (ranks[q].state == RankState::Dead) {
-          fail_collective(op->seq, Result::RemoteError, "rank " + std::to_string(q) + " died: " + ranks[q].death);
+          fail_collective(op->seq, Result::RemoteError, died(q));
           break;
         }
     }
   } else {
     const bool is_send = op->kind == OpKind::Send;
-    const int src = is_send ? r : op->peer, dst = is_send ? op->peer : r;
+    const int src = op->src(), dst = op->dst();
     op->seq = is_send ? ++d.send_seq[op->peer] : ++d.recv_seq[op->peer];
     auto& pr = p2p[{src, dst, op->seq}];
     (is_send ? pr.first : pr.second) = op;
-    if (ranks[op->peer].state == RankState::Dead)
-      fail_op(op, Result::RemoteError, "rank " + std::to_string(op->peer) + " died: " + ranks[op->peer].death);
+    if (ranks[op->peer].state == RankState::Dead) fail_op(op, Result::RemoteError, died(op->peer));
     OpPtr other = is_send ? pr.second : pr.first;
     if (other && (other->count != op->count || other->t != op->t)) {
       std::string msg = "send/recv mismatch between rank " + std::to_string(src) + " and rank " + std::to_string(dst) +
@@ -85,11 +84,13 @@ void Simulation::fail_collective(uint64_t seq, Result r, const std::string& msg)
     if (o) fail_op(o, r, msg);
 }
 
+std::string Simulation::died(int r) const { return "rank " + std::to_string(r) + " died: " + ranks[r].death; }
+
 void Simulation::rank_died(int r, const std::string& why) {
   auto& d = ranks[r];
   d.state = RankState::Dead;
   d.death = why;
-  std::string msg = "rank " + std::to_string(r) + " died: " + why;
+  const std::string msg = died(r);
   for (auto& [seq, e] : colls)
     if (!e.failed && (e.ops.empty() || !e.ops[r] || !e.ops[r]->done)) {
       bool anyone_waiting = false;

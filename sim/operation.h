@@ -63,6 +63,12 @@ struct Op {
   bool in_group = false;
 
   bool collective() const { return kind != OpKind::Send && kind != OpKind::Recv; }
+  // p2p: the sending and the receiving rank.
+  int src() const { return kind == OpKind::Send ? rank : peer; }
+  int dst() const { return kind == OpKind::Send ? peer : rank; }
+  // The size of this rank's buffer: count elements.
+  size_t bytes() const { return count * comm::dtype_size(t); }
+
   std::string describe() const {
     std::ostringstream os;
     os << kind_name(kind);
@@ -81,11 +87,6 @@ struct Op {
     return kind == o.kind && count == o.count && t == o.t &&
            ((kind != OpKind::AllReduce && kind != OpKind::ReduceScatter && kind != OpKind::Reduce) || op == o.op) &&
            ((kind != OpKind::Broadcast && kind != OpKind::Reduce) || root == o.root);
-  }
-  size_t bytes() const {
-    const size_t b = count * comm::dtype_size(t);
-    // nccl-tests' "size": the all-gather output, the reduce-scatter input.
-    return b;
   }
 };
 using OpPtr = std::shared_ptr<Op>;

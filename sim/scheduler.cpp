@@ -133,8 +133,7 @@ void Simulation::progress(int from) {
         colls.erase(it);  // every rank posted it: nobody will look it up again
         for (int q = 0; q < n; ++q) enqueue(q);
       } else {
-        const bool is_send = op->kind == OpKind::Send;
-        auto it = p2p.find({is_send ? r : op->peer, is_send ? op->peer : r, op->seq});
+        auto it = p2p.find({op->src(), op->dst(), op->seq});
         if (it == p2p.end() || !it->second.first || !it->second.second) continue;
         OpPtr snd = it->second.first, rcv = it->second.second;
         if (snd->done || rcv->done || !head_has(snd->rank, snd) || !head_has(rcv->rank, rcv)) continue;
@@ -147,6 +146,13 @@ void Simulation::progress(int from) {
   }
 }
 
+void Simulation::complete(Op& o, double start, double seconds) {
+  o.start_t = start;
+  o.end_t = start + seconds;
+  o.done = true;
+  ranks[o.rank].comm_t = o.end_t;
+}
+
 void Simulation::execute_collective(CollEntry& e) {
   const Op& ref = *e.first;
   engine.collective(ref, e.ops);
@@ -155,17 +161,14 @@ void Simulation::execute_collective(CollEntry& e) {
   const size_t es = comm::dtype_size(ref.t);
   double start = 0.0;
   for (int q = 0; q < n; ++q) start = std::max({start, e.ops[q]->launch_t, ranks[q].comm_t});
-  const uint64_t bytes = ref.kind == OpKind::AllGather ? ref.count * es * n
-                       : ref.kind == OpKind::ReduceScatter ? ref.count * es * n
-                                                           : ref.count * es;
+  // nccl-tests' "size": the all-gather output, the reduce-scatter input, else the buffer
+  const bool of_all_ranks = ref.kind == OpKind::AllGather || ref.kind == OpKind::ReduceScatter;
+  const uint64_t bytes = of_all_ranks ? ref.count * es * n : ref.count * es;
   Estimate est = collective_cost(topo, coll_kind(ref.kind), bytes, n);
   const uint64_t sent = bytes_sent_per_rank(coll_kind(ref.kind), bytes, n);
   for (int q = 0; q < n; ++q) {
     auto& o = *e.ops[q];
-    o.start_t = start;
-    o.end_t = start + est.seconds;
-    o.done = true;
-    ranks[q].comm_t = o.end_t;
+    complete(o, start, est.seconds);
     ranks[q].bytes_sent += sent;
     if (opts.record_trace) {
       std::ostringstream args;
@@ -178,16 +181,13 @@ void Simulation::execute_collective(CollEntry& e) {
 
 void Simulation::execute_p2p(const OpPtr& s, const OpPtr& r) {
   Engine::p2p(*s, *r);
-  const size_t bytes = s->count * comm::dtype_size(s->t);
+  const size_t bytes = s->bytes();
   auto& rs = ranks[s->rank];
   auto& rr = ranks[r->rank];
   double start = std::max({s->launch_t, r->launch_t, rs.comm_t, rr.comm_t});
   double dur = p2p_cost(topo, s->rank, r->rank, bytes);
   for (const auto& o : {s, r}) {
-    o->start_t = start;
-    o->end_t = start + dur;
-    o->done = true;
-    ranks[o->rank].comm_t = o->end_t;
+    complete(*o, start, dur);
     if (opts.record_trace) {
       std::ostringstream args;
       args << "\"peer\":" << o->peer << ",\"bytes\":" << bytes;

@@ -89,6 +89,8 @@ struct Simulation {
   void fail_collective(uint64_t seq, comm::Result r, const std::string& msg);
   // A rank died: everything that needs it fails with RemoteError.
   void rank_died(int r, const std::string& why);
+  // "rank R died: why", for the operations that needed it.
+  std::string died(int r) const;
   // Nobody can run but someone waits: name the ranks and calls that block each other.
   void diagnose_deadlock();
 
@@ -115,6 +117,8 @@ struct Simulation {
   // records the trace.
   void execute_collective(CollEntry& e);
   void execute_p2p(const OpPtr& s, const OpPtr& r);
+  // `o` ran on its rank's communication stream from `start` for `seconds`.
+  void complete(Op& o, double start, double seconds);
 };
 
 // communicator.cpp: rank `rank`'s communicator on `sim`.
