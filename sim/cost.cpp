@@ -59,6 +59,19 @@ void add(Topology& t, CollKind kind, const char* algorithm, int nodes, double al
   t.calibration.push_back({kind, algorithm, nodes, alpha, bandwidth, dataset});
 }
 
+// A preset of one node of 8 GPUs linked by `intra`; `inter` copies it (for ranks past the node).
+Topology one_node(const char* name, const char* description, double gpu_flops, const Link& intra) {
+  Topology t;
+  t.name = name;
+  t.description = description;
+  t.gpus_per_node = 8;
+  t.gpu_flops = gpu_flops;
+  t.intra = intra;
+  t.inter = t.intra;
+  t.launch_overhead = kLaunch;
+  return t;
+}
+
 void h100_node_calibration(Topology& t) {
   // NVLink SHARP all-reduce (NCCL's default on one H100 node from 2 MB up): each GPU moves
   // (n+1)/n of the buffer each way through the switch's multimem operations at 298.6 GB/s,
@@ -69,48 +82,35 @@ void h100_node_calibration(Topology& t) {
 }
 
 Topology h100_node() {
-  Topology t;
-  t.name = "8xH100";
-  t.description = "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (DGX/HGX H100)";
-  t.gpus_per_node = 8;
-  t.gpu_flops = 989e12;  // H100 SXM, dense BF16
-  t.intra = nvlink4();
-  t.inter = t.intra;
-  t.launch_overhead = kLaunch;
+  Topology t = one_node("8xH100",
+                        "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (DGX/HGX H100)",
+                        989e12,  // H100 SXM, dense BF16
+                        nvlink4());
   h100_node_calibration(t);
   return t;
 }
 
 Topology a100_node() {
-  Topology t;
-  t.name = "8xA100";
-  t.description = "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch (DGX/HGX A100), no NVLink SHARP";
-  t.gpus_per_node = 8;
-  t.gpu_flops = 312e12;  // A100 SXM, dense BF16
   // ring over NVLink 3: A1 (OCI BM.GPU4.8, all_reduce 1 MiB .. 8 GiB, plateau 235 GB/s);
   // LL fitted to A1's 1-8 MiB rows and its small-message floor (64 B .. 32 KiB: ~32 us).
-  t.intra = {"NVLink3", 8.29 * us, 235.9 * GB, 1.84 * us, 0.261};
-  t.inter = t.intra;
-  t.launch_overhead = kLaunch;
+  Topology t = one_node("8xA100",
+                        "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch (DGX/HGX A100), no NVLink SHARP",
+                        312e12,  // A100 SXM, dense BF16
+                        {"NVLink3", 8.29 * us, 235.9 * GB, 1.84 * us, 0.261});
   add(t, CollKind::AllReduce, "ring", 1, 8.29 * us, 235.9 * GB, "A1");
   return t;
 }
 
 Topology pcie_node() {
-  Topology t;
-  t.name = "8xPCIe";
-  t.description =
-      "one node of 8 GPUs on PCIe 4.0 x16, no NVLink, two domains (CPU sockets or switches) of 4 GPUs";
-  t.gpus_per_node = 8;
-  t.gpu_flops = 165e12;  // RTX 4090 (the calibration's GPUs), dense BF16 with FP32 accumulate
   // Weak data (docs/sim-calibration.md, "8xPCIe"): the ring bandwidth inside one domain is
   // P3 (4x RTX 4090, PCIe Gen4, P2P on: 25.9 GB/s busbw); a ring over both domains crosses
   // the CPU interconnect and reaches 0.8 of that (P2: 8 GPUs 28 against 4 GPUs 35 GB/s on
   // a dual-socket Gen5 host), 20.7 GB/s. alpha: the 4-GPU Gen5 latency of P1 (ASUS box:
   // 2 MB in 152 us, 32 MB in 1790 us -> ~43 us at 6 steps).
-  t.intra = {"PCIe4", 5.5 * us, 25.87 * GB, 1.5 * us, 0.5};
-  t.inter = t.intra;
-  t.launch_overhead = kLaunch;
+  Topology t = one_node("8xPCIe",
+                        "one node of 8 GPUs on PCIe 4.0 x16, no NVLink, two domains (CPU sockets or switches) of 4 GPUs",
+                        165e12,  // RTX 4090 (the calibration's GPUs), dense BF16 with FP32 accumulate
+                        {"PCIe4", 5.5 * us, 25.87 * GB, 1.5 * us, 0.5});
   t.gpus_per_domain = 4;
   t.cross_domain_bandwidth = 20.7 * GB;
   add(t, CollKind::AllReduce, "ring", 1, 5.5 * us, 25.87 * GB, "P3");
@@ -180,6 +180,13 @@ bool calibrated(const Topology& t, CollKind kind, const std::string& algorithm, 
   return true;
 }
 
+// A point-to-point path: inside a node the GPU's link (NVLink or PCIe) at the rate a ring
+// sees; across nodes one NIC.
+Params p2p_path(const Topology& t, bool across_nodes) {
+  if (!across_nodes) return {t.intra.alpha, t.intra.bandwidth};
+  return {t.inter.alpha, t.nic_bandwidth > 0 ? t.nic_bandwidth : t.inter.bandwidth};
+}
+
 // One way to run a collective: time = fixed + per_byte * bytes.
 struct Candidate {
   double fixed = 0.0;
@@ -225,8 +232,8 @@ std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n) {
   const int nodes = nodes_spanned(t, n);
   const CollKind k = kind == CollKind::Barrier ? CollKind::AllReduce : kind;
   if (kind == CollKind::SendRecv) {
-    const double bw = nodes > 1 ? (t.nic_bandwidth > 0 ? t.nic_bandwidth : t.inter.bandwidth) : t.intra.bandwidth;
-    out.push_back({t.launch_overhead + (nodes > 1 ? t.inter.alpha : t.intra.alpha), 1.0 / bw, "direct", "Simple"});
+    const Params p = p2p_path(t, nodes > 1);
+    out.push_back({t.launch_overhead + p.alpha, 1.0 / p.bandwidth, "direct", "Simple"});
     return out;
   }
   const int steps = ring_steps(k, n);
@@ -293,9 +300,9 @@ double busbw(CollKind kind, uint64_t bytes, double seconds, int nranks) {
 uint64_t bytes_sent_per_rank(CollKind kind, uint64_t bytes, int n) {
   if (n <= 1) return 0;
   switch (kind) {
-    case CollKind::AllReduce: return static_cast<uint64_t>(2.0 * (n - 1) / n * static_cast<double>(bytes));
+    case CollKind::AllReduce:
     case CollKind::ReduceScatter:
-    case CollKind::AllGather: return static_cast<uint64_t>(static_cast<double>(n - 1) / n * static_cast<double>(bytes));
+    case CollKind::AllGather: return static_cast<uint64_t>(ring_volume(kind, n) * static_cast<double>(bytes));
     case CollKind::Broadcast:
     case CollKind::Reduce: return bytes;  // pipelined ring: every rank forwards the whole buffer once
     default: return 0;
@@ -335,12 +342,9 @@ double peak_busbw(const Topology& t, CollKind kind, int n) {
 }
 
 double p2p_cost(const Topology& t, int src, int dst, uint64_t bytes) {
-  const bool same_node = src / t.gpus_per_node == dst / t.gpus_per_node;
-  // a point-to-point copy uses one direction of the path: inside a node the GPU's NVLink
-  // (or PCIe) rate as a ring sees it; across nodes one NIC
-  const Link& link = same_node ? t.intra : t.inter;
-  const double bw = same_node ? t.intra.bandwidth : (t.nic_bandwidth > 0 ? t.nic_bandwidth : t.inter.bandwidth);
-  return t.launch_overhead + link.alpha + static_cast<double>(bytes) / bw;
+  // a point-to-point copy uses one direction of the path
+  const Params p = p2p_path(t, src / t.gpus_per_node != dst / t.gpus_per_node);
+  return t.launch_overhead + p.alpha + static_cast<double>(bytes) / p.bandwidth;
 }
 
 StepEstimate estimate_step(const Topology& topo, const std::string& strategy, double params, double tokens, int nranks,

@@ -77,6 +77,7 @@ struct RunReport {
 };
 
 class World;
+struct Simulation;  // a World's internal state (sim/simulation.h)
 
 // A simulated rank's communicator: NCCL's operations, and the virtual clock the runtime
 // charges its estimated compute to (comm::ComputeClock), which real backends do not have.
@@ -126,11 +127,9 @@ class World {
   uint64_t current_bytes(int rank) const;
   uint64_t peak_bytes(int rank) const;
 
-  struct Impl;
-
  private:
   friend class Rank;
-  std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Simulation> sim_;
 };
 
 class MemoryBudget {
