@@ -49,14 +49,20 @@ void fsync_dir(const fs::path& dir) {
   ::close(fd);
 }
 
-// A testing aid: ACCEL_CHECKPOINT_CRASH_AT=K ends the process abruptly at the K-th point of
-// the save protocol (tests/test_capi.cpp kills saves at every point this way).
-void crash_point(int k) {
-  static const int at = [] {
-    const char* v = std::getenv("ACCEL_CHECKPOINT_CRASH_AT");
-    return v ? std::atoi(v) : 0;
-  }();
-  if (at == k) ::_exit(86);
+}  // namespace
+}  // namespace accel
+
+// Test-only observation of the save protocol: the library calls this at each numbered point
+// of a save when the program defines it (and exports it: -rdynamic), and nothing otherwise.
+// Only tests/checkpoint_crash.c defines it, to end the process abruptly there; the shipping
+// library holds no crash code and reads no environment for it.
+extern "C" __attribute__((weak, visibility("default"))) void accel_test_checkpoint_point(int point);
+
+namespace accel {
+namespace {
+
+void protocol_point(int k) {
+  if (accel_test_checkpoint_point) accel_test_checkpoint_point(k);
 }
 
 struct Written {
@@ -292,7 +298,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
     }
   }
   agree(st, why);
-  crash_point(1);
+  protocol_point(1);
 
   // 2. every process writes its files
   const auto& params = model_->parameters();
@@ -313,13 +319,13 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
       rs.pieces.push_back({p.param, p.start, p.len});
     }
     written.push_back(model_file.write(tmp, "model-rank" + std::to_string(rank) + ".safetensors"));
-    crash_point(2);
+    protocol_point(2);
     if (opt_) written.push_back(opt_file.write(tmp, "optimizer-rank" + std::to_string(rank) + ".safetensors"));
   } else if (rank == 0) {
     TensorFile model_file, opt_file;
     for (size_t i = 0; i < params.size(); ++i) model_file.add(names[i], params[i], false);
     written.push_back(model_file.write(tmp, "model.safetensors"));
-    crash_point(2);
+    protocol_point(2);
     if (opt_) {
       for (const auto& k : kinds) {
         const auto state = opt_->state(k);
@@ -348,7 +354,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
   for (const auto& w : written) rs.files[w.name] = {w.bytes, w.crc};
   const std::string rank_name = "rank-" + std::to_string(rank) + ".json";
   safetensors::write_file_atomic((tmp / rank_name).string(), ckpt::to_json(rs));
-  crash_point(3);
+  protocol_point(3);
   comm_->barrier();
 
   // 3. process 0 writes the manifest last, then publishes the directory
@@ -381,12 +387,12 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
           m.shards.push_back(sh);
         }
       }
-      crash_point(4);
+      protocol_point(4);
       safetensors::write_file_atomic((tmp / "manifest.json").string(), ckpt::to_json(m));
       fsync_dir(tmp);
-      crash_point(5);
+      protocol_point(5);
       publish(tmp, target, old);
-      crash_point(6);
+      protocol_point(6);
       if (dir_arg.empty() && project_.total_limit > 0) {  // the oldest go first (checkpoints only)
         std::vector<std::pair<int64_t, fs::path>> all;
         latest_index(target.parent_path(), &all);

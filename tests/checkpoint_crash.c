@@ -3,10 +3,23 @@
  *   checkpoint_crash PROJECT STEPS
  * loads the project's latest checkpoint if there is one, trains STEPS more optimizer steps,
  * and saves the next checkpoint_N. With ACCEL_CHECKPOINT_CRASH_AT=K in the environment the
- * save ends the process abruptly at its K-th point (exit status 86). */
+ * save ends the process abruptly at its K-th point (exit status 86): the library calls
+ * accel_test_checkpoint_point at each point of the save protocol when the program defines
+ * it, which only this helper does (linked with -rdynamic so the library sees it). */
 #include <accel/accel.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+void accel_test_checkpoint_point(int point);
+void accel_test_checkpoint_point(int point) {
+    static int at = -1;
+    if (at < 0) {
+        const char *v = getenv("ACCEL_CHECKPOINT_CRASH_AT");
+        at = v ? atoi(v) : 0;
+    }
+    if (at == point) _exit(86);
+}
 
 #define TRY(call)                                                                                   \
     do {                                                                                            \
