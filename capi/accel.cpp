@@ -92,11 +92,157 @@ accel_status guard(const accel_context* ctx, const char* fn, F&& body) {
 
 #define NEED(ptr) ACCEL_CHECK((ptr) != nullptr, Status::InvalidArgument, #ptr " is NULL")
 
-// Versioned options: a NULL pointer means defaults; a known version is accepted.
+// ---------------------------------------------------------------------------------------
+// Versioned options (docs/api.md, "Versioning"). A program built against an older header
+// passes an older, shorter struct: version v's struct is the first bytes(v) bytes of
+// today's, since fields are only ever appended behind a new version. One table per struct
+// says how many bytes each version has: the offset of the first field added after it (so
+// the tail padding of an older struct is neither read nor written), and sizeof for the
+// current one. *_options_init writes only those bytes; the functions that take options
+// read only those bytes, and the fields the caller's version lacks keep their defaults.
+// Adding a version: append a field to the struct in the header, bump its
+// ACCEL_*_OPTIONS_VERSION, append one row here; the static_asserts below check the rest.
+
+struct VersionBytes {
+  uint32_t version;
+  size_t bytes;
+};
+
 template <class T>
-void check_version(const T* opts, uint32_t known, const char* what) {
-  ACCEL_CHECK(opts->version >= 1 && opts->version <= known, Status::InvalidArgument, what, " version ", opts->version,
-              " is not known to this library (it knows 1..", known, "); initialise it with the _OPTIONS_INIT macro");
+struct Versions;  // per options struct: name, defaults(), table[] (one row per version, oldest first)
+
+template <>
+struct Versions<accel_options> {
+  static constexpr const char* name = "accel_options";
+  static accel_options defaults() { return ACCEL_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_options, strategy)},  // until 27556aa (DDP) appended strategy, bucket_bytes
+      {2, sizeof(accel_options)},
+  };
+  static constexpr uint32_t current = ACCEL_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_mlp_options> {
+  static constexpr const char* name = "accel_mlp_options";
+  static accel_mlp_options defaults() { return ACCEL_MLP_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_mlp_options)}};
+  static constexpr uint32_t current = ACCEL_MLP_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_sgd_options> {
+  static constexpr const char* name = "accel_sgd_options";
+  static accel_sgd_options defaults() { return ACCEL_SGD_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_sgd_options)}};
+  static constexpr uint32_t current = ACCEL_SGD_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_adamw_options> {
+  static constexpr const char* name = "accel_adamw_options";
+  static accel_adamw_options defaults() { return ACCEL_ADAMW_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_adamw_options)}};
+  static constexpr uint32_t current = ACCEL_ADAMW_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_lamb_options> {
+  static constexpr const char* name = "accel_lamb_options";
+  static accel_lamb_options defaults() { return ACCEL_LAMB_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_lamb_options)}};
+  static constexpr uint32_t current = ACCEL_LAMB_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_scheduler_options> {
+  static constexpr const char* name = "accel_scheduler_options";
+  static accel_scheduler_options defaults() { return ACCEL_SCHEDULER_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_scheduler_options)}};
+  static constexpr uint32_t current = ACCEL_SCHEDULER_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_dataloader_options> {
+  static constexpr const char* name = "accel_dataloader_options";
+  static accel_dataloader_options defaults() { return ACCEL_DATALOADER_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_dataloader_options, even_batches)},  // until e93abbe appended even_batches, split_batches
+      {2, sizeof(accel_dataloader_options)},
+  };
+  static constexpr uint32_t current = ACCEL_DATALOADER_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_sim_options> {
+  static constexpr const char* name = "accel_sim_options";
+  static accel_sim_options defaults() { return ACCEL_SIM_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_sim_options)}};
+  static constexpr uint32_t current = ACCEL_SIM_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_project_options> {
+  static constexpr const char* name = "accel_project_options";
+  static accel_project_options defaults() { return ACCEL_PROJECT_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_project_options)}};
+  static constexpr uint32_t current = ACCEL_PROJECT_OPTIONS_VERSION;
+};
+
+// The table's rows are versions 1, 2, ... in order, its last row is the header's current
+// version and covers the whole struct, and every version is longer than the one before
+// and holds at least the version field.
+template <class T>
+constexpr bool versions_numbered() {
+  size_t i = 0;
+  for (const VersionBytes& r : Versions<T>::table)
+    if (r.version != ++i) return false;
+  return i == Versions<T>::current;
+}
+template <class T>
+constexpr bool versions_grow() {
+  size_t prev = offsetof(T, version) + sizeof(uint32_t) - 1;
+  for (const VersionBytes& r : Versions<T>::table) {
+    if (r.bytes <= prev || r.bytes > sizeof(T)) return false;
+    prev = r.bytes;
+  }
+  return prev == sizeof(T);
+}
+#define ACCEL_VERSION_TABLE_OK(T)                                                                   \
+  static_assert(offsetof(T, version) == 0, #T ": the version field comes first");                   \
+  static_assert(versions_numbered<T>(), #T ": the rows are versions 1..N, N its ACCEL_*_VERSION"); \
+  static_assert(versions_grow<T>(), #T ": each version is longer than the last, the newest sizeof(" #T ")")
+ACCEL_VERSION_TABLE_OK(accel_options);
+ACCEL_VERSION_TABLE_OK(accel_mlp_options);
+ACCEL_VERSION_TABLE_OK(accel_sgd_options);
+ACCEL_VERSION_TABLE_OK(accel_adamw_options);
+ACCEL_VERSION_TABLE_OK(accel_lamb_options);
+ACCEL_VERSION_TABLE_OK(accel_scheduler_options);
+ACCEL_VERSION_TABLE_OK(accel_dataloader_options);
+ACCEL_VERSION_TABLE_OK(accel_sim_options);
+ACCEL_VERSION_TABLE_OK(accel_project_options);
+#undef ACCEL_VERSION_TABLE_OK
+
+// The size in bytes of version `version` of T, after checking the library knows it.
+template <class T>
+size_t version_bytes(uint32_t version, const char* advice) {
+  using V = Versions<T>;
+  ACCEL_CHECK(version >= 1 && version <= V::current, Status::InvalidArgument, V::name, " version ", version,
+              " is not known to this library (it knows 1..", V::current, "); ", advice);
+  return V::table[version - 1].bytes;
+}
+
+// *_options_init: the defaults of `version`, written into that version's bytes only.
+template <class T>
+void init_options(T* opts, uint32_t version) {
+  NEED(opts);
+  const size_t n = version_bytes<T>(version, "pass the header's ACCEL_*_OPTIONS_VERSION");
+  T d = Versions<T>::defaults();
+  d.version = version;
+  std::memcpy(static_cast<void*>(opts), &d, n);
+}
+
+// A caller's options (NULL: the defaults), read by their version: the fields that version
+// lacks keep their defaults.
+template <class T>
+T read_options(const T* opts) {
+  T o = Versions<T>::defaults();
+  if (opts)
+    std::memcpy(static_cast<void*>(&o), opts,
+                version_bytes<T>(opts->version, "initialise it with the _OPTIONS_INIT macro"));
+  return o;
 }
 
 // The integer value of an enum that came from C. A C caller may pass any int (42, -1); in
@@ -156,14 +302,9 @@ void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_bytes) {
   if (n) std::memcpy(dst, host.data_ptr(), n);
 }
 
-// accel_options (NULL: defaults) as the runtime's options, after the version check.
+// accel_options (NULL: defaults) as the runtime's options, read by their version.
 accel::Options runtime_options(const accel_options* opts) {
-  accel_options o = ACCEL_OPTIONS_INIT;
-  if (opts) {
-    check_version(opts, ACCEL_OPTIONS_VERSION, "accel_options");
-    // a version-1 struct ends before `strategy`: read only what the caller has
-    std::memcpy(&o, opts, opts->version == 1 ? offsetof(accel_options, strategy) : sizeof o);
-  }
+  const accel_options o = read_options(opts);
   accel::Options ro;
   ro.strategy = static_cast<accel::Strategy>(raw(o.strategy));
   ro.bucket_bytes = o.bucket_bytes;
@@ -324,13 +465,7 @@ accel_status accel_tensor_nbytes(const accel_tensor* tensor, size_t* out) {
 // Context
 
 accel_status accel_options_init(accel_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_OPTIONS_VERSION, Status::InvalidArgument, "accel_options version ", version,
-                " is not known to this library (it knows ", ACCEL_OPTIONS_VERSION, ")");
-    accel_options d = ACCEL_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_init(const accel_options* opts, accel_context** out) {
@@ -356,13 +491,7 @@ accel_status accel_device_kind(const accel_context* ctx, accel_device* out) {
 // Models
 
 accel_status accel_mlp_options_init(accel_mlp_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_mlp_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_MLP_OPTIONS_VERSION, Status::InvalidArgument, "accel_mlp_options version ", version,
-                " is not known to this library");
-    accel_mlp_options d = ACCEL_MLP_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_mlp_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_model_create_mlp(accel_context* ctx, const accel_mlp_options* opts, accel_model** out) {
@@ -370,17 +499,16 @@ accel_status accel_model_create_mlp(accel_context* ctx, const accel_mlp_options*
     NEED(ctx);
     NEED(opts);
     NEED(out);
-    check_version(opts, ACCEL_MLP_OPTIONS_VERSION, "accel_mlp_options");
-    ACCEL_CHECK(opts->num_layer_sizes == 0 || opts->layer_sizes != nullptr, Status::InvalidArgument,
-                "layer_sizes is NULL");
-    const int act = raw(opts->activation);
+    const accel_mlp_options o = read_options(opts);
+    ACCEL_CHECK(o.num_layer_sizes == 0 || o.layer_sizes != nullptr, Status::InvalidArgument, "layer_sizes is NULL");
+    const int act = raw(o.activation);
     ACCEL_CHECK(act >= ACCEL_ACT_RELU && act <= ACCEL_ACT_SIGMOID, Status::InvalidArgument,
                 "activation must be an accel_activation (0..3), got ", act);
     accel::MLPConfig cfg;
-    cfg.sizes.assign(opts->layer_sizes, opts->layer_sizes + opts->num_layer_sizes);
+    cfg.sizes.assign(o.layer_sizes, o.layer_sizes + o.num_layer_sizes);
     cfg.activation = static_cast<accel::Activation>(act);
-    cfg.dropout = opts->dropout;
-    cfg.bias = opts->bias != 0;
+    cfg.dropout = o.dropout;
+    cfg.bias = o.bias != 0;
     auto m = accel::make_mlp(cfg, acc_of(ctx).generator());
     *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
   });
@@ -505,23 +633,11 @@ accel_status accel_loss_mse(accel_context* ctx, const accel_tensor* input, const
 // Optimizers and schedulers
 
 accel_status accel_sgd_options_init(accel_sgd_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_sgd_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_SGD_OPTIONS_VERSION, Status::InvalidArgument, "accel_sgd_options version ", version,
-                " is not known to this library");
-    accel_sgd_options d = ACCEL_SGD_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_sgd_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_adamw_options_init(accel_adamw_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_adamw_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_ADAMW_OPTIONS_VERSION, Status::InvalidArgument, "accel_adamw_options version ",
-                version, " is not known to this library");
-    accel_adamw_options d = ACCEL_ADAMW_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_adamw_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_optimizer_create_sgd(accel_context* ctx, accel_model* model, const accel_sgd_options* opts,
@@ -531,11 +647,7 @@ accel_status accel_optimizer_create_sgd(accel_context* ctx, accel_model* model, 
     NEED(model);
     NEED(out);
     same_context(ctx, model->ctx, "model");
-    accel_sgd_options o = ACCEL_SGD_OPTIONS_INIT;
-    if (opts) {
-      check_version(opts, ACCEL_SGD_OPTIONS_VERSION, "accel_sgd_options");
-      o = *opts;
-    }
+    const accel_sgd_options o = read_options(opts);
     accel::SGDConfig c{o.lr, o.momentum, o.dampening, o.weight_decay, o.nesterov != 0};
     *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
   });
@@ -548,25 +660,14 @@ accel_status accel_optimizer_create_adamw(accel_context* ctx, accel_model* model
     NEED(model);
     NEED(out);
     same_context(ctx, model->ctx, "model");
-    accel_adamw_options o = ACCEL_ADAMW_OPTIONS_INIT;
-    if (opts) {
-      check_version(opts, ACCEL_ADAMW_OPTIONS_VERSION, "accel_adamw_options");
-      o = *opts;
-    }
+    const accel_adamw_options o = read_options(opts);
     accel::AdamWConfig c{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
   });
 }
 
 accel_status accel_lamb_options_init(accel_lamb_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_lamb_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version >= 1 && version <= ACCEL_LAMB_OPTIONS_VERSION, Status::InvalidArgument,
-                "accel_lamb_options version ", version, " is not known to this library (it knows 1..",
-                ACCEL_LAMB_OPTIONS_VERSION, ")");
-    *opts = ACCEL_LAMB_OPTIONS_INIT;
-    opts->version = version;
-  });
+  return guard(nullptr, "accel_lamb_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_optimizer_create_lamb(accel_context* ctx, accel_model* model, const accel_lamb_options* opts,
@@ -576,11 +677,7 @@ accel_status accel_optimizer_create_lamb(accel_context* ctx, accel_model* model,
     NEED(model);
     NEED(out);
     same_context(ctx, model->ctx, "model");
-    accel_lamb_options o = ACCEL_LAMB_OPTIONS_INIT;
-    if (opts) {
-      check_version(opts, ACCEL_LAMB_OPTIONS_VERSION, "accel_lamb_options");
-      o = *opts;
-    }
+    const accel_lamb_options o = read_options(opts);
     accel::LAMBConfig c{o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
     *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
   });
@@ -597,13 +694,7 @@ accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out) {
 }
 
 accel_status accel_scheduler_options_init(accel_scheduler_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_scheduler_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_SCHEDULER_OPTIONS_VERSION, Status::InvalidArgument, "accel_scheduler_options version ",
-                version, " is not known to this library");
-    accel_scheduler_options d = ACCEL_SCHEDULER_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_scheduler_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_scheduler_create(accel_context* ctx, accel_optimizer* optimizer, const accel_scheduler_options* opts,
@@ -613,10 +704,9 @@ accel_status accel_scheduler_create(accel_context* ctx, accel_optimizer* optimiz
     NEED(optimizer);
     NEED(opts);
     NEED(out);
-    check_version(opts, ACCEL_SCHEDULER_OPTIONS_VERSION, "accel_scheduler_options");
+    const accel_scheduler_options o = read_options(opts);
     same_context(ctx, optimizer->model->ctx, "optimizer");
-    accel::SchedulerConfig c{static_cast<accel::Schedule>(raw(opts->kind)), opts->warmup_steps, opts->total_steps,
-                             opts->min_lr_ratio};
+    accel::SchedulerConfig c{static_cast<accel::Schedule>(raw(o.kind)), o.warmup_steps, o.total_steps, o.min_lr_ratio};
     *out = new accel_scheduler{ctx, std::make_shared<accel::Scheduler>(optimizer->impl, c)};
   });
 }
@@ -635,13 +725,7 @@ accel_status accel_scheduler_steps(const accel_scheduler* scheduler, int64_t* ou
 // Data
 
 accel_status accel_dataloader_options_init(accel_dataloader_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_dataloader_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_DATALOADER_OPTIONS_VERSION, Status::InvalidArgument,
-                "accel_dataloader_options version ", version, " is not known to this library");
-    accel_dataloader_options d = ACCEL_DATALOADER_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_dataloader_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_dataloader_create(accel_context* ctx, const accel_tensor* inputs, const accel_tensor* targets,
@@ -651,10 +735,7 @@ accel_status accel_dataloader_create(accel_context* ctx, const accel_tensor* inp
     NEED(inputs);
     NEED(opts);
     NEED(out);
-    check_version(opts, ACCEL_DATALOADER_OPTIONS_VERSION, "accel_dataloader_options");
-    // a version-1 struct ends before even_batches: read only what the caller has
-    accel_dataloader_options o = ACCEL_DATALOADER_OPTIONS_INIT;
-    std::memcpy(&o, opts, opts->version == 1 ? offsetof(accel_dataloader_options, even_batches) : sizeof o);
+    const accel_dataloader_options o = read_options(opts);  // version 1 has no even_batches, split_batches
     accel::DataLoaderConfig c;
     c.batch_size = o.batch_size;
     c.shuffle = o.shuffle != 0;
@@ -907,13 +988,7 @@ accel_status accel_set_seed(accel_context* ctx, uint64_t seed, int per_process) 
 // The simulator
 
 accel_status accel_sim_options_init(accel_sim_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_sim_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_SIM_OPTIONS_VERSION, Status::InvalidArgument, "accel_sim_options version ", version,
-                " is not known to this library");
-    accel_sim_options d = ACCEL_SIM_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_sim_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ctx_opts, accel_rank_fn fn, void* user,
@@ -921,11 +996,7 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
   std::unique_ptr<accel_sim_report> report;
   accel_status st = guard(nullptr, "accel_sim_run", [&] {
     NEED(fn);
-    accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
-    if (sim) {
-      check_version(sim, ACCEL_SIM_OPTIONS_VERSION, "accel_sim_options");
-      so = *sim;
-    }
+    const accel_sim_options so = read_options(sim);
     accel::sim::WorldOptions wo;
     wo.world_size = so.world_size;
     if (so.topology) wo.topology = so.topology;
@@ -1014,23 +1085,17 @@ accel_status accel_sim_charge_compute(accel_context* ctx, double seconds, const 
 }
 
 accel_status accel_project_options_init(accel_project_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_project_options_init", [&] {
-    NEED(opts);
-    ACCEL_CHECK(version == ACCEL_PROJECT_OPTIONS_VERSION, Status::InvalidArgument, "accel_project_options version ",
-                version, " is not known to this library");
-    accel_project_options d = ACCEL_PROJECT_OPTIONS_INIT;
-    *opts = d;
-  });
+  return guard(nullptr, "accel_project_options_init", [&] { init_options(opts, version); });
 }
 
 accel_status accel_set_project(accel_context* ctx, const accel_project_options* opts) {
   return guard(ctx, "accel_set_project", [&] {
     NEED(ctx);
     NEED(opts);
-    check_version(opts, ACCEL_PROJECT_OPTIONS_VERSION, "accel_project_options");
-    ACCEL_CHECK(opts->project_dir != nullptr, Status::InvalidArgument, "project_dir is NULL");
-    ACCEL_CHECK(opts->project_dir[0] != '\0', Status::InvalidArgument, "project_dir is empty");
-    acc_of(ctx).set_project(accel::ProjectConfig{opts->project_dir, opts->total_limit});
+    const accel_project_options o = read_options(opts);
+    ACCEL_CHECK(o.project_dir != nullptr, Status::InvalidArgument, "project_dir is NULL");
+    ACCEL_CHECK(o.project_dir[0] != '\0', Status::InvalidArgument, "project_dir is empty");
+    acc_of(ctx).set_project(accel::ProjectConfig{o.project_dir, o.total_limit});
   });
 }
 

@@ -1333,6 +1333,123 @@ TEST(Misuse, VersionOneOptionsAndTheStrategyVariable) {
   EXPECT_EQ(accel_init(&bad, &ctx), ACCEL_ERR_INVALID_ARGUMENT);
 }
 
+// Every version an options struct ever had is accepted by its _init, which stores it and
+// writes only that version's bytes (a program built against an older header passes its
+// shorter struct); 0 and versions past the current one are refused, the struct untouched.
+template <class T>
+void every_version(const char* name, accel_status (*init)(T*, uint32_t), uint32_t current) {
+  SCOPED_TRACE(name);
+  for (uint32_t v = 1; v <= current; ++v) {
+    T o;
+    std::memset(&o, 0x5a, sizeof o);
+    ASSERT_EQ(init(&o, v), ACCEL_OK) << accel_last_error(nullptr);
+    EXPECT_EQ(o.version, v);
+  }
+  for (uint32_t v : {0u, current + 1, 1000u}) {
+    T o, before;
+    std::memset(&o, 0x5a, sizeof o);
+    std::memcpy(&before, &o, sizeof o);
+    EXPECT_EQ(init(&o, v), ACCEL_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(contains(accel_last_error(nullptr), "version " + std::to_string(v) + " is not known"))
+        << accel_last_error(nullptr);
+    EXPECT_TRUE(contains(accel_last_error(nullptr), "it knows 1.." + std::to_string(current)))
+        << accel_last_error(nullptr);
+    EXPECT_EQ(std::memcmp(&o, &before, sizeof o), 0) << "a refused version changed the struct";
+  }
+}
+
+// The bytes of `o` from `from` to its end still hold the 0x5a they were set to.
+template <class T>
+bool untouched_from(const T& o, size_t from) {
+  const auto* b = reinterpret_cast<const unsigned char*>(&o);
+  for (size_t i = from; i < sizeof o; ++i)
+    if (b[i] != 0x5a) return false;
+  return true;
+}
+
+TEST(Versions, EveryPublishedVersionIsAcceptedAndOnlyItsBytesAreWritten) {
+  every_version("accel_options", accel_options_init, ACCEL_OPTIONS_VERSION);
+  every_version("accel_mlp_options", accel_mlp_options_init, ACCEL_MLP_OPTIONS_VERSION);
+  every_version("accel_sgd_options", accel_sgd_options_init, ACCEL_SGD_OPTIONS_VERSION);
+  every_version("accel_adamw_options", accel_adamw_options_init, ACCEL_ADAMW_OPTIONS_VERSION);
+  every_version("accel_lamb_options", accel_lamb_options_init, ACCEL_LAMB_OPTIONS_VERSION);
+  every_version("accel_scheduler_options", accel_scheduler_options_init, ACCEL_SCHEDULER_OPTIONS_VERSION);
+  every_version("accel_dataloader_options", accel_dataloader_options_init, ACCEL_DATALOADER_OPTIONS_VERSION);
+  every_version("accel_sim_options", accel_sim_options_init, ACCEL_SIM_OPTIONS_VERSION);
+  every_version("accel_project_options", accel_project_options_init, ACCEL_PROJECT_OPTIONS_VERSION);
+
+  // accel_options version 1 ends before `strategy` (git 27556aa appended strategy and
+  // bucket_bytes as version 2): its defaults, and not a byte after
+  accel_options o;
+  std::memset(&o, 0x5a, sizeof o);
+  ASSERT_EQ(accel_options_init(&o, 1), ACCEL_OK);
+  EXPECT_EQ(o.version, 1u);
+  EXPECT_EQ(o.mixed_precision, ACCEL_PRECISION_NO);
+  EXPECT_EQ(o.gradient_accumulation_steps, 1);
+  EXPECT_EQ(o.seed, 0u);
+  EXPECT_EQ(o.loss_scale_init, 65536.0);
+  EXPECT_EQ(o.loss_scale_growth_interval, 2000);
+  EXPECT_EQ(o.num_threads, 0);
+  EXPECT_TRUE(untouched_from(o, offsetof(accel_options, strategy)));
+  // ... and accel_init reads no further: 0x5a5a5a5a would be refused as a strategy
+  accel_context* ctx = nullptr;
+  ASSERT_EQ(accel_init(&o, &ctx), ACCEL_OK) << accel_last_error(nullptr);
+  accel_destroy(ctx);
+  o.version = 2;
+  EXPECT_EQ(accel_init(&o, &ctx), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "strategy")) << accel_last_error(nullptr);
+  ASSERT_EQ(accel_options_init(&o, 2), ACCEL_OK);
+  EXPECT_EQ(o.strategy, ACCEL_STRATEGY_NO);
+  EXPECT_EQ(o.bucket_bytes, 25 * 1024 * 1024);
+
+  // accel_dataloader_options version 1 ends before even_batches (git e93abbe)
+  accel_dataloader_options d;
+  std::memset(&d, 0x5a, sizeof d);
+  ASSERT_EQ(accel_dataloader_options_init(&d, 1), ACCEL_OK);
+  EXPECT_EQ(d.version, 1u);
+  EXPECT_EQ(d.batch_size, 1);
+  EXPECT_EQ(d.shuffle, 0);
+  EXPECT_EQ(d.seed, 0u);
+  EXPECT_EQ(d.drop_last, 0);
+  EXPECT_TRUE(untouched_from(d, offsetof(accel_dataloader_options, even_batches)));
+  ASSERT_EQ(accel_dataloader_options_init(&d, 2), ACCEL_OK);
+  EXPECT_EQ(d.even_batches, 1);
+  EXPECT_EQ(d.split_batches, 0);
+}
+
+// Under the simulator a version-1 dataloader struct followed by garbage (0x5a5a5a5a would
+// turn split_batches on and halve the batches) gives whole batches of batch_size.
+accel_status whole_batches(accel_context* ctx, void* user) {
+  auto* rows = static_cast<std::atomic<int64_t>*>(user);
+  accel_dataloader_options d;
+  std::memset(&d, 0x5a, sizeof d);
+  accel_status s = accel_dataloader_options_init(&d, 1);
+  if (s != ACCEL_OK) return s;
+  d.batch_size = 4;
+  std::vector<float> x(16);
+  accel_tensor* X = make_f32({16, 1}, x);
+  accel_dataloader* dl = nullptr;
+  if ((s = accel_dataloader_create(ctx, X, nullptr, &d, &dl)) != ACCEL_OK) return s;
+  if ((s = accel_prepare(ctx, nullptr, nullptr, nullptr, dl)) != ACCEL_OK) return s;
+  accel_tensor* xb = nullptr;
+  if ((s = accel_dataloader_next(ctx, dl, &xb, nullptr)) != ACCEL_OK) return s;
+  int64_t shape[2] = {0, 0};
+  if (xb && (s = accel_tensor_shape(xb, shape, 2)) != ACCEL_OK) return s;
+  rows->fetch_add(shape[0]);
+  accel_tensor_destroy(xb);
+  accel_dataloader_destroy(dl);
+  accel_tensor_destroy(X);
+  return ACCEL_OK;
+}
+
+TEST(Versions, AVersionOneLoaderIsReadNoFurtherThanItsBytes) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  std::atomic<int64_t> rows{0};
+  ASSERT_EQ(accel_sim_run(&so, nullptr, whole_batches, &rows, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(rows.load(), 8);  // two ranks, a whole batch of 4 each (split_batches would give 2 each)
+}
+
 // DDP through the C ABI: ranks train on different data, and stay identical.
 accel_status ddp_rank(accel_context* ctx, void* user) {
   auto* out = static_cast<std::vector<std::vector<float>>*>(user);

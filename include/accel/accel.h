@@ -36,7 +36,11 @@
  * - Options: option structs start with a `version` field. Fill them with the
  *   ACCEL_*_OPTIONS_INIT macro or the accel_*_options_init() function, then change the
  *   fields you need. The library rejects a version it does not know with
- *   ACCEL_ERR_INVALID_ARGUMENT. New fields are only ever appended (with a new version).
+ *   ACCEL_ERR_INVALID_ARGUMENT. New fields are only ever appended (with a new version),
+ *   and the library accepts every version it published: a program built against an
+ *   older header passes its older, shorter struct, of which the library reads (and
+ *   accel_*_options_init writes) only that version's bytes; the fields the version lacks
+ *   take their defaults (docs/api.md, "Versioning").
  *
  * - Ownership: a handle returned through an out-parameter belongs to the caller, who
  *   destroys it. Tensors passed in are copied unless the function says it borrows them.
@@ -250,8 +254,12 @@ typedef struct accel_options {
     { ACCEL_OPTIONS_VERSION, ACCEL_PRECISION_NO, 1, 0, ACCEL_DEVICE_AUTO, 0, 65536.0, 2.0, 0.5, 2000, 0, \
       ACCEL_STRATEGY_NO, 25 * 1024 * 1024 }
 
-/* Fills *opts with the defaults of `version` (pass ACCEL_OPTIONS_VERSION).
- * ACCEL_ERR_INVALID_ARGUMENT for a NULL pointer or a version this library does not know. */
+/* Fills *opts with the defaults of `version` (pass ACCEL_OPTIONS_VERSION) and stores
+ * `version` in opts->version. Every version from 1 to ACCEL_OPTIONS_VERSION is accepted;
+ * only that version's fields are written (a version-1 struct ends before `strategy`).
+ * Every accel_*_options_init below works the same way.
+ * ACCEL_ERR_INVALID_ARGUMENT for a NULL pointer or a version this library does not know
+ * (0, or one newer than the library), *opts untouched. */
 ACCEL_API accel_status accel_options_init(accel_options *opts, uint32_t version);
 
 /* Creates a context: validates the options, picks the device, seeds the generators.
@@ -297,7 +305,7 @@ typedef struct accel_mlp_options {
 
 #define ACCEL_MLP_OPTIONS_INIT { ACCEL_MLP_OPTIONS_VERSION, NULL, 0, ACCEL_ACT_RELU, 0.0, 1 }
 
-/* Fills *opts with the defaults of `version`. */
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
 ACCEL_API accel_status accel_mlp_options_init(accel_mlp_options *opts, uint32_t version);
 
 /* Creates the built-in multi-layer perceptron: Linear layers of the given sizes with the

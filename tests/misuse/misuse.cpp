@@ -303,11 +303,13 @@ void getter(const std::string& fn, const std::string& param, accel_status (*f)(c
   });
 }
 
-// *_options_init(opts, version): NULL, and unknown versions (the struct untouched).
+// *_options_init(opts, version): NULL, and unknown versions: 0, the first one past the
+// current, and a far one (the struct untouched). Every version from 1 to the current is
+// accepted (tests/abi).
 template <class T>
 void options_init(const std::string& fn, accel_status (*f)(T*, uint32_t), uint32_t good) {
   null_case(fn, "opts", [f, good](Env&) { return R(f(nullptr, good)); });
-  for (uint32_t v : {0u, 99u})
+  for (uint32_t v : {0u, good + 1, 99u})
     add(fn, "version=" + str(v), ARG, {"version", str(v)}, [f, v](Env& e) {
       T o;
       fill(o);
