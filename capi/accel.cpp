@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 
+#include "runtime/comm/factory.h"
 #include "runtime/paths.h"
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
@@ -472,7 +473,8 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
   return guard(nullptr, "accel_init", [&] {
     NEED(out);
     auto ctx = std::make_unique<accel_context>();
-    ctx->acc = std::make_unique<accel::Accelerator>(runtime_options(opts));
+    const accel::Options ro = runtime_options(opts);
+    ctx->acc = std::make_unique<accel::Accelerator>(ro, accel::comm::make_process_group(accel::comm::GroupConfig{}));
     *out = ctx.release();
   });
 }
@@ -997,31 +999,26 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
   accel_status st = guard(nullptr, "accel_sim_run", [&] {
     NEED(fn);
     const accel_sim_options so = read_options(sim);
-    accel::sim::WorldOptions wo;
-    wo.world_size = so.world_size;
-    if (so.topology) wo.topology = so.topology;
-    const accel::sim::Topology topo = accel::sim::topology_preset(wo.topology);
-    const int64_t gpus = static_cast<int64_t>(topo.nodes) * topo.gpus_per_node;
-    ACCEL_CHECK(so.world_size >= 1 && so.world_size <= gpus, Status::InvalidArgument, "world_size must be in [1, ", gpus,
-                "] (the GPUs of topology '", wo.topology, "'; e.g. \"4x8xH100-IB\" has 32), got ", so.world_size);
-    if (so.device_memory) wo.device_capacity = accel::sim::parse_bytes(so.device_memory, "device_memory");
-    ACCEL_CHECK(std::isfinite(so.timeout_seconds) && so.timeout_seconds > 0, Status::InvalidArgument,
-                "timeout_seconds must be finite and > 0, got ", so.timeout_seconds);
-    if (so.faults) wo.faults = accel::sim::parse_faults(so.faults, so.world_size);
-    ACCEL_CHECK(so.engine_threads >= 0 && so.engine_threads <= 1024, Status::InvalidArgument,
-                "engine_threads must be in [0, 1024] (0: the machine's cores), got ", so.engine_threads);
-    wo.engine_threads = so.engine_threads;
-    wo.record_trace = so.trace_path != nullptr;
+    accel::sim::WorldSettings ws;
+    ws.world_size = so.world_size;
+    if (so.topology) ws.topology = so.topology;
+    if (so.device_memory) ws.device_memory = so.device_memory;
+    ws.timeout_seconds = so.timeout_seconds;
+    if (so.faults) ws.faults = so.faults;
+    ws.engine_threads = so.engine_threads;
+    ws.record_trace = so.trace_path != nullptr;
+    accel::sim::World world(accel::sim::world_options(ws));  // checks every field, naming it
     if (so.trace_path) accel::paths::check_file_target(so.trace_path, accel::paths::FileKind::ChromeTrace, "trace_path");
     accel::Options ro = runtime_options(ctx_opts);
     ACCEL_CHECK(ro.device != accel::DeviceKind::CUDA, Status::Unsupported,
                 "ctx_opts->device: simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
     ro.device = accel::DeviceKind::CPU;
-    accel::sim::World world(wo);
     accel::sim::RunReport ran = world.run([&](accel::sim::Rank& rank) {
       auto ctx = std::make_unique<accel_context>();
-      std::shared_ptr<accel::comm::Communicator> comm(&rank.comm(), [](accel::comm::Communicator*) {});
-      ctx->acc = std::make_unique<accel::Accelerator>(ro, comm);
+      accel::comm::GroupConfig group;
+      group.backend = "sim";
+      group.sim_rank = &rank;
+      ctx->acc = std::make_unique<accel::Accelerator>(ro, accel::comm::make_process_group(group));
       tls_error.clear();
       const accel_status s = fn(ctx.get(), user);
       // read as an int: a value outside the enum's range may not be loaded as accel_status (UBSan);

@@ -44,6 +44,22 @@ RankCommunicator& Rank::comm() { return *world_->sim_->comms.at(rank_); }
 
 void Rank::notify_step(int64_t step) { comm().on_step(step); }
 
+WorldOptions world_options(const WorldSettings& s) {
+  WorldOptions wo;
+  wo.world_size = s.world_size;
+  wo.topology = s.topology;
+  const Topology topo = topology_preset(wo.topology);
+  const int64_t gpus = static_cast<int64_t>(topo.nodes) * topo.gpus_per_node;
+  ACCEL_CHECK(s.world_size >= 1 && s.world_size <= gpus, Status::InvalidArgument, "world_size must be in [1, ", gpus,
+              "] (the GPUs of topology '", wo.topology, "'; e.g. \"4x8xH100-IB\" has 32), got ", s.world_size);
+  if (s.device_memory) wo.device_capacity = parse_bytes(*s.device_memory, "device_memory");
+  wo.timeout_seconds = s.timeout_seconds;
+  if (!s.faults.empty()) wo.faults = parse_faults(s.faults, s.world_size);
+  wo.engine_threads = s.engine_threads;
+  wo.record_trace = s.record_trace;
+  return wo;
+}
+
 World::World(WorldOptions opts) : sim_(std::make_unique<Simulation>()) {
   ACCEL_CHECK(opts.world_size >= 1, Status::InvalidArgument, "world_size must be >= 1, got ", opts.world_size);
   ACCEL_CHECK(std::isfinite(opts.timeout_seconds) && opts.timeout_seconds > 0, Status::InvalidArgument,

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,20 @@ struct WorldOptions {
   // Parsed when the World is made: an unknown collective or element type is InvalidArgument.
   std::vector<std::string> missing;
 };
+
+// A simulated world as a user describes it (the C ABI's accel_sim_options; later `accel
+// launch --backend sim`'s flags): sizes and faults as text. world_options() checks it (each
+// error names the field) and makes the WorldOptions.
+struct WorldSettings {
+  int world_size = 2;
+  std::string topology = "8xH100";  // a preset (sim/cost.h): world_size may not exceed its GPUs
+  std::optional<std::string> device_memory;  // a size for parse_bytes; none: unlimited
+  double timeout_seconds = 60.0;
+  std::string faults;               // parse_faults' syntax; empty: none
+  int engine_threads = 0;
+  bool record_trace = false;
+};
+WorldOptions world_options(const WorldSettings& settings);
 
 struct RankReport {
   int rank = 0;

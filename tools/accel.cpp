@@ -34,6 +34,7 @@
 
 #include "runtime/blas.h"
 #include "runtime/checkpoint_format.h"
+#include "runtime/comm/factory.h"
 #include "runtime/paths.h"
 
 #include "accel/accel.h"
@@ -300,7 +301,7 @@ int env() {
   std::printf("- devices: CPU%s\n",
               cuda ? (", CUDA x" + std::to_string(torch::cuda::device_count())).c_str()
                    : "; CUDA: not available (this libtorch or machine has none)");
-  std::printf("- communication backends: local (1 process), sim (the simulator)\n");
+  std::printf("- communication backends: %s\n", accel::comm::backend_names().c_str());
 #ifdef ACCEL_HAVE_CUDA_TOOLKIT
   std::printf("- CUDA toolkit with NCCL at build time: found\n");
 #else

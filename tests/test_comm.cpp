@@ -1,0 +1,186 @@
+// The communication layer's seams, without libtorch: the Store (c10d's operations, in
+// process), the process-group factory, and the simulator's settings checked at its boundary.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "runtime/comm/factory.h"
+#include "runtime/comm/store.h"
+#include "sim/world.h"
+
+namespace accel::comm {
+namespace {
+
+using namespace std::chrono_literals;
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+Status status_of(const std::function<void()>& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.status();
+  }
+  return Status::Ok;
+}
+
+TEST(Store, SetGetReplaceCheckRemove) {
+  auto s = make_memory_store(1s);
+  s->set("a", std::string("one"));
+  EXPECT_EQ(s->get_string("a"), "one");
+  s->set("a", Bytes{0, 255, 7});
+  EXPECT_EQ(s->get("a"), (Bytes{0, 255, 7}));
+  EXPECT_TRUE(s->check("a"));
+  EXPECT_FALSE(s->check("b"));
+  EXPECT_TRUE(s->remove("a"));
+  EXPECT_FALSE(s->remove("a"));
+  EXPECT_FALSE(s->check("a"));
+}
+
+TEST(Store, GetWaitsForTheKeyAndTimesOutNamingIt) {
+  auto s = make_memory_store(2s);
+  std::thread later([&] {
+    std::this_thread::sleep_for(50ms);
+    s->set("addr", std::string("10.0.0.1:29500"));
+  });
+  EXPECT_EQ(s->get_string("addr"), "10.0.0.1:29500");  // blocks until set
+  later.join();
+  s->set_timeout(100ms);
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(status_of([&] { s->get("never"); }, &why), Status::Timeout);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 100ms);
+  EXPECT_TRUE(contains(why, "'never'")) << why;
+  EXPECT_EQ(status_of([&] { s->set_timeout(0ms); }), Status::InvalidArgument);
+}
+
+TEST(Store, WaitForSeveralKeysNamesTheMissingOnes) {
+  auto s = make_memory_store(1s);
+  s->set("rank0", std::string("x"));
+  std::string why;
+  EXPECT_EQ(status_of([&] { s->wait({"rank0", "rank1", "rank2"}, 50ms); }, &why), Status::Timeout);
+  EXPECT_TRUE(contains(why, "'rank1', 'rank2'")) << why;
+  EXPECT_FALSE(contains(why, "rank0")) << why;
+  std::thread t([&] {
+    s->set("rank1", std::string("y"));
+    s->set("rank2", std::string("z"));
+  });
+  s->wait({"rank0", "rank1", "rank2"});
+  t.join();
+}
+
+TEST(Store, AddCountsAcrossThreadsAsDecimalText) {
+  auto s = make_memory_store(1s);
+  EXPECT_EQ(s->add("n", 5), 5);
+  EXPECT_EQ(s->add("n", -2), 3);
+  EXPECT_EQ(s->get_string("n"), "3");
+  std::vector<std::thread> ts;
+  for (int i = 0; i < 8; ++i)
+    ts.emplace_back([&] {
+      for (int k = 0; k < 100; ++k) s->add("joined", 1);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(s->add("joined", 0), 800);
+  s->set("text", std::string("abc"));
+  EXPECT_EQ(status_of([&] { s->add("text", 1); }), Status::InvalidArgument);
+}
+
+TEST(Store, CompareSetAsC10d) {
+  auto s = make_memory_store(1s);
+  const Bytes a{'a'}, b{'b'}, c{'c'};
+  EXPECT_EQ(s->compare_set("k", Bytes{}, a), a);  // absent and expected empty: set
+  EXPECT_EQ(s->get("k"), a);
+  EXPECT_EQ(s->compare_set("k", b, c), a);        // mismatch: unchanged, the current value
+  EXPECT_EQ(s->get("k"), a);
+  EXPECT_EQ(s->compare_set("k", a, c), c);        // match: replaced
+  EXPECT_EQ(s->get("k"), c);
+  EXPECT_EQ(s->compare_set("absent", b, c), b);   // absent, expected not empty: unchanged, `expected`
+  EXPECT_FALSE(s->check("absent"));
+}
+
+TEST(Factory, MakesTheBackendsItNamesAndRefusesOthers) {
+  EXPECT_EQ(backend_names(), "local, sim");
+  auto local = make_process_group(GroupConfig{});
+  EXPECT_EQ(local->backend(), "local");
+  EXPECT_EQ(local->size(), 1);
+  std::string why;
+  GroupConfig bad;
+  bad.backend = "carrier-pigeon";
+  EXPECT_EQ(status_of([&] { make_process_group(bad); }, &why), Status::InvalidArgument);
+  EXPECT_TRUE(contains(why, "'carrier-pigeon'") && contains(why, "local, sim")) << why;
+  GroupConfig sim;
+  sim.backend = "sim";  // without a simulated world to join
+  EXPECT_EQ(status_of([&] { make_process_group(sim); }, &why), Status::InvalidArgument);
+  EXPECT_TRUE(contains(why, "accel_sim_run")) << why;
+}
+
+TEST(Factory, SimGroupsAreTheWorldsRanks) {
+  sim::WorldSettings ws;
+  ws.world_size = 3;
+  sim::World world(sim::world_options(ws));
+  std::atomic<int> sum{0};
+  auto rep = world.run([&](sim::Rank& rank) {
+    GroupConfig g;
+    g.backend = "sim";
+    g.sim_rank = &rank;
+    auto c = make_process_group(g);
+    EXPECT_EQ(c->backend(), "sim");
+    EXPECT_EQ(c->rank(), rank.rank());
+    int v = rank.rank() + 1;
+    c->all_reduce(&v, &v, 1, DataType::Int32, RedOp::Sum)->wait();
+    sum += v;
+  });
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
+  EXPECT_EQ(sum.load(), 3 * 6);
+}
+
+TEST(SimSettings, EachFieldCheckedAndNamed) {
+  std::string why;
+  sim::WorldSettings ws;
+  ws.world_size = 9;  // 8xH100 has 8 GPUs
+  EXPECT_EQ(status_of([&] { sim::world_options(ws); }, &why), Status::InvalidArgument);
+  EXPECT_TRUE(contains(why, "world_size must be in [1, 8]")) << why;
+  ws = {};
+  ws.device_memory = "lots";
+  EXPECT_EQ(status_of([&] { sim::world_options(ws); }, &why), Status::InvalidArgument);
+  EXPECT_TRUE(contains(why, "device_memory")) << why;
+  ws = {};
+  ws.faults = "kill:5@step:1";
+  EXPECT_EQ(status_of([&] { sim::world_options(ws); }, &why), Status::InvalidArgument);
+  ws = {};
+  ws.device_memory = "1GiB";
+  ws.faults = "delay:1:0.5";
+  sim::WorldOptions wo = sim::world_options(ws);
+  EXPECT_EQ(wo.device_capacity, uint64_t{1} << 30);
+  ASSERT_EQ(wo.faults.size(), 1u);
+  EXPECT_EQ(wo.faults[0].rank, 1);
+}
+
+TEST(SimSettings, MissingCollectivesAreTypedCapabilities) {
+  sim::WorldOptions wo;
+  wo.world_size = 2;
+  wo.missing = {"reduce_scatter:bfloat16", "send"};
+  sim::World world(wo);
+  auto rep = world.run([&](sim::Rank& rank) {
+    Communicator& c = rank.comm();
+    EXPECT_FALSE(c.supports(Collective::ReduceScatter, DataType::BFloat16));
+    EXPECT_TRUE(c.supports(Collective::ReduceScatter, DataType::Float32));
+    EXPECT_FALSE(c.supports(Collective::Send, DataType::Int8));
+    EXPECT_TRUE(c.supports(Collective::AllReduce, DataType::BFloat16));
+  });
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
+  std::string why;
+  wo.missing = {"all_reduce:float128"};
+  EXPECT_EQ(status_of([&] { sim::World w(wo); }, &why), Status::InvalidArgument);
+  EXPECT_TRUE(contains(why, "'float128'")) << why;
+  wo.missing = {"allreduce"};
+  EXPECT_EQ(status_of([&] { sim::World w(wo); }, &why), Status::InvalidArgument);
+  EXPECT_TRUE(contains(why, "'allreduce' is not a collective")) << why;
+}
+
+}  // namespace
+}  // namespace accel::comm
