@@ -9,7 +9,7 @@
 #include "runtime/compat.h"
 #include "runtime/domain.h"
 #include "runtime/paths.h"
-#include "runtime/runtime.h"
+#include "runtime/accelerator.h"
 #include "runtime/strategy/strategy.h"
 
 namespace accel {
@@ -52,45 +52,6 @@ std::optional<Strategy> parse_strategy(const std::string& name) {
   if (v == "zero2" || v == "zero-2" || v == "zero_2" || v == "shard_grad_op") return Strategy::Zero2;
   if (v == "zero3" || v == "zero-3" || v == "zero_3" || v == "full_shard") return Strategy::Zero3;
   return std::nullopt;
-}
-
-// ---------------------------------------------------------------------------------------
-// Loss scaling
-
-bool LossScaler::unscale(const std::vector<torch::Tensor>& params) const {
-  if (!enabled_) return false;
-  std::vector<torch::Tensor> grads;
-  for (const auto& p : params)
-    if (p.grad().defined()) grads.push_back(p.grad());
-  if (grads.empty()) return false;
-  // As torch.cuda.amp: the reciprocal is taken in double and applied in fp32.
-  const double inv = static_cast<double>(static_cast<float>(1.0 / scale_));
-  if (grads.front().is_cuda()) {
-    auto found = torch::zeros({1}, grads.front().options().dtype(torch::kFloat));
-    auto inv_t = torch::full({1}, inv, grads.front().options().dtype(torch::kFloat));
-    at::_amp_foreach_non_finite_check_and_unscale_(grads, found, inv_t);
-    return found.item<float>() != 0.0f;
-  }
-  torch::Tensor finite = torch::ones({}, torch::kBool);
-  for (auto& g : grads) {
-    g.mul_(inv);
-    finite = finite.logical_and(torch::isfinite(g).all());
-  }
-  return !finite.item<bool>();
-}
-
-void LossScaler::update(bool found_inf) {
-  if (!enabled_) return;
-  if (found_inf) {
-    scale_ *= backoff_;
-    tracker_ = 0;
-    return;
-  }
-  if (++tracker_ >= interval_) {
-    double grown = scale_ * growth_;
-    if (std::isfinite(grown) && grown <= static_cast<double>(std::numeric_limits<float>::max())) scale_ = grown;
-    tracker_ = 0;
-  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@
 #include "include/accel/accel.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/paths.h"
-#include "runtime/runtime.h"
+#include "runtime/accelerator.h"
 #include "runtime/safetensors.h"
 #include "runtime/strategy/strategy.h"
 

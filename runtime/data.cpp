@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/runtime.h"
+#include "runtime/data.h"
 
 namespace accel {
 

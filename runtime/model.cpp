@@ -1,4 +1,4 @@
-// Models (built-in MLP, TorchScript), fp16 emulation by rounding, losses and weight export.
+// Models (built-in MLP, TorchScript), losses and weight export.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,7 +7,8 @@
 #include <fstream>
 
 #include "runtime/compat.h"
-#include "runtime/runtime.h"
+#include "runtime/model.h"
+#include "runtime/precision.h"
 #include "runtime/safetensors.h"
 
 namespace accel {
@@ -32,27 +33,6 @@ int64_t Model::num_elements() const {
   int64_t n = 0;
   for (const auto& p : params_) n += p.numel();
   return n;
-}
-
-// ---------------------------------------------------------------------------------------
-// fp16 emulation
-
-namespace {
-struct RoundFP16 : public torch::autograd::Function<RoundFP16> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
-    return x.to(torch::kHalf).to(x.scalar_type());
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
-                                                 torch::autograd::variable_list grads) {
-    const auto& g = grads[0];
-    return {g.to(torch::kHalf).to(g.scalar_type())};
-  }
-};
-}  // namespace
-
-torch::Tensor round_through_fp16(const torch::Tensor& x) {
-  if (!x.defined() || !x.is_floating_point()) return x;
-  return RoundFP16::apply(x);
 }
 
 // ---------------------------------------------------------------------------------------

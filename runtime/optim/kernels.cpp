@@ -1,11 +1,27 @@
 // See kernels.h. This file is compiled with -ffp-contract=off (only the fused multiply-adds
 // written as std::fma are fused, as in libtorch's kernels) and -fno-math-errno (so the
-// square root vectorizes).
+// square root vectorizes), and with OpenMP.
 #include "runtime/optim/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace accel::optim {
+
+namespace {
+
+constexpr int64_t kChunk = int64_t{1} << 15;  // elements per task
+
+// Runs f(begin, count) over [0, n) in chunks on `threads` OpenMP threads (one: inline).
+template <class F>
+void chunked(int64_t n, int threads, F&& f) {
+  const int64_t tasks = (n + kChunk - 1) / kChunk;
+  if (threads <= 1 || tasks <= 1) return f(int64_t{0}, n);
+#pragma omp parallel for num_threads(std::min<int64_t>(threads, tasks)) schedule(static)
+  for (int64_t t = 0; t < tasks; ++t) f(t * kChunk, std::min(kChunk, n - t * kChunk));
+}
+
+}  // namespace
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
     !defined(__SANITIZE_THREAD__)
@@ -18,8 +34,8 @@ namespace accel::optim {
 // v.mul_(b2).addcmul_(g, g, 1-b2) (contracted to one too); denom = sqrt(v) / sqrt(bc2) + eps;
 // p.addcdiv_(m, denom, -lr/bc1), which is p + (-lr/bc1 * m) / denom.
 ACCEL_VECTOR_CLONES
-void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
-           const AdamWCoefficients& c) {
+void adamw_range(float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, int64_t n,
+                 const AdamWCoefficients& c) {
   const AdamWCoefficients k = c;
   for (int64_t i = 0; i < n; ++i) {
     const float w = k.decay ? p[i] * k.decay_factor : p[i];
@@ -37,7 +53,7 @@ void adamw(float* __restrict p, const float* __restrict g, float* __restrict m, 
 // dampening); d = nesterov ? d.add(buf, momentum) : buf; p.add_(d, -lr). Each add with a
 // factor is a fused multiply-add.
 ACCEL_VECTOR_CLONES
-void sgd(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n, const SGDCoefficients& c) {
+void sgd_range(float* __restrict p, const float* __restrict g, float* __restrict buf, int64_t n, const SGDCoefficients& c) {
   const SGDCoefficients k = c;
   for (int64_t i = 0; i < n; ++i) {
     float d = k.decay ? std::fma(p[i], k.weight_decay, g[i]) : g[i];
@@ -48,6 +64,14 @@ void sgd(float* __restrict p, const float* __restrict g, float* __restrict buf, 
     }
     p[i] = std::fma(d, k.neg_lr, p[i]);
   }
+}
+
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWCoefficients& c, int threads) {
+  chunked(n, threads, [&](int64_t at, int64_t k) { adamw_range(p + at, g + at, m + at, v + at, k, c); });
+}
+
+void sgd(float* p, const float* g, float* buf, int64_t n, const SGDCoefficients& c, int threads) {
+  chunked(n, threads, [&](int64_t at, int64_t k) { sgd_range(p + at, g + at, buf ? buf + at : nullptr, k, c); });
 }
 
 }  // namespace accel::optim

@@ -4,7 +4,8 @@
 // term rounds as libtorch's CPU kernels round it (the same products, the same fused
 // multiply-adds, in the same order), so the results are bit for bit those of
 // torch::optim::AdamW and torch::optim::SGD on the same CPU. Torch-free; compiled for the
-// CPU's best vector unit (AVX-512, AVX2+FMA, or portable code), chosen at load time.
+// CPU's best vector unit (AVX-512, AVX2+FMA, or portable code), chosen at load time, and
+// split across `threads` OpenMP threads (libtorch's intra-op pool is OpenMP's too).
 // Used by the unsharded Optimizer per parameter and by ZeRO per shard (runtime/optim/update.h).
 #pragma once
 
@@ -22,7 +23,7 @@ struct AdamWCoefficients {
   float neg_step_size = 0;  // -lr / (1 - beta1^step)
 };
 // p, m (exp_avg), v (exp_avg_sq) updated in place from g, elements [0, n).
-void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWCoefficients& c);
+void adamw(float* p, const float* g, float* m, float* v, int64_t n, const AdamWCoefficients& c, int threads);
 
 struct SGDCoefficients {
   bool decay = false;       // weight_decay != 0
@@ -34,6 +35,6 @@ struct SGDCoefficients {
   float neg_lr = 0;
 };
 // p and buf (the momentum buffer; unused without momentum) updated in place from g.
-void sgd(float* p, const float* g, float* buf, int64_t n, const SGDCoefficients& c);
+void sgd(float* p, const float* g, float* buf, int64_t n, const SGDCoefficients& c, int threads);
 
 }  // namespace accel::optim

@@ -8,7 +8,7 @@
 #include "runtime/domain.h"
 #include "runtime/optim/kernels.h"
 #include "runtime/optim/update.h"
-#include "runtime/runtime.h"
+#include "runtime/optim/optimizer.h"
 
 namespace accel {
 
@@ -23,12 +23,8 @@ bool fusable(std::initializer_list<const torch::Tensor*> ts) {
   return true;
 }
 
-constexpr int64_t kGrain = int64_t{1} << 15;  // elements per task of libtorch's intra-op pool
-
-template <class F>
-void in_parallel(int64_t n, F&& f) {
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) { f(begin, end - begin); });
-}
+// The kernels' threads: libtorch's intra-op count, one inside a parallel region.
+int kernel_threads() { return at::in_parallel_region() ? 1 : at::get_num_threads(); }
 }  // namespace
 
 void adamw_update(const AdamWConfig& c, double lr, int64_t step, const torch::Tensor& param, const torch::Tensor& grad,
@@ -49,7 +45,7 @@ void adamw_update(const AdamWConfig& c, double lr, int64_t step, const torch::Te
     k.neg_step_size = static_cast<float>(-(lr / bias_correction1));
     float *pp = p.data_ptr<float>(), *m = exp_avg.data_ptr<float>(), *v = exp_avg_sq.data_ptr<float>();
     const float* g = grad.data_ptr<float>();
-    in_parallel(p.numel(), [&](int64_t at, int64_t n) { optim::adamw(pp + at, g + at, m + at, v + at, n, k); });
+    optim::adamw(pp, g, m, v, p.numel(), k, kernel_threads());
     return;
   }
   // libtorch's AdamW, term by term (what the kernel computes, on any device and dtype)
@@ -77,7 +73,7 @@ void sgd_update(const SGDConfig& c, double lr, const torch::Tensor& param, const
     float* pp = p.data_ptr<float>();
     float* buf = momentum ? momentum_buffer.data_ptr<float>() : nullptr;
     const float* g = grad.data_ptr<float>();
-    in_parallel(p.numel(), [&](int64_t at, int64_t n) { optim::sgd(pp + at, g + at, buf ? buf + at : nullptr, n, k); });
+    optim::sgd(pp, g, buf, p.numel(), k, kernel_threads());
     return;
   }
   // libtorch's SGD, term by term

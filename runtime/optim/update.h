@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "runtime/runtime.h"
+#include "runtime/optim/optimizer.h"
 
 namespace accel {
 

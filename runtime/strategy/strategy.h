@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/runtime.h"
+#include "runtime/model.h"
+#include "runtime/optim/optimizer.h"
+#include "runtime/precision.h"
 
 namespace accel {
 

@@ -271,7 +271,7 @@ def compare(base, cur):
                           "a program built against the old header passes or receives the shorter struct")
         elif vnew is None or int(vnew) <= int(vold):
             errors.append(f"struct {struct}: fields appended ({', '.join(appended)}) without raising its version "
-                          f"(still {vnew}): bump its ACCEL_*_VERSION and append a row to its table in capi/accel.cpp")
+                          f"(still {vnew}): bump its ACCEL_*_VERSION and append a row to its table in capi/internal.h")
         if int(_value(new, "size")) < int(_value(old, "size")) or int(_value(new, "align")) < int(_value(old, "align")):
             errors.append(f"struct {struct}: shrank from '{old}' to '{new}'")
     return errors, additions

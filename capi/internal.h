@@ -1,0 +1,342 @@
+// What every file of the C ABI shares: the handle structs, guard() (exceptions turned into
+// status codes: every exported function runs its body inside it, so no exception crosses
+// the ABI), argument checks, versioned options, conversions. The functions themselves live
+// by area: context.cpp, tensor.cpp (tensors, models, losses), optim.cpp, data.cpp,
+// distributed.cpp, checkpoint.cpp, simulator.cpp; common.cpp holds versions and errors.
+#pragma once
+
+#include "accel/accel.h"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "runtime/comm/factory.h"
+#include "runtime/paths.h"
+#include "runtime/runtime.h"
+#include "runtime/safetensors.h"
+#include "sim/world.h"
+
+using accel::Status;
+
+struct accel_context {
+  std::unique_ptr<accel::Accelerator> acc;
+  std::string last_checkpoint;
+  mutable std::string last_error;  // written by failing calls, also through const handles
+};
+struct accel_tensor {
+  torch::Tensor t;
+  const accel_context* owner = nullptr;  // the context whose model or loss made it (NULL: made by the caller)
+  mutable bool backpropagated = false;   // accel_backward ran through it
+};
+struct accel_model {
+  accel_context* ctx;
+  std::shared_ptr<accel::Model> impl;
+};
+struct accel_optimizer {
+  accel_model* model;
+  std::shared_ptr<accel::Optimizer> impl;
+};
+struct accel_scheduler {
+  accel_context* ctx;
+  std::shared_ptr<accel::Scheduler> impl;
+};
+struct accel_dataloader {
+  accel_context* ctx;
+  std::shared_ptr<accel::DataLoader> impl;
+};
+struct accel_sim_report {
+  accel::sim::RunReport rep;
+};
+
+namespace accel::capi {
+
+// The calling thread's last failure message (accel_last_error(NULL)).
+inline thread_local std::string tls_error;
+
+inline accel_status record(const accel_context* ctx, accel_status s, const char* fn, const std::string& msg) {
+  std::string full = std::string(fn) + ": " + msg;
+  if (ctx) ctx->last_error = full;
+  tls_error = std::move(full);
+  return s;
+}
+
+inline accel_status map_c10(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ACCEL_ERR_OUT_OF_MEMORY;
+  const std::string what = e.what_without_backtrace();
+  // libtorch's CPU allocator reports a failed allocation as a plain c10::Error
+  if (what.find("not enough memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos)
+    return ACCEL_ERR_OUT_OF_MEMORY;
+  if (what.find("backward through the graph a second time") != std::string::npos) return ACCEL_ERR_INVALID_STATE;
+  if (dynamic_cast<const c10::IndexError*>(&e) || dynamic_cast<const c10::ValueError*>(&e) ||
+      dynamic_cast<const c10::TypeError*>(&e))
+    return ACCEL_ERR_INVALID_ARGUMENT;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return ACCEL_ERR_UNSUPPORTED;
+  return ACCEL_ERR_INTERNAL;
+}
+
+template <class F>
+accel_status guard(const accel_context* ctx, const char* fn, F&& body) {
+  try {
+    body();
+    return ACCEL_OK;
+  } catch (const accel::Error& e) {
+    return record(ctx, static_cast<accel_status>(e.status()), fn, e.what());
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    return record(ctx, map_c10(e), fn, "libtorch: " + what.substr(0, what.find('\n')));
+  } catch (const std::bad_alloc&) {
+    return record(ctx, ACCEL_ERR_OUT_OF_MEMORY, fn, "out of host memory");
+  } catch (const std::exception& e) {
+    return record(ctx, ACCEL_ERR_INTERNAL, fn, e.what());
+  } catch (...) {
+    return record(ctx, ACCEL_ERR_INTERNAL, fn, "unknown exception");
+  }
+}
+
+#define NEED(ptr) ACCEL_CHECK((ptr) != nullptr, Status::InvalidArgument, #ptr " is NULL")
+
+// ---------------------------------------------------------------------------------------
+// Versioned options (docs/api.md, "Versioning"). A program built against an older header
+// passes an older, shorter struct: version v's struct is the first bytes(v) bytes of
+// today's, since fields are only ever appended behind a new version. One table per struct
+// says how many bytes each version has: the offset of the first field added after it (so
+// the tail padding of an older struct is neither read nor written), and sizeof for the
+// current one. *_options_init writes only those bytes; the functions that take options
+// read only those bytes, and the fields the caller's version lacks keep their defaults.
+// Adding a version: append a field to the struct in the header, bump its
+// ACCEL_*_OPTIONS_VERSION, append one row here; the static_asserts below check the rest.
+
+struct VersionBytes {
+  uint32_t version;
+  size_t bytes;
+};
+
+template <class T>
+struct Versions;  // per options struct: name, defaults(), table[] (one row per version, oldest first)
+
+template <>
+struct Versions<accel_options> {
+  static constexpr const char* name = "accel_options";
+  static accel_options defaults() { return ACCEL_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_options, strategy)},  // until 27556aa (DDP) appended strategy, bucket_bytes
+      {2, sizeof(accel_options)},
+  };
+  static constexpr uint32_t current = ACCEL_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_mlp_options> {
+  static constexpr const char* name = "accel_mlp_options";
+  static accel_mlp_options defaults() { return ACCEL_MLP_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_mlp_options)}};
+  static constexpr uint32_t current = ACCEL_MLP_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_sgd_options> {
+  static constexpr const char* name = "accel_sgd_options";
+  static accel_sgd_options defaults() { return ACCEL_SGD_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_sgd_options)}};
+  static constexpr uint32_t current = ACCEL_SGD_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_adamw_options> {
+  static constexpr const char* name = "accel_adamw_options";
+  static accel_adamw_options defaults() { return ACCEL_ADAMW_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_adamw_options)}};
+  static constexpr uint32_t current = ACCEL_ADAMW_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_lamb_options> {
+  static constexpr const char* name = "accel_lamb_options";
+  static accel_lamb_options defaults() { return ACCEL_LAMB_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_lamb_options)}};
+  static constexpr uint32_t current = ACCEL_LAMB_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_scheduler_options> {
+  static constexpr const char* name = "accel_scheduler_options";
+  static accel_scheduler_options defaults() { return ACCEL_SCHEDULER_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_scheduler_options)}};
+  static constexpr uint32_t current = ACCEL_SCHEDULER_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_dataloader_options> {
+  static constexpr const char* name = "accel_dataloader_options";
+  static accel_dataloader_options defaults() { return ACCEL_DATALOADER_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_dataloader_options, even_batches)},  // until e93abbe appended even_batches, split_batches
+      {2, sizeof(accel_dataloader_options)},
+  };
+  static constexpr uint32_t current = ACCEL_DATALOADER_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_sim_options> {
+  static constexpr const char* name = "accel_sim_options";
+  static accel_sim_options defaults() { return ACCEL_SIM_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_sim_options)}};
+  static constexpr uint32_t current = ACCEL_SIM_OPTIONS_VERSION;
+};
+template <>
+struct Versions<accel_project_options> {
+  static constexpr const char* name = "accel_project_options";
+  static accel_project_options defaults() { return ACCEL_PROJECT_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_project_options)}};
+  static constexpr uint32_t current = ACCEL_PROJECT_OPTIONS_VERSION;
+};
+
+// The table's rows are versions 1, 2, ... in order, its last row is the header's current
+// version and covers the whole struct, and every version is longer than the one before
+// and holds at least the version field.
+template <class T>
+constexpr bool versions_numbered() {
+  size_t i = 0;
+  for (const VersionBytes& r : Versions<T>::table)
+    if (r.version != ++i) return false;
+  return i == Versions<T>::current;
+}
+template <class T>
+constexpr bool versions_grow() {
+  size_t prev = offsetof(T, version) + sizeof(uint32_t) - 1;
+  for (const VersionBytes& r : Versions<T>::table) {
+    if (r.bytes <= prev || r.bytes > sizeof(T)) return false;
+    prev = r.bytes;
+  }
+  return prev == sizeof(T);
+}
+#define ACCEL_VERSION_TABLE_OK(T)                                                                   \
+  static_assert(offsetof(T, version) == 0, #T ": the version field comes first");                   \
+  static_assert(versions_numbered<T>(), #T ": the rows are versions 1..N, N its ACCEL_*_VERSION"); \
+  static_assert(versions_grow<T>(), #T ": each version is longer than the last, the newest sizeof(" #T ")")
+ACCEL_VERSION_TABLE_OK(accel_options);
+ACCEL_VERSION_TABLE_OK(accel_mlp_options);
+ACCEL_VERSION_TABLE_OK(accel_sgd_options);
+ACCEL_VERSION_TABLE_OK(accel_adamw_options);
+ACCEL_VERSION_TABLE_OK(accel_lamb_options);
+ACCEL_VERSION_TABLE_OK(accel_scheduler_options);
+ACCEL_VERSION_TABLE_OK(accel_dataloader_options);
+ACCEL_VERSION_TABLE_OK(accel_sim_options);
+ACCEL_VERSION_TABLE_OK(accel_project_options);
+#undef ACCEL_VERSION_TABLE_OK
+
+// The size in bytes of version `version` of T, after checking the library knows it.
+template <class T>
+size_t version_bytes(uint32_t version, const char* advice) {
+  using V = Versions<T>;
+  ACCEL_CHECK(version >= 1 && version <= V::current, Status::InvalidArgument, V::name, " version ", version,
+              " is not known to this library (it knows 1..", V::current, "); ", advice);
+  return V::table[version - 1].bytes;
+}
+
+// *_options_init: the defaults of `version`, written into that version's bytes only.
+template <class T>
+void init_options(T* opts, uint32_t version) {
+  NEED(opts);
+  const size_t n = version_bytes<T>(version, "pass the header's ACCEL_*_OPTIONS_VERSION");
+  T d = Versions<T>::defaults();
+  d.version = version;
+  std::memcpy(static_cast<void*>(opts), &d, n);
+}
+
+// A caller's options (NULL: the defaults), read by their version: the fields that version
+// lacks keep their defaults.
+template <class T>
+T read_options(const T* opts) {
+  T o = Versions<T>::defaults();
+  if (opts)
+    std::memcpy(static_cast<void*>(&o), opts,
+                version_bytes<T>(opts->version, "initialise it with the _OPTIONS_INIT macro"));
+  return o;
+}
+
+// The integer value of an enum that came from C. A C caller may pass any int (42, -1); in
+// C++ reading such a value as the enum type is undefined, so read its bytes instead.
+template <class E>
+int raw(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+inline c10::ScalarType to_scalar(int d) {
+  switch (d) {
+    case ACCEL_FLOAT32: return torch::kFloat;
+    case ACCEL_FLOAT16: return torch::kHalf;
+    case ACCEL_BFLOAT16: return torch::kBFloat16;
+    case ACCEL_INT64: return torch::kLong;
+    case ACCEL_INT32: return torch::kInt;
+    case ACCEL_UINT8: return torch::kByte;
+    case ACCEL_FLOAT64: return torch::kDouble;
+    case ACCEL_INT8: return torch::kChar;
+  }
+  accel::fail(Status::InvalidArgument, "dtype must be an accel_dtype (0..7), got ", d);
+}
+
+inline accel_dtype from_scalar(c10::ScalarType s) {
+  switch (s) {
+    case torch::kFloat: return ACCEL_FLOAT32;
+    case torch::kHalf: return ACCEL_FLOAT16;
+    case torch::kBFloat16: return ACCEL_BFLOAT16;
+    case torch::kLong: return ACCEL_INT64;
+    case torch::kInt: return ACCEL_INT32;
+    case torch::kByte: return ACCEL_UINT8;
+    case torch::kDouble: return ACCEL_FLOAT64;
+    case torch::kChar: return ACCEL_INT8;
+    default: accel::fail(Status::Unsupported, "tensor dtype ", c10::toString(s), " has no accel_dtype");
+  }
+}
+
+inline accel_tensor* wrap(torch::Tensor t, const accel_context* owner = nullptr) {
+  return new accel_tensor{std::move(t), owner};
+}
+
+// Objects that belong to a context must be used with it.
+inline void same_context(const accel_context* ctx, const accel_context* owner, const std::string& what) {
+  ACCEL_CHECK(owner == nullptr || owner == ctx, Status::InvalidArgument, what, " belongs to another context");
+}
+
+// Copies a host tensor's elements, row-major, into dst after checking the size.
+inline void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_bytes) {
+  auto host = host_tensor.contiguous();
+  const size_t n = static_cast<size_t>(host.numel()) * host.element_size();
+  ACCEL_CHECK(dst_bytes == n, Status::InvalidArgument, "the tensor ", accel::shape_str(host), " ",
+              c10::toString(host.scalar_type()), " holds ", n, " bytes, dst_bytes is ", dst_bytes);
+  ACCEL_CHECK(n == 0 || dst != nullptr, Status::InvalidArgument, "dst is NULL");
+  if (n) std::memcpy(dst, host.data_ptr(), n);
+}
+
+// accel_options (NULL: defaults) as the runtime's options, read by their version.
+inline accel::Options runtime_options(const accel_options* opts) {
+  const accel_options o = read_options(opts);
+  accel::Options ro;
+  ro.strategy = static_cast<accel::Strategy>(raw(o.strategy));
+  ro.bucket_bytes = o.bucket_bytes;
+  if (ro.strategy == accel::Strategy::None) {
+    if (const char* env = std::getenv("ACCEL_STRATEGY")) {
+      const std::optional<accel::Strategy> s = accel::parse_strategy(env);
+      ACCEL_CHECK(s.has_value(), Status::InvalidArgument, "ACCEL_STRATEGY='", env,
+                  "' is not a strategy (no, ddp, zero1, zero2, zero3, shard_grad_op, full_shard)");
+      ro.strategy = *s;
+    }
+  }
+  ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
+  ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
+  ro.seed = o.seed;
+  ro.device = static_cast<accel::DeviceKind>(raw(o.device));
+  ro.device_index = o.device_index;
+  ro.loss_scale_init = o.loss_scale_init;
+  ro.loss_scale_growth_factor = o.loss_scale_growth_factor;
+  ro.loss_scale_backoff_factor = o.loss_scale_backoff_factor;
+  ro.loss_scale_growth_interval = o.loss_scale_growth_interval;
+  ro.num_threads = o.num_threads;
+  accel::validate(ro);
+  return ro;
+}
+
+inline accel::Accelerator& acc_of(accel_context* ctx) { return *ctx->acc; }
+
+}  // namespace accel::capi
