@@ -128,41 +128,20 @@ struct Versions<accel_options> {
   };
   static constexpr uint32_t current = ACCEL_OPTIONS_VERSION;
 };
-template <>
-struct Versions<accel_mlp_options> {
-  static constexpr const char* name = "accel_mlp_options";
-  static accel_mlp_options defaults() { return ACCEL_MLP_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_mlp_options)}};
-  static constexpr uint32_t current = ACCEL_MLP_OPTIONS_VERSION;
-};
-template <>
-struct Versions<accel_sgd_options> {
-  static constexpr const char* name = "accel_sgd_options";
-  static accel_sgd_options defaults() { return ACCEL_SGD_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_sgd_options)}};
-  static constexpr uint32_t current = ACCEL_SGD_OPTIONS_VERSION;
-};
-template <>
-struct Versions<accel_adamw_options> {
-  static constexpr const char* name = "accel_adamw_options";
-  static accel_adamw_options defaults() { return ACCEL_ADAMW_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_adamw_options)}};
-  static constexpr uint32_t current = ACCEL_ADAMW_OPTIONS_VERSION;
-};
-template <>
-struct Versions<accel_lamb_options> {
-  static constexpr const char* name = "accel_lamb_options";
-  static accel_lamb_options defaults() { return ACCEL_LAMB_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_lamb_options)}};
-  static constexpr uint32_t current = ACCEL_LAMB_OPTIONS_VERSION;
-};
-template <>
-struct Versions<accel_scheduler_options> {
-  static constexpr const char* name = "accel_scheduler_options";
-  static accel_scheduler_options defaults() { return ACCEL_SCHEDULER_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_scheduler_options)}};
-  static constexpr uint32_t current = ACCEL_SCHEDULER_OPTIONS_VERSION;
-};
+// A struct that has had one version so far: its whole size.
+#define ACCEL_ONE_VERSION(T, PREFIX)                                   \
+  template <>                                                          \
+  struct Versions<T> {                                                 \
+    static constexpr const char* name = #T;                            \
+    static T defaults() { return PREFIX##_INIT; }                      \
+    static constexpr VersionBytes table[] = {{1, sizeof(T)}};          \
+    static constexpr uint32_t current = PREFIX##_VERSION;              \
+  }
+ACCEL_ONE_VERSION(accel_mlp_options, ACCEL_MLP_OPTIONS);
+ACCEL_ONE_VERSION(accel_sgd_options, ACCEL_SGD_OPTIONS);
+ACCEL_ONE_VERSION(accel_adamw_options, ACCEL_ADAMW_OPTIONS);
+ACCEL_ONE_VERSION(accel_lamb_options, ACCEL_LAMB_OPTIONS);
+ACCEL_ONE_VERSION(accel_scheduler_options, ACCEL_SCHEDULER_OPTIONS);
 template <>
 struct Versions<accel_dataloader_options> {
   static constexpr const char* name = "accel_dataloader_options";
@@ -173,20 +152,8 @@ struct Versions<accel_dataloader_options> {
   };
   static constexpr uint32_t current = ACCEL_DATALOADER_OPTIONS_VERSION;
 };
-template <>
-struct Versions<accel_sim_options> {
-  static constexpr const char* name = "accel_sim_options";
-  static accel_sim_options defaults() { return ACCEL_SIM_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_sim_options)}};
-  static constexpr uint32_t current = ACCEL_SIM_OPTIONS_VERSION;
-};
-template <>
-struct Versions<accel_project_options> {
-  static constexpr const char* name = "accel_project_options";
-  static accel_project_options defaults() { return ACCEL_PROJECT_OPTIONS_INIT; }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_project_options)}};
-  static constexpr uint32_t current = ACCEL_PROJECT_OPTIONS_VERSION;
-};
+ACCEL_ONE_VERSION(accel_sim_options, ACCEL_SIM_OPTIONS);
+ACCEL_ONE_VERSION(accel_project_options, ACCEL_PROJECT_OPTIONS);
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current
 // version and covers the whole struct, and every version is longer than the one before

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdio>
 
+#include "runtime/comm/tensors.h"
 #include "runtime/runtime.h"
+#include "sim/world.h"
 
 namespace accel {
 namespace {
@@ -519,6 +521,84 @@ TEST(Sharding, SplitNeedsADivisibleBatchSize) {
     EXPECT_NE(std::string(e.what()).find("split_batches needs a batch size (3) divisible by the number of processes (2)"),
               std::string::npos);
   }
+}
+
+// A backend that reaches no memory of the caller's (as a GPU backend does not reach host
+// tensors): the tensor collectives must stage every buffer through copies and write the
+// results back. It forwards to a simulated rank, and checks it never sees the tensors' memory.
+class ReachesNothing final : public comm::Communicator {
+ public:
+  ReachesNothing(comm::Communicator& inner, std::vector<const torch::Tensor*> forbidden) : in_(inner), forbidden_(std::move(forbidden)) {}
+  int rank() const override { return in_.rank(); }
+  int size() const override { return in_.size(); }
+  std::string backend() const override { return "reaches-nothing"; }
+  bool reaches(const comm::Device&) const override { return false; }
+  std::shared_ptr<comm::Work> all_reduce(const void* s, void* r, size_t n, comm::DataType t, comm::RedOp op, comm::PreMul pm) override {
+    ok(s), ok(r);
+    return in_.all_reduce(s, r, n, t, op, pm);
+  }
+  std::shared_ptr<comm::Work> reduce_scatter(const void* s, void* r, size_t n, comm::DataType t, comm::RedOp op, comm::PreMul pm) override {
+    ok(s), ok(r);
+    return in_.reduce_scatter(s, r, n, t, op, pm);
+  }
+  std::shared_ptr<comm::Work> all_gather(const void* s, void* r, size_t n, comm::DataType t) override {
+    ok(s), ok(r);
+    return in_.all_gather(s, r, n, t);
+  }
+  std::shared_ptr<comm::Work> broadcast(const void* s, void* r, size_t n, comm::DataType t, int root) override {
+    ok(s), ok(r);
+    return in_.broadcast(s, r, n, t, root);
+  }
+  std::shared_ptr<comm::Work> reduce(const void* s, void* r, size_t n, comm::DataType t, comm::RedOp op, int root, comm::PreMul pm) override {
+    return in_.reduce(s, r, n, t, op, root, pm);
+  }
+  std::shared_ptr<comm::Work> send(const void* b, size_t n, comm::DataType t, int peer) override { return in_.send(b, n, t, peer); }
+  std::shared_ptr<comm::Work> recv(void* b, size_t n, comm::DataType t, int peer) override { return in_.recv(b, n, t, peer); }
+  void barrier() override { in_.barrier(); }
+  void group_start() override { in_.group_start(); }
+  void group_end() override { in_.group_end(); }
+  int calls = 0;
+
+ private:
+  void ok(const void* p) {
+    ++calls;
+    for (const torch::Tensor* t : forbidden_) {
+      const char* lo = static_cast<const char*>(t->storage().data());
+      ASSERT_FALSE(p >= lo && p < lo + t->storage().nbytes()) << "the backend was handed the tensor's own memory";
+    }
+  }
+  comm::Communicator& in_;
+  std::vector<const torch::Tensor*> forbidden_;
+};
+
+TEST(TensorCollectives, StagedThroughCopiesWhereTheBackendCannotReach) {
+  sim::WorldOptions wo;
+  wo.world_size = 2;
+  sim::World world(wo);
+  auto rep = world.run([&](sim::Rank& rank) {
+    const int r = rank.rank();
+    torch::Tensor sum = torch::full({3}, float(r + 1)), bcast = torch::full({2}, float(10 * (r + 1)));
+    torch::Tensor gathered = torch::full({4}, -1.0f), scattered = torch::arange(4, torch::kFloat) * (r + 1);
+    torch::Tensor out = torch::empty({2});
+    ReachesNothing c(rank.comm(), {&sum, &bcast, &gathered, &scattered, &out});
+    comm::all_reduce(c, sum, comm::RedOp::Sum)->wait();
+    EXPECT_TRUE(sum.equal(torch::full({3}, 3.0f)));
+    comm::broadcast(c, bcast, 1)->wait();
+    EXPECT_TRUE(bcast.equal(torch::full({2}, 20.0f)));
+    // in place: this rank's slot of the output is the input (NCCL's rule)
+    gathered.narrow(0, 2 * r, 2).fill_(float(r));
+    comm::all_gather(c, gathered.narrow(0, 2 * r, 2), gathered)->wait();
+    EXPECT_TRUE(gathered.equal(torch::tensor({0.f, 0.f, 1.f, 1.f})));
+    // reduce-scatter into a separate output, then in place (the output is the input's slot)
+    comm::reduce_scatter(c, scattered, out, comm::RedOp::Sum)->wait();
+    EXPECT_TRUE(out.equal(torch::arange(2 * r, 2 * r + 2, torch::kFloat) * 3)) << out;
+    auto w = comm::reduce_scatter(c, scattered, scattered.narrow(0, 2 * r, 2), comm::RedOp::Sum);
+    w->wait();
+    EXPECT_TRUE(w->test());
+    EXPECT_TRUE(scattered.narrow(0, 2 * r, 2).equal(torch::arange(2 * r, 2 * r + 2, torch::kFloat) * 3));
+    EXPECT_EQ(c.calls, 10);
+  });
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
 }
 
 }  // namespace

@@ -78,6 +78,16 @@ enum class Collective : int { AllReduce = 0, ReduceScatter, AllGather, Broadcast
 constexpr int kNumCollectives = 8;
 const char* collective_name(Collective c);  // "all_reduce", "reduce_scatter"...
 
+// Where a buffer's memory is. Every operation's buffers are on one device; a backend says
+// which it can reach (reaches()), and the runtime stages what it cannot through host memory
+// (runtime/comm/tensors.h), so the same strategy code runs on a CPU, a GPU, the simulator.
+struct Device {
+  enum class Kind : int { Host = 0, Cuda = 1 };
+  Kind kind = Kind::Host;
+  int index = 0;
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+};
+
 // The scalar of PreMulSum: a host value applied in the operation's data type.
 struct PreMul {
   double value = 1.0;
@@ -140,6 +150,10 @@ class Communicator {
   // count; group_end without group_start is InvalidUsage.
   virtual void group_start() = 0;
   virtual void group_end() = 0;
+
+  // Whether this backend's operations can read and write memory on `d` (local and sim: the
+  // host; nccl: its CUDA device). Raw-pointer calls must pass reachable buffers.
+  virtual bool reaches(const Device& d) const { return d.kind == Device::Kind::Host; }
 
   // Whether this backend implements `op` for element type `t`. Strategies check what they
   // need at prepare, so a missing collective is a clear error on every rank instead of a

@@ -3,6 +3,8 @@
 // (the gradients are views into their bucket, as DDP's gradient_as_bucket_view).
 #include "runtime/strategy/ddp.h"
 
+#include "runtime/comm/tensors.h"
+
 namespace accel {
 
 namespace {
@@ -92,8 +94,7 @@ class DataParallel final : public ParallelStrategy {
 
   void launch(Bucket& b) {
     charge(4.0 * static_cast<double>(rows_) * static_cast<double>(b.layout.numel), "backward");
-    b.work = comm_.all_reduce(b.flat.data_ptr(), b.flat.data_ptr(), static_cast<size_t>(b.flat.numel()),
-                              comm_dtype(b.flat.scalar_type()), comm::RedOp::Avg);
+    b.work = comm::all_reduce(comm_, b.flat, comm::RedOp::Avg);
   }
 
   // Launches the buckets not complete yet (parameters unused in this forward get zeros, so

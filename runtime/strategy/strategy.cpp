@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "runtime/comm/tensors.h"
 #include "runtime/strategy/ddp.h"
 #include "runtime/strategy/zero.h"
 
@@ -114,11 +115,15 @@ void broadcast_from_rank0(comm::Communicator& comm, Model& model) {
   torch::NoGradGuard ng;
   std::vector<torch::Tensor> state = model.parameters();
   for (const auto& b : model.buffers()) state.push_back(b);
-  for (const auto& p : state) {
-    torch::Tensor host = p.detach().to(torch::kCPU).contiguous().clone();
-    comm.broadcast(host.data_ptr(), host.data_ptr(), static_cast<size_t>(host.numel()), comm_dtype(host.scalar_type()), 0)
-        ->wait();
-    p.detach().copy_(host);
+  for (const auto& p : state) {  // in place on the parameter's device where the backend reaches it
+    torch::Tensor t = p.detach();
+    if (t.is_contiguous()) {
+      comm::broadcast(comm, t, 0)->wait();
+    } else {
+      torch::Tensor c = t.contiguous();
+      comm::broadcast(comm, c, 0)->wait();
+      t.copy_(c);
+    }
   }
 }
 

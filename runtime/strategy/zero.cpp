@@ -1,6 +1,7 @@
 // ZeRO stages 1-3: see zero.h for the layout.
 #include "runtime/strategy/zero.h"
 
+#include "runtime/comm/tensors.h"
 #include "runtime/optim/update.h"
 
 #include <cmath>
@@ -41,7 +42,6 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* 
       clock_(clock),
       model_(model),
       work_(work),
-      work_comm_(comm_dtype(work)),
       n_(comm.size()),
       r_(comm.rank()),
       model_gates_(model.gates_units()),
@@ -132,7 +132,7 @@ void ZeroEngine::gather(size_t u) {
   if (x.gathered) return;
   alloc_storage(x.full, static_cast<size_t>(x.padded) * x.full.element_size());
   torch::Tensor src = source_chunk(u);
-  comm_.all_gather(src.data_ptr(), x.full.data_ptr(), static_cast<size_t>(x.chunk), work_comm_)->wait();
+  comm::all_gather(comm_, src, x.full)->wait();
   x.gathered = true;
 }
 
@@ -195,13 +195,10 @@ void ZeroEngine::launch(size_t ui) {
   Unit& u = units_[ui];
   charge_backward(ui);
   if (stage_ == 1) {  // in place: chunk r of the buffer receives the rank's average
-    auto* base = static_cast<char*>(u.gbuf.data_ptr());
-    u.work = comm_.reduce_scatter(base, base + r_ * u.chunk * u.gbuf.element_size(), static_cast<size_t>(u.chunk),
-                                  work_comm_, comm::RedOp::Avg);
+    u.work = comm::reduce_scatter(comm_, u.gbuf, u.gbuf.narrow(0, r_ * u.chunk, u.chunk), comm::RedOp::Avg);
   } else {
     u.rs_out = torch::empty({u.chunk}, on(work_));
-    u.work = comm_.reduce_scatter(u.gbuf.data_ptr(), u.rs_out.data_ptr(), static_cast<size_t>(u.chunk), work_comm_,
-                                  comm::RedOp::Avg);
+    u.work = comm::reduce_scatter(comm_, u.gbuf, u.rs_out, comm::RedOp::Avg);
   }
   u.launched = true;
   inflight_.push_back(ui);
@@ -336,7 +333,7 @@ void ZeroEngine::step(const Optimizer& opt) {
       torch::Tensor slot = x.full.narrow(0, r_ * x.chunk, x.chunk);
       if (master_.defined()) slot.copy_(p);
       gathers.push_back(
-          comm_.all_gather(slot.data_ptr(), x.full.data_ptr(), static_cast<size_t>(x.chunk), work_comm_));
+          comm::all_gather(comm_, slot, x.full));  // in place: slot is this rank's part of full
     } else if (work_shard_.defined()) {
       work_shard_.narrow(0, x.shard_offset, x.chunk).copy_(p);
     }
@@ -357,7 +354,7 @@ std::vector<torch::Tensor> ZeroEngine::full_parameters() {
     const Unit& x = units_[u];
     torch::Tensor mine = master_chunk(u).contiguous();
     torch::Tensor flat = torch::empty({x.padded}, on(torch::kFloat));
-    comm_.all_gather(mine.data_ptr(), flat.data_ptr(), static_cast<size_t>(x.chunk), comm::DataType::Float32)->wait();
+    comm::all_gather(comm_, mine, flat)->wait();
     for (size_t i = 0; i < x.params.size(); ++i) {
       const auto& p = params[x.params[i]];
       out[x.params[i]] = flat.narrow(0, x.offsets[i], p.numel()).view(p.sizes()).to(torch::kCPU).clone();

@@ -120,7 +120,6 @@ class ZeroEngine final : public UnitGate {
   comm::ComputeClock* clock_;
   Model& model_;
   c10::ScalarType work_;
-  comm::DataType work_comm_;
   int n_, r_;
   bool model_gates_;
   torch::Device device_;

@@ -1,0 +1,25 @@
+// Collectives on tensors, as the strategies make them: each tensor carries its device, and
+// where the backend cannot reach it (Communicator::reaches) the data goes through host
+// memory: copied out before the operation, copied back when its Work completes. On the
+// host (and on a backend that reaches the device) nothing is copied. In-place forms follow
+// NCCL's rules (all_gather: `send` is recv's slot of this rank; reduce_scatter: `recv` is
+// send's slot), recognised from the tensors' storage.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "runtime/comm/communicator.h"
+
+namespace accel::comm {
+
+Device location_of(const torch::Tensor& t);
+
+// Every tensor: contiguous, of a type comm_dtype() knows. In place: send and recv the same.
+std::shared_ptr<Work> all_reduce(Communicator& c, const torch::Tensor& t, RedOp op);
+std::shared_ptr<Work> reduce_scatter(Communicator& c, const torch::Tensor& send, const torch::Tensor& recv, RedOp op);
+std::shared_ptr<Work> all_gather(Communicator& c, const torch::Tensor& send, const torch::Tensor& recv);
+std::shared_ptr<Work> broadcast(Communicator& c, const torch::Tensor& t, int root);
+
+}  // namespace accel::comm
