@@ -756,7 +756,9 @@ typedef struct accel_sim_report accel_sim_report;
  * one at a time, switching only at communication, so a run is deterministic: the same
  * program, seed and world size give bit-identical results, trace and report.
  * Every tensor a rank allocates counts against its device_memory budget; exceeding it
- * fails that rank with ACCEL_ERR_OUT_OF_MEMORY and a message shaped like CUDA's.
+ * fails that rank with ACCEL_ERR_OUT_OF_MEMORY and a message shaped like CUDA's. (The
+ * first run installs a hook on libtorch's CPU allocator, process-wide and for good; it
+ * passes every allocation made outside a simulated rank straight through.)
  * A rank that fails or dies makes the others' collectives with it fail (never a hang).
  * The contexts exist only during fn: do not keep them.
  * Returns ACCEL_OK when every rank returned ACCEL_OK; otherwise the first failing rank's
