@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <chrono>
 #include <string>
 #include <thread>
 
 #include "runtime/comm/factory.h"
+#include "runtime/comm/launch_env.h"
 #include "runtime/comm/store.h"
 #include "sim/world.h"
 
@@ -180,6 +182,71 @@ TEST(SimSettings, MissingCollectivesAreTypedCapabilities) {
   wo.missing = {"allreduce"};
   EXPECT_EQ(status_of([&] { sim::World w(wo); }, &why), Status::InvalidArgument);
   EXPECT_TRUE(contains(why, "'allreduce' is not a collective")) << why;
+}
+
+// The launcher's environment, from a map instead of the process's variables.
+LaunchEnv launch_env(const std::map<std::string, std::string>& vars) {
+  return read_launch_env([&](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(LaunchEnv, NoLauncherIsOneProcess) {
+  LaunchEnv e = launch_env({});
+  EXPECT_FALSE(e.launched);
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_EQ(e.master_port, 29500);
+}
+
+TEST(LaunchEnv, EachLauncherInTheDocumentedOrder) {
+  LaunchEnv t = launch_env({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "2"},
+                            {"MASTER_ADDR", "10.1.2.3"}, {"MASTER_PORT", "1234"},
+                            {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});  // torchrun's win
+  EXPECT_EQ(t.launcher, "torchrun");
+  EXPECT_EQ(t.rank, 3);
+  EXPECT_EQ(t.world_size, 8);
+  EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.local_world_size, 2);
+  EXPECT_EQ(t.master_addr, "10.1.2.3");
+  EXPECT_EQ(t.master_port, 1234);
+  LaunchEnv o = launch_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"MASTER_ADDR", "h0"}});
+  EXPECT_EQ(o.launcher, "Open MPI");
+  EXPECT_EQ(o.rank, 1);
+  EXPECT_EQ(o.local_world_size, 4);
+  LaunchEnv p = launch_env({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}, {"MASTER_ADDR", "h0"}});
+  EXPECT_EQ(p.launcher, "MPICH/PMI");
+  EXPECT_EQ(p.local_rank, 2);  // one node: local = global
+  EXPECT_EQ(p.local_world_size, 3);
+  LaunchEnv s = launch_env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                            {"SLURM_NTASKS_PER_NODE", "4(x2)"}, {"SLURM_LAUNCH_NODE_IPADDR", "192.168.0.7"}});
+  EXPECT_EQ(s.launcher, "Slurm");
+  EXPECT_EQ(s.rank, 5);
+  EXPECT_EQ(s.local_rank, 1);
+  EXPECT_EQ(s.local_world_size, 4);
+  EXPECT_EQ(s.master_addr, "192.168.0.7");  // derived: the node srun ran on
+}
+
+TEST(LaunchEnv, BadOrContradictoryVariablesNamed) {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> cases = {
+      {{{"RANK", "0"}}, "WORLD_SIZE is not"},
+      {{{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}, "RANK=4 is not below WORLD_SIZE=4"},
+      {{{"RANK", "one"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}, "RANK='one' is not an integer"},
+      {{{"RANK", "-1"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}, "RANK='-1'"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, "WORLD_SIZE='0'"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}},
+       "LOCAL_RANK=2 is not below the node's 2 processes"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}}, "MASTER_ADDR is not set"},
+      {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}, "MASTER_PORT='70000'"},
+      {{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}, "Slurm started 2 processes but MASTER_ADDR is not set"},
+  };
+  for (const auto& [vars, expected] : cases) {
+    std::string why;
+    EXPECT_EQ(status_of([&] { launch_env(vars); }, &why), Status::InvalidArgument) << expected;
+    EXPECT_TRUE(contains(why, expected)) << why << " (expected: " << expected << ")";
+  }
 }
 
 }  // namespace
