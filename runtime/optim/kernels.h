@@ -2,8 +2,9 @@
 // contiguous fp32 range, fused into a single pass over the parameter, its gradient and its
 // state (libtorch's optimizers make one pass per term: five to seven over memory). Each
 // term rounds as libtorch's CPU kernels round it (the same products, the same fused
-// multiply-adds, in the same order), so the results are bit for bit those of
-// torch::optim::AdamW and torch::optim::SGD on the same CPU. Torch-free; compiled for the
+// multiply-adds, in the same order), so the results are bit for bit those of libtorch
+// 1.13's torch::optim::AdamW and torch::optim::SGD on the same CPU (2.x's kernels differ in
+// a last bit here and there; tests/test_runtime.cpp FusedOptimizers). Torch-free; compiled for the
 // CPU's best vector unit (AVX-512, AVX2+FMA, or portable code), chosen at load time, and
 // split across `threads` OpenMP threads (libtorch's intra-op pool is OpenMP's too).
 // Used by the unsharded Optimizer per parameter and by ZeRO per shard (runtime/optim/update.h).
