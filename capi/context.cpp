@@ -17,7 +17,9 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
     NEED(out);
     auto ctx = std::make_unique<accel_context>();
     const accel::Options ro = runtime_options(opts);
-    ctx->acc = std::make_unique<accel::Accelerator>(ro, accel::comm::make_process_group(accel::comm::GroupConfig{}));
+    const bool cuda = ro.device == accel::DeviceKind::CUDA || (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available());
+    auto comm = accel::comm::join_world(ro.backend, std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000)), cuda);
+    ctx->acc = std::make_unique<accel::Accelerator>(ro, std::move(comm));
     *out = ctx.release();
   });
 }

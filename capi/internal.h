@@ -124,7 +124,8 @@ struct Versions<accel_options> {
   static accel_options defaults() { return ACCEL_OPTIONS_INIT; }
   static constexpr VersionBytes table[] = {
       {1, offsetof(accel_options, strategy)},  // until 27556aa (DDP) appended strategy, bucket_bytes
-      {2, sizeof(accel_options)},
+      {2, offsetof(accel_options, backend)},   // until real processes appended backend, timeout_seconds
+      {3, sizeof(accel_options)},
   };
   static constexpr uint32_t current = ACCEL_OPTIONS_VERSION;
 };
@@ -291,6 +292,40 @@ inline accel::Options runtime_options(const accel_options* opts) {
     }
   }
   ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
+  if (raw(o.mixed_precision) == ACCEL_PRECISION_NO) {
+    if (const char* env = std::getenv("ACCEL_MIXED_PRECISION")) {
+      std::string v(env);
+      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      ACCEL_CHECK(v == "no" || v == "bf16" || v == "fp16", Status::InvalidArgument, "ACCEL_MIXED_PRECISION='", env,
+                  "' is not a precision (no, bf16, fp16)");
+      ro.precision = v == "bf16" ? accel::Precision::BF16 : v == "fp16" ? accel::Precision::FP16 : accel::Precision::No;
+    }
+  }
+  ro.backend = raw(o.backend) == ACCEL_BACKEND_GLOO ? "gloo" : raw(o.backend) == ACCEL_BACKEND_NCCL ? "nccl" : "auto";
+  ACCEL_CHECK(raw(o.backend) >= 0 && raw(o.backend) <= ACCEL_BACKEND_NCCL, Status::InvalidArgument,
+              "backend must be an accel_backend (0..2), got ", raw(o.backend));
+  if (raw(o.backend) == ACCEL_BACKEND_AUTO) {
+    if (const char* env = std::getenv("ACCEL_BACKEND")) {
+      std::string v(env);
+      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      ACCEL_CHECK(v == "auto" || v == "gloo" || v == "nccl", Status::InvalidArgument, "ACCEL_BACKEND='", env,
+                  "' is not a backend (auto, gloo, nccl)");
+      ro.backend = v;
+    }
+  }
+  ro.timeout_seconds = o.timeout_seconds;
+  ACCEL_CHECK(std::isfinite(o.timeout_seconds) && o.timeout_seconds >= 0, Status::InvalidArgument,
+              "timeout_seconds must be finite and >= 0, got ", o.timeout_seconds);
+  if (o.timeout_seconds == 0) {
+    ro.timeout_seconds = 300;
+    if (const char* env = std::getenv("ACCEL_TIMEOUT")) {
+      char* end = nullptr;
+      const double v = std::strtod(env, &end);
+      ACCEL_CHECK(*env && end && *end == 0 && std::isfinite(v) && v > 0, Status::InvalidArgument, "ACCEL_TIMEOUT='", env,
+                  "' is not a number of seconds > 0");
+      ro.timeout_seconds = v;
+    }
+  }
   ro.gradient_accumulation_steps = o.gradient_accumulation_steps;
   ro.seed = o.seed;
   ro.device = static_cast<accel::DeviceKind>(raw(o.device));

@@ -2,14 +2,18 @@
 // gradient accumulation, process utilities. How the processes share the work is the
 // strategy's (runtime/strategy/); checkpoints are in checkpoint.cpp.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <sstream>
 
 #include "runtime/blas.h"
 #include "runtime/compat.h"
 #include "runtime/domain.h"
 #include "runtime/paths.h"
 #include "runtime/accelerator.h"
+#include "runtime/comm/store.h"
 #include "runtime/strategy/strategy.h"
 
 namespace accel {
@@ -157,6 +161,8 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
               ") divisible by the number of processes (", comm_->size(), ")");
   if (m && !model_) strategy_->check(m.get(), o.get());
   if (o && !opt_) strategy_->check(nullptr, o.get());
+  agree_on_configuration(m && !model_ ? m.get() : nullptr, o && !opt_ ? o.get() : nullptr,
+                         loader && !prepared(loader.get()) ? loader.get() : nullptr);
 
   if (m && !model_) {
     m->to(device_);
@@ -173,6 +179,70 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
     if (comm_->size() > 1) loader->shard(comm_->rank(), comm_->size());
     loaders_.push_back(loader);
   }
+}
+
+void Accelerator::agree_on_configuration(const Model* m, const Optimizer* o, const DataLoader* l) {
+  comm::Store* store = comm_->store();
+  if (!store || comm_->size() == 1) return;
+  std::vector<std::pair<std::string, std::string>> mine = {
+      {"strategy", strategy_name(opts_.strategy)},
+      {"mixed_precision", opts_.precision == Precision::BF16 ? "bf16" : opts_.precision == Precision::FP16 ? "fp16" : "no"},
+      {"gradient_accumulation_steps", std::to_string(opts_.gradient_accumulation_steps)},
+      {"bucket_bytes", std::to_string(opts_.bucket_bytes)},
+  };
+  if (m) {
+    std::string shapes;
+    for (const auto& p : m->parameters())
+      shapes += (shapes.empty() ? "" : " ") + shape_str(p) + std::string(c10::toString(p.scalar_type()));
+    mine.emplace_back("model", std::to_string(m->parameters().size()) + " parameters: " + shapes);
+  }
+  if (o) mine.emplace_back("optimizer", o->name());
+  if (l) {
+    const auto& c = l->config();
+    mine.emplace_back("loader", "batch_size " + std::to_string(c.batch_size) + ", drop_last " + std::to_string(c.drop_last) +
+                                    ", even_batches " + std::to_string(c.even_batches) + ", split_batches " +
+                                    std::to_string(c.split_batches));
+  }
+  std::string text;
+  for (const auto& [k, v] : mine) text += k + "=" + v + "\n";
+  // Every process prepares in the same order, so the n-th prepare of each meets the others'.
+  static std::atomic<int> generation{0};
+  const std::string prefix = "accel/prepare/" + std::to_string(++generation) + "/";
+  const int me = comm_->rank(), n = comm_->size();
+  store->set(prefix + std::to_string(me), text);
+  std::vector<std::string> keys;
+  for (int r = 0; r < n; ++r) keys.push_back(prefix + std::to_string(r));
+  try {
+    store->wait(keys);
+  } catch (const comm::CommError& e) {
+    if (e.result() != comm::Result::Timeout) throw;
+    std::string missing;
+    for (int r = 0; r < n; ++r)
+      if (!store->check(keys[r])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    throw comm::CommError(comm::Result::Timeout, "accel_prepare: process(es) " + missing + " did not reach prepare within " +
+                                                     std::to_string(store->timeout().count()) + " ms");
+  }
+  auto shorten = [](const std::string& v) { return v.size() > 160 ? v.substr(0, 157) + "..." : v; };
+  std::string diffs;
+  for (int r = 0; r < n; ++r) {
+    if (r == me) continue;
+    std::map<std::string, std::string> theirs;
+    std::istringstream in(store->get_string(keys[r]));
+    for (std::string line; std::getline(in, line);)
+      if (size_t eq = line.find('='); eq != std::string::npos) theirs[line.substr(0, eq)] = line.substr(eq + 1);
+    for (const auto& [k, v] : mine) {
+      auto it = theirs.find(k);
+      const std::string tv = it == theirs.end() ? "(nothing)" : it->second;
+      if (tv != v)
+        diffs += "; process " + std::to_string(r) + " has " + k + " " + shorten(tv) + ", this process (" +
+                 std::to_string(me) + ") has " + shorten(v);
+    }
+    for (const auto& [k, v] : theirs)
+      if (std::none_of(mine.begin(), mine.end(), [&](const auto& f) { return f.first == k; }))
+        diffs += "; process " + std::to_string(r) + " prepares a " + k + " (" + shorten(v) + "), this process (" +
+                 std::to_string(me) + ") none";
+  }
+  ACCEL_CHECK(diffs.empty(), Status::InvalidArgument, "accel_prepare: the processes disagree", diffs);
 }
 
 bool Accelerator::prepared(const DataLoader* loader) const {

@@ -71,6 +71,11 @@ class Accelerator {
   void prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
                const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader);
   bool prepared(const DataLoader* loader) const;
+  // Real processes: every process publishes what it is about to prepare (strategy,
+  // precision, accumulation, model shapes, optimizer, loader) in the world's store and checks
+  // that the others publish the same, so a mismatch is an error naming the processes and the
+  // fields on every process instead of a hang or garbage in the first collective.
+  void agree_on_configuration(const Model* m, const Optimizer* o, const DataLoader* l);
 
   torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs);
   std::optional<Batch> next_batch(DataLoader& loader);

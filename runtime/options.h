@@ -37,6 +37,8 @@ struct Options {
   int num_threads = 0;
   Strategy strategy = Strategy::None;       // with more than one process: how they share the work
   int64_t bucket_bytes = 25ll << 20;        // DDP: gradient bucket size
+  std::string backend = "auto";             // a launched world's backend: auto, gloo, nccl
+  double timeout_seconds = 300;             // real processes: joining and each collective
 };
 
 // Validates options; throws Error(InvalidArgument) naming the bad field.

@@ -220,7 +220,15 @@ typedef enum accel_strategy {
     ACCEL_STRATEGY_FULL_SHARD = ACCEL_STRATEGY_ZERO3
 } accel_strategy;
 
-#define ACCEL_OPTIONS_VERSION 2
+/* How the processes of a launched world talk (docs/distributed.md, "Real processes"). */
+typedef enum accel_backend {
+    ACCEL_BACKEND_AUTO = 0, /* one process alone: none needed; a launched world of several:
+                               NCCL for CUDA devices, Gloo for the CPU */
+    ACCEL_BACKEND_GLOO = 1, /* libtorch's c10d Gloo over TCP (CPU tensors; others staged) */
+    ACCEL_BACKEND_NCCL = 2  /* NCCL (CUDA devices), where this build has it */
+} accel_backend;
+
+#define ACCEL_OPTIONS_VERSION 3
 
 typedef struct accel_options {
     uint32_t version;                    /* ACCEL_OPTIONS_VERSION */
@@ -248,11 +256,21 @@ typedef struct accel_options {
     int64_t bucket_bytes;                /* DDP gradient bucket size, and ZeRO's unit size for
                                             models that are not split in layers; >= 1,
                                             default 25 MiB */
+    /* version 3: real processes (a program started by accel launch, torchrun, mpirun or srun
+       joins its world in accel_init; docs/distributed.md, "Real processes") */
+    accel_backend backend;               /* default ACCEL_BACKEND_AUTO, or the ACCEL_BACKEND
+                                            environment variable when left at the default:
+                                            "auto", "gloo", "nccl" (any case) */
+    double timeout_seconds;              /* how long joining the world and each collective may
+                                            wait for the other processes before failing with
+                                            ACCEL_ERR_TIMEOUT; finite and >= 0; 0 (the default)
+                                            = the ACCEL_TIMEOUT environment variable (seconds),
+                                            else 300 */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
     { ACCEL_OPTIONS_VERSION, ACCEL_PRECISION_NO, 1, 0, ACCEL_DEVICE_AUTO, 0, 65536.0, 2.0, 0.5, 2000, 0, \
-      ACCEL_STRATEGY_NO, 25 * 1024 * 1024 }
+      ACCEL_STRATEGY_NO, 25 * 1024 * 1024, ACCEL_BACKEND_AUTO, 0.0 }
 
 /* Fills *opts with the defaults of `version` (pass ACCEL_OPTIONS_VERSION) and stores
  * `version` in opts->version. Every version from 1 to ACCEL_OPTIONS_VERSION is accepted;
@@ -267,7 +285,21 @@ ACCEL_API accel_status accel_options_init(accel_options *opts, uint32_t version)
  * its domain above (an unknown version or enum value, K < 1, a NaN scaler setting, ...) or
  * an ACCEL_STRATEGY environment value that names no strategy, ACCEL_ERR_UNSUPPORTED for
  * ACCEL_DEVICE_CUDA when CUDA is not available. The message is then read with
- * accel_last_error(NULL). On success *out belongs to the caller. */
+ * accel_last_error(NULL). On success *out belongs to the caller.
+ *
+ * A process started by a launcher joins its world here: the launcher's variables (torchrun's
+ * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's,
+ * MPICH/PMI's and Slurm's, in the order docs/distributed.md gives) say where it stands;
+ * the backend is `backend` (or ACCEL_BACKEND); unset mixed_precision reads
+ * ACCEL_MIXED_PRECISION ("no", "bf16", "fp16"). Process 0 hosts the rendezvous at
+ * MASTER_ADDR:MASTER_PORT; accel_init returns when every process has joined. Further
+ * errors then: ACCEL_ERR_INVALID_ARGUMENT for malformed or contradictory variables (RANK >=
+ * WORLD_SIZE, two processes with one rank, processes that disagree on the world size or
+ * backend: the message names them), ACCEL_ERR_UNSUPPORTED for a backend this build lacks,
+ * ACCEL_ERR_TIMEOUT when a process never arrives within timeout_seconds (the message names
+ * it), ACCEL_ERR_COMMUNICATION when the master cannot be reached or a peer fails. A process
+ * belongs to one world: later contexts of the same process share it (their options must
+ * name the same backend). */
 ACCEL_API accel_status accel_init(const accel_options *opts, accel_context **out);
 
 /* Releases a context. Objects created from it (models, optimizers, schedulers, loaders)

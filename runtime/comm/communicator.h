@@ -12,6 +12,8 @@
 
 namespace accel::comm {
 
+class Store;
+
 // The element types of nccl.h (ncclInt8 ... ncclBfloat16).
 enum class DataType : int {
   Int8 = 0,
@@ -154,6 +156,11 @@ class Communicator {
   // Whether this backend's operations can read and write memory on `d` (local and sim: the
   // host; nccl: its CUDA device). Raw-pointer calls must pass reachable buffers.
   virtual bool reaches(const Device& d) const { return d.kind == Device::Kind::Host; }
+
+  // The rendezvous store the processes of this world met through (real-process backends);
+  // null for backends whose ranks share a process (local, sim). The runtime checks that the
+  // processes agree on their configuration through it (Accelerator::prepare).
+  virtual Store* store() { return nullptr; }
 
   // Whether this backend implements `op` for element type `t`. Strategies check what they
   // need at prepare, so a missing collective is a clear error on every rank instead of a

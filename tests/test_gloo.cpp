@@ -1,0 +1,564 @@
+// The Gloo backend (runtime/comm/gloo/): c10d's ProcessGroupGloo behind the Communicator.
+//
+// Collectives: ranks as threads of this process meeting through an in-process store (every
+// operation, type and op; in-place forms; groups; the rendezvous' errors; timeouts).
+// Training: real processes. This binary re-runs itself as the workers with torchrun's
+// variables set by hand (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: no launcher), each
+// joining its world through comm::join_world as accel_init does. A worker writes its status
+// and its final weights into a directory; the test compares them with one process trained
+// on the global batch.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "runtime/comm/factory.h"
+#include "runtime/comm/kernels.h"
+#include "runtime/comm/store.h"
+#include "runtime/runtime.h"
+
+namespace accel {
+namespace {
+
+using namespace std::chrono_literals;
+using comm::CommError;
+using comm::DataType;
+using comm::RedOp;
+using comm::Result;
+
+bool has_gloo() { return comm::backend_names().find("gloo") != std::string::npos; }
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// ---------------------------------------------------------------------------------------
+// Ranks as threads
+
+// Runs fn(rank, communicator) on n threads that meet through one in-process store; returns
+// each rank's error message ("" when it succeeded).
+std::vector<std::string> on_threads(int n, const std::function<void(int, comm::Communicator&)>& fn,
+                                    std::chrono::milliseconds timeout = 20s) {
+  auto store = comm::make_memory_store(timeout);
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < n; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        comm::GroupConfig c;
+        c.backend = "gloo";
+        c.rank = r;
+        c.world_size = n;
+        c.store = store;
+        c.timeout = timeout;
+        auto g = comm::make_process_group(c);
+        fn(r, *g);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return errors;
+}
+
+void expect_ok(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+template <class T>
+std::vector<T> iota_for(int rank, size_t count, int scale) {
+  std::vector<T> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = static_cast<T>((static_cast<int>(i) % 7 + 1) * (rank + 1) * scale);
+  return v;
+}
+
+// Every reduction on every type, against the kernels' rank-order reduction of the same inputs
+// (small integers, so every order of summation gives the same values).
+TEST(GlooThreads, AllReduceEveryTypeAndOp) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  const int n = 3;
+  const size_t count = 1000;
+  expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
+    EXPECT_EQ(c.backend(), "gloo");
+    EXPECT_EQ(c.rank(), r);
+    EXPECT_EQ(c.size(), n);
+    for (int t = 0; t < comm::kNumDataTypes; ++t)
+      for (int o = 0; o < comm::kNumRedOps; ++o) {
+        const auto dt = static_cast<DataType>(t);
+        const auto op = static_cast<RedOp>(o);
+        const size_t es = comm::dtype_size(dt);
+        // each rank's input as bytes, in the type, for every rank (to compute the expected)
+        std::vector<std::vector<uint8_t>> in(n, std::vector<uint8_t>(count * es));
+        for (int q = 0; q < n; ++q)
+          for (size_t i = 0; i < count; ++i) {
+            const double v = static_cast<double>((i % 5 + 1) * (q + 1)) * (op == RedOp::Prod ? 1 : 1);
+            std::vector<const void*> none;
+            switch (dt) {
+              case DataType::Int8: reinterpret_cast<int8_t*>(in[q].data())[i] = static_cast<int8_t>(v); break;
+              case DataType::Uint8: in[q][i] = static_cast<uint8_t>(v); break;
+              case DataType::Int32: reinterpret_cast<int32_t*>(in[q].data())[i] = static_cast<int32_t>(v); break;
+              case DataType::Uint32: reinterpret_cast<uint32_t*>(in[q].data())[i] = 0x80000000u + static_cast<uint32_t>(v); break;
+              case DataType::Int64: reinterpret_cast<int64_t*>(in[q].data())[i] = -static_cast<int64_t>(v); break;
+              case DataType::Uint64: reinterpret_cast<uint64_t*>(in[q].data())[i] = (1ull << 63) + static_cast<uint64_t>(v) * (q % 2 ? 1 : 3); break;
+              case DataType::Float16: reinterpret_cast<uint16_t*>(in[q].data())[i] = comm::float_to_half(static_cast<float>(v)); break;
+              case DataType::BFloat16: reinterpret_cast<uint16_t*>(in[q].data())[i] = comm::float_to_bf16(static_cast<float>(v)); break;
+              case DataType::Float32: reinterpret_cast<float*>(in[q].data())[i] = static_cast<float>(v); break;
+              case DataType::Float64: reinterpret_cast<double*>(in[q].data())[i] = v; break;
+            }
+          }
+        const double premul = 2.0;
+        std::vector<const void*> srcs;
+        for (int q = 0; q < n; ++q) srcs.push_back(in[q].data());
+        std::vector<uint8_t> want(count * es);
+        comm::reduce(want.data(), srcs.data(), n, 0, count, dt, op, premul);
+        std::vector<uint8_t> got(count * es, 0xab);
+        c.all_reduce(in[r].data(), got.data(), count, dt, op, comm::PreMul{premul})->wait();
+        EXPECT_EQ(got, want) << comm::dtype_name(dt) << " " << comm::op_name(op) << " rank " << r;
+        // in place
+        std::vector<uint8_t> buf = in[r];
+        c.all_reduce(buf.data(), buf.data(), count, dt, op, comm::PreMul{premul})->wait();
+        EXPECT_EQ(buf, want) << "in place " << comm::dtype_name(dt) << " " << comm::op_name(op);
+      }
+  }));
+}
+
+TEST(GlooThreads, ReduceScatterAllGatherBroadcastReduce) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  const int n = 4;
+  const size_t per = 257;
+  expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
+    // reduce_scatter, out of place and in place (recv == send + rank * recvcount)
+    std::vector<float> send = iota_for<float>(r, per * n, 1), recv(per, -1.f);
+    c.reduce_scatter(send.data(), recv.data(), per, DataType::Float32, RedOp::Sum)->wait();
+    for (size_t i = 0; i < per; ++i) {
+      const size_t g = per * static_cast<size_t>(r) + i;
+      EXPECT_EQ(recv[i], static_cast<float>((g % 7 + 1) * (1 + 2 + 3 + 4))) << i;
+    }
+    std::vector<float> inplace = iota_for<float>(r, per * n, 1);
+    c.reduce_scatter(inplace.data(), inplace.data() + per * r, per, DataType::Float32, RedOp::Avg)->wait();
+    for (size_t i = 0; i < per; ++i) {
+      const size_t g = per * static_cast<size_t>(r) + i;
+      EXPECT_EQ(inplace[per * r + i], static_cast<float>((g % 7 + 1) * 10) / 4.f);
+    }
+    // all_gather, out of place and in place (send == recv + rank * sendcount)
+    std::vector<int64_t> mine(per, r * 100 + 7), all(per * n, -1);
+    c.all_gather(mine.data(), all.data(), per, DataType::Int64)->wait();
+    for (int q = 0; q < n; ++q) EXPECT_EQ(all[per * q + 3], q * 100 + 7);
+    std::vector<int64_t> all2(per * n, -1);
+    for (size_t i = 0; i < per; ++i) all2[per * r + i] = r * 1000 + static_cast<int64_t>(i);
+    c.all_gather(all2.data() + per * r, all2.data(), per, DataType::Int64)->wait();
+    for (int q = 0; q < n; ++q) EXPECT_EQ(all2[per * q + 5], q * 1000 + 5);
+    // broadcast from rank 2 (send != recv on the root)
+    std::vector<uint16_t> bsend(per, static_cast<uint16_t>(r + 40)), brecv(per, 0);
+    c.broadcast(bsend.data(), brecv.data(), per, DataType::BFloat16, 2)->wait();
+    EXPECT_EQ(brecv[per - 1], 42);
+    // reduce to rank 1: the non-roots' send stays untouched
+    std::vector<double> rs(per, r + 1.0), rr(per, 0.0);
+    c.reduce(rs.data(), rr.data(), per, DataType::Float64, RedOp::Max, 1)->wait();
+    EXPECT_EQ(rs[0], r + 1.0);
+    if (r == 1) {
+      EXPECT_EQ(rr[per / 2], 4.0);
+    }
+    std::vector<uint16_t> hs(per, comm::float_to_bf16(static_cast<float>(r))), hr(per, 0);
+    c.reduce(hs.data(), hr.data(), per, DataType::BFloat16, RedOp::Avg, 3)->wait();
+    if (r == 3) {
+      EXPECT_EQ(comm::bf16_to_float(hr[0]), 1.5f);
+    }
+    c.barrier();
+  }));
+}
+
+// send/recv around a ring inside a group, asynchronous works completed in order.
+TEST(GlooThreads, SendRecvInGroupsAndAsyncWork) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  const int n = 4;
+  expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
+    std::vector<int32_t> out(100, r), in(100, -1);
+    c.group_start();
+    auto s = c.send(out.data(), out.size(), DataType::Int32, (r + 1) % n);
+    auto v = c.recv(in.data(), in.size(), DataType::Int32, (r + n - 1) % n);
+    EXPECT_THROW(v->wait(), CommError);  // nothing runs before group_end
+    c.group_end();
+    s->wait();
+    v->wait();
+    EXPECT_EQ(in[99], (r + n - 1) % n);
+    // several in flight, waited in order
+    std::vector<std::vector<float>> bufs(5, std::vector<float>(4096, static_cast<float>(r)));
+    std::vector<std::shared_ptr<comm::Work>> works;
+    for (auto& b : bufs) works.push_back(c.all_reduce(b.data(), b.data(), b.size(), DataType::Float32, RedOp::Sum));
+    for (auto& w : works) w->wait();
+    for (auto& b : bufs) EXPECT_EQ(b[4095], 6.f);
+    EXPECT_THROW(c.group_end(), CommError);
+  }));
+}
+
+// A rank that never comes to the collective: the others fail with a timeout, not a hang.
+TEST(GlooThreads, MissingPeerTimesOut) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto errors = on_threads(
+      2,
+      [&](int r, comm::Communicator& c) {
+        if (r == 1) {  // skips the all-reduce, alive beyond the timeout
+          std::this_thread::sleep_for(4s);
+          return;
+        }
+        std::vector<float> x(16, 1.f);
+        try {
+          c.all_reduce(x.data(), x.data(), x.size(), DataType::Float32, RedOp::Sum)->wait();
+          ADD_FAILURE() << "an all-reduce without its peer completed";
+        } catch (const CommError& e) {
+          EXPECT_EQ(e.result(), Result::Timeout) << e.what();
+          EXPECT_TRUE(contains(e.what(), "all_reduce of 16 float32")) << e.what();
+        }
+      },
+      2s);
+  expect_ok(errors);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);
+}
+
+// The rendezvous: a rank claimed twice, a world size that differs, a rank that never comes.
+TEST(GlooThreads, RendezvousErrorsNameTheProcesses) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  auto store = comm::make_memory_store(2s);
+  auto join = [&](int rank, int world, std::string* err) {
+    try {
+      comm::GroupConfig c;
+      c.backend = "gloo";
+      c.rank = rank;
+      c.world_size = world;
+      c.store = store;
+      c.timeout = 2s;
+      comm::make_process_group(c);
+    } catch (const std::exception& e) {
+      *err = e.what();
+    }
+  };
+  std::string e0, e1, e1b;
+  {
+    std::thread a(join, 0, 3, &e0), b(join, 1, 3, &e1), b2(join, 1, 3, &e1b);
+    a.join();
+    b.join();
+    b2.join();
+  }
+  // one of the two rank-1 processes is told it is a duplicate; the others time out on rank 2
+  const std::string& dup = contains(e1, "claimed by two") ? e1 : e1b;
+  EXPECT_TRUE(contains(dup, "rank 1 is claimed by two processes")) << e1 << " | " << e1b;
+  EXPECT_TRUE(contains(e0, "rank(s) 2 of 3 did not join within 2000 ms")) << e0;
+  EXPECT_TRUE(contains(e0, "joined: 0 (pid ")) << e0;
+
+  auto store2 = comm::make_memory_store(2s);
+  store = store2;
+  std::string f0, f1;
+  {
+    std::thread a(join, 0, 2, &f0), b(join, 1, 3, &f1);
+    a.join();
+    b.join();
+  }
+  EXPECT_TRUE(contains(f0, "disagree on the world")) << f0;
+  EXPECT_TRUE(contains(f0, "rank 1 (pid ")) << f0;
+  EXPECT_TRUE(contains(f0, "world_size 3, this process (rank 0) has 2")) << f0;
+  EXPECT_TRUE(contains(f1, "disagree on the world")) << f1;
+}
+
+// ---------------------------------------------------------------------------------------
+// Real processes, started by hand with torchrun's variables
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+enum class OptKind { SGD, AdamW };
+constexpr double kMaxNorm = 0.2;
+constexpr int kSteps = 12;
+
+struct Case {
+  Strategy strategy;
+  int n, k;
+  OptKind opt;
+  int64_t b;
+};
+
+std::string case_name(const Case& c) {
+  return std::string(strategy_name(c.strategy)) + "_" + std::to_string(c.n) + "procs_k" + std::to_string(c.k) + "_b" +
+         std::to_string(c.b) + (c.opt == OptKind::SGD ? "_sgd" : "_adamw");
+}
+
+std::shared_ptr<Optimizer> make_opt(const std::shared_ptr<Model>& m, OptKind k) {
+  if (k == OptKind::SGD) {
+    SGDConfig c;
+    c.lr = 0.05;
+    c.momentum = 0.9;
+    c.weight_decay = 1e-3;
+    return std::make_shared<Optimizer>(m, c);
+  }
+  AdamWConfig c;
+  c.lr = 1e-2;
+  return std::make_shared<Optimizer>(m, c);
+}
+
+std::pair<torch::Tensor, torch::Tensor> data(int64_t rows) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto X = torch::randn({rows, 16}, gen);
+  auto Y = torch::randint(0, 5, {rows}, gen, torch::kLong);
+  return {X, Y};
+}
+
+// Trains kSteps optimizer steps; the weights at the end (gathered when sharded).
+std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which, int64_t rows, int kill_at = 0) {
+  MLPConfig cfg;
+  cfg.sizes = {16, 32, 32, 5};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  if (acc.process_index() > 0) {  // different starting weights: prepare must broadcast process 0's
+    torch::NoGradGuard ng;
+    for (const auto& p : model->parameters()) p.add_(static_cast<double>(acc.process_index()));
+  }
+  auto opt = make_opt(model, which);
+  auto [X, Y] = data(rows);
+  DataLoaderConfig lc;
+  lc.batch_size = batch;
+  auto loader = std::make_shared<DataLoader>(X, Y, lc);
+  acc.prepare(model, opt, nullptr, loader);
+  while (acc.optimizer_steps() < kSteps) {
+    auto b = acc.next_batch(*loader);
+    if (!b) continue;
+    acc.backward(cross_entropy(acc.forward(*model, {b->inputs}), b->targets));
+    acc.clip_grad_norm(kMaxNorm);
+    acc.step();
+    if (kill_at > 0 && acc.optimizer_steps() == kill_at) raise(SIGKILL);
+  }
+  return acc.full_parameters(*model);
+}
+
+Options options(const Case& c) {
+  Options o;
+  o.gradient_accumulation_steps = c.k;
+  o.seed = 123;
+  o.device = DeviceKind::CPU;
+  o.strategy = c.strategy;
+  o.bucket_bytes = 4096;  // several buckets
+  return o;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// A worker: this binary re-run with RANK/WORLD_SIZE/MASTER_* and ACCEL_TEST_GLOO (what to
+// do: "train STRATEGY N K B OPT", "die ...", "precision ..."), writing DIR/RANK.status
+// ("<accel status> <seconds> <message>") and DIR/RANK.bin (the weights).
+TEST(GlooProcess, Worker) {
+  const char* job = std::getenv("ACCEL_TEST_GLOO");
+  if (!job) GTEST_SKIP() << "run by the GlooProcess tests as one of their processes";
+  const std::string dir = std::getenv("ACCEL_TEST_GLOO_DIR");
+  const std::string rank = std::getenv("RANK") ? std::getenv("RANK") : "x";
+  const std::string slot = std::getenv("ACCEL_TEST_GLOO_SLOT");
+  std::istringstream in(job);
+  std::string what, strategy, opt;
+  int n = 0, k = 0, b = 0, kill_at = 0;
+  in >> what >> strategy >> n >> k >> b >> opt;
+  if (what == "die" && rank == "1") kill_at = 3;
+  Case c{parse_strategy(strategy).value(), n, k, opt == "sgd" ? OptKind::SGD : OptKind::AdamW, b};
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  std::string msg;
+  std::vector<torch::Tensor> params;
+  try {
+    Options o = options(c);
+    if (what == "precision" && rank == "1") o.precision = Precision::BF16;
+    const double timeout = std::getenv("ACCEL_TIMEOUT") ? std::atof(std::getenv("ACCEL_TIMEOUT")) : 20;
+    auto comm = comm::join_world("gloo", std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
+    Accelerator acc(o, comm);
+    params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at);
+  } catch (const Error& e) {
+    status = static_cast<int>(e.status());
+    msg = e.what();
+  } catch (const std::exception& e) {
+    status = -999;
+    msg = e.what();
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ofstream(dir + "/" + slot + ".status") << status << " " << secs << " " << msg;
+  std::ofstream bin(dir + "/" + slot + ".bin", std::ios::binary);
+  for (const auto& p : params) {
+    auto t = p.contiguous();
+    bin.write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.numel() * t.element_size()));
+  }
+}
+
+struct Outcome {
+  int status = -1;
+  double seconds = 0;
+  std::string message, weights;
+  int exit_code = -1;
+};
+
+// Starts n workers with torchrun's variables set by hand; `env` adds per-rank variables.
+std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s,
+                                 const std::function<void(int)>& env = nullptr) {
+  char tmpl[] = "/tmp/accel-test-gloo-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const int port = free_port();
+  std::vector<pid_t> kids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("RANK", std::to_string(r).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      setenv("ACCEL_TIMEOUT", std::to_string(timeout_s).c_str(), 1);
+      setenv("ACCEL_TEST_GLOO", job.c_str(), 1);
+      setenv("ACCEL_TEST_GLOO_DIR", dir.c_str(), 1);
+      setenv("ACCEL_TEST_GLOO_SLOT", std::to_string(r).c_str(), 1);
+      if (env) env(r);
+      // the worker's own gtest lines go to its log, not into this test's output
+      const int log = open((dir + "/" + std::to_string(r) + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (log >= 0) dup2(log, 1);
+      execl("/proc/self/exe", "test_gloo", "--gtest_filter=GlooProcess.Worker", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    kids.push_back(pid);
+  }
+  std::vector<Outcome> out(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    int st = 0;
+    waitpid(kids[static_cast<size_t>(r)], &st, 0);
+    Outcome& o = out[static_cast<size_t>(r)];
+    o.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+    std::istringstream s(slurp(dir + "/" + std::to_string(r) + ".status"));
+    s >> o.status >> o.seconds;
+    std::getline(s, o.message);
+    o.weights = slurp(dir + "/" + std::to_string(r) + ".bin");
+  }
+  std::system(("rm -rf " + dir).c_str());
+  return out;
+}
+
+std::vector<torch::Tensor> single(const Case& c) {
+  Options o = options(c);
+  o.strategy = Strategy::None;
+  o.gradient_accumulation_steps = 1;
+  Accelerator acc(o);
+  return train(acc, static_cast<int64_t>(c.n) * c.k * c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps);
+}
+
+class GlooEquivalence : public ::testing::TestWithParam<Case> {};
+
+// N real processes x micro-batch B x accumulation K give the weights of one process with
+// batch N*B*K (relative error <= 1e-5), and every process holds the same bits.
+TEST_P(GlooEquivalence, EqualsOneProcessWithTheGlobalBatch) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  const Case c = GetParam();
+  std::ostringstream job;
+  job << "train " << strategy_name(c.strategy) << " " << c.n << " " << c.k << " " << c.b << " "
+      << (c.opt == OptKind::SGD ? "sgd" : "adamw");
+  auto out = run_workers(c.n, job.str(), 30);
+  for (int r = 0; r < c.n; ++r) {
+    ASSERT_EQ(out[r].exit_code, 0) << "rank " << r;
+    ASSERT_EQ(out[r].status, 0) << "rank " << r << ": " << out[r].message;
+    EXPECT_EQ(out[r].weights, out[0].weights) << "rank " << r << " differs from rank 0 in its bits";
+  }
+  auto ref = single(c);
+  size_t off = 0;
+  double worst = 0;
+  for (const auto& p : ref) {
+    const size_t bytes = static_cast<size_t>(p.numel()) * sizeof(float);
+    ASSERT_LE(off + bytes, out[0].weights.size());
+    auto got = torch::from_blob(out[0].weights.data() + off, p.sizes(), torch::kFloat).clone();
+    worst = std::max(worst, (got - p).abs().max().item<double>() / std::max(p.abs().max().item<double>(), 1e-30));
+    off += bytes;
+  }
+  EXPECT_EQ(off, out[0].weights.size());
+  EXPECT_LE(worst, 1e-5) << case_name(c);
+  RecordProperty("max_rel_err", std::to_string(worst));
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+    v.push_back({s, 2, 2, OptKind::AdamW, 3});
+    v.push_back({s, 4, 1, OptKind::SGD, 2});
+  }
+  v.push_back({Strategy::DDP, 2, 1, OptKind::SGD, 4});
+  v.push_back({Strategy::Zero3, 4, 2, OptKind::AdamW, 2});
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Gloo, GlooEquivalence, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+// A process killed with SIGKILL in the middle of training: every other process fails with
+// ACCEL_ERR_COMMUNICATION, well within the timeout.
+TEST(GlooProcess, KilledPeerFailsTheOthers) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  auto out = run_workers(3, "die ddp 3 1 4 adamw", 30);
+  EXPECT_EQ(out[1].exit_code, -SIGKILL);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(out[r].exit_code, 0) << "rank " << r;
+    EXPECT_EQ(out[r].status, static_cast<int>(Status::Communication)) << "rank " << r << ": " << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "gloo: ")) << out[r].message;
+    EXPECT_LT(out[r].seconds, 25) << "rank " << r << " took " << out[r].seconds << " s";
+  }
+}
+
+// Processes that disagree on their configuration: every process fails at prepare, and the
+// message names the process and the field.
+TEST(GlooProcess, DisagreementAtPrepareIsNamed) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  auto out = run_workers(2, "precision ddp 2 1 4 sgd", 10);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(out[r].status, static_cast<int>(Status::InvalidArgument)) << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "the processes disagree")) << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "mixed_precision")) << out[r].message;
+  }
+  EXPECT_TRUE(contains(out[0].message, "process 1 has mixed_precision bf16, this process (0) has no")) << out[0].message;
+}
+
+// Bad launch variables and a master that is not there: clear errors within the timeout.
+TEST(GlooProcess, BadWorldsAreClearErrors) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  // RANK >= WORLD_SIZE
+  auto out = run_workers(1, "train ddp 1 1 4 sgd", 5, [](int) { setenv("RANK", "2", 1); });
+  EXPECT_EQ(out[0].status, static_cast<int>(Status::InvalidArgument)) << out[0].message;
+  EXPECT_TRUE(contains(out[0].message, "RANK")) << out[0].message;
+  // a world whose rank 0 never comes: rank 1 cannot reach the store within the timeout
+  auto lonely = run_workers(1, "train ddp 2 1 4 sgd", 2, [](int) {
+    setenv("RANK", "1", 1);
+    setenv("WORLD_SIZE", "2", 1);
+  });
+  EXPECT_TRUE(lonely[0].status == static_cast<int>(Status::Timeout) ||
+              lonely[0].status == static_cast<int>(Status::Communication))
+      << lonely[0].status << " " << lonely[0].message;
+  EXPECT_TRUE(contains(lonely[0].message, "127.0.0.1:")) << lonely[0].message;
+  EXPECT_LT(lonely[0].seconds, 15);
+  // rank 0 alone: the others never arrive, and the error names them
+  auto alone = run_workers(1, "train ddp 3 1 4 sgd", 2, [](int) { setenv("WORLD_SIZE", "3", 1); });
+  EXPECT_EQ(alone[0].status, static_cast<int>(Status::Timeout)) << alone[0].message;
+  EXPECT_TRUE(contains(alone[0].message, "rank(s) 1, 2 of 3 did not join within 2000 ms")) << alone[0].message;
+  EXPECT_LT(alone[0].seconds, 15);
+}
+
+}  // namespace
+}  // namespace accel
