@@ -11,6 +11,12 @@
 //       writes one consolidated model.safetensors (fp32, standard format) from a checkpoint
 //       directory of accel_save_state, whatever its layout (ZeRO's per-process shards are
 //       reassembled); every file is checked against the manifest first
+//   accel launch -n N [--nnodes M] [--node-rank R] [--master-addr A] [--master-port P]
+//                [--backend B] [--strategy S] [--mixed-precision P] [--timeout SECONDS]
+//                [--max-restarts K] [--log-dir DIR] [--grace-period SECONDS] PROGRAM [ARGS...]
+//       starts N processes of PROGRAM with torchrun's variables, relays their output
+//       prefixed with the rank, stops and reports the group on a failure (tools/launch.h,
+//       docs/launch.md)
 //   accel version
 #include <CLI/CLI.hpp>
 
@@ -41,6 +47,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/safetensors.h"
 #include "sim/world.h"
+#include "tools/launch.h"
 
 namespace {
 
@@ -342,9 +349,13 @@ int main(int argc, char** argv) {
   auto* merge = app.add_subcommand("merge-weights", "one consolidated model.safetensors from a checkpoint directory");
   merge->add_option("dir", merge_dir, "the checkpoint directory (accel_save_state)")->required();
   merge->add_option("out", merge_out, "the safetensors file to write")->required();
+  accel::launch::Options launch_options;
+  auto* launch = accel::launch::add_command(app, launch_options);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*envcmd) {
+    if (*launch) {
+      return accel::launch::run(*launch, launch_options);
+    } else if (*envcmd) {
       return env();
     } else if (*version) {
       std::printf("accel %s (library %d)\n", accel_version_string(), accel_version_number());
