@@ -9,6 +9,15 @@
  *                [--accum K] [--epochs N] [--batch B] [--topology 8xH100] [--memory 80GiB]
  *                [--trace out.json] [--data PATH] [--save PATH.safetensors] [--project DIR]
  *
+ * Started by a launcher (accel launch, torchrun, mpirun, srun), it runs as one process of
+ * that world instead: accel_init joins the others (Gloo on a CPU) and the same training
+ * function runs on every process, `--ranks` left out:
+ *
+ *   accel launch -n 4 train_digits                      4 real processes, ZeRO-2, bf16
+ *   accel launch -n 2 --max-restarts 1 train_digits --project runs/digits
+ *                                                        restarted from the newest checkpoint
+ *                                                        if a process dies
+ *
  * --project DIR saves a checkpoint after every epoch under DIR/checkpoints (the newest 2
  * kept) and, when DIR already has one, resumes from it: kill the run, start it again with
  * the same arguments, and it finishes with the model the uninterrupted run would have.
@@ -18,6 +27,7 @@
  * examples/data/README.md). */
 #include <accel/accel.h>
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +44,8 @@ typedef struct job {
     int epochs, batch, accum, precision_fp16;
     const char *save, *project;
     int stop_after; /* --stop-after N: end after N epochs of this run, as if killed (a test aid) */
+    int crash_after; /* --crash-after N: process 1 kills itself (SIGKILL) in epoch N+1 of a launched
+                        world's first attempt (a test aid for accel launch --max-restarts) */
     double accuracy;
     int64_t steps;
 } job;
@@ -107,6 +119,12 @@ static accel_status train(accel_context *ctx, void *user) {
             double l;
             TRY(accel_dataloader_next(ctx, loader, &x, &y));
             if (!x) break; /* end of the epoch */
+            if (j->crash_after > 0 && epoch == j->crash_after && n == 5) {
+                int32_t me = 0;
+                const char *attempt = getenv("ACCEL_RESTART_COUNT");
+                TRY(accel_process_index(ctx, &me));
+                if (me == 1 && (!attempt || !strcmp(attempt, "0"))) raise(SIGKILL);
+            }
             TRY(accel_model_forward(ctx, model, &x, 1, &logits));
             TRY(accel_loss_cross_entropy(ctx, logits, y, &loss));
             TRY(accel_tensor_item(loss, &l));
@@ -156,7 +174,11 @@ static accel_status train(accel_context *ctx, void *user) {
 
 int main(int argc, char **argv) {
     const char *data = DIGITS_DEFAULT_PATH, *topology = "8xH100", *memory = NULL, *trace = NULL;
-    int ranks = 4, accum = 1, i;
+    int ranks = 4, accum = 1, i, main_process = 1;
+    const char *strategy_env = getenv("ACCEL_STRATEGY"), *precision_env = getenv("ACCEL_MIXED_PRECISION");
+    /* started by a launcher: one process of its world (accel_init joins it) */
+    const int launched = getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
+                         getenv("SLURM_NTASKS");
     accel_precision precision = ACCEL_PRECISION_BF16;
     accel_strategy strategy = ACCEL_STRATEGY_ZERO2;
     digits all;
@@ -182,6 +204,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(argv[i], "--project") && i + 1 < argc) j.project = argv[++i];
         else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) j.stop_after = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--crash-after") && i + 1 < argc) j.crash_after = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
             const char *p = argv[++i];
             if (!strcmp(p, "no")) precision = ACCEL_PRECISION_NO;
@@ -201,13 +224,23 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    if (launched && ranks == 4) ranks = 0;
+    for (i = 1; i < argc; ++i) { /* what --strategy / --precision leave out, the launcher's variables may say */
+        if (!strcmp(argv[i], "--strategy")) strategy_env = NULL;
+        if (!strcmp(argv[i], "--precision")) precision_env = NULL;
+    }
+    for (i = 1; i < argc; ++i)
+        if (launched && !strcmp(argv[i], "--ranks")) {
+            fprintf(stderr, "train_digits: started by a launcher, it runs as one of its processes: leave out --ranks\n");
+            return 2;
+        }
     if (j.epochs < 1 || accum < 1 || j.batch < 1 || ranks < 0) {
         fprintf(stderr, "epochs, accum and batch must be >= 1, ranks >= 0\n");
         return 2;
     }
 
     if (digits_load(data, &all) != 0 || digits_split(&all, 0.2, 42, &j.train, &j.test) != 0) return 1;
-    printf("digits: %lld training samples, %lld held out\n", (long long)j.train.n, (long long)j.test.n);
+    if (!launched) printf("digits: %lld training samples, %lld held out\n", (long long)j.train.n, (long long)j.test.n);
 
     j.xs = host_tensor(ACCEL_FLOAT32, j.train.n, DIGITS_FEATURES, j.train.x);
     j.ys = host_tensor(ACCEL_INT64, j.train.n, 0, j.train.y);
@@ -216,10 +249,23 @@ int main(int argc, char **argv) {
     j.accum = accum;
     opts.seed = 42;
     opts.strategy = strategy;
+    if (strategy_env) opts.strategy = ACCEL_STRATEGY_NO;       /* accel_init reads ACCEL_STRATEGY */
+    if (precision_env) opts.mixed_precision = ACCEL_PRECISION_NO; /* and ACCEL_MIXED_PRECISION */
     j.precision_fp16 = precision == ACCEL_PRECISION_FP16;
-    if (ranks == 0) { /* this process alone */
+    if (ranks == 0) { /* this process alone, or one process of a launched world */
         accel_context *ctx = NULL;
-        CHECK(NULL, accel_init(&opts, &ctx));
+        int32_t nproc = 1;
+        CHECK(NULL, accel_init(&opts, &ctx)); /* a launched process joins its world here */
+        CHECK(ctx, accel_num_processes(ctx, &nproc));
+        CHECK(ctx, accel_is_main_process(ctx, &main_process));
+        if (launched && main_process) {
+            printf("training on %d processes, strategy %s, precision %s\n", (int)nproc,
+                   strategy_env ? strategy_env : strategy == ACCEL_STRATEGY_NO ? "no" : strategy == ACCEL_STRATEGY_DDP ? "ddp"
+                   : strategy == ACCEL_STRATEGY_ZERO1 ? "zero1" : strategy == ACCEL_STRATEGY_ZERO2 ? "zero2" : "zero3",
+                   precision_env ? precision_env : precision == ACCEL_PRECISION_NO ? "fp32"
+                   : precision == ACCEL_PRECISION_BF16 ? "bf16" : "fp16");
+            fflush(stdout);
+        }
         CHECK(ctx, train(ctx, &j));
         accel_destroy(ctx);
     } else {
@@ -254,7 +300,7 @@ int main(int argc, char **argv) {
         if (trace) printf("timeline written to %s (open it in ui.perfetto.dev)\n", trace);
         accel_sim_report_destroy(rep);
     }
-    printf("accuracy: %.4f\n", j.accuracy);
+    if (main_process) printf("accuracy: %.4f\n", j.accuracy);
     accel_tensor_destroy(j.xs);
     accel_tensor_destroy(j.ys);
     digits_free(&all);
