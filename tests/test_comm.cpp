@@ -105,7 +105,8 @@ TEST(Store, CompareSetAsC10d) {
 }
 
 TEST(Factory, MakesTheBackendsItNamesAndRefusesOthers) {
-  EXPECT_EQ(backend_names(), "local, sim");
+  // gloo where c10d's Gloo headers were found at configure time
+  EXPECT_TRUE(backend_names() == "local, sim" || backend_names() == "local, sim, gloo") << backend_names();
   auto local = make_process_group(GroupConfig{});
   EXPECT_EQ(local->backend(), "local");
   EXPECT_EQ(local->size(), 1);

@@ -150,6 +150,11 @@ static void check_options_init(void) {
     SAME(o.opts, o0, bucket_bytes);
     CHECK(o.opts.strategy == ACCEL_STRATEGY_NO && o.opts.bucket_bytes == 25 * 1024 * 1024, "accel_options v2 defaults");
 #endif
+#if ACCEL_OPTIONS_VERSION >= 3
+    SAME(o.opts, o0, backend);
+    SAME(o.opts, o0, timeout_seconds);
+    CHECK(o.opts.backend == ACCEL_BACKEND_AUTO && o.opts.timeout_seconds == 0.0, "accel_options v3 defaults");
+#endif
 
     CHECK_INIT(m, accel_mlp_options_init, ACCEL_MLP_OPTIONS_VERSION);
     SAME(m.opts, m0, layer_sizes);

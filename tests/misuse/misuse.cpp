@@ -671,6 +671,8 @@ void context() {
   t.field<int32_t>("loss_scale_growth_interval", &accel_options::loss_scale_growth_interval, {0, -1, INT32_MIN});
   t.field<int32_t>("num_threads", &accel_options::num_threads, {-1, 4097, INT32_MAX, INT32_MIN});
   t.field<int64_t>("bucket_bytes", &accel_options::bucket_bytes, {0, -1, INT64_MIN});
+  t.enums("backend", &accel_options::backend);
+  t.field("timeout_seconds", &accel_options::timeout_seconds, plus(kNonFinite, {-1, -1e300}));
   Case& cuda = t.bad(
       "device=CUDA", {"device"}, [](accel_options& o) { o.device = ACCEL_DEVICE_CUDA; }, UNSUPPORTED);
   cuda.also = {OK};  // a machine with CUDA accepts it
@@ -684,6 +686,31 @@ void context() {
     e.untouched(out, "*out");
     return r;
   });
+  // the environment accel_init reads: each bad value named (the first of each list), nothing
+  // joined or created
+  const std::vector<std::vector<std::pair<const char*, const char*>>> bad_envs = {
+      {{"ACCEL_BACKEND", "carrier-pigeon"}},
+      {{"ACCEL_TIMEOUT", "soon"}},
+      {{"ACCEL_TIMEOUT", "-3"}},
+      {{"ACCEL_MIXED_PRECISION", "fp8"}},
+      {{"RANK", "3"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}},
+      {{"WORLD_SIZE", "two"}, {"RANK", "0"}},
+  };
+  for (const auto& vars : bad_envs) {
+    std::string name;
+    for (const auto& [k, v] : vars) name += (name.empty() ? "" : " ") + std::string(k) + "=" + v;
+    const auto& named = vars.front();  // the variable the message must name
+    add("accel_init", name, ARG, {named.first, named.second}, [vars](Env& e) {
+      for (const auto& [k, v] : vars) ::setenv(k, v, 1);
+      const accel_options o = fixture_options();
+      accel_context* out;
+      fill(out);
+      R r = accel_init(&o, &out);
+      for (const auto& [k, v] : vars) ::unsetenv(k);
+      e.untouched(out, "*out");
+      return r;
+    });
+  }
   destroy_null("accel_destroy", [] { accel_destroy(nullptr); });
   auto ctx = [](Env& e) -> const accel_context* { return e.a.ctx; };
   getter("accel_device_kind", "ctx", accel_device_kind, ctx);
