@@ -321,9 +321,10 @@ std::pair<torch::Tensor, torch::Tensor> data(int64_t rows) {
 }
 
 // Trains kSteps optimizer steps; the weights at the end (gathered when sharded).
-std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which, int64_t rows, int kill_at = 0) {
+std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which, int64_t rows, int kill_at = 0,
+                                 int64_t wide = 32) {
   MLPConfig cfg;
-  cfg.sizes = {16, 32, 32, 5};
+  cfg.sizes = {16, wide, 32, 5};
   std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
   if (acc.process_index() > 0) {  // different starting weights: prepare must broadcast process 0's
     torch::NoGradGuard ng;
@@ -374,7 +375,7 @@ TEST(GlooProcess, Worker) {
   const std::string slot = std::getenv("ACCEL_TEST_GLOO_SLOT");
   std::istringstream in(job);
   std::string what, strategy, opt;
-  int n = 0, k = 0, b = 0, kill_at = 0;
+  int n = 0, k = 0, b = 0, kill_at = 0, wide = 32;
   in >> what >> strategy >> n >> k >> b >> opt;
   if (what == "die" && rank == "1") kill_at = 3;
   Case c{parse_strategy(strategy).value(), n, k, opt == "sgd" ? OptKind::SGD : OptKind::AdamW, b};
@@ -385,10 +386,16 @@ TEST(GlooProcess, Worker) {
   try {
     Options o = options(c);
     if (what == "precision" && rank == "1") o.precision = Precision::BF16;
+    if (what == "everything" && rank == "1") {  // precision, strategy, accumulation and the model differ
+      o.precision = Precision::BF16;
+      o.strategy = Strategy::Zero2;
+      o.gradient_accumulation_steps = 3;
+      wide = 33;
+    }
     const double timeout = std::getenv("ACCEL_TIMEOUT") ? std::atof(std::getenv("ACCEL_TIMEOUT")) : 20;
     auto comm = comm::join_world("gloo", std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
     Accelerator acc(o, comm);
-    params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at);
+    params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at, wide);
   } catch (const Error& e) {
     status = static_cast<int>(e.status());
     msg = e.what();
@@ -534,6 +541,14 @@ TEST(GlooProcess, DisagreementAtPrepareIsNamed) {
     EXPECT_TRUE(contains(out[r].message, "mixed_precision")) << out[r].message;
   }
   EXPECT_TRUE(contains(out[0].message, "process 1 has mixed_precision bf16, this process (0) has no")) << out[0].message;
+  // several differences at once, each named
+  auto all = run_workers(2, "everything ddp 2 1 4 sgd", 10);
+  for (int r : {0, 1}) EXPECT_EQ(all[r].status, static_cast<int>(Status::InvalidArgument)) << all[r].message;
+  for (const char* field : {"process 1 has strategy zero2, this process (0) has ddp", "process 1 has mixed_precision bf16",
+                            "process 1 has gradient_accumulation_steps 3, this process (0) has 1",
+                            "process 1 has model 6 parameters: [33, 16]"})
+    EXPECT_TRUE(contains(all[0].message, field)) << field << " in " << all[0].message;
+  EXPECT_TRUE(contains(all[1].message, "process 0 has model 6 parameters: [32, 16]")) << all[1].message;
 }
 
 // Bad launch variables and a master that is not there: clear errors within the timeout.
