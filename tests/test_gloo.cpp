@@ -200,6 +200,23 @@ TEST(GlooThreads, SendRecvInGroupsAndAsyncWork) {
   }));
 }
 
+// Work::test() never blocks, composed operations (reduce-scatter) included.
+TEST(GlooThreads, TestDoesNotBlock) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  expect_ok(on_threads(2, [&](int r, comm::Communicator& c) {
+    std::vector<float> send(64, static_cast<float>(r + 1)), recv(32, 0.f);
+    if (r == 1) std::this_thread::sleep_for(500ms);  // the peer comes late
+    auto w = c.reduce_scatter(send.data(), recv.data(), 32, DataType::Float32, RedOp::Sum);
+    if (r == 0) {
+      const auto t0 = std::chrono::steady_clock::now();
+      EXPECT_FALSE(w->test());
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, 250ms) << "test() waited for the peer";
+    }
+    while (!w->test()) std::this_thread::sleep_for(1ms);
+    EXPECT_EQ(recv[31], 3.f);
+  }));
+}
+
 // A rank that never comes to the collective: the others fail with a timeout, not a hang.
 TEST(GlooThreads, MissingPeerTimesOut) {
   if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";

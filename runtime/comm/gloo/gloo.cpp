@@ -88,12 +88,15 @@ CommError translate(std::exception_ptr e, const std::string& what) {
 // conversion), run once when the operation is waited on or tested complete.
 class GlooWork final : public Work {
  public:
-  GlooWork(c10::intrusive_ptr<C10Work> w, std::function<void()> finish, std::string what)
-      : w_(std::move(w)), finish_(std::move(finish)), what_(std::move(what)) {}
+  // `before`: an operation this one completes after (a composed one's inner all-reduce)
+  GlooWork(c10::intrusive_ptr<C10Work> w, std::function<void()> finish, std::string what,
+           std::shared_ptr<Work> before = nullptr)
+      : w_(std::move(w)), finish_(std::move(finish)), what_(std::move(what)), before_(std::move(before)) {}
   void wait() override {
     if (!done_) {
       done_ = true;
       try {
+        if (before_) before_->wait();
         if (w_) w_->wait();
         if (finish_) finish_();
       } catch (...) {
@@ -101,11 +104,12 @@ class GlooWork final : public Work {
       }
       w_.reset();
       finish_ = nullptr;
+      before_.reset();
     }
     if (failed_) std::rethrow_exception(failed_);
   }
-  bool test() override {
-    if (!done_ && w_ && !w_->isCompleted()) return false;
+  bool test() override {  // never blocks: false until every part has completed
+    if (!done_ && ((before_ && !before_->test()) || (w_ && !w_->isCompleted()))) return false;
     wait();
     return true;
   }
@@ -114,6 +118,7 @@ class GlooWork final : public Work {
   c10::intrusive_ptr<C10Work> w_;
   std::function<void()> finish_;
   std::string what_;
+  std::shared_ptr<Work> before_;
   bool done_ = false;
   std::exception_ptr failed_;
 };
@@ -251,10 +256,9 @@ class GlooCommunicator final : public Communicator {
       if (n) std::memcpy(tmp->data(), send, n * es);
       auto inner = post_all_reduce(tmp->data(), tmp->data(), n, t, op, premul, "reduce_scatter");
       const size_t off = recvcount * static_cast<size_t>(rank_) * es;
-      return std::make_shared<GlooWork>(c10::intrusive_ptr<C10Work>(), [inner, tmp, recv, off, recvcount, es] {
-        inner->wait();
+      return std::make_shared<GlooWork>(c10::intrusive_ptr<C10Work>(), [tmp, recv, off, recvcount, es] {
         if (recvcount) std::memmove(recv, tmp->data() + off, recvcount * es);
-      }, what("reduce_scatter", recvcount, t));
+      }, what("reduce_scatter", recvcount, t), inner);
     });
   }
 
@@ -290,10 +294,9 @@ class GlooCommunicator final : public Communicator {
         auto tmp = std::make_shared<std::vector<uint8_t>>(count * es);
         auto inner = post_all_reduce(send, tmp->data(), count, t, op, premul, "reduce");
         const bool root_here = rank_ == root;
-        return std::make_shared<GlooWork>(c10::intrusive_ptr<C10Work>(), [inner, tmp, recv, count, es, root_here] {
-          inner->wait();
+        return std::make_shared<GlooWork>(c10::intrusive_ptr<C10Work>(), [tmp, recv, count, es, root_here] {
           if (root_here && count) std::memcpy(recv, tmp->data(), count * es);
-        }, what("reduce", count, t));
+        }, what("reduce", count, t), inner);
       }
       // Native: in place on the root's recv, on a temporary elsewhere (c10d's reduce may
       // write its scratch into the buffer, and NCCL leaves `send` untouched).
