@@ -48,6 +48,9 @@ class C10Store final : public c10d::Store {
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
     s_->wait(keys, timeout);
   }
+  // libtorch 2.x's Store is cloneable (a pure virtual there; libtorch 1.13 has none): a second
+  // view of the same accel Store.
+  c10::intrusive_ptr<c10d::Store> clone() { return c10::make_intrusive<C10Store>(s_); }
 
  private:
   std::shared_ptr<::accel::comm::Store> s_;
