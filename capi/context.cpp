@@ -17,8 +17,11 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
     NEED(out);
     auto ctx = std::make_unique<accel_context>();
     const accel::Options ro = runtime_options(opts);
-    const bool cuda = ro.device == accel::DeviceKind::CUDA || (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available());
-    auto comm = accel::comm::join_world(ro.backend, std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000)), cuda);
+    // a launched process joins its world (one per process: later contexts share it)
+    const bool cuda =
+        ro.device == accel::DeviceKind::CUDA || (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available());
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000));
+    auto comm = accel::comm::join_world(ro.backend, timeout, cuda);
     ctx->acc = std::make_unique<accel::Accelerator>(ro, std::move(comm));
     *out = ctx.release();
   });

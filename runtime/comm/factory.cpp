@@ -53,8 +53,8 @@ std::string describe(const GroupConfig& c) {
   gethostname(host, sizeof host - 1);
   std::ostringstream o;
   // the nonce tells two claims apart even from one process (threads in tests)
-  o << "nonce=" << std::random_device{}() << "\npid=" << getpid() << "\nhost=" << host << "\nworld_size=" << c.world_size << "\nbackend=" << c.backend
-    << "\nlocal_rank=" << c.local_rank << "\nlocal_world_size=" << c.local_world_size << "\n";
+  o << "nonce=" << std::random_device{}() << "\npid=" << getpid() << "\nhost=" << host << "\nworld_size=" << c.world_size
+    << "\nbackend=" << c.backend << "\nlocal_rank=" << c.local_rank << "\nlocal_world_size=" << c.local_world_size << "\n";
   return o.str();
 }
 
@@ -130,7 +130,8 @@ void meet(Store& store, const GroupConfig& c) {
     }
     compare_worlds(store, c, came);  // a disagreement explains the absence better than a timeout
     std::string joined;
-    for (int r : came) joined += (joined.empty() ? "" : ", ") + std::to_string(r) + " (" + who(fields(store.get(rank_key(r)))) + ")";
+    for (int r : came)
+      joined += (joined.empty() ? "" : ", ") + std::to_string(r) + " (" + who(fields(store.get(rank_key(r)))) + ")";
     throw CommError(Result::Timeout, "rank(s) " + missing + " of " + std::to_string(c.world_size) + " did not join within " +
                                          std::to_string(c.timeout.count()) + " ms (joined: " + joined +
                                          "): a process that failed to start, or a wrong WORLD_SIZE, MASTER_ADDR or MASTER_PORT");

@@ -245,14 +245,14 @@ class GlooCommunicator final : public Communicator {
                                    PreMul premul) override {
     check_op(t, op);
     need(send, recv, count);
-    return run([=] { return post_all_reduce(send, recv, count, t, op, premul, "all_reduce"); });
+    return run([this, send, recv, count, t, op, premul] { return post_all_reduce(send, recv, count, t, op, premul, "all_reduce"); });
   }
 
   std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, size_t recvcount, DataType t, RedOp op,
                                        PreMul premul) override {
     check_op(t, op);
     need(send, recv, recvcount);
-    return run([=]() -> std::shared_ptr<Work> {
+    return run([this, send, recv, recvcount, t, op, premul]() -> std::shared_ptr<Work> {
       // Composed: the whole buffer all-reduced in a temporary, this rank's slice kept.
       const size_t es = dtype_size(t), n = recvcount * static_cast<size_t>(size_);
       auto tmp = std::make_shared<std::vector<uint8_t>>(n * es);
@@ -268,14 +268,14 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<Work> all_gather(const void* send, void* recv, size_t sendcount, DataType t) override {
     check_dtype(t);
     need(send, recv, sendcount);
-    return run([=] { return post_all_gather(send, recv, sendcount, t, "all_gather", nullptr); });
+    return run([this, send, recv, sendcount, t] { return post_all_gather(send, recv, sendcount, t, "all_gather", nullptr); });
   }
 
   std::shared_ptr<Work> broadcast(const void* send, void* recv, size_t count, DataType t, int root) override {
     check_dtype(t);
     check_rank(root, "root");
     need(rank_ == root ? send : recv, recv, count);
-    return run([=] {
+    return run([this, send, recv, count, t, root] {
       if (rank_ == root && send != recv && count) std::memmove(recv, send, count * dtype_size(t));
       std::vector<at::Tensor> ts{bytes(recv, count, t)};
       c10d::BroadcastOptions o;
@@ -289,7 +289,7 @@ class GlooCommunicator final : public Communicator {
     check_op(t, op);
     check_rank(root, "root");
     need(send, rank_ == root ? recv : send, count);
-    return run([=]() -> std::shared_ptr<Work> {
+    return run([this, send, recv, count, t, op, root, premul]() -> std::shared_ptr<Work> {
       if (composed(t, op) || op == RedOp::Avg || op == RedOp::PreMulSum) {
         // c10d's reduce has no Avg or PreMulSum and Gloo no bfloat16 or unsigned Max/Min:
         // every process reduces (an all-reduce into a temporary); the root keeps the result.
@@ -322,7 +322,7 @@ class GlooCommunicator final : public Communicator {
     check_dtype(t);
     check_rank(peer, "peer");
     need(buf, buf, count);
-    return run([=] {
+    return run([this, buf, count, t, peer] {
       std::vector<at::Tensor> ts{bytes(buf, count, t)};
       return post([&] { return pg_->send(ts, peer, 0); }, nullptr, what("send to " + std::to_string(peer), count, t));
     });
@@ -332,7 +332,7 @@ class GlooCommunicator final : public Communicator {
     check_dtype(t);
     check_rank(peer, "peer");
     need(buf, buf, count);
-    return run([=] {
+    return run([this, buf, count, t, peer] {
       std::vector<at::Tensor> ts{bytes(buf, count, t)};
       return post([&] { return pg_->recv(ts, peer, 0); }, nullptr, what("recv from " + std::to_string(peer), count, t));
     });
