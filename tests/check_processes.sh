@@ -159,6 +159,17 @@ by-hand)
   cat "$work"/d*.txt
   grep -q "ACCEL_ERR_INVALID_ARGUMENT: accel_init: rank 1 is claimed by two processes" "$work"/d*.txt || fail "no duplicate-rank error"
   grep -q "ACCEL_ERR_TIMEOUT: accel_init: rank(s) 2 of 3 did not join within 3000 ms" "$work/d0.txt" || fail "rank 0 does not name rank 2"
+  # a process that stalls longer than the timeout: the others fail with ACCEL_ERR_TIMEOUT
+  port=$(free_port)
+  pids=()
+  for r in 0 1; do
+    RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ACCEL_TIMEOUT=2 "$probe" --stall 6 > "$work/s$r.txt" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[0]}" && fail "rank 0 did not fail while rank 1 stalled"
+  wait "${pids[1]}"
+  cat "$work/s0.txt"
+  grep -q "accel_reduce failed after [2-4]\.[0-9] s: ACCEL_ERR_TIMEOUT" "$work/s0.txt" || fail "no timeout within 2-5 s"
   # RANK >= WORLD_SIZE
   RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "$probe" > "$work/bad.txt" 2>&1 && fail "RANK=3 of 2 was accepted"
   grep -q "ACCEL_ERR_INVALID_ARGUMENT: .*RANK" "$work/bad.txt" || { cat "$work/bad.txt"; fail "RANK >= WORLD_SIZE not named"; }

@@ -2,15 +2,21 @@
  * accel_init and checks every process utility against what its launcher's variables say.
  * Prints one line, "rank R of N local L/M: ok sum S", or what was wrong, and exits non-zero.
  *
- *   process_probe [--no-destroy]   (--no-destroy: exits without accel_destroy)
+ *   process_probe [--no-destroy | --stall SECONDS]
+ *
+ * --no-destroy exits without accel_destroy; --stall makes process 1 sleep SECONDS before the
+ * collectives (the others must fail with ACCEL_ERR_TIMEOUT when that exceeds the timeout).
  *
  * The expected rank and size come from RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_*
  * or SLURM_* (whichever the launcher set). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, sleep */
 #include <accel/accel.h>
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 static int env_int(const char *const *names, int fallback) {
     for (; *names; ++names) {
@@ -42,6 +48,8 @@ int main(int argc, char **argv) {
     static const char *const size_vars[] = {"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
     const int want_rank = env_int(rank_vars, 0), want_size = env_int(size_vars, 1);
     const int no_destroy = argc > 1 && !strcmp(argv[1], "--no-destroy");
+    const int stall = argc > 2 && !strcmp(argv[1], "--stall") ? atoi(argv[2]) : 0;
+    struct timespec t0, t1;
     accel_context *ctx = NULL;
     accel_tensor *mine = NULL, *sum = NULL, *all = NULL, *bc = NULL;
     int32_t rank = -1, size = -1, local = -1;
@@ -62,9 +70,20 @@ int main(int argc, char **argv) {
     EXPECT(is_main == (rank == 0) && is_local_main == (local == 0), "is_main %d is_local_main %d", is_main,
            is_local_main);
     /* the collectives of the C ABI, across the processes */
+    if (stall && rank == 1) sleep((unsigned)stall);
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     value = rank + 1;
     CHECK(accel_tensor_create(ACCEL_FLOAT64, shape, 1, &value, &mine));
-    CHECK(accel_reduce(ctx, mine, ACCEL_REDUCE_SUM, &sum));
+    {
+        accel_status st = accel_reduce(ctx, mine, ACCEL_REDUCE_SUM, &sum);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (st != ACCEL_OK) { /* how long it waited, for the timeout tests */
+            printf("accel_reduce failed after %.1f s: %s: %s\n",
+                   (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec), accel_status_name(st),
+                   accel_last_error(ctx));
+            return 1;
+        }
+    }
     CHECK(accel_tensor_item(sum, &s));
     EXPECT(s == size * (size + 1) / 2.0, "sum %g", s);
     CHECK(accel_gather(ctx, mine, &all));
