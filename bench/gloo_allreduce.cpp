@@ -17,12 +17,16 @@
 //   Both groups live in the same N worker processes (this executable re-run with a hidden
 //   --gloo-worker flag), and every repetition runs one all-reduce of each, the side going
 //   first alternating from repetition to repetition, so drift (the other core's load, the
-//   CPU's clock) falls on both. Each all-reduce follows its own group's barrier and is
-//   timed on every rank from the call to the return of wait(); one all-reduce's time is
-//   the slowest rank's; accel_s and c10d_s are the medians over the repetitions (after a
-//   warm-up). Inputs are refilled before each all-reduce (rank r's element i is
-//   (r + 1) + (i % 8) / 4, so every sum is exact) and every element of every result is
-//   checked on every rank: a wrong value fails the benchmark.
+//   CPU's clock) falls on both. A repetition of one side is its group's barrier, then
+//   ops_per_rep all-reduces back to back (16 of 1 MiB, 4 of 4 MiB, else 1: one repetition
+//   moves >= 16 MiB), each waited on before the next, timed on every rank from the first
+//   call to the last return of wait(); its time over ops_per_rep is one sample, the slowest
+//   rank's; accel_s and c10d_s are the medians over the repetitions (after a warm-up).
+//   Inputs are refilled before each repetition (rank r's element i is (r + 1) + (i % 8) / 4,
+//   so every sum, and the sum times N after each further all-reduce, is exact) and every
+//   element of every result is checked on every rank: a wrong value fails the benchmark.
+//   vs_c10d_mean is the same ratio of the means, vs_c10d_min of the fastest repetitions
+//   (with ACCEL_BENCH_DUMP set, every repetition's pair of times goes to stderr).
 // sim_s: accel's simulator (sim::World, N ranks in this process, the engine's default
 //   threads), the same in-place all-reduce, from the first rank's call to the last rank's
 //   return (bench_sim_allreduce's definition), median, results checked likewise.
@@ -76,8 +80,18 @@ using bench::mono_s;
 constexpr size_t kMiB = size_t(1) << 20;
 
 float input_value(int rank, size_t i) { return static_cast<float>(rank + 1) + static_cast<float>(i % 8) * 0.25f; }
-float expected_value(int n, size_t i) {
-  return static_cast<float>(n * (n + 1) / 2) + static_cast<float>(n) * static_cast<float>(i % 8) * 0.25f;
+// After `ops` in-place all-reduces without a refill: the first sum times n^(ops-1), exact in
+// float32 as long as ops <= max_ops(n).
+float expected_value(int n, size_t i, int ops) {
+  double v = static_cast<double>(n * (n + 1) / 2) + static_cast<double>(n) * static_cast<double>(i % 8) * 0.25;
+  for (int k = 1; k < ops; ++k) v *= n;
+  return static_cast<float>(v);
+}
+// The first sum has at most 7 significant bits (n <= 16); multiplying by a power of two is
+// exact, by another n it adds log2(n) bits, and float32 holds 24.
+int max_ops(int n) {
+  if ((n & (n - 1)) == 0) return 16;
+  return 1 + static_cast<int>(17.0 / std::log2(static_cast<double>(n)));
 }
 
 void fill(float* p, size_t count, int rank) {
@@ -90,9 +104,9 @@ void fill(float* p, size_t count, int rank) {
 }
 
 // "" when every element is the sum of the ranks' inputs, else the first wrong one.
-std::string check(const float* p, size_t count, int n) {
+std::string check(const float* p, size_t count, int n, int ops) {
   float want[8];
-  for (int m = 0; m < 8; ++m) want[m] = expected_value(n, static_cast<size_t>(m));
+  for (int m = 0; m < 8; ++m) want[m] = expected_value(n, static_cast<size_t>(m), ops);
   for (size_t i = 0; i < count; ++i)
     if (p[i] != want[i % 8]) {
       std::ostringstream os;
@@ -105,12 +119,14 @@ std::string check(const float* p, size_t count, int n) {
 struct SizePlan {
   size_t bytes;
   int warmup, reps;
+  int ops;  // all-reduces per repetition, back to back (small sizes: a repetition moves >= 16 MiB)
 };
 
 std::string plan_arg(const std::vector<SizePlan>& plan) {
   std::string s;
   for (const auto& p : plan)
-    s += (s.empty() ? "" : ",") + std::to_string(p.bytes) + ":" + std::to_string(p.warmup) + ":" + std::to_string(p.reps);
+    s += (s.empty() ? "" : ",") + std::to_string(p.bytes) + ":" + std::to_string(p.warmup) + ":" + std::to_string(p.reps) +
+         ":" + std::to_string(p.ops);
   return s;
 }
 
@@ -119,7 +135,7 @@ std::vector<SizePlan> parse_plan(const std::string& s) {
   std::istringstream in(s);
   for (std::string item; std::getline(in, item, ',');) {
     SizePlan p{};
-    if (std::sscanf(item.c_str(), "%zu:%d:%d", &p.bytes, &p.warmup, &p.reps) == 3) out.push_back(p);
+    if (std::sscanf(item.c_str(), "%zu:%d:%d:%d", &p.bytes, &p.warmup, &p.reps, &p.ops) == 4 && p.ops >= 1) out.push_back(p);
   }
   return out;
 }
@@ -164,19 +180,20 @@ int worker(int rank, int n, int port, const std::string& dir, const std::vector<
       for (int k = 0; k < 2; ++k) {
         const int side = (it % 2 == 0) ? k : 1 - k;  // who goes first alternates
         fill(data, count, rank);
+        const int ops = plan[si].ops;
         double dt;
         if (side == 0) {
           comm->barrier();
           const double t0 = mono_s();
-          comm->all_reduce(data, data, count, DataType::Float32, RedOp::Sum)->wait();
-          dt = mono_s() - t0;
+          for (int j = 0; j < ops; ++j) comm->all_reduce(data, data, count, DataType::Float32, RedOp::Sum)->wait();
+          dt = (mono_s() - t0) / ops;
         } else {
           pg->barrier()->wait();
           const double t0 = mono_s();
-          pg->allreduce(ts)->wait();
-          dt = mono_s() - t0;
+          for (int j = 0; j < ops; ++j) pg->allreduce(ts)->wait();
+          dt = (mono_s() - t0) / ops;
         }
-        const std::string bad = check(data, count, n);
+        const std::string bad = check(data, count, n, ops);
         if (!bad.empty()) {
           std::fprintf(stderr, "gloo_allreduce worker %d of %d: WRONG RESULT of the %s all-reduce of %zu bytes: %s\n", rank,
                        n, side == 0 ? "accel" : "c10d", plan[si].bytes, bad.c_str());
@@ -202,7 +219,7 @@ int worker(int rank, int n, int port, const std::string& dir, const std::vector<
 }
 
 struct ProcResult {
-  std::vector<double> accel_s, c10d_s, accel_min_s, c10d_min_s;  // per size
+  std::vector<double> accel_s, c10d_s, accel_min_s, c10d_min_s, accel_mean_s, c10d_mean_s;  // per size
   std::string error;
 };
 
@@ -258,6 +275,14 @@ ProcResult run_workers(int n, const std::vector<SizePlan>& plan, double limit_s)
       res.c10d_s.push_back(median(slowest[1][si]));
       res.accel_min_s.push_back(*std::min_element(slowest[0][si].begin(), slowest[0][si].end()));
       res.c10d_min_s.push_back(*std::min_element(slowest[1][si].begin(), slowest[1][si].end()));
+      double sa = 0, sc = 0;
+      for (double v : slowest[0][si]) sa += v;
+      for (double v : slowest[1][si]) sc += v;
+      res.accel_mean_s.push_back(sa / static_cast<double>(slowest[0][si].size()));
+      res.c10d_mean_s.push_back(sc / static_cast<double>(slowest[1][si].size()));
+      if (std::getenv("ACCEL_BENCH_DUMP"))
+        for (size_t k = 0; k < slowest[0][si].size(); ++k)
+          std::fprintf(stderr, "dump %d %zu %zu %.6f %.6f\n", n, plan[si].bytes, k, slowest[0][si][k], slowest[1][si][k]);
     }
   bench::remove_dir(dir);
   return res;
@@ -291,7 +316,7 @@ SimResult sim_allreduce(int n, size_t count, int warmup, int reps) {
       t_post[r][it] = mono_s();
       c.all_reduce(p, p, count, DataType::Float32, RedOp::Sum)->wait();
       t_done[r][it] = mono_s();
-      if (bad[static_cast<size_t>(r)].empty()) bad[static_cast<size_t>(r)] = check(p, count, n);
+      if (bad[static_cast<size_t>(r)].empty()) bad[static_cast<size_t>(r)] = check(p, count, n, 1);
       c.barrier();
     }
   });
@@ -430,24 +455,32 @@ int main(int argc, char** argv) {
   }
   if (mibs.empty()) mibs = quick ? std::vector<int>{1, 16} : std::vector<int>{1, 4, 16, 64, 256};
 
-  // Repetitions per size: more for the small ones, whose times are short and noisy.
-  std::vector<SizePlan> plan;
-  for (int m : mibs) {
-    int reps = m <= 1 ? 101 : m <= 4 ? 61 : m <= 16 ? 31 : m <= 64 ? 15 : 9;
-    if (quick) reps = m <= 1 ? 21 : 9;
-    if (reps_override) reps = reps_override;
-    const int warmup = warmup_override >= 0 ? warmup_override : (m <= 16 ? 2 : 1);
-    plan.push_back({static_cast<size_t>(m) * kMiB, warmup, reps});
-  }
+  // Repetitions per size: more for the small ones, whose times are short and noisy; and
+  // below 16 MiB several all-reduces per repetition (so that one moves >= 16 MiB), whose mean
+  // is one sample: a single 1 MiB all-reduce takes either ~0.5 ms or ~3 ms on this shared
+  // machine, as the scheduler has it, and the median of such samples jumps between the two.
+  auto plan_for = [&](int n) {
+    std::vector<SizePlan> plan;
+    for (int m : mibs) {
+      int reps = m <= 1 ? 61 : m <= 4 ? 41 : m <= 16 ? 31 : m <= 64 ? 15 : 9;
+      if (quick) reps = m <= 1 ? 11 : 7;
+      if (reps_override) reps = reps_override;
+      const int warmup = warmup_override >= 0 ? warmup_override : (m <= 16 ? 2 : 1);
+      const int ops = std::max(1, std::min(16 / m, max_ops(n)));
+      plan.push_back({static_cast<size_t>(m) * kMiB, warmup, reps, ops});
+    }
+    return plan;
+  };
+  const std::vector<SizePlan> sizes = plan_for(2);
   const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::fprintf(stderr, "gloo_allreduce: %zu sizes x processes {", plan.size());
+  std::fprintf(stderr, "gloo_allreduce: %zu sizes x processes {", sizes.size());
   for (size_t i = 0; i < procs.size(); ++i) std::fprintf(stderr, "%s%d", i ? "," : "", procs[i]);
   std::fprintf(stderr, "}, %d CPUs\n", hw);
 
   // The bound's buffers: the largest total traffic, capped at 256 MiB.
   size_t max_total = 0;
   for (int n : procs)
-    for (const auto& p : plan) max_total = std::max(max_total, 2 * static_cast<size_t>(n - 1) * p.bytes);
+    for (const auto& p : sizes) max_total = std::max(max_total, 2 * static_cast<size_t>(n - 1) * p.bytes);
   std::vector<char> src(std::min(max_total, 256 * kMiB)), dst(src.size());
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<char>(i * 31);
   std::memset(dst.data(), 0, dst.size());
@@ -456,6 +489,7 @@ int main(int argc, char** argv) {
   for (int n : procs) {
     std::fprintf(stderr, "gloo_allreduce: %d processes (accel's Gloo and raw c10d interleaved)\n", n);
     const double t0 = mono_s();
+    const std::vector<SizePlan> plan = plan_for(n);
     ProcResult pr = run_workers(n, plan, quick ? 120.0 : 300.0);
     if (!pr.error.empty() && pr.error.find("status 3") == std::string::npos) {  // not on a wrong result
       std::fprintf(stderr, "gloo_allreduce: %d processes: %s; trying again\n", n, pr.error.c_str());
@@ -481,15 +515,16 @@ int main(int argc, char** argv) {
       const double s_algbw = static_cast<double>(bytes) / sr.median_s / 1e9;
       std::printf(
           "{\"bench\":\"gloo_allreduce\",\"procs\":%d,\"bytes\":%zu,\"dtype\":\"float32\",\"op\":\"sum\",\"inplace\":true,"
-          "\"reps\":%d,\"gloo_threads\":1,\"accel_s\":%s,\"c10d_s\":%s,\"sim_s\":%s,\"bound_s\":%s,"
+          "\"reps\":%d,\"ops_per_rep\":%d,\"gloo_threads\":1,\"accel_s\":%s,\"c10d_s\":%s,\"sim_s\":%s,\"bound_s\":%s,"
           "\"algbw_gbps\":%s,\"busbw_gbps\":%s,\"c10d_algbw_gbps\":%s,\"c10d_busbw_gbps\":%s,\"sim_busbw_gbps\":%s,"
-          "\"vs_c10d\":%s,\"vs_memcpy_bound\":%s,\"accel_min_s\":%s,\"c10d_min_s\":%s,\"memcpy_gbps\":%s,"
+          "\"vs_c10d\":%s,\"vs_c10d_mean\":%s,\"vs_c10d_min\":%s,\"vs_memcpy_bound\":%s,\"accel_min_s\":%s,\"c10d_min_s\":%s,\"memcpy_gbps\":%s,"
           "\"bound_model\":\"memcpy of 2*(procs-1)*bytes\",\"values_ok\":%s,\"error\":%s}\n",
-          n, bytes, plan[si].reps, json_num(accel_s, "%.6f").c_str(), json_num(c10d_s, "%.6f").c_str(),
+          n, bytes, plan[si].reps, plan[si].ops, json_num(accel_s, "%.6f").c_str(), json_num(c10d_s, "%.6f").c_str(),
           json_num(sr.median_s, "%.6f").c_str(), json_num(bd.bound_s, "%.6f").c_str(), json_num(algbw, "%.3f").c_str(),
           json_num(algbw * factor, "%.3f").c_str(), json_num(c_algbw, "%.3f").c_str(),
           json_num(c_algbw * factor, "%.3f").c_str(), json_num(s_algbw * factor, "%.3f").c_str(),
-          json_num(accel_s / c10d_s, "%.3f").c_str(), json_num(accel_s / bd.bound_s, "%.2f").c_str(),
+          json_num(accel_s / c10d_s, "%.3f").c_str(), json_num(ok ? pr.accel_mean_s[si] / pr.c10d_mean_s[si] : NAN, "%.3f").c_str(),
+          json_num(ok ? pr.accel_min_s[si] / pr.c10d_min_s[si] : NAN, "%.3f").c_str(), json_num(accel_s / bd.bound_s, "%.2f").c_str(),
           json_num(ok ? pr.accel_min_s[si] : NAN, "%.6f").c_str(), json_num(ok ? pr.c10d_min_s[si] : NAN, "%.6f").c_str(),
           json_num(bd.memcpy_gbps, "%.2f").c_str(), (ok && (!sim || sr.error.empty())) ? "true" : "false",
           bench::json_str(ok ? (sr.error.empty() || !sim ? "" : sr.error) : pr.error).c_str());
