@@ -43,6 +43,12 @@
 //   bytes/s), c10d_* and sim_* the same for the other two; vs_c10d = accel_s / c10d_s
 //   (lower is better, target <= 1.05); vs_memcpy_bound = accel_s / bound_s.
 //
+// A last line, "gloo_allreduce_call", is what accel adds per call, free of the transfer's
+// noise: both groups in this one process (a world of 1), blocks of 2,000 one-element
+// all-reduces alternating; accel_us and c10d_us are the medians of the blocks' means, the
+// *_min_us the fastest blocks', overhead_us = accel_min_us - c10d_min_us (the medians
+// depend on where the scheduler happened to put each group's worker thread, see call_cost).
+//
 //   bench_gloo_allreduce [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--warmup K]
 //                        [--no-sim]
 //
@@ -343,6 +349,60 @@ SimResult sim_allreduce(int n, size_t count, int warmup, int reps) {
 }
 
 // ---------------------------------------------------------------------------------------
+// What accel adds per call: both groups in this one process (a world of 1: no transfer, only
+// c10d's queue to its worker thread and back), blocks of `block` one-element all-reduces,
+// alternating. The medians depend on where the scheduler puts each group's worker thread
+// (next to the caller on a busy core: ~5 us a call; on an idle core it must wake: ~50 us),
+// which stays so for a group's life, so the fastest blocks are the comparison.
+
+struct CallCost {
+  double accel_us = NAN, c10d_us = NAN, accel_min_us = NAN, c10d_min_us = NAN;
+  std::string error;
+};
+
+CallCost call_cost(int rounds, int block) {
+  CallCost res;
+  try {
+    accel::comm::GroupConfig gc;
+    gc.backend = "gloo";
+    gc.master_addr = "127.0.0.1";
+    gc.master_port = bench::free_port();
+    gc.timeout = std::chrono::seconds(60);
+    auto comm = accel::comm::make_process_group(gc);
+    const std::string dir = bench::make_temp_dir("accel-bench-gloo-call");
+    auto store = c10::make_intrusive<c10d::FileStore>(dir + "/c10d-store", 1);
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(60000));
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    opts->threads = 1;
+    auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, 0, 1, opts);
+    at::Tensor t = at::ones({1}, at::kFloat);
+    std::vector<at::Tensor> ts{t};
+    float* p = t.data_ptr<float>();
+    std::vector<double> a, c;
+    for (int r = 0; r < rounds + 1; ++r)
+      for (int k = 0; k < 2; ++k) {
+        const int side = (r % 2 == 0) ? k : 1 - k;
+        const double t0 = mono_s();
+        for (int i = 0; i < block; ++i) {
+          if (side == 0) comm->all_reduce(p, p, 1, DataType::Float32, RedOp::Sum)->wait();
+          else pg->allreduce(ts)->wait();
+        }
+        const double us = (mono_s() - t0) / block * 1e6;
+        if (r > 0) (side == 0 ? a : c).push_back(us);
+      }
+    if (*p != 1.0f) res.error = "the one-process all-reduce changed its value to " + std::to_string(*p);
+    res.accel_us = median(a);
+    res.c10d_us = median(c);
+    res.accel_min_us = *std::min_element(a.begin(), a.end());
+    res.c10d_min_us = *std::min_element(c.begin(), c.end());
+    bench::remove_dir(dir);
+  } catch (const std::exception& e) {
+    res.error = e.what();
+  }
+  return res;
+}
+
+// ---------------------------------------------------------------------------------------
 // The memcpy bound (as bench_sim_allreduce times its own: threads started per call).
 
 double timed_memcpy(void* dst, const void* src, size_t bytes, int threads) {
@@ -535,5 +595,16 @@ int main(int argc, char** argv) {
       ++failures;
     }
   }
+  const CallCost cc = call_cost(quick ? 7 : 21, 2000);
+  if (!cc.error.empty()) {
+    std::fprintf(stderr, "gloo_allreduce: the per-call cost FAILED: %s\n", cc.error.c_str());
+    ++failures;
+  }
+  std::printf("{\"bench\":\"gloo_allreduce_call\",\"procs\":1,\"bytes\":4,\"calls_per_block\":2000,\"accel_us\":%s,"
+              "\"c10d_us\":%s,\"accel_min_us\":%s,\"c10d_min_us\":%s,\"overhead_us\":%s,\"error\":%s}\n",
+              json_num(cc.accel_us, "%.2f").c_str(), json_num(cc.c10d_us, "%.2f").c_str(),
+              json_num(cc.accel_min_us, "%.2f").c_str(), json_num(cc.c10d_min_us, "%.2f").c_str(),
+              json_num(cc.accel_min_us - cc.c10d_min_us, "%.2f").c_str(), bench::json_str(cc.error).c_str());
+  std::fflush(stdout);
   return failures ? 1 : 0;
 }
