@@ -14,10 +14,15 @@
 //   slower process's.
 // single_us: one process (this one) training the same model on the global batch 2B with
 //   1 intra-op thread (and the BLAS's: Options.num_threads); single2_us the same with 2.
-// ratio = multi_us / single_us; vs_single2 = multi_us / single2_us.
+// independent_us: the same 2 processes with no strategy (each trains on its own half of the
+//   batches; no gradient exchange): the arithmetic split in two and nothing else, the best
+//   that 2 processes can do here.
+// ratio = multi_us / single_us; vs_single2 = multi_us / single2_us; independent_ratio =
+// independent_us / single_us; vs_independent = multi_us / independent_us (what the
+// strategy's communication and bookkeeping cost).
 //
-// Both strategies' worker pairs are started once per model and stay up; each round runs one
-// block of every variant (DDP pair, ZeRO-2 pair, single with 1 thread, single with 2), in an
+// The three worker pairs are started once per model and stay up; each round runs one block
+// of every variant (DDP pair, ZeRO-2 pair, independent pair, single with 1 thread and 2), in an
 // order that rotates from round to round, while the others wait (the idle pair blocks on a
 // pipe), so drifts fall on all of them alike; the figures are the medians over the rounds.
 //
@@ -284,7 +289,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const std::vector<Strategy> strategies = {Strategy::DDP, Strategy::Zero2};
+  // the last pair trains without a strategy: each process its own half of the batches, no
+  // gradient exchange (what 2 processes on this machine can do at best)
+  const std::vector<Strategy> strategies = {Strategy::DDP, Strategy::Zero2, Strategy::None};
   for (const auto& c : kModels) {
     if (!only.empty() && c.name.find(only) == std::string::npos) continue;
     const int steps = std::max(2, static_cast<int>(c.steps * scale));
@@ -314,15 +321,17 @@ int main(int argc, char** argv) {
       }
     }
     const double single_us = median(samples[pairs.size()]) * 1e6, single2_us = median(samples[pairs.size() + 1]) * 1e6;
-    for (size_t i = 0; i < pairs.size(); ++i) {
+    const double independent_us = median(samples[pairs.size() - 1]) * 1e6;
+    for (size_t i = 0; i + 1 < pairs.size(); ++i) {
       const double multi_us = median(samples[i]) * 1e6;
       std::printf(
           "{\"bench\":\"ddp_processes\",\"strategy\":\"%s\",\"model\":\"%s\",\"procs\":%d,\"batch\":%lld,"
           "\"global_batch\":%lld,\"threads_per_proc\":1,\"backend\":\"gloo\",\"steps\":%d,\"rounds\":%d,"
-          "\"multi_us\":%.1f,\"single_us\":%.1f,\"single2_us\":%.1f,\"ratio\":%.3f,\"vs_single2\":%.3f}\n",
+          "\"multi_us\":%.1f,\"single_us\":%.1f,\"single2_us\":%.1f,\"independent_us\":%.1f,\"ratio\":%.3f,"
+          "\"vs_single2\":%.3f,\"independent_ratio\":%.3f,\"vs_independent\":%.3f}\n",
           strategy_name(pairs[i].strategy), c.name.c_str(), kProcs, static_cast<long long>(c.batch),
-          static_cast<long long>(c.batch * kProcs), steps, rounds, multi_us, single_us, single2_us, multi_us / single_us,
-          multi_us / single2_us);
+          static_cast<long long>(c.batch * kProcs), steps, rounds, multi_us, single_us, single2_us, independent_us,
+          multi_us / single_us, multi_us / single2_us, independent_us / single_us, multi_us / independent_us);
       std::fflush(stdout);
     }
     if (failed) return 1;
