@@ -17,7 +17,10 @@
 //   Both groups live in the same N worker processes (this executable re-run with a hidden
 //   --gloo-worker flag), and every repetition runs one all-reduce of each, the side going
 //   first alternating from repetition to repetition, so drift (the other core's load, the
-//   CPU's clock) falls on both. A repetition of one side is its group's barrier, then
+//   CPU's clock) falls on both. The repetitions are split over 3 launches of fresh workers
+//   (--launches; 2 with --quick), the groups made in alternating order, and pooled: where
+//   the scheduler puts a group's threads holds for the process's life and can favour one
+//   side for a whole launch. A repetition of one side is its group's barrier, then
 //   ops_per_rep all-reduces back to back (16 of 1 MiB, 4 of 4 MiB, else 1: one repetition
 //   moves >= 16 MiB), each waited on before the next, timed on every rank from the first
 //   call to the last return of wait(); its time over ops_per_rep is one sample, the slowest
@@ -49,8 +52,8 @@
 // *_min_us the fastest blocks', overhead_us = accel_us - c10d_us; every thread of both groups
 // runs on one core (see call_cost).
 //
-//   bench_gloo_allreduce [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--warmup K]
-//                        [--no-sim]
+//   bench_gloo_allreduce [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--launches L]
+//                        [--warmup K] [--no-sim]
 //
 // Unknown options are ignored with a warning (scripts/bench passes its extra arguments to
 // every benchmark).
@@ -152,26 +155,33 @@ std::vector<SizePlan> parse_plan(const std::string& s) {
 // A worker process: both groups, every size, interleaved. Writes "SIZE_INDEX SIDE REP
 // SECONDS" lines (SIDE 0 = accel, 1 = c10d) to DIR/times.RANK.
 
-int worker(int rank, int n, int port, const std::string& dir, const std::vector<SizePlan>& plan) {
+int worker(int rank, int n, int port, const std::string& dir, const std::vector<SizePlan>& plan, bool accel_first) {
   at::set_num_threads(1);
   const auto timeout = std::chrono::milliseconds(180000);
 
-  accel::comm::GroupConfig gc;
-  gc.backend = "gloo";
-  gc.rank = rank;
-  gc.world_size = n;
-  gc.local_rank = rank;
-  gc.local_world_size = n;
-  gc.master_addr = "127.0.0.1";
-  gc.master_port = port;
-  gc.timeout = timeout;
-  auto comm = accel::comm::make_process_group(gc);
-
-  auto store = c10::make_intrusive<c10d::FileStore>(dir + "/c10d-store", n);
-  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  opts->threads = 1;  // as accel's (runtime/comm/gloo/gloo.cpp)
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, n, opts);
+  std::shared_ptr<accel::comm::Communicator> comm;
+  auto make_accel = [&] {
+    accel::comm::GroupConfig gc;
+    gc.backend = "gloo";
+    gc.rank = rank;
+    gc.world_size = n;
+    gc.local_rank = rank;
+    gc.local_world_size = n;
+    gc.master_addr = "127.0.0.1";
+    gc.master_port = port;
+    gc.timeout = timeout;
+    comm = accel::comm::make_process_group(gc);
+  };
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
+  auto make_c10d = [&] {
+    auto store = c10::make_intrusive<c10d::FileStore>(dir + "/c10d-store", n);
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    opts->threads = 1;  // as accel's (runtime/comm/gloo/gloo.cpp)
+    pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, n, opts);
+  };
+  if (accel_first) make_accel(), make_c10d();
+  else make_c10d(), make_accel();
 
   size_t max_count = 0;
   for (const auto& p : plan) max_count = std::max(max_count, p.bytes / sizeof(float));
@@ -226,14 +236,15 @@ int worker(int rank, int n, int port, const std::string& dir, const std::vector<
   return 0;
 }
 
-struct ProcResult {
-  std::vector<double> accel_s, c10d_s, accel_min_s, c10d_min_s, accel_mean_s, c10d_mean_s;  // per size
+// One launch of N workers: samples[side][size] (SIDE 0 = accel, 1 = c10d), each repetition's
+// time the slowest rank's.
+struct Samples {
+  std::vector<std::vector<std::vector<double>>> t;
   std::string error;
 };
 
-// Runs N workers over the plan; per size, each repetition's time is the slowest rank's.
-ProcResult run_workers(int n, const std::vector<SizePlan>& plan, double limit_s) {
-  ProcResult res;
+Samples run_workers(int n, const std::vector<SizePlan>& plan, bool accel_first, double limit_s) {
+  Samples res;
   const std::string dir = bench::make_temp_dir("accel-bench-gloo-allreduce");
   const std::string exe = bench::self_exe();
   const int port = bench::free_port();
@@ -244,7 +255,8 @@ ProcResult run_workers(int n, const std::vector<SizePlan>& plan, double limit_s)
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = bench::spawn({exe, "--gloo-worker", std::to_string(r), "--procs", std::to_string(n), "--port",
-                                    std::to_string(port), "--dir", dir, "--plan", plan_arg(plan)});
+                                    std::to_string(port), "--dir", dir, "--plan", plan_arg(plan), "--accel-first",
+                                    accel_first ? "1" : "0"});
     if (pid < 0) {
       res.error = "fork failed";
       break;
@@ -253,8 +265,8 @@ ProcResult run_workers(int n, const std::vector<SizePlan>& plan, double limit_s)
   }
   const std::string err = bench::wait_all(pids, limit_s);
   if (res.error.empty()) res.error = err;
-  // slowest[side][size][rep]
-  std::vector<std::vector<std::vector<double>>> slowest(2);
+  auto& slowest = res.t;
+  slowest.resize(2);
   for (int side = 0; side < 2; ++side)
     for (const auto& p : plan) slowest[side].push_back(std::vector<double>(static_cast<size_t>(p.reps), 0.0));
   for (int r = 0; r < n && res.error.empty(); ++r) {
@@ -277,22 +289,55 @@ ProcResult run_workers(int n, const std::vector<SizePlan>& plan, double limit_s)
     for (const auto& p : plan) want += 2 * static_cast<size_t>(p.reps);
     if (lines != want) res.error = "worker " + std::to_string(r) + " wrote " + std::to_string(lines) + " times, not " + std::to_string(want);
   }
-  if (res.error.empty())
-    for (size_t si = 0; si < plan.size(); ++si) {
-      res.accel_s.push_back(median(slowest[0][si]));
-      res.c10d_s.push_back(median(slowest[1][si]));
-      res.accel_min_s.push_back(*std::min_element(slowest[0][si].begin(), slowest[0][si].end()));
-      res.c10d_min_s.push_back(*std::min_element(slowest[1][si].begin(), slowest[1][si].end()));
-      double sa = 0, sc = 0;
-      for (double v : slowest[0][si]) sa += v;
-      for (double v : slowest[1][si]) sc += v;
-      res.accel_mean_s.push_back(sa / static_cast<double>(slowest[0][si].size()));
-      res.c10d_mean_s.push_back(sc / static_cast<double>(slowest[1][si].size()));
-      if (std::getenv("ACCEL_BENCH_DUMP"))
-        for (size_t k = 0; k < slowest[0][si].size(); ++k)
-          std::fprintf(stderr, "dump %d %zu %zu %.6f %.6f\n", n, plan[si].bytes, k, slowest[0][si][k], slowest[1][si][k]);
-    }
   bench::remove_dir(dir);
+  return res;
+}
+
+struct ProcResult {
+  std::vector<double> accel_s, c10d_s, accel_min_s, c10d_min_s, accel_mean_s, c10d_mean_s;  // per size
+  std::vector<int> reps;                                                                    // pooled, per size
+  std::string error;
+};
+
+// The repetitions split over `launches` launches of fresh worker processes (each group's
+// threads land where the scheduler puts them and stay there for the process's life, which
+// can favour one side for a whole launch), the groups made in alternating order; the
+// samples pooled.
+ProcResult measure(int n, const std::vector<SizePlan>& plan, int launches, double limit_s) {
+  ProcResult res;
+  std::vector<std::vector<std::vector<double>>> pooled(2, std::vector<std::vector<double>>(plan.size()));
+  for (int l = 0; l < launches; ++l) {
+    std::vector<SizePlan> part = plan;
+    for (auto& p : part) p.reps = (p.reps + launches - 1) / launches;
+    Samples s = run_workers(n, part, l % 2 == 0, limit_s);
+    if (!s.error.empty() && s.error.find("status 3") == std::string::npos) {  // not on a wrong result
+      std::fprintf(stderr, "gloo_allreduce: %d processes: %s; trying again\n", n, s.error.c_str());
+      s = run_workers(n, part, l % 2 == 0, limit_s);
+    }
+    if (!s.error.empty()) {
+      res.error = s.error;
+      return res;
+    }
+    for (int side = 0; side < 2; ++side)
+      for (size_t si = 0; si < plan.size(); ++si)
+        pooled[side][si].insert(pooled[side][si].end(), s.t[side][si].begin(), s.t[side][si].end());
+  }
+  for (size_t si = 0; si < plan.size(); ++si) {
+    const auto &a = pooled[0][si], &c = pooled[1][si];
+    res.reps.push_back(static_cast<int>(a.size()));
+    res.accel_s.push_back(median(a));
+    res.c10d_s.push_back(median(c));
+    res.accel_min_s.push_back(*std::min_element(a.begin(), a.end()));
+    res.c10d_min_s.push_back(*std::min_element(c.begin(), c.end()));
+    double sa = 0, sc = 0;
+    for (double v : a) sa += v;
+    for (double v : c) sc += v;
+    res.accel_mean_s.push_back(sa / static_cast<double>(a.size()));
+    res.c10d_mean_s.push_back(sc / static_cast<double>(c.size()));
+    if (std::getenv("ACCEL_BENCH_DUMP"))
+      for (size_t k = 0; k < a.size(); ++k)
+        std::fprintf(stderr, "dump %d %zu %zu %.6f %.6f\n", n, plan[si].bytes, k, a[k], c[k]);
+  }
   return res;
 }
 
@@ -463,7 +508,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 [[noreturn]] void usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--warmup K] [--no-sim]\n",
+  std::fprintf(stderr, "usage: %s [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--launches L] [--warmup K] [--no-sim]\n",
                argv0);
   std::exit(2);
 }
@@ -473,6 +518,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--gloo-worker") == 0) {
     int rank = -1, n = 0, port = 0;
+    bool accel_first = true;
     std::string dir, plan;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string a = argv[i], v = argv[i + 1];
@@ -481,6 +527,7 @@ int main(int argc, char** argv) {
       else if (a == "--port") port = std::atoi(v.c_str());
       else if (a == "--dir") dir = v;
       else if (a == "--plan") plan = v;
+      else if (a == "--accel-first") accel_first = v != "0";
     }
     const auto p = parse_plan(plan);
     if (rank < 0 || n < 2 || rank >= n || port <= 0 || dir.empty() || p.empty()) {
@@ -488,7 +535,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     try {
-      return worker(rank, n, port, dir, p);
+      return worker(rank, n, port, dir, p, accel_first);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gloo_allreduce worker %d: %s\n", rank, e.what());
       return 1;
@@ -497,7 +544,7 @@ int main(int argc, char** argv) {
 
   bool quick = false, sim = true;
   std::vector<int> procs = {2, 4}, mibs;
-  int reps_override = 0, warmup_override = -1;
+  int reps_override = 0, warmup_override = -1, launches = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -515,6 +562,9 @@ int main(int argc, char** argv) {
     } else if (a == "--reps") {
       reps_override = std::atoi(value().c_str());
       if (reps_override < 1) usage(argv[0]);
+    } else if (a == "--launches") {
+      launches = std::atoi(value().c_str());
+      if (launches < 1) usage(argv[0]);
     } else if (a == "--warmup") {
       warmup_override = std::atoi(value().c_str());
       if (warmup_override < 0) usage(argv[0]);
@@ -525,6 +575,7 @@ int main(int argc, char** argv) {
     } else std::fprintf(stderr, "gloo_allreduce: ignoring unknown option '%s'\n", a.c_str());
   }
   if (mibs.empty()) mibs = quick ? std::vector<int>{1, 16} : std::vector<int>{1, 4, 16, 64, 256};
+  if (launches == 0) launches = quick ? 2 : 3;
 
   // Repetitions per size: more for the small ones, whose times are short and noisy; and
   // below 16 MiB several all-reduces per repetition (so that one moves >= 16 MiB), whose mean
@@ -533,7 +584,7 @@ int main(int argc, char** argv) {
   auto plan_for = [&](int n) {
     std::vector<SizePlan> plan;
     for (int m : mibs) {
-      int reps = m <= 1 ? 61 : m <= 4 ? 41 : m <= 16 ? 31 : m <= 64 ? 15 : 9;
+      int reps = m <= 1 ? 90 : m <= 4 ? 60 : m <= 16 ? 45 : m <= 64 ? 21 : 12;
       if (quick) reps = m <= 1 ? 11 : 7;
       if (reps_override) reps = reps_override;
       const int warmup = warmup_override >= 0 ? warmup_override : (m <= 16 ? 2 : 1);
@@ -561,11 +612,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gloo_allreduce: %d processes (accel's Gloo and raw c10d interleaved)\n", n);
     const double t0 = mono_s();
     const std::vector<SizePlan> plan = plan_for(n);
-    ProcResult pr = run_workers(n, plan, quick ? 120.0 : 300.0);
-    if (!pr.error.empty() && pr.error.find("status 3") == std::string::npos) {  // not on a wrong result
-      std::fprintf(stderr, "gloo_allreduce: %d processes: %s; trying again\n", n, pr.error.c_str());
-      pr = run_workers(n, plan, quick ? 120.0 : 300.0);
-    }
+    const ProcResult pr = measure(n, plan, launches, quick ? 120.0 : 300.0);
     std::fprintf(stderr, "gloo_allreduce: %d processes took %.1f s\n", n, mono_s() - t0);
     for (size_t si = 0; si < plan.size(); ++si) {
       const size_t bytes = plan[si].bytes;
@@ -586,11 +633,11 @@ int main(int argc, char** argv) {
       const double s_algbw = static_cast<double>(bytes) / sr.median_s / 1e9;
       std::printf(
           "{\"bench\":\"gloo_allreduce\",\"procs\":%d,\"bytes\":%zu,\"dtype\":\"float32\",\"op\":\"sum\",\"inplace\":true,"
-          "\"reps\":%d,\"ops_per_rep\":%d,\"gloo_threads\":1,\"accel_s\":%s,\"c10d_s\":%s,\"sim_s\":%s,\"bound_s\":%s,"
+          "\"reps\":%d,\"launches\":%d,\"ops_per_rep\":%d,\"gloo_threads\":1,\"accel_s\":%s,\"c10d_s\":%s,\"sim_s\":%s,\"bound_s\":%s,"
           "\"algbw_gbps\":%s,\"busbw_gbps\":%s,\"c10d_algbw_gbps\":%s,\"c10d_busbw_gbps\":%s,\"sim_busbw_gbps\":%s,"
           "\"vs_c10d\":%s,\"vs_c10d_mean\":%s,\"vs_c10d_min\":%s,\"vs_memcpy_bound\":%s,\"accel_min_s\":%s,\"c10d_min_s\":%s,\"memcpy_gbps\":%s,"
           "\"bound_model\":\"memcpy of 2*(procs-1)*bytes\",\"values_ok\":%s,\"error\":%s}\n",
-          n, bytes, plan[si].reps, plan[si].ops, json_num(accel_s, "%.6f").c_str(), json_num(c10d_s, "%.6f").c_str(),
+          n, bytes, ok ? pr.reps[si] : 0, launches, plan[si].ops, json_num(accel_s, "%.6f").c_str(), json_num(c10d_s, "%.6f").c_str(),
           json_num(sr.median_s, "%.6f").c_str(), json_num(bd.bound_s, "%.6f").c_str(), json_num(algbw, "%.3f").c_str(),
           json_num(algbw * factor, "%.3f").c_str(), json_num(c_algbw, "%.3f").c_str(),
           json_num(c_algbw * factor, "%.3f").c_str(), json_num(s_algbw * factor, "%.3f").c_str(),
