@@ -3,8 +3,15 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <exception>
+#include <thread>
 #include <utility>
 
 #include "runtime/comm/communicator.h"
@@ -69,6 +76,35 @@ class TcpStore final : public Store {
   std::string where_;
 };
 
+// c10d's client sleeps a whole second after a refused connection before it tries again, and
+// the processes of a launched world start together, so a client usually comes before
+// process 0's server listens. Waits (polling every 10 ms, up to `timeout`) until something
+// accepts connections at host:port, so that c10d's own connect succeeds at once.
+void wait_for_server(const std::string& host, int port, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  while (true) {
+    addrinfo* res = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) == 0) {
+      for (addrinfo* a = res; a; a = a->ai_next) {
+        const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        const bool ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        close(fd);
+        if (ok) {
+          freeaddrinfo(res);
+          return;
+        }
+      }
+      freeaddrinfo(res);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return;  // c10d reports the failure
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Store> make_tcp_store(const TcpStoreConfig& c, int* bound_port) {
@@ -86,6 +122,7 @@ std::shared_ptr<Store> make_tcp_store(const TcpStoreConfig& c, int* bound_port) 
   // connect with at least one second, then every operation waits `timeout`
   o.timeout = std::max<std::chrono::milliseconds>(c.timeout, std::chrono::seconds(1));
   const std::string where = c.host + ":" + std::to_string(c.port);
+  if (!c.is_server) wait_for_server(c.host, c.port, c.timeout);
   auto s = c10d_call(std::string(c.is_server ? "start the server on " : "connect to ") + where + " (" +
                          std::to_string(c.timeout.count()) + " ms)",
                      [&] { return c10::make_intrusive<c10d::TCPStore>(c.host, o); });
