@@ -4,7 +4,7 @@
 // its rank there, the group checks that every process agrees on the world, then c10d connects
 // the full mesh. Torch-free header; the implementation is gloo.cpp.
 //
-// What c10d's Gloo lacks is composed from its own calls (docs/distributed.md, "Gloo"):
+// What c10d's Gloo lacks is composed from its own calls (docs/distributed.md, "The Gloo backend"):
 //   reduce_scatter       all-reduce of the whole buffer, then this rank's slice is kept
 //                        (moves 2(n-1)/n of n·count elements per rank, twice NCCL's ring)
 //   Avg                  Sum, then a division on each process
