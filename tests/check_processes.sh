@@ -170,6 +170,13 @@ by-hand)
   wait "${pids[1]}"
   cat "$work/s0.txt"
   grep -q "accel_reduce failed after [2-4]\.[0-9] s: ACCEL_ERR_TIMEOUT" "$work/s0.txt" || fail "no timeout within 2-5 s"
+  # the nccl backend where this build has it but the machine has no GPU: a clear error
+  if "$accel" env | grep -q '^- communication backends: .*nccl' && ! nvidia-smi -L > /dev/null 2>&1; then
+    RANK=0 WORLD_SIZE=1 ACCEL_BACKEND=nccl "$probe" > "$work/nccl.txt" 2>&1 && fail "nccl without a GPU was accepted"
+    cat "$work/nccl.txt"
+    grep -q "ACCEL_ERR_UNSUPPORTED: accel_init: nccl: this process sees no CUDA device" "$work/nccl.txt" ||
+      fail "no clear error for nccl without a CUDA device"
+  fi
   # RANK >= WORLD_SIZE
   RANK=3 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "$probe" > "$work/bad.txt" 2>&1 && fail "RANK=3 of 2 was accepted"
   grep -q "ACCEL_ERR_INVALID_ARGUMENT: .*RANK" "$work/bad.txt" || { cat "$work/bad.txt"; fail "RANK >= WORLD_SIZE not named"; }

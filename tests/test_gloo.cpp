@@ -284,6 +284,30 @@ TEST(GlooThreads, RendezvousErrorsNameTheProcesses) {
   EXPECT_TRUE(contains(f0, "rank 1 (pid ")) << f0;
   EXPECT_TRUE(contains(f0, "world_size 3, this process (rank 0) has 2")) << f0;
   EXPECT_TRUE(contains(f1, "disagree on the world")) << f1;
+
+  // a backend that differs (the rendezvous every real-process backend starts with)
+  auto store3 = comm::make_memory_store(2s);
+  std::string g0, g1;
+  auto meet_as = [&](int rank, const char* backend, std::string* err) {
+    try {
+      comm::GroupConfig c;
+      c.backend = backend;
+      c.rank = rank;
+      c.world_size = 2;
+      c.timeout = 2s;
+      comm::meet(*store3, c);
+    } catch (const std::exception& e) {
+      *err = e.what();
+    }
+  };
+  {
+    std::thread a(meet_as, 0, "gloo", &g0), b(meet_as, 1, "nccl", &g1);
+    a.join();
+    b.join();
+  }
+  EXPECT_TRUE(contains(g0, "rank 1 (pid ")) << g0;
+  EXPECT_TRUE(contains(g0, "has backend nccl, this process (rank 0) has gloo")) << g0;
+  EXPECT_TRUE(contains(g1, "has backend gloo, this process (rank 1) has nccl")) << g1;
 }
 
 // ---------------------------------------------------------------------------------------

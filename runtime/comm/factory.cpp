@@ -16,6 +16,9 @@
 #ifdef ACCEL_HAVE_GLOO
 #include "runtime/comm/gloo/gloo.h"
 #endif
+#ifdef ACCEL_HAVE_NCCL
+#include "runtime/comm/nccl/nccl.h"
+#endif
 
 namespace accel::comm {
 
@@ -44,6 +47,9 @@ const Backend kBackends[] = {
     {"sim", make_sim},      // a rank of the deterministic simulator (sim/)
 #ifdef ACCEL_HAVE_GLOO
     {"gloo", make_gloo_communicator},  // real processes over TCP: c10d's ProcessGroupGloo (runtime/comm/gloo/)
+#endif
+#ifdef ACCEL_HAVE_NCCL
+    {"nccl", make_nccl_communicator},  // CUDA devices: one NCCL communicator per process (runtime/comm/nccl/)
 #endif
 };
 

@@ -27,6 +27,7 @@ struct GroupConfig {
   std::string master_addr = "127.0.0.1";  // real processes: where rank 0 hosts the store
   int master_port = 29500;
   std::chrono::milliseconds timeout = std::chrono::seconds(300);  // rendezvous and every operation
+  int device = -1;  // nccl: the CUDA device ordinal (-1: local_rank modulo the devices visible)
 };
 
 // The rendezvous every backend of real processes starts with: this process claims its rank

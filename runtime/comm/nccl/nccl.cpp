@@ -1,0 +1,371 @@
+// The NCCL backend (nccl.h): one NCCL communicator per process behind the Communicator.
+#include "runtime/comm/nccl/nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "runtime/comm/kernels.h"
+#include "runtime/comm/c10d/tcp_store.h"
+
+namespace accel::comm {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ncclResult_t's values are Result's (communicator.h mirrors them).
+Result result_of(ncclResult_t r) {
+  const int v = static_cast<int>(r);
+  return v >= 0 && v <= static_cast<int>(Result::InProgress) ? static_cast<Result>(v) : Result::InternalError;
+}
+
+void cuda_check(cudaError_t e, const std::string& what) {
+  if (e != cudaSuccess)
+    throw CommError(Result::UnhandledCudaError, "nccl: " + what + ": " + cudaGetErrorString(e));
+}
+
+ncclDataType_t nccl_type(DataType t) {
+  switch (t) {
+    case DataType::Int8: return ncclInt8;
+    case DataType::Uint8: return ncclUint8;
+    case DataType::Int32: return ncclInt32;
+    case DataType::Uint32: return ncclUint32;
+    case DataType::Int64: return ncclInt64;
+    case DataType::Uint64: return ncclUint64;
+    case DataType::Float16: return ncclFloat16;
+    case DataType::Float32: return ncclFloat32;
+    case DataType::Float64: return ncclFloat64;
+    case DataType::BFloat16: return ncclBfloat16;
+  }
+  throw CommError(Result::InvalidArgument, "nccl: invalid data type " + std::to_string(static_cast<int>(t)));
+}
+
+// The communicator's state, shared with its Works (which abort it when they time out).
+struct State {
+  ncclComm_t comm = nullptr;
+  cudaStream_t stream = nullptr;
+  int device = 0, rank = 0, size = 1;
+  std::chrono::milliseconds timeout{0};
+  bool aborted = false;
+  std::string why_aborted;
+
+  std::string where() const { return " (rank " + std::to_string(rank) + " of " + std::to_string(size) + ")"; }
+
+  // Aborts the communicator: NCCL's way out of a failed or hung world. Later calls fail.
+  void abort(const std::string& why) {
+    if (aborted) return;
+    aborted = true;
+    why_aborted = why;
+    if (comm) ncclCommAbort(comm);
+    comm = nullptr;
+  }
+
+  void usable(const std::string& what) const {
+    if (aborted)
+      throw CommError(Result::InvalidUsage, "nccl: " + what + where() + ": the communicator was aborted after " + why_aborted);
+  }
+
+  // A failed NCCL call: its code, NCCL's text and last error; the communicator is aborted
+  // when the failure is one it cannot go on from (a peer, the system, NCCL itself).
+  [[noreturn]] void fail(ncclResult_t r, const std::string& what) {
+    std::string msg = "nccl: " + what + where() + ": " + ncclGetErrorString(r);
+    if (comm) {
+      const char* last = ncclGetLastError(comm);
+      if (last && *last) msg += " (" + std::string(last) + ")";
+    }
+    const Result res = result_of(r);
+    if (res == Result::RemoteError || res == Result::SystemError || res == Result::InternalError ||
+        res == Result::UnhandledCudaError)
+      abort(msg);
+    throw CommError(res, msg);
+  }
+
+  // A non-blocking communicator's calls may return ncclInProgress: poll its asynchronous
+  // error until the call is done, up to the timeout (then abort).
+  void settle(ncclResult_t r, const std::string& what) {
+    const auto deadline = Clock::now() + timeout;
+    auto pause = std::chrono::microseconds(20);
+    while (r == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        const std::string msg = "nccl: " + what + where() + " did not complete within " +
+                                std::to_string(timeout.count()) + " ms";
+        abort(msg);
+        throw CommError(Result::Timeout, msg + " (the configured timeout: ACCEL_TIMEOUT or accel_options.timeout_seconds)");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
+    }
+    if (r != ncclSuccess) fail(r, what);
+  }
+};
+
+// An operation enqueued on the communicator's stream: complete when the event recorded after
+// it has passed. Inside a group the event is recorded at group_end.
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<State> s, std::string what) : s_(std::move(s)), what_(std::move(what)) {}
+  ~NcclWork() override {
+    if (event_) cudaEventDestroy(event_);
+  }
+  void record() {
+    cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cuda_check(cudaEventRecord(event_, s_->stream), "cudaEventRecord");
+  }
+  void wait() override {
+    const auto deadline = Clock::now() + s_->timeout;
+    auto pause = std::chrono::microseconds(10);
+    while (!test()) {
+      if (Clock::now() > deadline) {
+        const std::string msg = "nccl: " + what_ + s_->where() + " did not complete within " +
+                                std::to_string(s_->timeout.count()) + " ms";
+        s_->abort(msg);
+        throw CommError(Result::Timeout, msg + " (a peer stuck or gone; the configured timeout: ACCEL_TIMEOUT or "
+                                               "accel_options.timeout_seconds)");
+      }
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+  }
+  bool test() override {
+    if (done_) return true;
+    if (!event_) throw CommError(Result::InvalidUsage, "nccl: waiting on an operation of a group before group_end");
+    s_->usable(what_);
+    const cudaError_t q = cudaEventQuery(event_);
+    if (q == cudaSuccess) {
+      done_ = true;
+      // what the compute stream does next comes after the operation
+      cuda_check(cudaStreamWaitEvent(nullptr, event_, 0), "cudaStreamWaitEvent");
+      return true;
+    }
+    if (q != cudaErrorNotReady) cuda_check(q, "cudaEventQuery for " + what_);
+    ncclResult_t async = ncclSuccess;
+    if (ncclCommGetAsyncError(s_->comm, &async) != ncclSuccess) async = ncclInternalError;
+    if (async != ncclSuccess && async != ncclInProgress) s_->fail(async, what_);
+    return false;
+  }
+
+ private:
+  std::shared_ptr<State> s_;
+  std::string what_;
+  cudaEvent_t event_ = nullptr;
+  bool done_ = false;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(std::shared_ptr<State> s, std::shared_ptr<Store> store, int local_rank, int local_size)
+      : s_(std::move(s)), store_(std::move(store)), local_rank_(local_rank), local_size_(local_size) {
+    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cuda_check(cudaMalloc(&scratch_, sizeof(int32_t)), "cudaMalloc of the barrier's buffer");
+  }
+  ~NcclCommunicator() override {
+    if (!s_->aborted && s_->comm) {
+      try {
+        s_->settle(ncclCommFinalize(s_->comm), "finalize");
+        ncclCommDestroy(s_->comm);
+      } catch (...) {  // finalizing failed and aborted it: nothing left to free
+      }
+    }
+    if (scratch_) cudaFree(scratch_);
+    if (ready_) cudaEventDestroy(ready_);
+    if (s_->stream) cudaStreamDestroy(s_->stream);
+  }
+
+  int rank() const override { return s_->rank; }
+  int size() const override { return s_->size; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
+  std::string backend() const override { return "nccl"; }
+  Store* store() override { return store_.get(); }
+  bool reaches(const Device& d) const override { return d.kind == Device::Kind::Cuda && d.index == s_->device; }
+
+  std::shared_ptr<Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
+                                   PreMul premul) override {
+    check_op(t, op);
+    return with_op(t, op, premul, "all_reduce", count, [&](ncclRedOp_t o) {
+      return ncclAllReduce(send, recv, count, nccl_type(t), o, s_->comm, s_->stream);
+    });
+  }
+  std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, size_t recvcount, DataType t, RedOp op,
+                                       PreMul premul) override {
+    check_op(t, op);
+    return with_op(t, op, premul, "reduce_scatter", recvcount, [&](ncclRedOp_t o) {
+      return ncclReduceScatter(send, recv, recvcount, nccl_type(t), o, s_->comm, s_->stream);
+    });
+  }
+  std::shared_ptr<Work> all_gather(const void* send, void* recv, size_t sendcount, DataType t) override {
+    check_dtype(t);
+    return launch("all_gather", sendcount, t,
+                  [&] { return ncclAllGather(send, recv, sendcount, nccl_type(t), s_->comm, s_->stream); });
+  }
+  std::shared_ptr<Work> broadcast(const void* send, void* recv, size_t count, DataType t, int root) override {
+    check_dtype(t);
+    check_rank(root, "root");
+    return launch("broadcast", count, t,
+                  [&] { return ncclBroadcast(send, recv, count, nccl_type(t), root, s_->comm, s_->stream); });
+  }
+  std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root,
+                               PreMul premul) override {
+    check_op(t, op);
+    check_rank(root, "root");
+    return with_op(t, op, premul, "reduce", count, [&](ncclRedOp_t o) {
+      return ncclReduce(send, recv, count, nccl_type(t), o, root, s_->comm, s_->stream);
+    });
+  }
+  std::shared_ptr<Work> send(const void* buf, size_t count, DataType t, int peer) override {
+    check_dtype(t);
+    check_rank(peer, "peer");
+    return launch("send to " + std::to_string(peer), count, t,
+                  [&] { return ncclSend(buf, count, nccl_type(t), peer, s_->comm, s_->stream); });
+  }
+  std::shared_ptr<Work> recv(void* buf, size_t count, DataType t, int peer) override {
+    check_dtype(t);
+    check_rank(peer, "peer");
+    return launch("recv from " + std::to_string(peer), count, t,
+                  [&] { return ncclRecv(buf, count, nccl_type(t), peer, s_->comm, s_->stream); });
+  }
+  void barrier() override {
+    if (group_depth_ > 0) throw CommError(Result::InvalidUsage, "nccl: barrier inside a group");
+    all_reduce(scratch_, scratch_, 1, DataType::Int32, RedOp::Sum, PreMul{})->wait();
+  }
+  void group_start() override {
+    s_->usable("group_start");
+    s_->settle(ncclGroupStart(), "group_start");
+    ++group_depth_;
+  }
+  void group_end() override {
+    if (group_depth_ == 0) throw CommError(Result::InvalidUsage, "group_end without group_start");
+    s_->usable("group_end");
+    s_->settle(ncclGroupEnd(), "group_end");
+    if (--group_depth_ > 0) return;
+    auto grouped = std::move(grouped_);
+    grouped_.clear();
+    for (auto& w : grouped) w->record();
+  }
+
+ private:
+  void check_rank(int r, const char* what) const {
+    if (r < 0 || r >= s_->size)
+      throw CommError(Result::InvalidArgument, std::string("nccl: ") + what + " " + std::to_string(r) +
+                                                   " is not a rank of a " + std::to_string(s_->size) + "-rank world");
+  }
+
+  // Enqueues `call` on the stream after what the compute stream has enqueued so far.
+  template <class F>
+  std::shared_ptr<Work> launch(const std::string& op, size_t count, DataType t, F&& call) {
+    const std::string what = op + " of " + std::to_string(count) + " " + dtype_name(t);
+    s_->usable(what);
+    cuda_check(cudaEventRecord(ready_, nullptr), "cudaEventRecord");
+    cuda_check(cudaStreamWaitEvent(s_->stream, ready_, 0), "cudaStreamWaitEvent");
+    s_->settle(call(), what);
+    auto w = std::make_shared<NcclWork>(s_, what);
+    if (group_depth_ > 0)
+      grouped_.push_back(w);  // enqueued by NCCL at group_end
+    else
+      w->record();
+    return w;
+  }
+
+  // Reductions: PreMulSum makes NCCL's operator for this call's scalar (in the data type,
+  // resident on the host), destroyed once the call returns.
+  template <class F>
+  std::shared_ptr<Work> with_op(DataType t, RedOp op, PreMul premul, const std::string& name, size_t count, F&& call) {
+    if (op != RedOp::PreMulSum)
+      return launch(name, count, t, [&] { return call(static_cast<ncclRedOp_t>(static_cast<int>(op))); });
+    unsigned char scalar[8] = {};
+    switch (t) {
+      case DataType::Float16: { const uint16_t h = float_to_half(static_cast<float>(premul.value)); std::memcpy(scalar, &h, 2); break; }
+      case DataType::BFloat16: { const uint16_t b = float_to_bf16(static_cast<float>(premul.value)); std::memcpy(scalar, &b, 2); break; }
+      case DataType::Float32: { const float f = static_cast<float>(premul.value); std::memcpy(scalar, &f, 4); break; }
+      case DataType::Float64: std::memcpy(scalar, &premul.value, 8); break;
+      default: {  // integers: the scalar as the type's integer (its low bytes, little-endian)
+        const int64_t i = static_cast<int64_t>(premul.value);
+        std::memcpy(scalar, &i, dtype_size(t));
+      }
+    }
+    ncclRedOp_t o;
+    s_->usable(name);
+    s_->settle(ncclRedOpCreatePreMulSum(&o, scalar, nccl_type(t), ncclScalarHostImmediate, s_->comm), "premulsum");
+    try {
+      auto w = launch(name, count, t, [&] { return call(o); });
+      ncclRedOpDestroy(o, s_->comm);
+      return w;
+    } catch (...) {
+      if (!s_->aborted) ncclRedOpDestroy(o, s_->comm);
+      throw;
+    }
+  }
+
+  std::shared_ptr<State> s_;
+  std::shared_ptr<Store> store_;
+  int local_rank_, local_size_;
+  cudaEvent_t ready_ = nullptr;
+  void* scratch_ = nullptr;
+  int group_depth_ = 0;
+  std::vector<std::shared_ptr<NcclWork>> grouped_;
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) {
+  ACCEL_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, Status::InvalidArgument, "nccl: rank ", c.rank,
+              " is outside a world of ", c.world_size);
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    fail(Status::Unsupported, "nccl: this process sees no CUDA device (cudaGetDeviceCount: ",
+         e == cudaSuccess ? "0 devices" : cudaGetErrorString(e), "); on CPUs use the gloo backend (ACCEL_BACKEND=gloo)");
+  const int device = c.device >= 0 ? c.device : c.local_rank % devices;
+  ACCEL_CHECK(device < devices, Status::InvalidArgument, "nccl: CUDA device ", device, " does not exist (this process sees ",
+              devices, ")");
+  std::shared_ptr<Store> store = c.store;
+  if (!store) {
+    TcpStoreConfig s;
+    s.host = c.master_addr;
+    s.port = c.master_port;
+    s.is_server = c.rank == 0;
+    s.world_size = c.world_size;
+    s.timeout = c.timeout;
+    store = make_tcp_store(s);
+  }
+  meet(*store, c);
+  auto st = std::make_shared<State>();
+  st->device = device;
+  st->rank = c.rank;
+  st->size = c.world_size;
+  st->timeout = c.timeout;
+  cuda_check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  // process 0 makes the unique id; the others read it from the store
+  ncclUniqueId id;
+  const std::string key = "accel/nccl/unique_id";
+  if (c.rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) st->fail(r, "ncclGetUniqueId");
+    store->set(key, Bytes(id.internal, id.internal + sizeof id.internal));
+  } else {
+    const Bytes b = store->get(key);
+    ACCEL_CHECK(b.size() == sizeof id.internal, Status::Communication, "nccl: the unique id in the store has ", b.size(),
+                " bytes, not ", sizeof id.internal);
+    std::memcpy(id.internal, b.data(), b.size());
+  }
+  cuda_check(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // every call returns at once; settle() polls it against the timeout
+  try {
+    st->settle(ncclCommInitRankConfig(&st->comm, c.world_size, id, c.rank, &config), "ncclCommInitRankConfig");
+  } catch (...) {
+    if (st->stream) cudaStreamDestroy(st->stream);
+    st->stream = nullptr;
+    throw;
+  }
+  return std::make_shared<NcclCommunicator>(std::move(st), std::move(store), c.local_rank, c.local_world_size);
+}
+
+}  // namespace accel::comm

@@ -1,0 +1,28 @@
+// The NCCL backend: one NCCL communicator per process behind the Communicator, for CUDA
+// devices. Built where the CUDA toolkit with NCCL is found at configure time (meson:
+// dependency('cuda', modules: ['nccl'])). Torch-free: it calls only nccl.h and a few
+// functions of the CUDA runtime (device count and selection, one stream, events, a small
+// buffer), the set that sim/'s NCCL-compatible library will implement over host memory.
+//
+// The processes meet through the Store (comm::meet), process 0 makes the unique id
+// (ncclGetUniqueId) and publishes it there; the communicator is created non-blocking
+// (ncclConfig_t.blocking = 0) so that every NCCL call, creation included, is polled with
+// ncclCommGetAsyncError against the timeout. Operations run on a stream of their own,
+// ordered after the compute stream (the device's default stream, where the runtime
+// computes) by an event; a Work is an event recorded after the operation. Waiting polls the
+// event and the communicator's asynchronous error: a timeout or a peer's failure aborts the
+// communicator (ncclCommAbort) and surfaces as CommError(Timeout) / the error NCCL reported
+// (ncclRemoteError, ncclSystemError: ACCEL_ERR_COMMUNICATION), never a hang.
+#pragma once
+
+#include <memory>
+
+#include "runtime/comm/factory.h"
+
+namespace accel::comm {
+
+// Joins the world `c` describes on CUDA device c.device (-1: local_rank modulo the devices
+// this process sees). Error(Unsupported) when the process sees no CUDA device.
+std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c);
+
+}  // namespace accel::comm
