@@ -22,7 +22,12 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
         ro.device == accel::DeviceKind::CUDA || (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available());
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000));
     auto comm = accel::comm::join_world(ro.backend, timeout, cuda);
-    ctx->acc = std::make_unique<accel::Accelerator>(ro, std::move(comm));
+    accel::Options placed = ro;
+    // on CUDA, a launched process left on device 0 takes the device of its local rank (the one
+    // the nccl backend's communicator uses), as torchrun's users set by hand
+    if (cuda && comm->size() > 1 && ro.device_index == 0 && torch::cuda::device_count() > 0)
+      placed.device_index = comm->local_rank() % static_cast<int>(torch::cuda::device_count());
+    ctx->acc = std::make_unique<accel::Accelerator>(placed, std::move(comm));
     *out = ctx.release();
   });
 }

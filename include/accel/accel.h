@@ -238,7 +238,9 @@ typedef struct accel_options {
                                             libtorch's process-wide default one (used by
                                             TorchScript models); default 0 */
     accel_device device;                 /* default ACCEL_DEVICE_AUTO */
-    int32_t device_index;                /* CUDA device ordinal, >= 0, default 0 */
+    int32_t device_index;                /* CUDA device ordinal, >= 0, default 0 (a process of a
+                                            launched world left at 0 takes its local rank's
+                                            device, modulo the devices it sees) */
     /* Dynamic loss scaling (fp16 only). Defaults match Accelerate / torch.cuda.amp. */
     double loss_scale_init;              /* finite and > 0, default 65536 */
     double loss_scale_growth_factor;     /* finite and > 1, default 2 */
