@@ -277,6 +277,11 @@ inline void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_byt
   if (n) std::memcpy(dst, host.data_ptr(), n);
 }
 
+inline std::string lowercase(std::string v) {
+  for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v;
+}
+
 // accel_options (NULL: defaults) as the runtime's options, read by their version.
 inline accel::Options runtime_options(const accel_options* opts) {
   const accel_options o = read_options(opts);
@@ -294,8 +299,7 @@ inline accel::Options runtime_options(const accel_options* opts) {
   ro.precision = static_cast<accel::Precision>(raw(o.mixed_precision));
   if (raw(o.mixed_precision) == ACCEL_PRECISION_NO) {
     if (const char* env = std::getenv("ACCEL_MIXED_PRECISION")) {
-      std::string v(env);
-      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const std::string v = lowercase(env);
       ACCEL_CHECK(v == "no" || v == "bf16" || v == "fp16", Status::InvalidArgument, "ACCEL_MIXED_PRECISION='", env,
                   "' is not a precision (no, bf16, fp16)");
       ro.precision = v == "bf16" ? accel::Precision::BF16 : v == "fp16" ? accel::Precision::FP16 : accel::Precision::No;
@@ -306,8 +310,7 @@ inline accel::Options runtime_options(const accel_options* opts) {
               "backend must be an accel_backend (0..2), got ", raw(o.backend));
   if (raw(o.backend) == ACCEL_BACKEND_AUTO) {
     if (const char* env = std::getenv("ACCEL_BACKEND")) {
-      std::string v(env);
-      for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      const std::string v = lowercase(env);
       ACCEL_CHECK(v == "auto" || v == "gloo" || v == "nccl", Status::InvalidArgument, "ACCEL_BACKEND='", env,
                   "' is not a backend (auto, gloo, nccl)");
       ro.backend = v;

@@ -132,4 +132,15 @@ std::shared_ptr<Store> make_tcp_store(const TcpStoreConfig& c, int* bound_port) 
   return std::make_shared<TcpStore>(std::move(s), c.host + ":" + std::to_string(port));
 }
 
+std::shared_ptr<Store> group_store(const GroupConfig& c) {
+  if (c.store) return c.store;
+  TcpStoreConfig s;
+  s.host = c.master_addr;
+  s.port = c.master_port;
+  s.is_server = c.rank == 0;
+  s.world_size = c.world_size;
+  s.timeout = c.timeout;
+  return make_tcp_store(s);
+}
+
 }  // namespace accel::comm

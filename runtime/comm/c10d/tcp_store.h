@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/comm/factory.h"
 #include "runtime/comm/store.h"
 
 namespace accel::comm {
@@ -24,5 +25,9 @@ struct TcpStoreConfig {
 // Connects (and with is_server, first starts the server). `bound_port` receives the port
 // the server listens on (useful with port 0).
 std::shared_ptr<Store> make_tcp_store(const TcpStoreConfig& config, int* bound_port = nullptr);
+
+// The store a group of real processes meets through: c.store when given (tests), else a
+// TCPStore at c.master_addr:c.master_port that rank 0 hosts, with c's timeout.
+std::shared_ptr<Store> group_store(const GroupConfig& c);
 
 }  // namespace accel::comm

@@ -451,16 +451,7 @@ class GlooCommunicator final : public Communicator {
 std::shared_ptr<Communicator> make_gloo_communicator(const GroupConfig& c) {
   ACCEL_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, Status::InvalidArgument, "gloo: rank ", c.rank,
               " is outside a world of ", c.world_size);
-  std::shared_ptr<Store> store = c.store;
-  if (!store) {
-    TcpStoreConfig s;
-    s.host = c.master_addr;
-    s.port = c.master_port;
-    s.is_server = c.rank == 0;
-    s.world_size = c.world_size;
-    s.timeout = c.timeout;
-    store = make_tcp_store(s);
-  }
+  std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
   return std::make_shared<GlooCommunicator>(c, std::move(store));
 }

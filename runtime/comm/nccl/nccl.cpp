@@ -325,16 +325,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) {
   const int device = c.device >= 0 ? c.device : c.local_rank % devices;
   ACCEL_CHECK(device < devices, Status::InvalidArgument, "nccl: CUDA device ", device, " does not exist (this process sees ",
               devices, ")");
-  std::shared_ptr<Store> store = c.store;
-  if (!store) {
-    TcpStoreConfig s;
-    s.host = c.master_addr;
-    s.port = c.master_port;
-    s.is_server = c.rank == 0;
-    s.world_size = c.world_size;
-    s.timeout = c.timeout;
-    store = make_tcp_store(s);
-  }
+  std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
   auto st = std::make_shared<State>();
   st->device = device;
