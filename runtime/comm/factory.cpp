@@ -85,8 +85,8 @@ std::string who(const std::map<std::string, std::string>& f) {
 std::string rank_key(int r) { return "accel/join/rank/" + std::to_string(r); }
 
 // Names every field on which a joined process differs from this one.
-void compare_worlds(Store& store, const GroupConfig& c, const std::vector<int>& ranks) {
-  const auto mine = fields(store.get(rank_key(c.rank)));
+void compare_worlds(Store& store, const GroupConfig& c, const std::map<std::string, std::string>& mine,
+                    const std::vector<int>& ranks) {
   std::string diffs;
   for (int r : ranks) {
     if (r == c.rank) continue;
@@ -134,7 +134,7 @@ void meet(Store& store, const GroupConfig& c) {
       else
         missing += (missing.empty() ? "" : ", ") + std::to_string(r);
     }
-    compare_worlds(store, c, came);  // a disagreement explains the absence better than a timeout
+    compare_worlds(store, c, fields(mine), came);  // a disagreement explains the absence better than a timeout
     std::string joined;
     for (int r : came)
       joined += (joined.empty() ? "" : ", ") + std::to_string(r) + " (" + who(fields(store.get(rank_key(r)))) + ")";
@@ -142,7 +142,7 @@ void meet(Store& store, const GroupConfig& c) {
                                          std::to_string(c.timeout.count()) + " ms (joined: " + joined +
                                          "): a process that failed to start, or a wrong WORLD_SIZE, MASTER_ADDR or MASTER_PORT");
   }
-  compare_worlds(store, c, all);
+  compare_worlds(store, c, fields(mine), all);
 }
 
 std::shared_ptr<Communicator> make_process_group(const GroupConfig& config) {

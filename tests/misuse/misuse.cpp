@@ -676,19 +676,10 @@ void context() {
   Case& cuda = t.bad(
       "device=CUDA", {"device"}, [](accel_options& o) { o.device = ACCEL_DEVICE_CUDA; }, UNSUPPORTED);
   cuda.also = {OK};  // a machine with CUDA accepts it
-  add("accel_init", "ACCEL_STRATEGY=bogus", ARG, {"ACCEL_STRATEGY", "bogus"}, [](Env& e) {
-    ::setenv("ACCEL_STRATEGY", "bogus", 1);
-    const accel_options o = fixture_options();
-    accel_context* out;
-    fill(out);
-    R r = accel_init(&o, &out);
-    ::unsetenv("ACCEL_STRATEGY");
-    e.untouched(out, "*out");
-    return r;
-  });
   // the environment accel_init reads: each bad value named (the first of each list), nothing
   // joined or created
   const std::vector<std::vector<std::pair<const char*, const char*>>> bad_envs = {
+      {{"ACCEL_STRATEGY", "bogus"}},
       {{"ACCEL_BACKEND", "carrier-pigeon"}},
       {{"ACCEL_TIMEOUT", "soon"}},
       {{"ACCEL_TIMEOUT", "-3"}},
