@@ -264,21 +264,164 @@ std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n) {
 
 }  // namespace
 
-std::vector<std::string> topology_preset_names() { return {"8xH100", "8xA100", "8xPCIe", "Nx8xH100-IB"}; }
+// ---------------------------------------------------------------------------------------
+// Prediction from the spec sheet (docs/sim-calibration.md). The formulas are those of
+// sim/calibration/fit.py's derived() and cost(); tests/test_calibration.cpp checks that both
+// give the same held-out errors.
+
+SpecCoefficients spec_coefficients() {
+  // fitted on all platforms: sim/calibration/holdout.csv, row "(none)"
+  SpecCoefficients c;
+  c.eta_ring = 0.81467;
+  c.eta_nvls = 0.660771;
+  c.eta_net = 0.809338;
+  c.chunk_ring = 2.28402e6;
+  c.chunk_nvls = 11.6637e6;
+  return c;
+}
+
+namespace {
+
+// NCCL's LL/LL128 protocols: fixed, not fitted (they win only below 16 MiB here; fit.py LL_*)
+constexpr double kSpecLLAlphaIntra = 1.5 * us, kSpecLLEffIntra = 0.5;
+constexpr double kSpecLLAlphaNet = 3.7 * us, kSpecLLEffNet = 0.22;
+
+PlatformSpec nvlink_node(const char* name, const char* description, const char* link, double link_gbs, bool nvls,
+                         double flops) {
+  PlatformSpec s;
+  s.name = name;
+  s.description = description;
+  s.link_name = link;
+  s.link_bandwidth = link_gbs * GB;
+  s.nvls = nvls;
+  s.gpu_flops = flops;
+  return s;
+}
+
+PlatformSpec h100_spec() {
+  // NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per GPU
+  return nvlink_node("8xH100", "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP", "NVLink4",
+                     450, true, 989e12);
+}
+
+PlatformSpec a100_spec() {
+  // NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per GPU
+  return nvlink_node("8xA100", "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch, no NVLink SHARP", "NVLink3",
+                     300, false, 312e12);
+}
+
+PlatformSpec multi_node(PlatformSpec s, const std::string& name, int nodes, int nics, double nic_gbit,
+                        const std::string& fabric) {
+  s.name = name;
+  s.description = std::to_string(nodes) + " nodes: " + s.description + "; " + std::to_string(nics) + " x " +
+                  std::to_string(static_cast<int>(nic_gbit)) + " Gb/s " + fabric + " per node";
+  s.nodes = nodes;
+  s.nics_per_node = nics;
+  s.nic_line_rate = nic_gbit / 8 * GB;
+  return s;
+}
+
+bool parse_multi(const std::string& name, const char* gpu, int* nodes, std::string* fabric) {
+  char rest[32] = {0};
+  const std::string fmt = std::string("%dx8x") + gpu + "-%31s";
+  if (std::sscanf(name.c_str(), fmt.c_str(), nodes, rest) != 2 || *nodes < 1) return false;
+  *fabric = rest;
+  return name == std::to_string(*nodes) + "x8x" + gpu + "-" + *fabric;
+}
+
+[[noreturn]] void unknown_preset(const std::string& name) {
+  std::ostringstream os;
+  os << "unknown topology '" << name << "'; presets:";
+  for (const auto& n : topology_preset_names()) os << " " << n;
+  os << " (N nodes, e.g. 4x8xH100-IB)";
+  fail(Status::InvalidArgument, os.str());
+}
+
+}  // namespace
+
+PlatformSpec platform_spec(const std::string& name) {
+  if (name == "8xH100" || name == "h100") return h100_spec();
+  if (name == "8xH200" || name == "h200") {
+    // H200 SXM: the H100's NVLink 4 (450 GB/s) and NVSwitch with NVLink SHARP, same BF16 peak
+    PlatformSpec s = h100_spec();
+    s.name = "8xH200";
+    s.description = "one node of 8 H200 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (HGX H200)";
+    return s;
+  }
+  if (name == "8xA100" || name == "a100") return a100_spec();
+  if (name == "8xPCIe" || name == "pcie") {
+    // PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s per direction; two domains
+    // of 4 GPUs, a ring across them keeps 0.8 of its bandwidth (NVIDIA/nccl #1639)
+    PlatformSpec s = nvlink_node("8xPCIe", "one node of 8 GPUs on PCIe 4.0 x16, two domains of 4 GPUs", "PCIe4", 31.5,
+                                 false, 165e12);
+    s.gpus_per_domain = 4;
+    s.cross_domain_factor = 0.8;
+    return s;
+  }
+  int nodes = 0;
+  std::string fabric;
+  if (parse_multi(name, "H100", &nodes, &fabric)) {
+    if (fabric == "IB") return multi_node(h100_spec(), name, nodes, 8, 400, "NDR InfiniBand");
+    if (fabric == "RoCE") return multi_node(h100_spec(), name, nodes, 16, 200, "RoCE v2");
+    if (fabric == "EFA") return multi_node(h100_spec(), name, nodes, 32, 100, "AWS EFA");
+  }
+  if (parse_multi(name, "A100", &nodes, &fabric) && fabric == "IB")
+    return multi_node(a100_spec(), name, nodes, 8, 200, "HDR InfiniBand");
+  unknown_preset(name);
+}
+
+Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
+  Topology t;
+  t.name = s.name;
+  t.description = s.description + " (predicted from its spec sheet)";
+  t.gpus_per_node = s.gpus_per_node;
+  t.gpu_flops = s.gpu_flops;
+  t.launch_overhead = kLaunch;
+  t.nodes = s.nodes;
+  const double ring_bw = c.eta_ring * s.link_bandwidth;
+  t.intra = {s.link_name, c.chunk_ring / ring_bw, ring_bw, kSpecLLAlphaIntra, kSpecLLEffIntra};
+  t.inter = t.intra;
+  if (s.gpus_per_domain > 0) {
+    t.gpus_per_domain = s.gpus_per_domain;
+    t.cross_domain_bandwidth = s.cross_domain_factor * ring_bw;
+  }
+  double nvls_busbw = 0.0;
+  if (s.nvls) {
+    const double rate = c.eta_nvls * s.link_bandwidth;
+    add(t, CollKind::AllReduce, "nvls", 1, c.chunk_nvls / rate, rate, "spec");
+    nvls_busbw = rate * 2.0 * (s.gpus_per_node - 1) / (s.gpus_per_node + 1);
+  }
+  if (s.nodes > 1) {
+    const double net_bw = c.eta_net * s.nics_per_node * s.nic_line_rate;
+    t.inter = {s.link_name + "+" + std::to_string(s.nics_per_node) + "NIC", c.chunk_ring / std::min(ring_bw, net_bw),
+               net_bw, kSpecLLAlphaNet, kSpecLLEffNet};
+    t.nics_per_node = s.nics_per_node;
+    t.nic_bandwidth = c.eta_net * s.nic_line_rate * s.nics_per_node / s.gpus_per_node;  // a GPU's share
+    if (s.nvls) {
+      // NVLSTree: on two nodes the network carries half a ring's traffic, from three on a
+      // ring's; never faster than NVLS inside a node. A step moves an NVLS chunk across the
+      // network.
+      const double alpha = c.chunk_nvls / net_bw;
+      add(t, CollKind::AllReduce, "nvls_tree", 2, alpha, std::min(nvls_busbw, 2 * net_bw), "spec");
+      add(t, CollKind::AllReduce, "nvls_tree", 3, alpha, std::min(nvls_busbw, net_bw), "spec");
+    }
+  }
+  return t;
+}
+
+std::vector<std::string> topology_preset_names() {
+  return {"8xH100", "8xA100", "8xPCIe", "Nx8xH100-IB", "8xH200", "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB"};
+}
 
 Topology topology_preset(const std::string& name) {
   if (name == "8xH100" || name == "h100") return h100_node();
   if (name == "8xA100" || name == "a100") return a100_node();
   if (name == "8xPCIe" || name == "pcie") return pcie_node();
   int nodes = 0;
-  char rest[32] = {0};
-  if (std::sscanf(name.c_str(), "%dx8xH100-%31s", &nodes, rest) == 2 && std::string(rest) == "IB" && nodes >= 1)
-    return h100_ib(nodes);
-  std::ostringstream os;
-  os << "unknown topology '" << name << "'; presets:";
-  for (const auto& n : topology_preset_names()) os << " " << n;
-  os << " (N nodes, e.g. 4x8xH100-IB)";
-  fail(Status::InvalidArgument, os.str());
+  std::string fabric;
+  if (parse_multi(name, "H100", &nodes, &fabric) && fabric == "IB") return h100_ib(nodes);
+  // the presets without calibration data of their own: predicted from the spec sheet
+  return topology_from_spec(platform_spec(name), spec_coefficients());
 }
 
 double busbw_factor(CollKind kind, int n) {

@@ -67,10 +67,48 @@ struct Topology {
 };
 
 // The presets: "8xH100" (one NVLink node), "8xA100", "8xPCIe", "Nx8xH100-IB" (N nodes of
-// 8xH100 over 400 Gb/s InfiniBand, e.g. "4x8xH100-IB"). Throws Error(InvalidArgument)
-// naming the known presets.
+// 8xH100 over 400 Gb/s InfiniBand, e.g. "4x8xH100-IB"), calibrated on their own data; and,
+// predicted from their spec sheet (topology_from_spec with spec_coefficients()), "8xH200",
+// "Nx8xH100-RoCE" (16 x 200G RoCE per node), "Nx8xH100-EFA" (32 x 100G EFA per node, AWS
+// p5) and "Nx8xA100-IB" (8 x HDR 200G per node). Throws Error(InvalidArgument) naming the
+// known presets.
 Topology topology_preset(const std::string& name);
 std::vector<std::string> topology_preset_names();
+
+// A platform as its spec sheet describes it: nothing here is fitted.
+struct PlatformSpec {
+  std::string name;          // the preset's name
+  std::string description;
+  std::string link_name;     // "NVLink4", "NVLink3", "PCIe4"
+  double link_bandwidth = 0; // per GPU, per direction, bytes/s (NVLink 4: 450e9)
+  bool nvls = false;         // NVLink SHARP (NVSwitch gen 3)
+  int gpus_per_node = 8;
+  int gpus_per_domain = 0;   // PCIe: GPUs per PCIe domain (0 = one domain)
+  double cross_domain_factor = 1.0;  // ring bandwidth left when a ring crosses domains
+  int nodes = 1;
+  int nics_per_node = 0;
+  double nic_line_rate = 0;  // one NIC, bytes/s (400 Gb/s = 50e9)
+  double gpu_flops = 0;      // dense BF16 peak of one GPU
+};
+
+// The coefficients that turn any spec into alpha-beta parameters, shared by all platforms
+// (docs/sim-calibration.md, "Prediction from the spec sheet"; fitted by
+// sim/calibration/fit.py):
+//   ring busbw = eta_ring * link bandwidth; NVLS multimem rate = eta_nvls * link bandwidth;
+//   network busbw = eta_net * NICs * line rate; one step of a ring costs chunk_ring bytes at
+//   the ring's bandwidth, one step of NVLS / NVLSTree chunk_nvls bytes (NVLSTree: at the
+//   network's).
+struct SpecCoefficients {
+  double eta_ring = 0, eta_nvls = 0, eta_net = 0;
+  double chunk_ring = 0, chunk_nvls = 0;  // bytes
+};
+// The coefficients fitted on every platform of sim/calibration/nccl_tests.csv (the "(none)"
+// row of sim/calibration/holdout.csv).
+SpecCoefficients spec_coefficients();
+// The spec of a preset (every name topology_preset accepts). Throws like topology_preset.
+PlatformSpec platform_spec(const std::string& name);
+// The topology a spec and coefficients give: no per-platform calibration.
+Topology topology_from_spec(const PlatformSpec& spec, const SpecCoefficients& c);
 
 struct Estimate {
   double seconds = 0.0;
