@@ -1,7 +1,9 @@
 // The simulator's cost model against published nccl-tests results
 // (sim/calibration/nccl_tests.csv, docs/sim-calibration.md).
 //
-// Every primary dataset must be reproduced within 15% at every size >= 16 MiB. The same
+// Every primary dataset must be reproduced within 15% at every size >= 16 MiB; every platform,
+// held out and predicted from its spec sheet (sim/calibration/fit.py, holdout.csv), within 10%
+// or the bound docs/sim-calibration.md documents (LeaveOnePlatformOut...). The same
 // binary prints the markdown tables of docs/sim-calibration.md:
 //   ACCEL_CALIBRATION_MD=/tmp/tables.md ./build/tests/test_calibration --gtest_filter=Calibration.MarkdownTables
 // (without the variable it prints them to stdout).
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/status.h"
 #include "sim/cost.h"
 
 #ifndef ACCEL_CALIBRATION_CSV
@@ -257,7 +260,9 @@ TEST(Calibration, UnreachableDatasetsAreProvablyUnreachable) {
 const std::vector<std::string>& presets() {
   static const std::vector<std::string> p = {"8xH100",      "8xA100",      "8xPCIe",       "1x8xH100-IB",
                                              "2x8xH100-IB", "3x8xH100-IB", "4x8xH100-IB",  "6x8xH100-IB",
-                                             "8x8xH100-IB", "10x8xH100-IB", "16x8xH100-IB", "128x8xH100-IB"};
+                                             "8x8xH100-IB", "10x8xH100-IB", "16x8xH100-IB", "128x8xH100-IB",
+                                             "8xH200",      "2x8xH100-RoCE", "4x8xH100-EFA", "4x8xA100-IB",
+                                             "16x8xA100-IB"};
   return p;
 }
 
@@ -353,6 +358,150 @@ TEST(Calibration, MultiNodeSlowerThanOneNodePerByte) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Leave one platform out: the spec model's coefficients fitted on every platform but one
+// (sim/calibration/fit.py -> sim/calibration/holdout.csv) predict the platform left out from
+// its spec sheet. A platform is a preset: GPU and intra-node link, fabric, node count.
+
+// Datasets that are not out-of-the-box nccl-tests (tuned, forced, or not nccl-tests): the
+// same list as fit.py's EXCLUDED.
+bool excluded(const std::string& id) {
+  static const std::set<std::string> x = {"N2-ring", "N8-tuned", "N11", "P1-asus4", "P1-asus8", "P1-epyc8"};
+  return x.count(id) > 0;
+}
+
+struct HeldOut {
+  std::string platform;
+  SpecCoefficients c;
+  double python_max_error = 0.0;
+};
+
+std::vector<HeldOut> held_out_fits() {
+  std::string path = ACCEL_CALIBRATION_CSV;
+  path = path.substr(0, path.rfind('/') + 1) + "holdout.csv";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::vector<HeldOut> out;
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (header) {
+      header = false;
+      if (line != "held_out,eta_ring,eta_nvls,eta_net,chunk_ring_mb,chunk_nvls_mb,max_error")
+        throw std::runtime_error("unexpected header: " + line);
+      continue;
+    }
+    auto c = split(line);
+    if (c.size() != 7) throw std::runtime_error("expected 7 columns: " + line);
+    HeldOut h;
+    h.platform = c[0];
+    h.c.eta_ring = std::stod(c[1]);
+    h.c.eta_nvls = std::stod(c[2]);
+    h.c.eta_net = std::stod(c[3]);
+    h.c.chunk_ring = std::stod(c[4]) * 1e6;
+    h.c.chunk_nvls = std::stod(c[5]) * 1e6;
+    h.python_max_error = std::stod(c[6]);
+    out.push_back(h);
+  }
+  return out;
+}
+
+// model busbw / measured busbw - 1 (positive: the model is optimistic)
+double busbw_error(const Topology& t, const Row& r) {
+  const double model = collective_cost(t, r.kind, r.size, r.nranks).seconds * 1e6;
+  return r.time_us / model - 1.0;
+}
+
+// The held-out error each platform is held to at every size >= 16 MiB: the 10% target
+// where it is met; otherwise the bound docs/sim-calibration.md states, with the effect the
+// model lacks ("Held-out errors").
+constexpr double kHeldOutTarget = 0.10;
+const std::map<std::string, double>& held_out_bounds() {
+  static const std::map<std::string, double> b = {
+      {"8xH100", 0.21},        {"8xA100", 0.11},        {"8xPCIe", kHeldOutTarget},
+      {"2x8xH100-IB", 0.18},   {"4x8xH100-IB", 0.27},   {"8x8xH100-IB", kHeldOutTarget},
+      {"10x8xH100-IB", 0.44},  {"2x8xH100-RoCE", kHeldOutTarget}, {"2x8xH100-EFA", 0.59},
+      {"4x8xA100-IB", 0.59},
+  };
+  return b;
+}
+
+TEST(Calibration, LeaveOnePlatformOutPredictsFromTheSpecSheet) {
+  const auto fits = held_out_fits();
+  std::set<std::string> platforms;
+  for (const Row& r : rows())
+    if (!excluded(r.dataset) && r.has_bw && r.size >= kTargetFrom) platforms.insert(r.preset);
+  std::set<std::string> seen;
+  bool all_fit = false;
+  for (const HeldOut& h : fits) {
+    if (h.platform == "(none)") {
+      // the coefficients sim/cost.cpp ships are the ones fitted on every platform
+      const SpecCoefficients s = spec_coefficients();
+      EXPECT_NEAR(s.eta_ring, h.c.eta_ring, 1e-6);
+      EXPECT_NEAR(s.eta_nvls, h.c.eta_nvls, 1e-6);
+      EXPECT_NEAR(s.eta_net, h.c.eta_net, 1e-6);
+      EXPECT_NEAR(s.chunk_ring, h.c.chunk_ring, 1.0);
+      EXPECT_NEAR(s.chunk_nvls, h.c.chunk_nvls, 10.0);
+      all_fit = true;
+      continue;
+    }
+    seen.insert(h.platform);
+    SCOPED_TRACE(h.platform);
+    ASSERT_TRUE(held_out_bounds().count(h.platform)) << "no documented bound";
+    const double bound = held_out_bounds().at(h.platform);
+    const Topology t = topology_from_spec(platform_spec(h.platform), h.c);
+    double worst = 0.0;
+    int n = 0;
+    for (const Row& r : rows()) {
+      if (r.preset != h.platform || excluded(r.dataset) || !r.has_bw || r.size < kTargetFrom) continue;
+      ++n;
+      const double e = busbw_error(t, r);
+      worst = std::max(worst, std::fabs(e));
+      EXPECT_LE(std::fabs(e), bound) << r.dataset << " at " << human(r.size) << ": measured " << r.busbw
+                                     << " GB/s busbw, predicted " << r.busbw * (1 + e);
+    }
+    EXPECT_GT(n, 0);
+    // fit.py's model and this one agree (the same formulas in two languages)
+    EXPECT_NEAR(worst, h.python_max_error, 1e-4) << "sim/cost.cpp and sim/calibration/fit.py disagree";
+    RecordProperty("held_out_max_error_" + h.platform, fixed(worst * 100, 1) + "%");
+    // a bound above the target is documented only where the target is missed
+    if (bound > kHeldOutTarget) {
+      EXPECT_GT(worst, kHeldOutTarget) << "meets the 10% target now: lower its bound to the target";
+      EXPECT_LE(bound - worst, 0.011) << "the documented bound is looser than the error";
+    }
+  }
+  EXPECT_TRUE(all_fit);
+  EXPECT_EQ(seen, platforms) << "every platform with data is held out once";
+}
+
+TEST(Calibration, SpecPresetsAgreeWithWhatIsPublished) {
+  // 8xH200 has the H100's NVLink 4 and NVSwitch: the same prediction as the H100's spec
+  const Topology h200 = topology_preset("8xH200");
+  const Topology h100 = topology_from_spec(platform_spec("8xH100"), spec_coefficients());
+  for (uint64_t s = 1 * MiB; s <= 8 * GiB; s *= 4)
+    EXPECT_DOUBLE_EQ(collective_cost(h200, CollKind::AllReduce, s, 8).seconds,
+                     collective_cost(h100, CollKind::AllReduce, s, 8).seconds);
+  // NVIDIA/nccl-tests #272: 8x H200, NCCL 2.20.3, all_reduce_perf -b 64k -e 4G: "peak
+  // bandwidth of 475 GB/s" (busbw); the only H200 figure found (no per-size table)
+  const double at_4g = busbw(CollKind::AllReduce, 4 * GiB, collective_cost(h200, CollKind::AllReduce, 4 * GiB, 8).seconds, 8);
+  EXPECT_NEAR(at_4g / 1e9, 475.0, 475.0 * kHeldOutTarget);
+  EXPECT_EQ(collective_cost(h200, CollKind::AllReduce, 256 * MiB, 8).algorithm, "nvls");
+  // fabrics: NVLSTree across H100 nodes, a ring across A100 nodes (no NVLS)
+  EXPECT_EQ(collective_cost(topology_preset("2x8xH100-RoCE"), CollKind::AllReduce, 1 * GiB, 16).algorithm, "nvls_tree");
+  EXPECT_EQ(collective_cost(topology_preset("4x8xH100-EFA"), CollKind::AllReduce, 1 * GiB, 32).algorithm, "nvls_tree");
+  EXPECT_EQ(collective_cost(topology_preset("4x8xA100-IB"), CollKind::AllReduce, 1 * GiB, 32).algorithm, "ring");
+  // NIC-bound from 3 nodes: 8 x 200 Gb/s HDR = 200 GB/s line rate; NVIDIA's DGX A100 figure
+  // is 192 GB/s busbw (NVIDIA/nccl #812)
+  const double a100_peak = peak_busbw(topology_preset("16x8xA100-IB"), CollKind::AllReduce, 128) / 1e9;
+  EXPECT_LT(a100_peak, 200.0);
+  EXPECT_GT(a100_peak, 0.75 * 192.0);
+  // presets that are not names
+  EXPECT_THROW(topology_preset("2x8xH100-Ethernet"), Error);
+  EXPECT_THROW(topology_preset("2x8xA100-RoCE"), Error);
+  EXPECT_THROW(platform_spec("8xB200"), Error);
+}
+
+// ---------------------------------------------------------------------------------------
 // docs/sim-calibration.md's tables
 
 std::string markdown() {
@@ -428,6 +577,39 @@ std::string markdown() {
     }
     md << "\nMax error, sizes ≥ 16 MiB: **" << fixed(max_abs_error(rs, kTargetFrom) * 100, 1) << "%**; all sizes: "
        << fixed(max_abs_error(rs, 0) * 100, 1) << "%.\n";
+  }
+  // leave one platform out
+  md << "\n### Held-out errors: each platform predicted from its spec sheet\n\n";
+  md << "Coefficients fitted on every other platform (`sim/calibration/holdout.csv`, written by "
+        "`python3 sim/calibration/fit.py`); error = model busbw / measured busbw − 1 (positive: the "
+        "model is optimistic). \"largest\" is the dataset's largest size.\n\n";
+  md << "| platform (held out) | dataset | collective | 16 MiB | 64 MiB | 256 MiB | 1 GiB | largest | max ≥ 16 MiB | "
+        "asserted bound |\n";
+  md << "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const HeldOut& h : held_out_fits()) {
+    if (h.platform == "(none)") continue;
+    const Topology t = topology_from_spec(platform_spec(h.platform), h.c);
+    std::vector<std::string> ids;
+    for (const Row& r : rows())
+      if (r.preset == h.platform && !excluded(r.dataset) && r.has_bw && r.size >= kTargetFrom &&
+          std::find(ids.begin(), ids.end(), r.dataset) == ids.end())
+        ids.push_back(r.dataset);
+    for (const std::string& id : ids) {
+      std::vector<Row> rs;
+      for (const Row& r : rows())
+        if (r.dataset == id && r.size >= kTargetFrom) rs.push_back(r);
+      auto at = [&](uint64_t s) -> std::string {
+        for (const Row& x : rs)
+          if (x.size + s / 1000 >= s && x.size <= s + s / 1000) return pct(busbw_error(t, x));
+        return "—";
+      };
+      double worst = 0.0;
+      for (const Row& x : rs) worst = std::max(worst, std::fabs(busbw_error(t, x)));
+      md << "| " << h.platform << " | " << id << " | " << rs.front().collective << " | " << at(16 * MiB) << " | "
+         << at(64 * MiB) << " | " << at(256 * MiB) << " | " << at(1 * GiB) << " | " << human(rs.back().size) << ": "
+         << pct(busbw_error(t, rs.back())) << " | " << fixed(worst * 100, 1) << "% | "
+         << fixed(held_out_bounds().at(h.platform) * 100, 0) << "% |\n";
+    }
   }
   // presets and node counts without a full-size nccl-tests table
   md << "\n### Model only (no per-size nccl-tests table)\n";
