@@ -361,7 +361,8 @@ int main(int argc, char** argv) {
       std::printf("accel %s (library %d)\n", accel_version_string(), accel_version_number());
     } else if (*topos) {
       for (const auto& name : accel::sim::topology_preset_names()) {
-        auto t = accel::sim::topology_preset(name == "Nx8xH100-IB" ? "2x8xH100-IB" : name);
+        // "Nx8x..." presets: describe the two-node one
+        auto t = accel::sim::topology_preset(name.rfind("Nx", 0) == 0 ? "2" + name.substr(1) : name);
         std::printf("%-14s %s\n", name.c_str(), t.description.c_str());
       }
     } else if (*bench) {
