@@ -305,14 +305,17 @@ inline accel::Options runtime_options(const accel_options* opts) {
       ro.precision = v == "bf16" ? accel::Precision::BF16 : v == "fp16" ? accel::Precision::FP16 : accel::Precision::No;
     }
   }
-  ro.backend = raw(o.backend) == ACCEL_BACKEND_GLOO ? "gloo" : raw(o.backend) == ACCEL_BACKEND_NCCL ? "nccl" : "auto";
-  ACCEL_CHECK(raw(o.backend) >= 0 && raw(o.backend) <= ACCEL_BACKEND_NCCL, Status::InvalidArgument,
-              "backend must be an accel_backend (0..2), got ", raw(o.backend));
+  ro.backend = raw(o.backend) == ACCEL_BACKEND_GLOO   ? "gloo"
+               : raw(o.backend) == ACCEL_BACKEND_NCCL ? "nccl"
+               : raw(o.backend) == ACCEL_BACKEND_SIM  ? "sim"
+                                                      : "auto";
+  ACCEL_CHECK(raw(o.backend) >= 0 && raw(o.backend) <= ACCEL_BACKEND_SIM, Status::InvalidArgument,
+              "backend must be an accel_backend (0..3), got ", raw(o.backend));
   if (raw(o.backend) == ACCEL_BACKEND_AUTO) {
     if (const char* env = std::getenv("ACCEL_BACKEND")) {
       const std::string v = lowercase(env);
-      ACCEL_CHECK(v == "auto" || v == "gloo" || v == "nccl", Status::InvalidArgument, "ACCEL_BACKEND='", env,
-                  "' is not a backend (auto, gloo, nccl)");
+      ACCEL_CHECK(v == "auto" || v == "gloo" || v == "nccl" || v == "sim", Status::InvalidArgument, "ACCEL_BACKEND='",
+                  env, "' is not a backend (auto, gloo, nccl, sim)");
       ro.backend = v;
     }
   }

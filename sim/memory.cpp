@@ -1,12 +1,12 @@
 // Per-rank device-memory budgets: libtorch's CPU allocator is wrapped so that every tensor
 // allocated on a simulated rank's thread is charged to that rank, and released from it
-// when freed (whichever thread frees it). Also the sizes' text form (parse_bytes,
-// format_bytes).
+// when freed (whichever thread frees it).
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -20,51 +20,6 @@
 #include "sim/world.h"
 
 namespace accel::sim {
-
-uint64_t parse_bytes(const std::string& text, const char* what) {
-  // digits, an optional fraction, optional spaces, an optional unit; nothing else
-  auto refuse = [&](const std::string& why) {
-    fail(Status::InvalidArgument, what, " '", text, "' ", why,
-         " (a positive number and a unit: 64MiB, 1.5GiB, 80GB, 1000000; units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-  };
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  const size_t int_digits = i;
-  size_t frac_digits = 0;
-  if (i < text.size() && text[i] == '.') {
-    ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++frac_digits;
-    if (frac_digits == 0) refuse("is not a size");
-  }
-  if (int_digits == 0) refuse("is not a size");
-  const std::string number = text.substr(0, i);
-  while (i < text.size() && text[i] == ' ') ++i;
-  const std::string unit = text.substr(i);
-  static const std::map<std::string, double> units = {
-      {"", 1},           {"B", 1},         {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12},
-      {"K", 1024.0},     {"M", 1048576.0}, {"G", 1073741824.0}};
-  auto it = units.find(unit);
-  if (it == units.end()) refuse("has an unknown unit '" + unit + "'");
-  const double bytes = std::strtod(number.c_str(), nullptr) * it->second;  // digits only: strtod cannot fail
-  if (!(bytes < 18446744073709551616.0)) refuse("is too large (at most 16 EiB)");
-  const uint64_t out = static_cast<uint64_t>(bytes + 0.5);
-  if (out == 0) refuse("is zero (for no limit pass no size at all)");
-  return out;
-}
-
-std::string format_bytes(uint64_t b) {
-  char buf[64];
-  if (b >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
-  else if (b >= (1ull << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1ull << 20));
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof buf, "%.2f KiB", static_cast<double>(b) / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
-  return buf;
-}
 
 void MemoryBudget::charge(int rank, uint64_t bytes) {
   std::lock_guard<std::mutex> lk(mu_);
@@ -111,10 +66,14 @@ namespace {
 
 struct Charged {
   c10::DataPtr inner;
-  std::shared_ptr<MemoryBudget> budget;
+  std::shared_ptr<MemoryBudget> budget;  // null: charged to the process's hooks
   int rank;
   uint64_t bytes;
 };
+
+// The multi-process simulator's budget (set_process_memory_hooks).
+std::atomic<int (*)(unsigned long long, char*, size_t)> g_process_charge{nullptr};
+std::atomic<void (*)(unsigned long long)> g_process_release{nullptr};
 
 // The context of a charged allocation is its data pointer (libtorch's raw_allocate, used by
 // oneDNN's bf16 kernels, requires that); the charge is found in this table.
@@ -138,7 +97,10 @@ void release_charged(void* data) {
     c = it->second;
     t.erase(it);
   }
-  c->budget->release(c->rank, c->bytes);
+  if (c->budget)
+    c->budget->release(c->rank, c->bytes);
+  else if (auto release = g_process_release.load())
+    release(c->bytes);
   delete c;  // frees the memory through the wrapped allocator's deleter
 }
 
@@ -149,14 +111,24 @@ class BudgetAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) ACCEL_ALLOC_CONST override {
     World* w = current_world();
     const int r = current_rank();
-    if (w == nullptr || r < 0 || n == 0) return base_->allocate(n);
-    std::shared_ptr<MemoryBudget> budget = w->budget();
-    budget->charge(r, n);
+    auto process_charge = g_process_charge.load();
+    if (n == 0 || ((w == nullptr || r < 0) && !process_charge)) return base_->allocate(n);
+    std::shared_ptr<MemoryBudget> budget;
+    if (w != nullptr && r >= 0) {
+      budget = w->budget();
+      budget->charge(r, n);
+    } else {
+      char msg[512] = "";
+      TORCH_CHECK_WITH(OutOfMemoryError, process_charge(n, msg, sizeof msg) == 0, msg);
+    }
     c10::DataPtr inner;
     try {
       inner = base_->allocate(n);
     } catch (...) {
-      budget->release(r, n);
+      if (budget)
+        budget->release(r, n);
+      else if (auto release = g_process_release.load())
+        release(n);
       throw;
     }
     void* data = inner.get();
@@ -181,6 +153,12 @@ class BudgetAllocator final : public c10::Allocator {
 };
 
 }  // namespace
+
+void set_process_memory_hooks(int (*charge)(unsigned long long, char*, size_t), void (*release)(unsigned long long)) {
+  install_allocator_hook();
+  g_process_release = release;
+  g_process_charge = charge;
+}
 
 void install_allocator_hook() {
   static std::once_flag once;

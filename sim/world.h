@@ -168,6 +168,14 @@ class MemoryBudget {
 int current_rank();
 World* current_world();
 
+// A process that is one simulated rank (the multi-process simulator, ACCEL_BACKEND=sim):
+// from now on every libtorch CPU allocation of the process is charged through `charge`
+// (0, or non-zero with a CUDA-shaped out-of-memory message written into its buffer) and
+// released through `release`: the simulated library's per-process budget. Installs the
+// allocator hook.
+void set_process_memory_hooks(int (*charge)(unsigned long long bytes, char* msg, size_t len),
+                              void (*release)(unsigned long long bytes));
+
 // Installs (once per process) the CPU-allocator hook that charges every libtorch
 // allocation made on a rank thread to that rank's budget. Called by World's constructor.
 void install_allocator_hook();

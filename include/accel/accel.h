@@ -225,7 +225,10 @@ typedef enum accel_backend {
     ACCEL_BACKEND_AUTO = 0, /* one process alone: none needed; a launched world of several:
                                NCCL for CUDA devices, Gloo for the CPU */
     ACCEL_BACKEND_GLOO = 1, /* libtorch's c10d Gloo over TCP (CPU tensors; others staged) */
-    ACCEL_BACKEND_NCCL = 2  /* NCCL (CUDA devices), where this build has it */
+    ACCEL_BACKEND_NCCL = 2, /* NCCL (CUDA devices), where this build has it */
+    ACCEL_BACKEND_SIM = 3   /* simulated GPUs: each process one, the nccl backend on the simulated
+                               NCCL library (libaccel-nccl-sim.so); `accel launch --backend sim`
+                               sets it (docs/simulator.md, "Simulated processes") */
 } accel_backend;
 
 #define ACCEL_OPTIONS_VERSION 3

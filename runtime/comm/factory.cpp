@@ -16,9 +16,7 @@
 #ifdef ACCEL_HAVE_GLOO
 #include "runtime/comm/gloo/gloo.h"
 #endif
-#ifdef ACCEL_HAVE_NCCL
 #include "runtime/comm/nccl/nccl.h"
-#endif
 
 namespace accel::comm {
 
@@ -30,11 +28,12 @@ std::shared_ptr<Communicator> make_local(const GroupConfig& c) {
   return make_local_communicator();
 }
 
-// A simulated rank's communicator: its World owns it and outlives the rank's contexts.
+// A simulated rank: a rank thread of the in-process simulator (its World owns the
+// communicator and outlives the rank's contexts), or a process of a launched world on the
+// simulated NCCL library (the nccl backend loaded with libaccel-nccl-sim.so).
 std::shared_ptr<Communicator> make_sim(const GroupConfig& c) {
-  ACCEL_CHECK(c.sim_rank != nullptr, Status::InvalidArgument,
-              "backend 'sim' joins a simulated world: run the program through accel_sim_run");
-  return std::shared_ptr<Communicator>(&c.sim_rank->comm(), [](Communicator*) {});
+  if (c.sim_rank != nullptr) return std::shared_ptr<Communicator>(&c.sim_rank->comm(), [](Communicator*) {});
+  return make_sim_nccl_communicator(c);
 }
 
 struct Backend {
@@ -44,7 +43,7 @@ struct Backend {
 
 const Backend kBackends[] = {
     {"local", make_local},  // one process: collectives are copies
-    {"sim", make_sim},      // a rank of the deterministic simulator (sim/)
+    {"sim", make_sim},      // a simulated rank: in-process (sim/) or a process on the simulated NCCL (sim/nccl.cpp)
 #ifdef ACCEL_HAVE_GLOO
     {"gloo", make_gloo_communicator},  // real processes over TCP: c10d's ProcessGroupGloo (runtime/comm/gloo/)
 #endif
@@ -167,7 +166,7 @@ std::shared_ptr<Communicator> join_world(const std::string& backend, std::chrono
   for (const Backend& b : kBackends) known = known || c.backend == b.name;
   ACCEL_CHECK(known, Status::Unsupported, "backend '", c.backend, "' is not in this build (it has ", backend_names(),
               ")", c.backend == "nccl" && backend == "auto" ? "; set ACCEL_BACKEND=gloo to use Gloo for CUDA tensors" : "");
-  ACCEL_CHECK(c.backend != "local" && c.backend != "sim", Status::InvalidArgument, "backend '", c.backend,
+  ACCEL_CHECK(c.backend != "local", Status::InvalidArgument, "backend '", c.backend,
               "' cannot join a launched world of ", c.world_size, " processes");
   // One world per process, kept until exit (never destroyed: peers may still be talking
   // to it while this process's static destructors run).

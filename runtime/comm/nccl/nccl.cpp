@@ -1,17 +1,37 @@
 // The NCCL backend (nccl.h): one NCCL communicator per process behind the Communicator.
 #include "runtime/comm/nccl/nccl.h"
 
-#include <cuda_runtime.h>
-#include <nccl.h>
+#include <dlfcn.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <type_traits>
 #include <thread>
 #include <utility>
 #include <vector>
 
-#include "runtime/comm/kernels.h"
 #include "runtime/comm/c10d/tcp_store.h"
+#include "runtime/comm/kernels.h"
+#include "runtime/comm/nccl/api.h"
+#include "sim/world.h"
+
+#if defined(ACCEL_HAVE_NCCL)
+// The simulated library implements sim/nccl_abi.h's mirror of these headers: check it.
+#include "sim/nccl_abi.h"
+namespace mirror = accel::nccl_abi;
+static_assert(sizeof(mirror::ncclUniqueId) == sizeof(ncclUniqueId));
+static_assert(sizeof(mirror::ncclConfig_t) == sizeof(ncclConfig_t));
+static_assert(offsetof(mirror::ncclConfig_t, blocking) == offsetof(ncclConfig_t, blocking));
+static_assert(offsetof(mirror::ncclConfig_t, nvlinkCentricSched) == offsetof(ncclConfig_t, nvlinkCentricSched));
+static_assert(sizeof(mirror::ncclRedOp_t) == sizeof(ncclRedOp_t) && sizeof(mirror::ncclDataType_t) == sizeof(ncclDataType_t));
+static_assert(int(mirror::ncclInProgress) == int(ncclInProgress) && int(mirror::ncclRemoteError) == int(ncclRemoteError));
+static_assert(int(mirror::ncclBfloat16) == int(ncclBfloat16) && int(mirror::ncclAvg) == int(ncclAvg));
+static_assert(int(mirror::ncclScalarHostImmediate) == int(ncclScalarHostImmediate));
+static_assert(int(mirror::cudaErrorNotReady) == int(cudaErrorNotReady) && int(mirror::cudaErrorMemoryAllocation) == int(cudaErrorMemoryAllocation));
+static_assert(mirror::kCudaStreamNonBlocking == cudaStreamNonBlocking && mirror::kCudaEventDisableTiming == cudaEventDisableTiming);
+#endif
 
 namespace accel::comm {
 
@@ -25,9 +45,9 @@ Result result_of(ncclResult_t r) {
   return v >= 0 && v <= static_cast<int>(Result::InProgress) ? static_cast<Result>(v) : Result::InternalError;
 }
 
-void cuda_check(cudaError_t e, const std::string& what) {
+void cuda_check(const NcclApi* api, cudaError_t e, const std::string& what) {
   if (e != cudaSuccess)
-    throw CommError(Result::UnhandledCudaError, "nccl: " + what + ": " + cudaGetErrorString(e));
+    throw CommError(Result::UnhandledCudaError, "nccl: " + what + ": " + api->cudaGetErrorString(e));
 }
 
 ncclDataType_t nccl_type(DataType t) {
@@ -48,6 +68,7 @@ ncclDataType_t nccl_type(DataType t) {
 
 // The communicator's state, shared with its Works (which abort it when they time out).
 struct State {
+  const NcclApi* api = nullptr;
   ncclComm_t comm = nullptr;
   cudaStream_t stream = nullptr;
   int device = 0, rank = 0, size = 1;
@@ -62,8 +83,16 @@ struct State {
     if (aborted) return;
     aborted = true;
     why_aborted = why;
-    if (comm) ncclCommAbort(comm);
+    if (comm) api->ncclCommAbort(comm);
     comm = nullptr;
+  }
+
+  // The simulator's account of where every rank is, for a timeout's message; "" on real NCCL.
+  std::string diagnosis() const {
+    if (!api->accelSimDiagnose || !comm) return "";
+    char buf[4096];
+    api->accelSimDiagnose(comm, buf, sizeof buf);
+    return buf[0] ? std::string("; the simulated ranks: ") + buf : "";
   }
 
   void usable(const std::string& what) const {
@@ -74,9 +103,9 @@ struct State {
   // A failed NCCL call: its code, NCCL's text and last error; the communicator is aborted
   // when the failure is one it cannot go on from (a peer, the system, NCCL itself).
   [[noreturn]] void fail(ncclResult_t r, const std::string& what) {
-    std::string msg = "nccl: " + what + where() + ": " + ncclGetErrorString(r);
+    std::string msg = "nccl: " + what + where() + ": " + api->ncclGetErrorString(r);
     if (comm) {
-      const char* last = ncclGetLastError(comm);
+      const char* last = api->ncclGetLastError(comm);
       if (last && *last) msg += " (" + std::string(last) + ")";
     }
     const Result res = result_of(r);
@@ -94,13 +123,13 @@ struct State {
     while (r == ncclInProgress) {
       if (Clock::now() > deadline) {
         const std::string msg = "nccl: " + what + where() + " did not complete within " +
-                                std::to_string(timeout.count()) + " ms";
+                                std::to_string(timeout.count()) + " ms" + diagnosis();
         abort(msg);
         throw CommError(Result::Timeout, msg + " (the configured timeout: ACCEL_TIMEOUT or accel_options.timeout_seconds)");
       }
       std::this_thread::sleep_for(pause);
       pause = std::min(pause * 2, std::chrono::microseconds(1000));
-      if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
+      if (api->ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
     }
     if (r != ncclSuccess) fail(r, what);
   }
@@ -110,13 +139,13 @@ struct State {
 // it has passed. Inside a group the event is recorded at group_end.
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<State> s, std::string what) : s_(std::move(s)), what_(std::move(what)) {}
+  NcclWork(std::shared_ptr<State> s, std::string what) : s_(std::move(s)), api(s_->api), what_(std::move(what)) {}
   ~NcclWork() override {
-    if (event_) cudaEventDestroy(event_);
+    if (event_) api->cudaEventDestroy(event_);
   }
   void record() {
-    cuda_check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    cuda_check(cudaEventRecord(event_, s_->stream), "cudaEventRecord");
+    cuda_check(api, api->cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cuda_check(api, api->cudaEventRecord(event_, s_->stream), "cudaEventRecord");
   }
   void wait() override {
     const auto deadline = Clock::now() + s_->timeout;
@@ -124,7 +153,7 @@ class NcclWork final : public Work {
     while (!test()) {
       if (Clock::now() > deadline) {
         const std::string msg = "nccl: " + what_ + s_->where() + " did not complete within " +
-                                std::to_string(s_->timeout.count()) + " ms";
+                                std::to_string(s_->timeout.count()) + " ms" + s_->diagnosis();
         s_->abort(msg);
         throw CommError(Result::Timeout, msg + " (a peer stuck or gone; the configured timeout: ACCEL_TIMEOUT or "
                                                "accel_options.timeout_seconds)");
@@ -137,99 +166,103 @@ class NcclWork final : public Work {
     if (done_) return true;
     if (!event_) throw CommError(Result::InvalidUsage, "nccl: waiting on an operation of a group before group_end");
     s_->usable(what_);
-    const cudaError_t q = cudaEventQuery(event_);
+    const cudaError_t q = api->cudaEventQuery(event_);
     if (q == cudaSuccess) {
       done_ = true;
       // what the compute stream does next comes after the operation
-      cuda_check(cudaStreamWaitEvent(nullptr, event_, 0), "cudaStreamWaitEvent");
+      cuda_check(api, api->cudaStreamWaitEvent(nullptr, event_, 0), "cudaStreamWaitEvent");
       return true;
     }
-    if (q != cudaErrorNotReady) cuda_check(q, "cudaEventQuery for " + what_);
+    if (q != cudaErrorNotReady) cuda_check(api, q, "cudaEventQuery for " + what_);
     ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(s_->comm, &async) != ncclSuccess) async = ncclInternalError;
+    if (api->ncclCommGetAsyncError(s_->comm, &async) != ncclSuccess) async = ncclInternalError;
     if (async != ncclSuccess && async != ncclInProgress) s_->fail(async, what_);
     return false;
   }
 
  private:
   std::shared_ptr<State> s_;
+  const NcclApi* api;
   std::string what_;
   cudaEvent_t event_ = nullptr;
   bool done_ = false;
 };
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(std::shared_ptr<State> s, std::shared_ptr<Store> store, int local_rank, int local_size)
-      : s_(std::move(s)), store_(std::move(store)), local_rank_(local_rank), local_size_(local_size) {
-    cuda_check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    cuda_check(cudaMalloc(&scratch_, sizeof(int32_t)), "cudaMalloc of the barrier's buffer");
+      : s_(std::move(s)), api(s_->api), store_(std::move(store)), local_rank_(local_rank), local_size_(local_size) {
+    cuda_check(api, api->cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    cuda_check(api, api->cudaMalloc(&scratch_, sizeof(int32_t)), "cudaMalloc of the barrier's buffer");
   }
   ~NcclCommunicator() override {
     if (!s_->aborted && s_->comm) {
       try {
-        s_->settle(ncclCommFinalize(s_->comm), "finalize");
-        ncclCommDestroy(s_->comm);
+        s_->settle(api->ncclCommFinalize(s_->comm), "finalize");
+        api->ncclCommDestroy(s_->comm);
       } catch (...) {  // finalizing failed and aborted it: nothing left to free
       }
     }
-    if (scratch_) cudaFree(scratch_);
-    if (ready_) cudaEventDestroy(ready_);
-    if (s_->stream) cudaStreamDestroy(s_->stream);
+    if (scratch_) api->cudaFree(scratch_);
+    if (ready_) api->cudaEventDestroy(ready_);
+    if (s_->stream) api->cudaStreamDestroy(s_->stream);
   }
 
   int rank() const override { return s_->rank; }
   int size() const override { return s_->size; }
   int local_rank() const override { return local_rank_; }
   int local_size() const override { return local_size_; }
-  std::string backend() const override { return "nccl"; }
+  std::string backend() const override { return api->simulated ? "sim" : "nccl"; }
   Store* store() override { return store_.get(); }
-  bool reaches(const Device& d) const override { return d.kind == Device::Kind::Cuda && d.index == s_->device; }
+  // the simulated GPUs' memory is the host's
+  bool reaches(const Device& d) const override {
+    return api->simulated ? d.kind == Device::Kind::Host : d.kind == Device::Kind::Cuda && d.index == s_->device;
+  }
 
   std::shared_ptr<Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
                                    PreMul premul) override {
     check_op(t, op);
     return with_op(t, op, premul, "all_reduce", count, [&](ncclRedOp_t o) {
-      return ncclAllReduce(send, recv, count, nccl_type(t), o, s_->comm, s_->stream);
+      return api->ncclAllReduce(send, recv, count, nccl_type(t), o, s_->comm, s_->stream);
     });
   }
   std::shared_ptr<Work> reduce_scatter(const void* send, void* recv, size_t recvcount, DataType t, RedOp op,
                                        PreMul premul) override {
     check_op(t, op);
     return with_op(t, op, premul, "reduce_scatter", recvcount, [&](ncclRedOp_t o) {
-      return ncclReduceScatter(send, recv, recvcount, nccl_type(t), o, s_->comm, s_->stream);
+      return api->ncclReduceScatter(send, recv, recvcount, nccl_type(t), o, s_->comm, s_->stream);
     });
   }
   std::shared_ptr<Work> all_gather(const void* send, void* recv, size_t sendcount, DataType t) override {
     check_dtype(t);
     return launch("all_gather", sendcount, t,
-                  [&] { return ncclAllGather(send, recv, sendcount, nccl_type(t), s_->comm, s_->stream); });
+                  [&] { return api->ncclAllGather(send, recv, sendcount, nccl_type(t), s_->comm, s_->stream); });
   }
   std::shared_ptr<Work> broadcast(const void* send, void* recv, size_t count, DataType t, int root) override {
     check_dtype(t);
     check_rank(root, "root");
     return launch("broadcast", count, t,
-                  [&] { return ncclBroadcast(send, recv, count, nccl_type(t), root, s_->comm, s_->stream); });
+                  [&] { return api->ncclBroadcast(send, recv, count, nccl_type(t), root, s_->comm, s_->stream); });
   }
   std::shared_ptr<Work> reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, int root,
                                PreMul premul) override {
     check_op(t, op);
     check_rank(root, "root");
     return with_op(t, op, premul, "reduce", count, [&](ncclRedOp_t o) {
-      return ncclReduce(send, recv, count, nccl_type(t), o, root, s_->comm, s_->stream);
+      return api->ncclReduce(send, recv, count, nccl_type(t), o, root, s_->comm, s_->stream);
     });
   }
   std::shared_ptr<Work> send(const void* buf, size_t count, DataType t, int peer) override {
     check_dtype(t);
     check_rank(peer, "peer");
     return launch("send to " + std::to_string(peer), count, t,
-                  [&] { return ncclSend(buf, count, nccl_type(t), peer, s_->comm, s_->stream); });
+                  [&] { return api->ncclSend(buf, count, nccl_type(t), peer, s_->comm, s_->stream); });
   }
   std::shared_ptr<Work> recv(void* buf, size_t count, DataType t, int peer) override {
     check_dtype(t);
     check_rank(peer, "peer");
     return launch("recv from " + std::to_string(peer), count, t,
-                  [&] { return ncclRecv(buf, count, nccl_type(t), peer, s_->comm, s_->stream); });
+                  [&] { return api->ncclRecv(buf, count, nccl_type(t), peer, s_->comm, s_->stream); });
   }
   void barrier() override {
     if (group_depth_ > 0) throw CommError(Result::InvalidUsage, "nccl: barrier inside a group");
@@ -237,20 +270,20 @@ class NcclCommunicator final : public Communicator {
   }
   void group_start() override {
     s_->usable("group_start");
-    s_->settle(ncclGroupStart(), "group_start");
+    s_->settle(api->ncclGroupStart(), "group_start");
     ++group_depth_;
   }
   void group_end() override {
     if (group_depth_ == 0) throw CommError(Result::InvalidUsage, "group_end without group_start");
     s_->usable("group_end");
-    s_->settle(ncclGroupEnd(), "group_end");
+    s_->settle(api->ncclGroupEnd(), "group_end");
     if (--group_depth_ > 0) return;
     auto grouped = std::move(grouped_);
     grouped_.clear();
     for (auto& w : grouped) w->record();
   }
 
- private:
+ protected:
   void check_rank(int r, const char* what) const {
     if (r < 0 || r >= s_->size)
       throw CommError(Result::InvalidArgument, std::string("nccl: ") + what + " " + std::to_string(r) +
@@ -262,8 +295,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> launch(const std::string& op, size_t count, DataType t, F&& call) {
     const std::string what = op + " of " + std::to_string(count) + " " + dtype_name(t);
     s_->usable(what);
-    cuda_check(cudaEventRecord(ready_, nullptr), "cudaEventRecord");
-    cuda_check(cudaStreamWaitEvent(s_->stream, ready_, 0), "cudaStreamWaitEvent");
+    cuda_check(api, api->cudaEventRecord(ready_, nullptr), "cudaEventRecord");
+    cuda_check(api, api->cudaStreamWaitEvent(s_->stream, ready_, 0), "cudaStreamWaitEvent");
     s_->settle(call(), what);
     auto w = std::make_shared<NcclWork>(s_, what);
     if (group_depth_ > 0)
@@ -292,18 +325,19 @@ class NcclCommunicator final : public Communicator {
     }
     ncclRedOp_t o;
     s_->usable(name);
-    s_->settle(ncclRedOpCreatePreMulSum(&o, scalar, nccl_type(t), ncclScalarHostImmediate, s_->comm), "premulsum");
+    s_->settle(api->ncclRedOpCreatePreMulSum(&o, scalar, nccl_type(t), ncclScalarHostImmediate, s_->comm), "premulsum");
     try {
       auto w = launch(name, count, t, [&] { return call(o); });
-      ncclRedOpDestroy(o, s_->comm);
+      api->ncclRedOpDestroy(o, s_->comm);
       return w;
     } catch (...) {
-      if (!s_->aborted) ncclRedOpDestroy(o, s_->comm);
+      if (!s_->aborted) api->ncclRedOpDestroy(o, s_->comm);
       throw;
     }
   }
 
   std::shared_ptr<State> s_;
+  const NcclApi* api;
   std::shared_ptr<Store> store_;
   int local_rank_, local_size_;
   cudaEvent_t ready_ = nullptr;
@@ -312,32 +346,43 @@ class NcclCommunicator final : public Communicator {
   std::vector<std::shared_ptr<NcclWork>> grouped_;
 };
 
-}  // namespace
+// The nccl backend on the simulated NCCL: also the simulator's clock (comm::ComputeClock),
+// which the runtime charges its estimated compute and optimizer steps to.
+class SimNcclCommunicator final : public NcclCommunicator, public ComputeClock {
+ public:
+  using NcclCommunicator::NcclCommunicator;
+  void charge_compute(double seconds, const char* label) override {
+    api->accelSimChargeCompute(s_->comm, seconds, label);
+  }
+  double flops_per_second() const override { return api->accelSimFlopsPerSecond(s_->comm); }
+  void on_step(int64_t step) override { api->accelSimOnStep(s_->comm, static_cast<long long>(step)); }
+};
 
-std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) {
+std::shared_ptr<Communicator> make(const GroupConfig& c, const NcclApi* api) {
   ACCEL_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, Status::InvalidArgument, "nccl: rank ", c.rank,
               " is outside a world of ", c.world_size);
   int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
+  const cudaError_t e = api->cudaGetDeviceCount(&devices);
   if (e != cudaSuccess || devices == 0)
     fail(Status::Unsupported, "nccl: this process sees no CUDA device (cudaGetDeviceCount: ",
-         e == cudaSuccess ? "0 devices" : cudaGetErrorString(e), "); on CPUs use the gloo backend (ACCEL_BACKEND=gloo)");
+         e == cudaSuccess ? "0 devices" : api->cudaGetErrorString(e), "); on CPUs use the gloo backend (ACCEL_BACKEND=gloo)");
   const int device = c.device >= 0 ? c.device : c.local_rank % devices;
   ACCEL_CHECK(device < devices, Status::InvalidArgument, "nccl: CUDA device ", device, " does not exist (this process sees ",
               devices, ")");
   std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
   auto st = std::make_shared<State>();
+  st->api = api;
   st->device = device;
   st->rank = c.rank;
   st->size = c.world_size;
   st->timeout = c.timeout;
-  cuda_check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  cuda_check(api, api->cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
   // process 0 makes the unique id; the others read it from the store
   ncclUniqueId id;
   const std::string key = "accel/nccl/unique_id";
   if (c.rank == 0) {
-    const ncclResult_t r = ncclGetUniqueId(&id);
+    const ncclResult_t r = api->ncclGetUniqueId(&id);
     if (r != ncclSuccess) st->fail(r, "ncclGetUniqueId");
     store->set(key, Bytes(id.internal, id.internal + sizeof id.internal));
   } else {
@@ -346,17 +391,125 @@ std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) {
                 " bytes, not ", sizeof id.internal);
     std::memcpy(id.internal, b.data(), b.size());
   }
-  cuda_check(cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  cuda_check(api, api->cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // every call returns at once; settle() polls it against the timeout
   try {
-    st->settle(ncclCommInitRankConfig(&st->comm, c.world_size, id, c.rank, &config), "ncclCommInitRankConfig");
+    st->settle(api->ncclCommInitRankConfig(&st->comm, c.world_size, id, c.rank, &config), "ncclCommInitRankConfig");
   } catch (...) {
-    if (st->stream) cudaStreamDestroy(st->stream);
+    if (st->stream) api->cudaStreamDestroy(st->stream);
     st->stream = nullptr;
     throw;
   }
+  if (api->simulated) {
+    // the process's allocations are its simulated GPU's: charged to the simulated library's budget
+    sim::set_process_memory_hooks(api->accelSimMemCharge, api->accelSimMemRelease);
+    return std::make_shared<SimNcclCommunicator>(std::move(st), std::move(store), c.local_rank, c.local_world_size);
+  }
   return std::make_shared<NcclCommunicator>(std::move(st), std::move(store), c.local_rank, c.local_world_size);
+}
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) {
+  const NcclApi* api = real_nccl_api();
+  ACCEL_CHECK(api != nullptr, Status::Unsupported,
+              "nccl: this build has no NCCL backend (no CUDA toolkit with NCCL was found when it was configured); "
+              "on CPUs use ACCEL_BACKEND=gloo, or ACCEL_BACKEND=sim for simulated GPUs");
+  return make(c, api);
+}
+
+std::shared_ptr<Communicator> make_sim_nccl_communicator(const GroupConfig& c) { return make(c, &sim_nccl_api()); }
+
+const NcclApi* real_nccl_api() {
+#if defined(ACCEL_HAVE_NCCL)
+  static const NcclApi api = [] {
+    NcclApi a;
+    a.library = "libnccl";
+#define ACCEL_REAL(f) a.f = &::f;
+    ACCEL_REAL(ncclGetUniqueId) ACCEL_REAL(ncclCommInitRankConfig) ACCEL_REAL(ncclCommGetAsyncError)
+    ACCEL_REAL(ncclGetLastError) ACCEL_REAL(ncclGetErrorString) ACCEL_REAL(ncclCommAbort) ACCEL_REAL(ncclCommFinalize)
+    ACCEL_REAL(ncclCommDestroy) ACCEL_REAL(ncclRedOpCreatePreMulSum) ACCEL_REAL(ncclRedOpDestroy)
+    ACCEL_REAL(ncclAllReduce) ACCEL_REAL(ncclReduceScatter) ACCEL_REAL(ncclAllGather) ACCEL_REAL(ncclBroadcast)
+    ACCEL_REAL(ncclReduce) ACCEL_REAL(ncclSend) ACCEL_REAL(ncclRecv) ACCEL_REAL(ncclGroupStart) ACCEL_REAL(ncclGroupEnd)
+    ACCEL_REAL(cudaGetDeviceCount) ACCEL_REAL(cudaSetDevice) ACCEL_REAL(cudaGetErrorString)
+    ACCEL_REAL(cudaStreamCreateWithFlags) ACCEL_REAL(cudaStreamDestroy) ACCEL_REAL(cudaEventCreateWithFlags)
+    ACCEL_REAL(cudaEventDestroy) ACCEL_REAL(cudaEventRecord) ACCEL_REAL(cudaEventQuery) ACCEL_REAL(cudaStreamWaitEvent)
+    ACCEL_REAL(cudaMalloc) ACCEL_REAL(cudaFree)
+#undef ACCEL_REAL
+    return a;
+  }();
+  return &api;
+#else
+  return nullptr;
+#endif
+}
+
+namespace {
+
+// The directory of the object (libaccel, or the program linking the runtime) holding this code.
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&sim_nccl_api), &info) == 0 || !info.dli_fname) return "";
+  const std::string path = info.dli_fname;
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+}  // namespace
+
+const NcclApi& sim_nccl_api() {
+  static std::mutex mu;
+  static NcclApi* loaded = nullptr;
+  std::lock_guard<std::mutex> lk(mu);
+  if (loaded) return *loaded;
+  std::vector<std::string> tried;
+  const char* given = std::getenv("ACCEL_SIM_NCCL_LIBRARY");
+  if (given && *given) {
+    tried.push_back(given);
+  } else {
+    const std::string dir = own_directory();
+    if (!dir.empty()) tried.push_back(dir + "/libaccel-nccl-sim.so");
+    tried.push_back("libaccel-nccl-sim.so");  // the loader's search path
+  }
+  void* h = nullptr;
+  std::string errors;
+  for (const auto& path : tried) {
+    // RTLD_LOCAL: its nccl* and cuda* names stay out of the process's global scope
+    h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+      tried = {path};
+      break;
+    }
+    const char* e = dlerror();
+    errors += std::string(errors.empty() ? "" : "; ") + (e ? e : path);
+  }
+  ACCEL_CHECK(h != nullptr, Status::Unsupported, "backend 'sim': cannot load the simulated NCCL library (", errors,
+              "); set ACCEL_SIM_NCCL_LIBRARY to the path of libaccel-nccl-sim.so");
+  auto* a = new NcclApi();
+  a->library = (new std::string(tried.front()))->c_str();
+  a->simulated = true;
+  auto need = [&](auto& slot, const char* name) {
+    void* f = dlsym(h, name);
+    ACCEL_CHECK(f != nullptr, Status::Unsupported, "backend 'sim': ", tried.front(), " lacks ", name,
+                " (a library of another version?)");
+    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(f);
+  };
+#define ACCEL_SIM(f) need(a->f, #f);
+  ACCEL_SIM(ncclGetUniqueId) ACCEL_SIM(ncclCommInitRankConfig) ACCEL_SIM(ncclCommGetAsyncError)
+  ACCEL_SIM(ncclGetLastError) ACCEL_SIM(ncclGetErrorString) ACCEL_SIM(ncclCommAbort) ACCEL_SIM(ncclCommFinalize)
+  ACCEL_SIM(ncclCommDestroy) ACCEL_SIM(ncclRedOpCreatePreMulSum) ACCEL_SIM(ncclRedOpDestroy)
+  ACCEL_SIM(ncclAllReduce) ACCEL_SIM(ncclReduceScatter) ACCEL_SIM(ncclAllGather) ACCEL_SIM(ncclBroadcast)
+  ACCEL_SIM(ncclReduce) ACCEL_SIM(ncclSend) ACCEL_SIM(ncclRecv) ACCEL_SIM(ncclGroupStart) ACCEL_SIM(ncclGroupEnd)
+  ACCEL_SIM(cudaGetDeviceCount) ACCEL_SIM(cudaSetDevice) ACCEL_SIM(cudaGetErrorString)
+  ACCEL_SIM(cudaStreamCreateWithFlags) ACCEL_SIM(cudaStreamDestroy) ACCEL_SIM(cudaEventCreateWithFlags)
+  ACCEL_SIM(cudaEventDestroy) ACCEL_SIM(cudaEventRecord) ACCEL_SIM(cudaEventQuery) ACCEL_SIM(cudaStreamWaitEvent)
+  ACCEL_SIM(cudaMalloc) ACCEL_SIM(cudaFree)
+  ACCEL_SIM(accelSimChargeCompute) ACCEL_SIM(accelSimFlopsPerSecond) ACCEL_SIM(accelSimOnStep)
+  ACCEL_SIM(accelSimDiagnose) ACCEL_SIM(accelSimMemCharge) ACCEL_SIM(accelSimMemRelease)
+#undef ACCEL_SIM
+  loaded = a;
+  return *loaded;
 }
 
 }  // namespace accel::comm

@@ -1,8 +1,9 @@
 // The NCCL backend: one NCCL communicator per process behind the Communicator, for CUDA
-// devices. Built where the CUDA toolkit with NCCL is found at configure time (meson:
-// dependency('cuda', modules: ['nccl'])). Torch-free: it calls only nccl.h and a few
+// devices, linked against the real NCCL where the CUDA toolkit with NCCL is found at
+// configure time (meson: dependency('cuda', modules: ['nccl'])), and in every build against
+// the simulated NCCL (runtime/comm/nccl/api.h). Torch-free: it calls only nccl.h and a few
 // functions of the CUDA runtime (device count and selection, one stream, events, a small
-// buffer), the set that sim/'s NCCL-compatible library will implement over host memory.
+// buffer), the set that sim/nccl.cpp implements over host memory.
 //
 // The processes meet through the Store (comm::meet), process 0 makes the unique id
 // (ncclGetUniqueId) and publishes it there; the communicator is created non-blocking
@@ -23,6 +24,12 @@ namespace accel::comm {
 
 // Joins the world `c` describes on CUDA device c.device (-1: local_rank modulo the devices
 // this process sees). Error(Unsupported) when the process sees no CUDA device.
+// Error(Unsupported) in a build without NCCL.
 std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c);
+
+// The same backend on the simulated NCCL (sim/nccl.cpp, loaded from libaccel-nccl-sim.so):
+// one simulated GPU per process, host memory, the simulator's clock, budget and faults
+// (ACCEL_SIM_*). ACCEL_BACKEND=sim in a launched world.
+std::shared_ptr<Communicator> make_sim_nccl_communicator(const GroupConfig& c);
 
 }  // namespace accel::comm

@@ -1,0 +1,85 @@
+// The functions of NCCL and of the CUDA runtime that the nccl backend calls, as a table of
+// pointers, so that one backend runs on either library:
+//   - the real ones (libnccl, libcudart), linked where the toolkit is found at configure
+//     time (ACCEL_HAVE_NCCL), their types from the real nccl.h and cuda_runtime_api.h, which
+//     the mirror of sim/nccl_abi.h is checked against at compile time (nccl.cpp);
+//   - the simulated ones (libaccel-nccl-sim.so, sim/nccl.cpp), loaded with dlopen, in every
+//     build: ACCEL_BACKEND=sim. They add the simulator's extensions (virtual clock, steps,
+//     memory, diagnosis), null in the real table.
+// Included by runtime/comm/nccl/nccl.cpp only.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#if defined(ACCEL_HAVE_NCCL)
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#else
+#include "sim/nccl_abi.h"
+using namespace accel::nccl_abi;  // NOLINT: nccl.h's names, as the real header puts them
+#define NCCL_CONFIG_INITIALIZER                                                                            \
+  {                                                                                                        \
+    sizeof(ncclConfig_t), accel::nccl_abi::kConfigMagic, 22800, accel::nccl_abi::kConfigUndefInt,          \
+        accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt, \
+        nullptr, accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt, nullptr,              \
+        accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt, \
+        accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt, accel::nccl_abi::kConfigUndefInt \
+  }
+#define cudaStreamNonBlocking accel::nccl_abi::kCudaStreamNonBlocking
+#define cudaEventDisableTiming accel::nccl_abi::kCudaEventDisableTiming
+#endif
+
+namespace accel::comm {
+
+struct NcclApi {
+  const char* library = "";  // "libnccl" or the simulated library's path
+  bool simulated = false;
+  ncclResult_t (*ncclGetUniqueId)(ncclUniqueId*);
+  ncclResult_t (*ncclCommInitRankConfig)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
+  ncclResult_t (*ncclCommGetAsyncError)(ncclComm_t, ncclResult_t*);
+  const char* (*ncclGetLastError)(ncclComm_t);
+  const char* (*ncclGetErrorString)(ncclResult_t);
+  ncclResult_t (*ncclCommAbort)(ncclComm_t);
+  ncclResult_t (*ncclCommFinalize)(ncclComm_t);
+  ncclResult_t (*ncclCommDestroy)(ncclComm_t);
+  ncclResult_t (*ncclRedOpCreatePreMulSum)(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t);
+  ncclResult_t (*ncclRedOpDestroy)(ncclRedOp_t, ncclComm_t);
+  ncclResult_t (*ncclAllReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclReduceScatter)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclAllGather)(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclBroadcast)(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclReduce)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclSend)(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclRecv)(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+  ncclResult_t (*ncclGroupStart)();
+  ncclResult_t (*ncclGroupEnd)();
+  cudaError_t (*cudaGetDeviceCount)(int*);
+  cudaError_t (*cudaSetDevice)(int);
+  const char* (*cudaGetErrorString)(cudaError_t);
+  cudaError_t (*cudaStreamCreateWithFlags)(cudaStream_t*, unsigned int);
+  cudaError_t (*cudaStreamDestroy)(cudaStream_t);
+  cudaError_t (*cudaEventCreateWithFlags)(cudaEvent_t*, unsigned int);
+  cudaError_t (*cudaEventDestroy)(cudaEvent_t);
+  cudaError_t (*cudaEventRecord)(cudaEvent_t, cudaStream_t);
+  cudaError_t (*cudaEventQuery)(cudaEvent_t);
+  cudaError_t (*cudaStreamWaitEvent)(cudaStream_t, cudaEvent_t, unsigned int);
+  cudaError_t (*cudaMalloc)(void**, size_t);
+  cudaError_t (*cudaFree)(void*);
+  // the simulator's extensions (sim/nccl_abi.h); null for the real library
+  void (*accelSimChargeCompute)(ncclComm_t, double, const char*) = nullptr;
+  double (*accelSimFlopsPerSecond)(ncclComm_t) = nullptr;
+  ncclResult_t (*accelSimOnStep)(ncclComm_t, long long) = nullptr;
+  size_t (*accelSimDiagnose)(ncclComm_t, char*, size_t) = nullptr;
+  int (*accelSimMemCharge)(unsigned long long, char*, size_t) = nullptr;
+  void (*accelSimMemRelease)(unsigned long long) = nullptr;
+};
+
+// The real NCCL, where this build links it; null otherwise.
+const NcclApi* real_nccl_api();
+// The simulated NCCL (loaded once): ACCEL_SIM_NCCL_LIBRARY, else libaccel-nccl-sim.so
+// beside libaccel (or the program), else the loader's search path. Error(Unsupported)
+// naming the paths tried when it cannot be loaded.
+const NcclApi& sim_nccl_api();
+
+}  // namespace accel::comm
