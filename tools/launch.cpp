@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -1278,7 +1279,7 @@ CLI::App* add_command(CLI::App& app, Options& o) {
       ->capture_default_str();
   sub->add_option("--master-port,--master_port", o.master_port, "its port; 0: a free one (one node only)")
       ->capture_default_str();
-  sub->add_option("--backend", o.backend, "ACCEL_BACKEND for the processes");
+  sub->add_option("--backend", o.backend, "ACCEL_BACKEND for the processes (auto, gloo, nccl, sim: simulated GPUs)");
   sub->add_option("--strategy", o.strategy, "ACCEL_STRATEGY (no, ddp, zero1, zero2, zero3, ...)");
   sub->add_option("--mixed-precision", o.mixed_precision, "ACCEL_MIXED_PRECISION (no, bf16, fp16)");
   sub->add_option("--timeout", o.timeout, "ACCEL_TIMEOUT: the collectives' timeout in seconds (may be fractional)");
