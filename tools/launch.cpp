@@ -4,12 +4,19 @@
 // ppoll(); SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked except inside ppoll(), whose
 // handlers only set flags, so no signal is lost between a check and the wait. Children are
 // reaped with waitpid(pid, WNOHANG) on every turn of the loop.
+//
+// --backend sim: the processes simulate the GPUs themselves (sim/'s NCCL library, loaded by
+// the nccl backend); the launcher checks the simulation's flags with sim/'s own parsers,
+// passes them on as ACCEL_SIM_*, gives the processes a fresh directory (ACCEL_SIM_OUT) and,
+// at the end, merges the rank-<R>.json and trace-<R>.json files they wrote there.
 #include "launch.h"
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,6 +30,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -31,11 +39,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <iterator>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "sim/cost.h"
+#include "sim/world.h"
 
 extern char** environ;
 
@@ -233,6 +245,80 @@ void make_dirs(const std::string& dir) {
     throw UsageError("--log-dir " + dir + " is not a directory");
 }
 
+std::string lowercase(std::string s) {
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+bool is_sim(const Options& o) { return lowercase(o.backend) == "sim"; }
+
+constexpr const char* kDefaultTopology = "8xH100";
+
+// A file the launcher is to write (--sim-report, --sim-trace): its directory must exist.
+void check_output_file(const char* flag, const std::string& path) {
+  if (path.empty()) throw UsageError(std::string(flag) + ": the file name is empty");
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+    throw UsageError(std::string(flag) + " " + path + " is a directory (give a file name)");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw UsageError(std::string(flag) + " " + path + ": the directory " + dir + " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0)
+    throw UsageError(std::string(flag) + " " + path + ": cannot write in " + dir + " (" + errno_text(errno) + ")");
+}
+
+// The --sim-* flags: only with --backend sim, each checked by the simulator's own parser.
+void validate_sim(Options& o, const std::vector<std::string>& empty_given) {
+  const std::pair<const char*, const std::string*> flags[] = {{"--sim-gpu-mem", &o.sim_gpu_mem},
+                                                              {"--sim-topology", &o.sim_topology},
+                                                              {"--sim-trace", &o.sim_trace},
+                                                              {"--sim-faults", &o.sim_faults},
+                                                              {"--sim-report", &o.sim_report}};
+  if (!is_sim(o)) {
+    for (const auto& [flag, value] : flags)
+      if (!value->empty() || std::find(empty_given.begin(), empty_given.end(), flag) != empty_given.end())
+        throw UsageError(std::string(flag) + " needs --backend sim" +
+                         (o.backend.empty() ? std::string() : " (got --backend " + o.backend + ")"));
+    return;
+  }
+  o.backend = "sim";
+  if (o.nnodes > 1)
+    throw UsageError("--backend sim runs on one node only (the simulated processes share this machine's memory): "
+                     "--nnodes " + std::to_string(o.nnodes) + " is not supported; give --nnodes 1 and up to the "
+                     "topology's GPUs with -n (--sim-topology 4x8xH100-IB -n 32 simulates 4 nodes)");
+  for (const auto& flag : empty_given)
+    if (flag != "--sim-faults") throw UsageError(flag + ": the value is empty");
+  if (o.sim_topology.empty()) o.sim_topology = kDefaultTopology;
+  const int64_t world = static_cast<int64_t>(o.nproc_per_node) * o.nnodes;
+  try {
+    const sim::Topology topo = sim::topology_preset(o.sim_topology);
+    const int64_t gpus = static_cast<int64_t>(topo.nodes) * topo.gpus_per_node;
+    if (world > gpus)
+      throw UsageError("-n/--nproc-per-node times --nnodes must be in [1, " + std::to_string(gpus) +
+                       "] (the GPUs of --sim-topology '" + o.sim_topology + "'; e.g. \"4x8xH100-IB\" has 32), got " +
+                       std::to_string(world));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--sim-topology: ") + e.what());
+  }
+  if (!o.sim_gpu_mem.empty()) {
+    try {
+      sim::parse_bytes(o.sim_gpu_mem, "--sim-gpu-mem");
+    } catch (const Error& e) {
+      throw UsageError(e.what());
+    }
+  }
+  try {
+    sim::parse_faults(o.sim_faults, static_cast<int>(world));
+  } catch (const Error& e) {
+    std::string why = e.what();
+    if (why.rfind("faults: ", 0) == 0) why.erase(0, 8);
+    throw UsageError("--sim-faults: " + why);
+  }
+  if (!o.sim_report.empty()) check_output_file("--sim-report", o.sim_report);
+  if (!o.sim_trace.empty()) check_output_file("--sim-trace", o.sim_trace);
+}
+
 std::string normalized_timeout(const std::string& text) {
   const char* begin = text.c_str();
   char* end = nullptr;
@@ -243,7 +329,7 @@ std::string normalized_timeout(const std::string& text) {
   return number_text(v);
 }
 
-void validate(Options& o, bool separated) {
+void validate(Options& o, bool separated, const std::vector<std::string>& empty_sim_flags) {
   if (o.nproc_per_node < 1)
     throw UsageError("-n/--nproc-per-node must be at least 1 (got " + std::to_string(o.nproc_per_node) + ")");
   if (o.nnodes < 1) throw UsageError("--nnodes must be at least 1 (got " + std::to_string(o.nnodes) + ")");
@@ -257,6 +343,7 @@ void validate(Options& o, bool separated) {
   if (o.master_addr.empty()) throw UsageError("--master-addr is empty");
   if (static_cast<long long>(o.nproc_per_node) * o.nnodes > 1000000)
     throw UsageError("-n times --nnodes is too large");
+  validate_sim(o, empty_sim_flags);
   if (!o.timeout.empty()) o.timeout = normalized_timeout(o.timeout);
   if (o.max_restarts < 0)
     throw UsageError("--max-restarts must be at least 0 (got " + std::to_string(o.max_restarts) + ")");
@@ -265,6 +352,124 @@ void validate(Options& o, bool separated) {
   if (o.command.empty()) throw UsageError("no program given: accel launch -n N [options] PROGRAM [ARGS...]");
   if (!separated && o.command[0].size() > 1 && o.command[0][0] == '-')
     throw UsageError("unknown option " + o.command[0] + " (options go before PROGRAM; see accel launch --help)");
+}
+
+// ---- the simulation's files (--backend sim) ------------------------------------------
+
+using Json = nlohmann::ordered_json;  // keys in the order written: the output is deterministic
+
+extern "C" int remove_below(const char* path, const struct stat*, int, struct FTW* at) {
+  if (at->level > 0) ::remove(path);  // the directory itself stays
+  return 0;
+}
+
+// Removes everything inside `dir` (not following symbolic links).
+void empty_dir(const std::string& dir) { ::nftw(dir.c_str(), remove_below, 16, FTW_DEPTH | FTW_PHYS); }
+
+bool read_file(const std::string& path, std::string& out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  out.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return !in.bad();
+}
+
+// Writes `content` to a temporary file beside `path`, then renames it over `path`: a reader
+// sees the old file or the whole new one. Returns "" or why it failed.
+std::string write_atomically(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".XXXXXX";
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return "cannot create " + tmp + ": " + errno_text(errno);
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);  // as an ordinary new file, not mkstemp's 0600
+  const char* p = content.data();
+  size_t n = content.size();
+  std::string error;
+  while (n > 0 && error.empty()) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) error = "cannot write " + tmp + ": " + errno_text(errno);
+    else p += w, n -= static_cast<size_t>(w);
+  }
+  if (::close(fd) != 0 && error.empty()) error = "cannot write " + tmp + ": " + errno_text(errno);
+  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    error = "cannot rename " + tmp + " to " + path + ": " + errno_text(errno);
+  if (!error.empty()) ::unlink(tmp.c_str());
+  return error;
+}
+
+// What one rank wrote to ACCEL_SIM_OUT/rank-<R>.json (docs/launch.md lists the fields).
+struct SimRankFile {
+  bool read = false;    // present and well-formed
+  std::string problem;  // otherwise, why not
+  std::string status, error;
+  uint64_t peak_bytes = 0, capacity_bytes = 0, collectives = 0, bytes_sent = 0;
+  double virtual_seconds = 0, compute_seconds = 0, comm_seconds = 0;
+  uint64_t steps = 0;
+};
+
+SimRankFile read_rank_file(const std::string& dir, int rank) {
+  SimRankFile f;
+  const std::string name = "rank-" + std::to_string(rank) + ".json";
+  std::string text;
+  if (!read_file(dir + "/" + name, text)) {
+    f.problem = "no " + name;
+    return f;
+  }
+  const Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    f.problem = name + " is not a JSON object";
+    return f;
+  }
+  auto bad = [&](const char* field, const char* what) {
+    f.problem = name + ": \"" + field + "\" " + what;
+    return f;
+  };
+  if (j.contains("rank") && !(j["rank"].is_number_integer() && j["rank"].get<int64_t>() == rank))
+    return bad("rank", ("is not " + std::to_string(rank)).c_str());
+  if (!j.contains("status") || !j["status"].is_string()) return bad("status", "is missing or not a string");
+  f.status = j["status"].get<std::string>();
+  if (f.status != "ok" && f.status != "failed" && f.status != "killed")
+    return bad("status", "is not \"ok\", \"failed\" or \"killed\"");
+  if (j.contains("error")) {
+    if (!j["error"].is_string()) return bad("error", "is not a string");
+    f.error = j["error"].get<std::string>();
+  }
+  const std::pair<const char*, uint64_t*> counts[] = {{"peak_bytes", &f.peak_bytes},
+                                                      {"capacity_bytes", &f.capacity_bytes},
+                                                      {"steps", &f.steps},
+                                                      {"collectives", &f.collectives},
+                                                      {"bytes_sent", &f.bytes_sent}};
+  for (const auto& [field, out] : counts) {
+    if (!j.contains(field)) continue;
+    const Json& v = j[field];
+    if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
+      return bad(field, "is not a whole number >= 0");
+    *out = v.get<uint64_t>();
+  }
+  const std::pair<const char*, double*> times[] = {{"virtual_seconds", &f.virtual_seconds},
+                                                   {"compute_seconds", &f.compute_seconds},
+                                                   {"comm_seconds", &f.comm_seconds}};
+  for (const auto& [field, out] : times) {
+    if (!j.contains(field)) continue;
+    if (!j[field].is_number() || !(j[field].get<double>() >= 0)) return bad(field, "is not a number >= 0");
+    *out = j[field].get<double>();
+  }
+  f.read = true;
+  return f;
+}
+
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+// One line of a table cell: control characters (newlines) become spaces.
+std::string one_line(std::string s) {
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = ' ';
+  return s;
 }
 
 // ---- signals --------------------------------------------------------------------------
@@ -377,7 +582,7 @@ struct Child {
 
 class Launcher {
  public:
-  explicit Launcher(Options o) : o_(std::move(o)), start_(Clock::now()) {
+  explicit Launcher(Options o) : o_(std::move(o)), start_(Clock::now()), sim_(is_sim(o_)) {
     const int n = o_.nproc_per_node;
     children_.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) {
@@ -390,6 +595,10 @@ class Launcher {
       close_stream(c.out);
       close_stream(c.err);
       if (c.log) std::fclose(c.log);
+    }
+    if (sim_dir_is_temp_) {
+      empty_dir(sim_dir_);
+      ::rmdir(sim_dir_.c_str());
     }
   }
   Launcher(const Launcher&) = delete;
@@ -405,9 +614,34 @@ class Launcher {
     }
   }
 
+  // --backend sim: the processes' output directory (ACCEL_SIM_OUT), LOG_DIR/sim or a fresh
+  // temporary one (removed at the end); an absolute path, as the processes may change theirs.
+  void make_sim_dir() {
+    if (!sim_) return;
+    std::string dir;
+    if (!o_.log_dir.empty()) {
+      dir = o_.log_dir + "/sim";
+      if (::mkdir(dir.c_str(), 0777) != 0 && errno != EEXIST)
+        throw UsageError("--log-dir: cannot create " + dir + ": " + errno_text(errno));
+      struct stat st;
+      if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) throw UsageError("--log-dir: " + dir + " is not a directory");
+    } else {
+      const char* tmpdir = std::getenv("TMPDIR");
+      std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/accel-sim-XXXXXX";
+      if (!::mkdtemp(pattern.data()))
+        throw UsageError("cannot create the simulation's output directory " + pattern + ": " + errno_text(errno));
+      dir = pattern;
+      sim_dir_is_temp_ = true;
+    }
+    char* real = ::realpath(dir.c_str(), nullptr);
+    sim_dir_ = real ? real : dir;
+    std::free(real);
+  }
+
   int run() {
     SignalScope signals;
     const int n = o_.nproc_per_node;
+    make_sim_dir();
     for (int attempt = 0;; ++attempt) {
       int port = static_cast<int>(o_.master_port);
       if (port == 0) port = pick_free_port(o_.master_addr);  // a fresh one on every attempt
@@ -421,6 +655,9 @@ class Launcher {
       what += "), master " + o_.master_addr + ":" + std::to_string(port);
       if (attempt == 0) {
         say(what + (o_.log_dir.empty() ? "" : ", logs in " + o_.log_dir));
+        if (sim_)
+          say("simulated GPUs: " + sim_setup() + (o_.sim_faults.empty() ? "" : ", faults " + o_.sim_faults) +
+              "; the processes write to " + sim_dir_);
       } else {
         say("restart " + std::to_string(attempt) + " of " + std::to_string(o_.max_restarts) + ": " + what);
         for (auto& c : children_)
@@ -428,6 +665,7 @@ class Launcher {
             std::fprintf(c.log, "=== accel launch: restart %d of %d (ACCEL_RESTART_COUNT=%d) ===\n", attempt,
                          o_.max_restarts, attempt);
       }
+      if (sim_) empty_dir(sim_dir_);  // each attempt starts from an empty directory
       start_group(attempt, port, signals);
       supervise(attempt, signals);
       finish_output();
@@ -435,14 +673,14 @@ class Launcher {
       // before a restart is decided
       timespec zero{0, 0};
       ::ppoll(nullptr, 0, &zero, &signals.wait_mask());
-      if (g_signal != 0) return report_interrupted(g_signal);
-      if (!start_error_.empty()) return report_failure(attempt);
+      if (g_signal != 0) return sim_report(report_interrupted(g_signal), attempt, g_signal);
+      if (!start_error_.empty()) return sim_report(report_failure(attempt), attempt, 0);
       if (failed_ < 0) {
         say((n == 1 ? std::string("the process") : "all " + std::to_string(n) + " processes") + " exited 0 in " +
             seconds_text(elapsed()) + restarts_text(attempt));
-        return 0;
+        return sim_report(0, attempt, 0);
       }
-      if (attempt >= o_.max_restarts) return report_failure(attempt);
+      if (attempt >= o_.max_restarts) return sim_report(report_failure(attempt), attempt, 0);
     }
   }
 
@@ -466,18 +704,23 @@ class Launcher {
         "MASTER_ADDR", "MASTER_PORT", "ACCEL_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
         "TORCHELASTIC_MAX_RESTARTS", "ACCEL_BACKEND", "ACCEL_STRATEGY", "ACCEL_MIXED_PRECISION",
         "ACCEL_TIMEOUT"};
+    // with --backend sim, the simulation's settings are the launcher's flags, never inherited
+    static const char* const sim_replaced[] = {"ACCEL_SIM_OUT", "ACCEL_SIM_GPU_MEM", "ACCEL_SIM_TOPOLOGY",
+                                               "ACCEL_SIM_TRACE", "ACCEL_SIM_FAULTS"};
     std::vector<std::string> env;
     for (char** e = environ; e && *e; ++e) {
       std::string entry = *e;
       std::string name = entry.substr(0, entry.find('='));
       bool replace = false;
       for (const char* r : replaced) replace = replace || name == r;
+      if (sim_)
+        for (const char* r : sim_replaced) replace = replace || name == r;
       // ACCEL_* configuration the command line does not give is inherited
       if (replace && name.rfind("ACCEL_", 0) == 0 && name != "ACCEL_RESTART_COUNT") {
         replace = (name == "ACCEL_BACKEND" && !o_.backend.empty()) ||
                   (name == "ACCEL_STRATEGY" && !o_.strategy.empty()) ||
                   (name == "ACCEL_MIXED_PRECISION" && !o_.mixed_precision.empty()) ||
-                  (name == "ACCEL_TIMEOUT" && !o_.timeout.empty());
+                  (name == "ACCEL_TIMEOUT" && !o_.timeout.empty()) || name.rfind("ACCEL_SIM_", 0) == 0;
       }
       if (!replace) env.push_back(std::move(entry));
     }
@@ -523,6 +766,13 @@ class Launcher {
       if (!o_.strategy.empty()) set("ACCEL_STRATEGY", o_.strategy);
       if (!o_.mixed_precision.empty()) set("ACCEL_MIXED_PRECISION", o_.mixed_precision);
       if (!o_.timeout.empty()) set("ACCEL_TIMEOUT", o_.timeout);
+      if (sim_) {
+        set("ACCEL_SIM_OUT", sim_dir_);
+        set("ACCEL_SIM_TOPOLOGY", o_.sim_topology);
+        if (!o_.sim_gpu_mem.empty()) set("ACCEL_SIM_GPU_MEM", o_.sim_gpu_mem);
+        if (!o_.sim_trace.empty()) set("ACCEL_SIM_TRACE", "1");
+        if (!o_.sim_faults.empty()) set("ACCEL_SIM_FAULTS", o_.sim_faults);
+      }
       // As torchrun: several processes on one machine share its cores, so each gets one
       // OpenMP thread unless the user said otherwise (OpenMP's idle threads spin, and N
       // processes x all cores oversubscribe: 2 processes of the digits example on 2 cores
@@ -804,8 +1054,210 @@ class Launcher {
     return 128 + sig;
   }
 
+  // ---- --backend sim: the merged report --------------------------------------------------
+
+  uint64_t sim_capacity() const { return o_.sim_gpu_mem.empty() ? 0 : sim::parse_bytes(o_.sim_gpu_mem, "--sim-gpu-mem"); }
+
+  // "8xH100: 8 processes, 80.00 GiB of memory per GPU"
+  std::string sim_setup() const {
+    const int n = o_.nproc_per_node;
+    const uint64_t cap = sim_capacity();
+    return o_.sim_topology + ": " + std::to_string(n) + (n == 1 ? " process, " : " processes, ") +
+           (cap == 0 ? std::string("unlimited memory") : sim::format_bytes(cap) + " of memory") + " per GPU";
+  }
+
+  // How a process ended, without pids or times: "exit 0", "exit 3", "SIGKILL", "not started".
+  static std::string exit_text(const Child& c) {
+    if (c.pid < 0) return "not started";
+    if (WIFEXITED(c.status)) return "exit " + std::to_string(WEXITSTATUS(c.status));
+    if (WIFSIGNALED(c.status)) return signal_name(WTERMSIG(c.status));
+    return "wait status " + std::to_string(c.status);
+  }
+
+  struct SimRow {
+    int rank = 0;
+    std::string status, error, exit;
+    SimRankFile file;
+  };
+
+  // A rank's row: its report file's status and error, with what the launcher knows of the
+  // process (how it ended; whether the launcher stopped it, and why).
+  SimRow sim_row(const Child& c, int interrupted_by) const {
+    SimRow row;
+    row.rank = c.rank;
+    row.exit = exit_text(c);
+    row.file = read_rank_file(sim_dir_, c.rank);
+    const SimRankFile& f = row.file;
+    if (c.pid < 0) {
+      row.status = "not started";
+      row.error = start_error_;
+      return row;
+    }
+    const bool ok_exit = succeeded(c.status);
+    const bool by_launcher = c.sent != 0 && WIFSIGNALED(c.status) && WTERMSIG(c.status) == c.sent;
+    const bool own_failure = f.read && (f.status == "failed" || f.status == "killed");
+    // stopped: killed by the launcher's signal, or ended by it with a code and no failure of its own
+    const bool stopped = by_launcher || (c.sent != 0 && WIFEXITED(c.status) && !ok_exit && !own_failure);
+    if (own_failure && !by_launcher) {
+      row.status = f.status;
+      row.error = f.error;
+    } else if (stopped) {
+      row.status = "stopped";
+      if (interrupted_by != 0)
+        row.error = "stopped by the launcher (" + signal_name(interrupted_by) + " to the launcher)";
+      else if (failed_ >= 0)
+        row.error = "stopped by the launcher after rank " +
+                    std::to_string(children_[static_cast<size_t>(failed_)].rank) + " failed";
+      else
+        row.error = "stopped by the launcher after a process could not be started";
+      if (c.killed_after_grace)
+        row.error += " (SIGKILL after the " + number_text(o_.grace_period) + " s grace period)";
+      if (!f.read) row.error += "; " + f.problem;
+      else if (!f.error.empty()) row.error += "; its report: " + f.status + ": " + f.error;
+    } else if (f.read && ok_exit) {
+      row.status = f.status;  // "ok"
+      row.error = f.error;
+    } else if (f.read) {
+      row.status = "failed";
+      row.error = "the process " + describe_status(c.status) + " after writing a report that says ok";
+      if (!f.error.empty()) row.error += " (" + f.error + ")";
+    } else {
+      row.status = "no report";
+      row.error = f.problem;
+    }
+    return row;
+  }
+
+  // Prints the simulation's report, writes --sim-report and --sim-trace; returns `rc`, or 1
+  // instead of 0 when a file could not be written.
+  int sim_report(int rc, int attempt, int interrupted_by) {
+    if (!sim_) return rc;
+    std::vector<SimRow> rows;
+    for (const auto& c : children_) rows.push_back(sim_row(c, interrupted_by));
+
+    // the slowest rank (the first of equals) predicts the run's time per optimizer step
+    const SimRow* slowest = nullptr;
+    bool all_ok = true;
+    for (const auto& r : rows) {
+      all_ok = all_ok && r.status == "ok";
+      if (r.file.read && (!slowest || r.file.virtual_seconds > slowest->file.virtual_seconds)) slowest = &r;
+    }
+    const bool predicted = slowest && slowest->file.steps > 0;
+    const double per_step = predicted ? slowest->file.virtual_seconds / static_cast<double>(slowest->file.steps) : 0.0;
+
+    // the table: columns as wide as their widest cell; numbers right-aligned, status left
+    std::vector<std::vector<std::string>> cells = {{"rank", "peak memory", "virtual s", "steps", "s/step", "status"}};
+    for (const auto& r : rows) {
+      std::string status = r.status;
+      if (r.exit != "exit 0" && r.status != "not started") status += " (" + r.exit + ")";
+      if (!r.error.empty()) status += ": " + one_line(r.error);
+      if (r.file.read)
+        cells.push_back({std::to_string(r.rank), sim::format_bytes(r.file.peak_bytes), fixed(r.file.virtual_seconds, 6),
+                         std::to_string(r.file.steps),
+                         r.file.steps > 0 ? fixed(r.file.virtual_seconds / static_cast<double>(r.file.steps), 6) : "-",
+                         status});
+      else
+        cells.push_back({std::to_string(r.rank), "-", "-", "-", "-", status});
+    }
+    std::vector<size_t> width(cells.front().size(), 0);
+    for (const auto& row : cells)
+      for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    std::string text = "accel launch: simulated " + sim_setup() + restarts_text(attempt) + "\n";
+    for (const auto& row : cells) {
+      std::string line;
+      for (size_t i = 0; i + 1 < row.size(); ++i) line += "  " + std::string(width[i] - row[i].size(), ' ') + row[i];
+      line += "  " + row.back();
+      text += line + "\n";
+    }
+    const std::string world = std::to_string(rows.size()) + (rows.size() == 1 ? " GPU" : " GPUs");
+    if (predicted) {
+      text += "accel launch: predicted " + fixed(per_step, 6) + " s per optimizer step on " + world + " of " +
+              o_.sim_topology + " (the slowest rank, " + std::to_string(slowest->rank) + ": " +
+              fixed(slowest->file.virtual_seconds, 6) + " virtual s over " + std::to_string(slowest->file.steps) +
+              (slowest->file.steps == 1 ? " step" : " steps") + ")" +
+              (all_ok ? "" : "; the run did not finish: from what the ranks reported") + "\n";
+    } else if (slowest) {
+      text += "accel launch: no prediction per optimizer step: the slowest rank (" + std::to_string(slowest->rank) +
+              ") reported no optimizer step\n";
+    } else {
+      text += "accel launch: no prediction per optimizer step: no rank wrote a report\n";
+    }
+
+    bool write_failed = false;
+    if (!o_.sim_report.empty()) {
+      Json ranks = Json::array();
+      for (const auto& r : rows) {
+        const SimRankFile& f = r.file;
+        Json j = Json::object();
+        j["rank"] = r.rank;
+        j["status"] = r.status;
+        j["error"] = r.error;
+        j["exit"] = r.exit;
+        j["peak_bytes"] = f.peak_bytes;
+        j["virtual_seconds"] = f.virtual_seconds;
+        j["steps"] = f.steps;
+        j["seconds_per_step"] = f.steps > 0 ? Json(f.virtual_seconds / static_cast<double>(f.steps)) : Json(nullptr);
+        j["compute_seconds"] = f.compute_seconds;
+        j["comm_seconds"] = f.comm_seconds;
+        j["collectives"] = f.collectives;
+        j["bytes_sent"] = f.bytes_sent;
+        j["report"] = f.read ? "" : f.problem;
+        ranks.push_back(std::move(j));
+      }
+      Json doc = Json::object();
+      doc["topology"] = o_.sim_topology;
+      doc["world_size"] = rows.size();
+      doc["gpu_mem_bytes"] = sim_capacity();
+      doc["restarts"] = attempt;
+      doc["outcome"] = interrupted_by != 0 ? "interrupted" : rc == 0 ? "ok" : "failed";
+      doc["ranks"] = std::move(ranks);
+      doc["predicted_seconds_per_step"] = predicted ? Json(per_step) : Json(nullptr);
+      doc["slowest_rank"] = slowest ? Json(slowest->rank) : Json(nullptr);
+      std::string error = write_atomically(o_.sim_report, doc.dump(2) + "\n");
+      if (error.empty()) {
+        text += "accel launch: the report is in " + o_.sim_report + "\n";
+      } else {
+        text += "accel launch: --sim-report: " + error + "\n";
+        write_failed = true;
+      }
+    }
+    if (!o_.sim_trace.empty()) {
+      // every rank's events in rank order; a rank's missing or malformed trace is left out
+      Json events = Json::array();
+      std::string missing;
+      for (const auto& c : children_) {
+        const std::string name = "trace-" + std::to_string(c.rank) + ".json";
+        std::string content;
+        Json j;
+        if (read_file(sim_dir_ + "/" + name, content)) j = Json::parse(content, nullptr, /*allow_exceptions=*/false);
+        if (j.is_array()) {
+          for (auto& e : j) events.push_back(std::move(e));
+        } else {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(c.rank) +
+                     (content.empty() && !j.is_discarded() ? "" : " (malformed)");
+        }
+      }
+      Json doc = Json::object();
+      doc["traceEvents"] = std::move(events);
+      doc["displayTimeUnit"] = "ms";
+      std::string error = write_atomically(o_.sim_trace, doc.dump() + "\n");
+      if (error.empty()) {
+        text += "accel launch: the trace is in " + o_.sim_trace + " (" + std::to_string(doc["traceEvents"].size()) +
+                " events" + (missing.empty() ? "" : "; no trace from rank " + missing) + ")\n";
+      } else {
+        text += "accel launch: --sim-trace: " + error + "\n";
+        write_failed = true;
+      }
+    }
+    write_all(2, text);
+    return write_failed && rc == 0 ? 1 : rc;
+  }
+
   Options o_;
   Clock::time_point start_;
+  bool sim_ = false;            // --backend sim
+  std::string sim_dir_;         // ACCEL_SIM_OUT
+  bool sim_dir_is_temp_ = false;
   std::vector<Child> children_;
   int failed_ = -1;  // local rank of the first failure of this attempt
   std::string start_error_;
@@ -827,7 +1279,7 @@ CLI::App* add_command(CLI::App& app, Options& o) {
       ->capture_default_str();
   sub->add_option("--master-port,--master_port", o.master_port, "its port; 0: a free one (one node only)")
       ->capture_default_str();
-  sub->add_option("--backend", o.backend, "ACCEL_BACKEND for the processes");
+  sub->add_option("--backend", o.backend, "ACCEL_BACKEND for the processes (auto, gloo, nccl, sim: simulated GPUs)");
   sub->add_option("--strategy", o.strategy, "ACCEL_STRATEGY (no, ddp, zero1, zero2, zero3, ...)");
   sub->add_option("--mixed-precision", o.mixed_precision, "ACCEL_MIXED_PRECISION (no, bf16, fp16)");
   sub->add_option("--timeout", o.timeout, "ACCEL_TIMEOUT: the collectives' timeout in seconds (may be fractional)");
@@ -836,6 +1288,19 @@ CLI::App* add_command(CLI::App& app, Options& o) {
   sub->add_option("--log-dir", o.log_dir, "also write each rank's output to DIR/rank_<R>.log");
   sub->add_option("--grace-period", o.grace_period, "seconds between SIGTERM and SIGKILL when stopping")
       ->capture_default_str();
+  sub->add_option("--sim-gpu-mem", o.sim_gpu_mem,
+                  "--backend sim: each simulated GPU's memory (80GiB, 16GB, ...); default: unlimited")
+      ->type_name("SIZE");
+  sub->add_option("--sim-topology", o.sim_topology,
+                  "--backend sim: the simulated machine (8xH100, 8xA100, 8xPCIe, Nx8xH100-IB); default: 8xH100")
+      ->type_name("NAME");
+  sub->add_option("--sim-trace", o.sim_trace, "--backend sim: write every rank's timeline to FILE (Chrome trace)")
+      ->type_name("FILE");
+  sub->add_option("--sim-faults", o.sim_faults,
+                  "--backend sim: faults to inject (kill:RANK@collective:K, kill:RANK@step:K, delay:RANK:SECONDS)")
+      ->type_name("SPEC");
+  sub->add_option("--sim-report", o.sim_report, "--backend sim: write the merged report to FILE as JSON")
+      ->type_name("FILE");
   // PROGRAM and everything after it, options included, go to the program: the subcommand
   // stops parsing at its first positional argument (prefix_command) and leaves the rest in
   // remaining(). The positional below is for --help and for `--`: CLI11 keeps a `--` in
@@ -857,7 +1322,10 @@ int run(const CLI::App& sub, Options o) {
   for (int fd = 0; fd <= 2; ++fd)
     if (::fcntl(fd, F_GETFD) < 0) ::open("/dev/null", O_RDWR);
   try {
-    validate(o, separated);
+    std::vector<std::string> empty_sim_flags;  // given, but as ''
+    for (const char* flag : {"--sim-gpu-mem", "--sim-topology", "--sim-trace", "--sim-faults", "--sim-report"})
+      if (sub.count(flag) > 0 && sub.get_option(flag)->as<std::string>().empty()) empty_sim_flags.push_back(flag);
+    validate(o, separated, empty_sim_flags);
     check_program(o.command.front());
     if (o.node_rank == 0 && o.master_port != 0) check_port_free(o.master_addr, static_cast<int>(o.master_port));
     if (o.master_port == 0) resolve(o.master_addr);

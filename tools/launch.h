@@ -3,8 +3,10 @@
 // accel's configuration (ACCEL_*), relays their output line by line prefixed with the rank,
 // forwards SIGINT/SIGTERM/SIGHUP, stops the group when one process fails (SIGTERM, then
 // SIGKILL after a grace period), restarts the group up to --max-restarts times and reports
-// which rank failed and how. Torch-free: plain C++17 and POSIX (Linux: prctl). See
-// docs/launch.md.
+// which rank failed and how. With --backend sim the processes run on simulated GPUs: the
+// launcher passes the simulation's settings (ACCEL_SIM_*), gives them an output directory
+// and merges what they write there into one report (and one Chrome trace). Torch-free:
+// plain C++17 and POSIX (Linux: prctl). See docs/launch.md.
 #pragma once
 
 #include <string>
@@ -27,6 +29,12 @@ struct Options {
   int max_restarts = 0;
   std::string log_dir;        // empty: no log files
   double grace_period = 5.0;  // seconds between SIGTERM and SIGKILL
+  // --backend sim only (docs/launch.md, "Simulated GPUs"); empty: not given
+  std::string sim_gpu_mem;   // a size (parse_bytes); empty: unlimited
+  std::string sim_topology;  // a preset (sim/cost.h); empty: 8xH100
+  std::string sim_trace;     // the merged Chrome trace to write
+  std::string sim_faults;    // parse_faults' syntax
+  std::string sim_report;    // the merged report to write as JSON
   std::vector<std::string> command;  // PROGRAM ARGS... (run() takes them from the subcommand)
 };
 

@@ -2,12 +2,15 @@
 # `accel launch` (tools/launch.cpp): the real tool starting real processes (small shell
 # scripts written here) and what they saw, printed and left behind.
 #   check_launch.sh ACCEL_TOOL PORT_HELPER CASE
-# CASE: env, output, failure, restart, port, signal, usage. Every launch names its port
-# (a free one), so the cases can run beside each other and beside other tests.
+# CASE: env, output, failure, restart, port, signal, usage, and for --backend sim: sim_env,
+# sim_usage, sim_report, sim_trace (sim_rank.sh, beside this script, plays the processes).
+# Every launch names its port (a free one), so the cases can run beside each other and
+# beside other tests.
 set -uo pipefail
 accel=$1
 ports=$2
 case_name=$3
+sim_rank="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/sim_rank.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 failures=0
@@ -324,6 +327,241 @@ EOF
   launch -n 1 --master-port 0 -- "$tmp/marker.sh"
   { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "'-- PROGRAM' did not run"; show "$tmp/err"; }
   ok "'accel launch -n 1 -- PROGRAM' runs it"
+}
+
+# ---- --backend sim (docs/launch.md, "Simulated GPUs"): sim_rank.sh plays the processes ----
+
+# sim_block FILE: the simulation's report in the launcher's stderr FILE (from its header on)
+sim_block() { sed -n '/^accel launch: simulated [^G]/,$p' "$1"; }
+# py FILE... <<'EOF' ... EOF: assertions in python3 on the files (sys.argv[1:])
+py() { python3 - "$@" || fail "python3 assertions failed on $*"; }
+
+case_sim_env() {
+  mkdir -p "$tmp/tmpdir"
+  # stale ACCEL_SIM_* in the launcher's environment are replaced by the flags' (or left out)
+  ACCEL_SIM_GPU_MEM=1GiB ACCEL_SIM_FAULTS=junk ACCEL_SIM_TRACE=0 ACCEL_SIM_OUT=/nowhere TMPDIR="$tmp/tmpdir" \
+    launch -n 3 --master-port 0 --backend sim --sim-gpu-mem 80GiB --sim-topology 8xA100 \
+    --sim-faults delay:1:0.5,kill:2@step:7 --sim-trace "$tmp/t.json" --sim-report "$tmp/r.json" "$sim_rank"
+  [ "$rc" = 0 ] || { fail "exit status $rc"; show "$tmp/err"; }
+  out=$(sed -n 's/^\[0\] .* out=//p' "$tmp/out")
+  case "$out" in "$tmp/tmpdir/accel-sim-"?*) ;; *) fail "ACCEL_SIM_OUT '$out' is not a fresh directory in \$TMPDIR" ;; esac
+  for i in 0 1 2; do
+    want="[$i] rank=$i backend=sim mem=80GiB topology=8xA100 trace=1 faults=delay:1:0.5,kill:2@step:7 restart=0 "
+    grep -qF -- "$want" "$tmp/out" || { fail "no line '$want...'"; show "$tmp/out"; }
+    grep -F -- "[$i] " "$tmp/out" | grep -qE " out=$out\$" || fail "rank $i got another ACCEL_SIM_OUT"
+  done
+  [ -z "$(ls -A "$tmp/tmpdir")" ] || { fail "the temporary output directory was not removed"; ls -lA "$tmp/tmpdir"; }
+  contains "$tmp/err" "accel launch: simulated GPUs: 8xA100: 3 processes, 80.00 GiB of memory per GPU, faults delay:1:0.5,kill:2@step:7; the processes write to $out" ||
+    { fail "no start line for the simulation"; show "$tmp/err"; }
+  ok "--backend sim and every --sim-* flag reach the processes (ACCEL_BACKEND=sim, ACCEL_SIM_*), in a fresh ACCEL_SIM_OUT removed at the end"
+
+  ACCEL_SIM_GPU_MEM=1GiB ACCEL_SIM_FAULTS=junk ACCEL_SIM_TRACE=1 ACCEL_SIM_TOPOLOGY=8xPCIe TMPDIR="$tmp/tmpdir" \
+    launch -n 2 --master-port 0 --backend SIM "$sim_rank"
+  [ "$rc" = 0 ] || { fail "defaults: exit status $rc"; show "$tmp/err"; }
+  for i in 0 1; do
+    grep -qF "[$i] rank=$i backend=sim mem= topology=8xH100 trace= faults= restart=0 " "$tmp/out" ||
+      { fail "defaults: rank $i"; show "$tmp/out"; }
+  done
+  ok "without the flags: ACCEL_SIM_TOPOLOGY=8xH100, no ACCEL_SIM_GPU_MEM/TRACE/FAULTS (inherited ones removed); --backend SIM is sim"
+
+  # other backends: nothing of the simulation; ACCEL_SIM_* inherited pass through as before
+  ACCEL_SIM_OUT=/inherited ACCEL_SIM_GPU_MEM=2GiB launch -n 1 --master-port 0 --backend gloo "$sim_rank"
+  has "$tmp/out" "[0] rank=0 backend=gloo mem=2GiB topology= trace= faults= restart=0 stale=0 out=/inherited" ||
+    { fail "--backend gloo touched ACCEL_SIM_*"; show "$tmp/out"; }
+  if contains "$tmp/err" "simulated"; then fail "--backend gloo printed a simulation report"; show "$tmp/err"; fi
+  ok "--backend gloo: no simulation; ACCEL_SIM_* of the environment pass through"
+
+  # --log-dir: ACCEL_SIM_OUT is LOG_DIR/sim, emptied at the start (a file of an earlier run goes) and kept
+  mkdir -p "$tmp/logs/sim" && touch "$tmp/logs/sim/rank-7.json"
+  launch -n 2 --master-port 0 --backend sim --log-dir "$tmp/logs" "$sim_rank"
+  [ "$rc" = 0 ] || { fail "--log-dir: exit status $rc"; show "$tmp/err"; }
+  grep -F "[0] " "$tmp/out" | grep -qE " out=$tmp/logs/sim\$" || { fail "--log-dir: ACCEL_SIM_OUT is not $tmp/logs/sim"; show "$tmp/out"; }
+  { [ -f "$tmp/logs/sim/rank-0.json" ] && [ -f "$tmp/logs/sim/rank-1.json" ]; } || fail "--log-dir: $tmp/logs/sim/rank-*.json not kept"
+  [ ! -e "$tmp/logs/sim/rank-7.json" ] || fail "--log-dir: $tmp/logs/sim was not emptied first"
+  ok "--log-dir DIR: ACCEL_SIM_OUT is DIR/sim, emptied at the start, kept at the end"
+
+  # restarts: the directory is emptied before each attempt; the report covers the last one
+  FAKE_SIM_FAIL_FIRST=1 TMPDIR="$tmp/tmpdir" launch -n 2 --master-port 0 --backend sim --max-restarts 2 \
+    --sim-report "$tmp/r.json" "$sim_rank"
+  [ "$rc" = 0 ] || { fail "restart: exit status $rc"; show "$tmp/err"; }
+  for i in 0 1; do
+    grep -qF "[$i] rank=$i backend=sim mem= topology=8xH100 trace= faults= restart=1 stale=0 " "$tmp/out" ||
+      { fail "restart: rank $i did not start again in an empty directory"; show "$tmp/out"; }
+  done
+  has "$tmp/err" "accel launch: simulated 8xH100: 2 processes, unlimited memory per GPU (after 1 restart)" ||
+    { fail "restart: the report's header does not count the restart"; show "$tmp/err"; }
+  [ "$(sim_block "$tmp/err" | grep -c '  ok$')" = 2 ] || { fail "restart: not 2 ok rows (the last attempt)"; show "$tmp/err"; }
+  py "$tmp/r.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["restarts"] == 1 and r["outcome"] == "ok", r
+assert [x["status"] for x in r["ranks"]] == ["ok", "ok"], r
+EOF
+  ok "--max-restarts: ACCEL_SIM_OUT emptied before the restart; the report covers the last attempt and says 1 restart"
+}
+
+case_sim_usage() {
+  mkdir -p "$tmp/tmpdir"
+  program marker.sh <<EOF
+#!/bin/sh
+touch "$tmp/started"
+EOF
+  # expect TEXT ARGS...: accel launch ARGS exits 2, says TEXT on stderr, starts nothing, makes no directory
+  expect() {
+    local text=$1
+    shift
+    TMPDIR="$tmp/tmpdir" launch "$@"
+    [ "$rc" = 2 ] || fail "accel launch $*: exit status $rc, not 2"
+    contains "$tmp/err" "$text" || { fail "accel launch $*: no '$text'"; show "$tmp/err"; }
+    [ ! -e "$tmp/started" ] || { fail "accel launch $*: a process was started"; rm -f "$tmp/started"; }
+    [ -z "$(ls -A "$tmp/tmpdir")" ] || { fail "accel launch $*: a directory was made"; rm -rf "${tmp:?}/tmpdir/"*; }
+  }
+  local m=$tmp/marker.sh
+  expect "accel launch: --sim-gpu-mem '12XB' has an unknown unit 'XB'" -n 2 --backend sim --sim-gpu-mem 12XB "$m"
+  expect "--sim-gpu-mem 'lots' is not a size" -n 2 --backend sim --sim-gpu-mem lots "$m"
+  expect "--sim-gpu-mem '0GiB' is zero" -n 2 --backend sim --sim-gpu-mem 0GiB "$m"
+  expect "--sim-topology: unknown topology '8xV100'; presets: 8xH100 8xA100 8xPCIe Nx8xH100-IB" \
+    -n 2 --backend sim --sim-topology 8xV100 "$m"
+  expect "-n/--nproc-per-node times --nnodes must be in [1, 8] (the GPUs of --sim-topology '8xH100'; e.g. \"4x8xH100-IB\" has 32), got 9" \
+    -n 9 --backend sim "$m"
+  expect "must be in [1, 16] (the GPUs of --sim-topology '2x8xH100-IB'; e.g. \"4x8xH100-IB\" has 32), got 17" \
+    -n 17 --backend sim --sim-topology 2x8xH100-IB "$m"
+  expect "--sim-faults: 'kill:9@step:1' names rank 9 of a 8-rank world" -n 8 --backend sim --sim-faults delay:0:1,kill:9@step:1 "$m"
+  expect "--sim-faults: cannot read 'explode:1'" -n 8 --backend sim --sim-faults explode:1 "$m"
+  expect "--backend sim runs on one node only" -n 2 --nnodes 2 --backend sim "$m"
+  expect "--nnodes 2 is not supported" -n 2 --nnodes 2 --node-rank 1 --backend sim "$m"
+  expect "--sim-report $tmp/nodir/r.json: the directory $tmp/nodir does not exist" -n 2 --backend sim --sim-report "$tmp/nodir/r.json" "$m"
+  expect "--sim-trace $tmp is a directory" -n 2 --backend sim --sim-trace "$tmp" "$m"
+  expect "--sim-topology: the value is empty" -n 2 --backend sim --sim-topology "" "$m"
+  for flag in --sim-gpu-mem=1GiB --sim-topology=8xH100 --sim-trace="$tmp/t.json" --sim-faults=delay:0:1 --sim-report="$tmp/r.json"; do
+    expect "${flag%%=*} needs --backend sim" -n 2 "$flag" "$m"
+    expect "${flag%%=*} needs --backend sim (got --backend nccl)" -n 2 --backend nccl "$flag" "$m"
+  done
+  expect "--sim-faults needs --backend sim" -n 2 --sim-faults "" "$m"
+  ok "bad --sim-* values, a sim flag without --backend sim, --nnodes 2: exit 2 naming the flag and the value, nothing started"
+  # the largest world a preset holds is accepted
+  TMPDIR="$tmp/tmpdir" launch -n 16 --master-port 0 --backend sim --sim-topology 2x8xH100-IB --sim-gpu-mem 1.5GiB "$m"
+  { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "-n 16 on 2x8xH100-IB did not run"; show "$tmp/err"; }
+  ok "-n 16 --sim-topology 2x8xH100-IB runs"
+}
+
+case_sim_report() {
+  # rank 0 ok, 1 fails (exit 3), 2 killed by a fault (SIGKILL), 3 dies before writing, 4 writes garbage
+  FAKE_SIM_SYNC=1 FAKE_SIM_FAIL=1 FAKE_SIM_KILLED=2 FAKE_SIM_VANISH=3 FAKE_SIM_GARBAGE=4 \
+    launch -n 5 --master-port 0 --backend sim --sim-gpu-mem 80GiB --sim-report "$tmp/r.json" "$sim_rank"
+  [ "$rc" = 1 ] || fail "exit status $rc, not 1"
+  sim_block "$tmp/err" >"$tmp/report"
+  for line in \
+    "accel launch: simulated 8xH100: 5 processes, 80.00 GiB of memory per GPU" \
+    "  rank  peak memory  virtual s  steps    s/step  status" \
+    "     0     1.50 MiB   1.500000     10  0.150000  ok" \
+    "     1     3.00 MiB   2.500000     10  0.250000  failed (exit 3): loss is NaN at step 3" \
+    "     2     4.50 MiB   3.500000     10  0.350000  killed (SIGKILL): fault kill:2@step:5" \
+    "     3            -          -      -         -  no report (SIGKILL): no rank-3.json" \
+    "     4            -          -      -         -  no report: rank-4.json is not a JSON object" \
+    "accel launch: predicted 0.350000 s per optimizer step on 5 GPUs of 8xH100 (the slowest rank, 2: 3.500000 virtual s over 10 steps); the run did not finish: from what the ranks reported" \
+    "accel launch: the report is in $tmp/r.json"; do
+    has "$tmp/report" "$line" || fail "the report lacks '$line'"
+  done
+  [ "$(wc -l <"$tmp/report")" = 9 ] || fail "the report is not 9 lines"
+  [ "$failures" = 0 ] || show "$tmp/err"
+  ok "the report's rows: ok, failed with its error and exit code, killed by a fault with SIGKILL, no report file, a malformed one"
+  py "$tmp/r.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert list(r) == ["topology", "world_size", "gpu_mem_bytes", "restarts", "outcome", "ranks",
+                   "predicted_seconds_per_step", "slowest_rank"], list(r)
+assert (r["topology"], r["world_size"], r["gpu_mem_bytes"], r["restarts"], r["outcome"]) == ("8xH100", 5, 80 << 30, 0, "failed"), r
+ranks = r["ranks"]
+assert [x["rank"] for x in ranks] == [0, 1, 2, 3, 4]
+assert [x["status"] for x in ranks] == ["ok", "failed", "killed", "no report", "no report"], ranks
+assert [x["exit"] for x in ranks] == ["exit 0", "exit 3", "SIGKILL", "SIGKILL", "exit 0"], ranks
+assert [x["error"] for x in ranks] == ["", "loss is NaN at step 3", "fault kill:2@step:5", "no rank-3.json",
+                                       "rank-4.json is not a JSON object"], ranks
+assert ranks[0]["peak_bytes"] == 1572864 and ranks[0]["virtual_seconds"] == 1.5 and ranks[0]["steps"] == 10, ranks[0]
+assert ranks[0]["seconds_per_step"] == 0.15 and ranks[0]["collectives"] == 40 and ranks[0]["bytes_sent"] == 1000, ranks[0]
+assert ranks[3]["seconds_per_step"] is None and ranks[3]["peak_bytes"] == 0, ranks[3]
+for x in ranks:
+    assert list(x)[:8] == ["rank", "status", "error", "exit", "peak_bytes", "virtual_seconds", "steps", "seconds_per_step"], x
+assert r["predicted_seconds_per_step"] == 0.35 and r["slowest_rank"] == 2, r
+EOF
+  ok "--sim-report: the same as JSON (topology, world_size, gpu_mem_bytes, restarts, ranks with status, error, exit, ...)"
+
+  # the launcher stops the other ranks: their rows say so
+  FAKE_SIM_FAIL=0 FAKE_SIM_SLEEP=1 launch -n 2 --master-port 0 --backend sim --grace-period 2 "$sim_rank"
+  [ "$rc" = 1 ] || fail "stopped: exit status $rc, not 1"
+  has "$tmp/err" "     1            -          -      -         -  stopped (SIGTERM): stopped by the launcher after rank 0 failed; no rank-1.json" ||
+    { fail "stopped: no row for rank 1 stopped by the launcher"; show "$tmp/err"; }
+  has "$tmp/err" "accel launch: predicted 0.150000 s per optimizer step on 2 GPUs of 8xH100 (the slowest rank, 0: 1.500000 virtual s over 10 steps); the run did not finish: from what the ranks reported" ||
+    { fail "stopped: no prediction line"; show "$tmp/err"; }
+  ok "a rank the launcher stopped after another failed: 'stopped (SIGTERM): stopped by the launcher after rank 0 failed'"
+
+  # interrupted: the report still comes
+  FAKE_SIM_SLEEP="0 1" "$accel" launch -n 2 --master-port 0 --backend sim --sim-report "$tmp/r.json" "$sim_rank" >"$tmp/out" 2>"$tmp/err" &
+  launcher=$!
+  for _ in $(seq 1 200); do
+    [ "$(grep -c 'rank=' "$tmp/out")" = 2 ] && break
+    sleep 0.05
+  done
+  sleep 0.1
+  kill -TERM "$launcher"
+  wait "$launcher"
+  rc=$?
+  [ "$rc" = 143 ] || fail "interrupted: exit status $rc, not 143"
+  for i in 0 1; do
+    grep -qE "^ +$i .*  stopped \(SIGTERM\): stopped by the launcher \(SIGTERM to the launcher\); no rank-$i.json$" "$tmp/err" ||
+      { fail "interrupted: no row for rank $i"; show "$tmp/err"; }
+  done
+  has "$tmp/err" "accel launch: no prediction per optimizer step: no rank wrote a report" || fail "interrupted: no 'no prediction' line"
+  py "$tmp/r.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["outcome"] == "interrupted" and r["predicted_seconds_per_step"] is None, r
+assert [(x["status"], x["exit"]) for x in r["ranks"]] == [("stopped", "SIGTERM")] * 2, r
+EOF
+  ok "interrupted by SIGTERM: the report and --sim-report still come, the ranks stopped by the launcher"
+
+  # a rank with no optimizer step: '-' per step, no prediction when it is the slowest
+  FAKE_SIM_NOSTEPS=1 launch -n 2 --master-port 0 --backend sim "$sim_rank"
+  [ "$rc" = 0 ] || { fail "no steps: exit status $rc"; show "$tmp/err"; }
+  has "$tmp/err" "     1     3.00 MiB   2.500000      0         -  ok" || { fail "no steps: no row with '-'"; show "$tmp/err"; }
+  has "$tmp/err" "accel launch: no prediction per optimizer step: the slowest rank (1) reported no optimizer step" ||
+    { fail "no steps: no 'no prediction' line"; show "$tmp/err"; }
+  ok "a rank with 0 optimizer steps: '-' per step"
+}
+
+case_sim_trace() {
+  # rank 2 dies before writing anything: its events are missing, the others' are merged in rank order
+  FAKE_SIM_SYNC=1 FAKE_SIM_VANISH=2 launch -n 4 --master-port 0 --backend sim --sim-trace "$tmp/t.json" "$sim_rank"
+  [ "$rc" = 1 ] || fail "exit status $rc, not 1"
+  has "$tmp/err" "accel launch: the trace is in $tmp/t.json (9 events; no trace from rank 2)" || { fail "no trace line"; show "$tmp/err"; }
+  python3 -m json.tool "$tmp/t.json" >/dev/null || fail "$tmp/t.json is not JSON"
+  py "$tmp/t.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert list(t) == ["traceEvents", "displayTimeUnit"] and t["displayTimeUnit"] == "ms", list(t)
+ev = t["traceEvents"]
+assert [e["pid"] for e in ev] == [0, 0, 0, 1, 1, 1, 3, 3, 3], [e["pid"] for e in ev]
+assert [e["name"] for e in ev[:3]] == ["process_name", "forward", "all_reduce"], ev[:3]
+for e in ev:
+    assert {"name", "ph", "pid", "tid", "ts", "args"} <= set(e), e
+assert ev[1]["dur"] == 1000.5 and ev[2]["args"] == {"bytes": 4096, "algorithm": "ring"}, ev[1:3]
+EOF
+  ok "--sim-trace: one valid Chrome trace, every rank's events in rank order, a rank without a trace left out and named"
+
+  # two identical runs: byte-identical --sim-report, --sim-trace and report on stderr
+  for run in 1 2; do
+    FAKE_SIM_SYNC=1 FAKE_SIM_FAIL=3 launch -n 4 --master-port 0 --backend sim --sim-topology 4x8xH100-IB \
+      --sim-gpu-mem 16GB --sim-trace "$tmp/t$run.json" --sim-report "$tmp/r$run.json" "$sim_rank"
+    [ "$rc" = 1 ] || fail "run $run: exit status $rc, not 1"
+    sim_block "$tmp/err" | sed "s|$tmp/[tr]$run.json|FILE|" >"$tmp/report$run"
+  done
+  cmp -s "$tmp/r1.json" "$tmp/r2.json" || { fail "--sim-report differs between two runs"; diff "$tmp/r1.json" "$tmp/r2.json"; }
+  cmp -s "$tmp/t1.json" "$tmp/t2.json" || fail "--sim-trace differs between two runs"
+  cmp -s "$tmp/report1" "$tmp/report2" || { fail "the report on stderr differs between two runs"; diff "$tmp/report1" "$tmp/report2"; }
+  [ "$(wc -l <"$tmp/report1")" = 9 ] || { fail "the report is not 9 lines"; show "$tmp/report1"; }
+  python3 -m json.tool "$tmp/t1.json" >/dev/null || fail "$tmp/t1.json is not JSON"
+  ok "two identical runs: byte-identical --sim-report, --sim-trace and report"
 }
 
 "case_$case_name"
