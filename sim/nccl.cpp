@@ -48,6 +48,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "runtime/comm/kernels.h"
@@ -248,7 +249,12 @@ struct Process {
     os << "[{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" << rank << ",\"args\":{\"name\":\"rank " << rank << "\"}},\n"
        << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << rank << ",\"tid\":0,\"args\":{\"name\":\"compute\"}},\n"
        << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << rank << ",\"tid\":1,\"args\":{\"name\":\"communication\"}}";
-    for (const auto& e : events)
+    // in time order per lane: the host and the stream thread append in whatever order they ran
+    std::vector<sim::TraceEvent> ev = events;
+    std::stable_sort(ev.begin(), ev.end(), [](const sim::TraceEvent& x, const sim::TraceEvent& y) {
+      return std::tie(x.lane, x.ts, x.dur, x.name) < std::tie(y.lane, y.ts, y.dur, y.name);
+    });
+    for (const auto& e : ev)
       os << ",\n{\"ph\":\"X\",\"name\":\"" << json_escape(e.name) << "\",\"cat\":\"" << (e.lane ? "comm" : "compute")
          << "\",\"pid\":" << rank << ",\"tid\":" << e.lane << ",\"ts\":" << e.ts * 1e6 << ",\"dur\":" << e.dur * 1e6
          << ",\"args\":{" << e.args << "}}";
@@ -1588,6 +1594,15 @@ ACCEL_SIM_EXPORT size_t accelSimDiagnose(ncclComm_t c, char* buf, size_t len) {
   const std::string s = os.str();
   if (buf && len) copy_text(buf, len, s);
   return s.size();
+}
+
+ACCEL_SIM_EXPORT void accelSimNote(ncclComm_t c, const char* why) {
+  if (!c || !why) return;
+  {
+    std::lock_guard<std::mutex> lk(proc().mu);
+    proc().record_error(why);
+  }
+  if (c->blocks) copy_text(c->me().note, kNote, why);
 }
 
 ACCEL_SIM_EXPORT int accelSimMemCharge(unsigned long long bytes, char* msg, size_t len) {

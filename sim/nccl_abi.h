@@ -96,6 +96,8 @@ constexpr unsigned int kCudaEventDisableTiming = 0x02;  // cudaEventDisableTimin
 //   double accelSimFlopsPerSecond(ncclComm_t)             the preset's rate for estimated work
 //   ncclResult_t accelSimOnStep(ncclComm_t, long long step)  an optimizer step starts (faults)
 //   size_t accelSimDiagnose(ncclComm_t, char* buf, size_t len)  where every rank is, as text
+//   void   accelSimNote(ncclComm_t, const char* why)      why this rank is about to abort: the
+//          others' errors quote it
 //   int    accelSimMemCharge(unsigned long long bytes, char* msg, size_t len)  0, or 1 with
 //          a CUDA-shaped out-of-memory message: the process's simulated device memory
 //   void   accelSimMemRelease(unsigned long long bytes)

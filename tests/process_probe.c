@@ -2,10 +2,12 @@
  * accel_init and checks every process utility against what its launcher's variables say.
  * Prints one line, "rank R of N local L/M: ok sum S", or what was wrong, and exits non-zero.
  *
- *   process_probe [--no-destroy | --stall SECONDS]
+ *   process_probe [--no-destroy | --stall SECONDS | --mismatch]
  *
  * --no-destroy exits without accel_destroy; --stall makes process 1 sleep SECONDS before the
- * collectives (the others must fail with ACCEL_ERR_TIMEOUT when that exceeds the timeout).
+ * collectives (the others must fail with ACCEL_ERR_TIMEOUT when that exceeds the timeout);
+ * --mismatch makes process 1 reduce two values where the others reduce one (a mismatched
+ * collective: the simulator fails every process naming the calls).
  *
  * The expected rank and size come from RANK/WORLD_SIZE, OMPI_COMM_WORLD_RANK/SIZE, PMI_*
  * or SLURM_* (whichever the launcher set). */
@@ -49,12 +51,14 @@ int main(int argc, char **argv) {
     const int want_rank = env_int(rank_vars, 0), want_size = env_int(size_vars, 1);
     const int no_destroy = argc > 1 && !strcmp(argv[1], "--no-destroy");
     const int stall = argc > 2 && !strcmp(argv[1], "--stall") ? atoi(argv[2]) : 0;
+    const int mismatch = argc > 1 && !strcmp(argv[1], "--mismatch");
     struct timespec t0, t1;
     accel_context *ctx = NULL;
     accel_tensor *mine = NULL, *sum = NULL, *all = NULL, *bc = NULL;
     int32_t rank = -1, size = -1, local = -1;
     int is_main = -1, is_local_main = -1;
     double value, s = 0, gathered[64], b = 0;
+    double pair[2];
     int64_t shape[] = {1}, n = 0;
     int r;
 
@@ -73,7 +77,13 @@ int main(int argc, char **argv) {
     if (stall && rank == 1) sleep((unsigned)stall);
     clock_gettime(CLOCK_MONOTONIC, &t0);
     value = rank + 1;
-    CHECK(accel_tensor_create(ACCEL_FLOAT64, shape, 1, &value, &mine));
+    if (mismatch && rank == 1) {
+        pair[0] = pair[1] = value;
+        shape[0] = 2;
+        CHECK(accel_tensor_create(ACCEL_FLOAT64, shape, 1, pair, &mine));
+    } else {
+        CHECK(accel_tensor_create(ACCEL_FLOAT64, shape, 1, &value, &mine));
+    }
     {
         accel_status st = accel_reduce(ctx, mine, ACCEL_REDUCE_SUM, &sum);
         clock_gettime(CLOCK_MONOTONIC, &t1);

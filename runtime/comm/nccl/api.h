@@ -71,6 +71,7 @@ struct NcclApi {
   double (*accelSimFlopsPerSecond)(ncclComm_t) = nullptr;
   ncclResult_t (*accelSimOnStep)(ncclComm_t, long long) = nullptr;
   size_t (*accelSimDiagnose)(ncclComm_t, char*, size_t) = nullptr;
+  void (*accelSimNote)(ncclComm_t, const char*) = nullptr;
   int (*accelSimMemCharge)(unsigned long long, char*, size_t) = nullptr;
   void (*accelSimMemRelease)(unsigned long long) = nullptr;
 };

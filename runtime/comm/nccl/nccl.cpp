@@ -83,6 +83,7 @@ struct State {
     if (aborted) return;
     aborted = true;
     why_aborted = why;
+    if (comm && api->accelSimNote) api->accelSimNote(comm, why.c_str());  // the other simulated ranks quote it
     if (comm) api->ncclCommAbort(comm);
     comm = nullptr;
   }
@@ -506,7 +507,7 @@ const NcclApi& sim_nccl_api() {
   ACCEL_SIM(cudaEventDestroy) ACCEL_SIM(cudaEventRecord) ACCEL_SIM(cudaEventQuery) ACCEL_SIM(cudaStreamWaitEvent)
   ACCEL_SIM(cudaMalloc) ACCEL_SIM(cudaFree)
   ACCEL_SIM(accelSimChargeCompute) ACCEL_SIM(accelSimFlopsPerSecond) ACCEL_SIM(accelSimOnStep)
-  ACCEL_SIM(accelSimDiagnose) ACCEL_SIM(accelSimMemCharge) ACCEL_SIM(accelSimMemRelease)
+  ACCEL_SIM(accelSimDiagnose) ACCEL_SIM(accelSimNote) ACCEL_SIM(accelSimMemCharge) ACCEL_SIM(accelSimMemRelease)
 #undef ACCEL_SIM
   loaded = a;
   return *loaded;

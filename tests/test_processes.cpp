@@ -1,4 +1,6 @@
-// The Gloo backend (runtime/comm/gloo/): c10d's ProcessGroupGloo behind the Communicator.
+// Backends of real processes: Gloo (runtime/comm/gloo/, c10d's ProcessGroupGloo behind the
+// Communicator) and the nccl backend on the simulated NCCL (ACCEL_BACKEND=sim:
+// runtime/comm/nccl/ loaded with libaccel-nccl-sim.so, sim/nccl.cpp).
 //
 // Collectives: ranks as threads of this process meeting through an in-process store (every
 // operation, type and op; in-place forms; groups; the rendezvous' errors; timeouts).
@@ -27,6 +29,7 @@
 #include "runtime/comm/kernels.h"
 #include "runtime/comm/store.h"
 #include "runtime/runtime.h"
+#include "sim/world.h"
 
 namespace accel {
 namespace {
@@ -363,7 +366,7 @@ std::pair<torch::Tensor, torch::Tensor> data(int64_t rows) {
 
 // Trains kSteps optimizer steps; the weights at the end (gathered when sharded).
 std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which, int64_t rows, int kill_at = 0,
-                                 int64_t wide = 32) {
+                                 int64_t wide = 32, int hog_at = 0) {
   MLPConfig cfg;
   cfg.sizes = {16, wide, 32, 5};
   std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
@@ -377,6 +380,7 @@ std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which,
   lc.batch_size = batch;
   auto loader = std::make_shared<DataLoader>(X, Y, lc);
   acc.prepare(model, opt, nullptr, loader);
+  torch::Tensor hog;
   while (acc.optimizer_steps() < kSteps) {
     auto b = acc.next_batch(*loader);
     if (!b) continue;
@@ -384,6 +388,8 @@ std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which,
     acc.clip_grad_norm(kMaxNorm);
     acc.step();
     if (kill_at > 0 && acc.optimizer_steps() == kill_at) raise(SIGKILL);
+    // a buffer of 256 MiB held from step hog_at on (a simulated GPU's budget runs out)
+    if (hog_at > 0 && acc.optimizer_steps() == hog_at) hog = torch::ones({64 << 20});
   }
   return acc.full_parameters(*model);
 }
@@ -414,11 +420,13 @@ TEST(GlooProcess, Worker) {
   const std::string dir = std::getenv("ACCEL_TEST_GLOO_DIR");
   const std::string rank = std::getenv("RANK") ? std::getenv("RANK") : "x";
   const std::string slot = std::getenv("ACCEL_TEST_GLOO_SLOT");
+  const std::string backend = std::getenv("ACCEL_TEST_BACKEND") ? std::getenv("ACCEL_TEST_BACKEND") : "gloo";
   std::istringstream in(job);
   std::string what, strategy, opt;
   int n = 0, k = 0, b = 0, kill_at = 0, wide = 32;
   in >> what >> strategy >> n >> k >> b >> opt;
   if (what == "die" && rank == "1") kill_at = 3;
+  const int hog_at = what == "hog" && rank == "1" ? 2 : 0;
   Case c{parse_strategy(strategy).value(), n, k, opt == "sgd" ? OptKind::SGD : OptKind::AdamW, b};
   const auto t0 = std::chrono::steady_clock::now();
   int status = 0;
@@ -434,9 +442,9 @@ TEST(GlooProcess, Worker) {
       wide = 33;
     }
     const double timeout = std::getenv("ACCEL_TIMEOUT") ? std::atof(std::getenv("ACCEL_TIMEOUT")) : 20;
-    auto comm = comm::join_world("gloo", std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
+    auto comm = comm::join_world(backend, std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
     Accelerator acc(o, comm);
-    params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at, wide);
+    params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at, wide, hog_at);
   } catch (const Error& e) {
     status = static_cast<int>(e.status());
     msg = e.what();
@@ -462,7 +470,8 @@ struct Outcome {
 
 // Starts n workers with torchrun's variables set by hand; `env` adds per-rank variables.
 std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s,
-                                 const std::function<void(int)>& env = nullptr) {
+                                 const std::function<void(int)>& env = nullptr, const std::string& backend = "gloo",
+                                 const std::string& keep = "") {
   char tmpl[] = "/tmp/accel-test-gloo-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const int port = free_port();
@@ -480,11 +489,16 @@ std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s
       setenv("ACCEL_TEST_GLOO", job.c_str(), 1);
       setenv("ACCEL_TEST_GLOO_DIR", dir.c_str(), 1);
       setenv("ACCEL_TEST_GLOO_SLOT", std::to_string(r).c_str(), 1);
+      setenv("ACCEL_TEST_BACKEND", backend.c_str(), 1);
+      // the simulated library's report and trace files (kept in `keep` when given)
+      setenv("ACCEL_SIM_OUT", (keep.empty() ? dir : keep).c_str(), 1);
+      setenv("ACCEL_SIM_TRACE", "1", 1);
+      setenv("OMP_NUM_THREADS", "1", 1);  // n processes share the cores
       if (env) env(r);
       // the worker's own gtest lines go to its log, not into this test's output
       const int log = open((dir + "/" + std::to_string(r) + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (log >= 0) dup2(log, 1);
-      execl("/proc/self/exe", "test_gloo", "--gtest_filter=GlooProcess.Worker", static_cast<char*>(nullptr));
+      execl("/proc/self/exe", "test_processes", "--gtest_filter=GlooProcess.Worker", static_cast<char*>(nullptr));
       _exit(127);
     }
     kids.push_back(pid);
@@ -614,6 +628,195 @@ TEST(GlooProcess, BadWorldsAreClearErrors) {
   EXPECT_EQ(alone[0].status, static_cast<int>(Status::Timeout)) << alone[0].message;
   EXPECT_TRUE(contains(alone[0].message, "rank(s) 1, 2 of 3 did not join within 2000 ms")) << alone[0].message;
   EXPECT_LT(alone[0].seconds, 15);
+}
+
+// ---------------------------------------------------------------------------------------
+// The simulated NCCL as processes (ACCEL_BACKEND=sim): the nccl backend's own code on
+// libaccel-nccl-sim.so, one simulated GPU per process.
+
+std::string weight_bytes(const std::vector<torch::Tensor>& params) {
+  std::string out;
+  for (const auto& p : params) {
+    auto t = p.contiguous();
+    out.append(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel() * t.element_size()));
+  }
+  return out;
+}
+
+// The same training on the in-process simulator's ranks (threads): rank 0's weights. One
+// intra-op thread, as the processes have (OMP_NUM_THREADS=1), so that libtorch's kernels
+// round alike.
+std::string in_process(const Case& c) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
+  sim::WorldOptions wo;
+  wo.world_size = c.n;
+  wo.timeout_seconds = 60;
+  sim::World w(wo);
+  std::vector<std::string> bytes(static_cast<size_t>(c.n));
+  auto rep = w.run([&](sim::Rank& rk) {
+    std::shared_ptr<comm::Communicator> cm(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(options(c), cm);
+    bytes[static_cast<size_t>(rk.rank())] =
+        weight_bytes(train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps));
+  });
+  at::set_num_threads(threads);
+  EXPECT_TRUE(rep.ok()) << rep.first_error();
+  return bytes[0];
+}
+
+std::string job_of(const Case& c) {
+  std::ostringstream job;
+  job << "train " << strategy_name(c.strategy) << " " << c.n << " " << c.k << " " << c.b << " "
+      << (c.opt == OptKind::SGD ? "sgd" : "adamw");
+  return job.str();
+}
+
+double max_rel_err(const std::string& a, const std::string& b) {
+  EXPECT_EQ(a.size(), b.size());
+  const size_t n = std::min(a.size(), b.size()) / sizeof(float);
+  double worst = 0, scale = 1e-30;
+  for (size_t i = 0; i < n; ++i) {
+    float x, y;
+    std::memcpy(&x, a.data() + i * 4, 4);
+    std::memcpy(&y, b.data() + i * 4, 4);
+    worst = std::max(worst, static_cast<double>(std::abs(x - y)));
+    scale = std::max(scale, static_cast<double>(std::abs(y)));
+  }
+  return worst / scale;
+}
+
+class SimEquivalence : public ::testing::TestWithParam<Case> {};
+
+// N simulated processes give, bit for bit, the weights of N ranks of the in-process
+// simulator, every process the same bits, and within 1e-5 of one process trained on the
+// global batch.
+TEST_P(SimEquivalence, ProcessesEqualTheInProcessSimulatorBitForBit) {
+  const Case c = GetParam();
+  auto out = run_workers(c.n, job_of(c), 60, nullptr, "sim");
+  for (int r = 0; r < c.n; ++r) {
+    ASSERT_EQ(out[r].exit_code, 0) << "rank " << r;
+    ASSERT_EQ(out[r].status, 0) << "rank " << r << ": " << out[r].message;
+    EXPECT_EQ(out[r].weights, out[0].weights) << "rank " << r << " differs from rank 0 in its bits";
+  }
+  const std::string threads = in_process(c);
+  EXPECT_TRUE(out[0].weights == threads) << case_name(c) << ": the processes differ from the in-process simulator by "
+                                         << max_rel_err(out[0].weights, threads) << " (relative)";
+  const double err = max_rel_err(out[0].weights, weight_bytes(single(c)));
+  EXPECT_LE(err, 1e-5) << case_name(c);
+  RecordProperty("max_rel_err_vs_one_process", std::to_string(err));
+}
+
+std::vector<Case> sim_cases() {
+  std::vector<Case> v;
+  for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+    v.push_back({s, 2, 2, OptKind::AdamW, 3});
+    v.push_back({s, 4, 1, OptKind::SGD, 2});
+    v.push_back({s, 8, 1, OptKind::AdamW, 2});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, SimEquivalence, ::testing::ValuesIn(sim_cases()),
+                         [](const auto& info) { return case_name(info.param); });
+
+// The same run three ways: the in-process simulator and the simulated processes agree bit
+// for bit (above); Gloo's processes (its own reduction order) within 1e-5 of them.
+TEST(SimProcess, GlooAgreesWithTheSimulatorsWithin1e5) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  for (const Case& c : {Case{Strategy::DDP, 4, 1, OptKind::SGD, 2}, Case{Strategy::Zero2, 2, 2, OptKind::AdamW, 3},
+                        Case{Strategy::Zero3, 4, 1, OptKind::SGD, 2}}) {
+    auto sim_out = run_workers(c.n, job_of(c), 60, nullptr, "sim");
+    auto gloo_out = run_workers(c.n, job_of(c), 60, nullptr, "gloo");
+    ASSERT_EQ(sim_out[0].status, 0) << sim_out[0].message;
+    ASSERT_EQ(gloo_out[0].status, 0) << gloo_out[0].message;
+    EXPECT_TRUE(sim_out[0].weights == in_process(c)) << case_name(c);
+    const double err = max_rel_err(gloo_out[0].weights, sim_out[0].weights);
+    EXPECT_LE(err, 1e-5) << case_name(c);
+    std::cout << case_name(c) << ": gloo vs the simulators " << err << " (relative)\n";
+  }
+}
+
+// A process killed mid-training (SIGKILL by itself, or by fault injection): every other
+// process fails with ACCEL_ERR_COMMUNICATION naming it, well within the timeout.
+TEST(SimProcess, KilledProcessFailsTheOthersNamingIt) {
+  auto out = run_workers(3, "die ddp 3 1 4 adamw", 30, nullptr, "sim");
+  EXPECT_EQ(out[1].exit_code, -SIGKILL);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(out[r].status, static_cast<int>(Status::Communication)) << "rank " << r << ": " << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "rank 1 died (its process was killed or crashed)")) << out[r].message;
+    EXPECT_LT(out[r].seconds, 20) << "rank " << r;
+  }
+  auto faulted = run_workers(4, "train zero2 4 1 2 sgd", 30, [](int) { setenv("ACCEL_SIM_FAULTS", "kill:2@step:4", 1); },
+                             "sim");
+  EXPECT_EQ(faulted[2].exit_code, -SIGKILL);
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(faulted[r].status, static_cast<int>(Status::Communication)) << "rank " << r << ": " << faulted[r].message;
+    EXPECT_TRUE(contains(faulted[r].message, "rank 2 died (its process was killed or crashed): killed by fault "
+                                             "injection (kill:2@step:4) at optimizer step 4"))
+        << faulted[r].message;
+  }
+}
+
+// An allocation over the simulated GPU's budget: that process fails with a CUDA-shaped
+// out-of-memory error; the others fail naming it and quoting it.
+TEST(SimProcess, OverBudgetProcessFailsWithCudasMessageAndTheOthersQuoteIt) {
+  auto out = run_workers(2, "hog ddp 2 1 4 sgd", 30, [](int) { setenv("ACCEL_SIM_GPU_MEM", "64MiB", 1); }, "sim");
+  EXPECT_TRUE(contains(out[1].message, "CUDA out of memory (simulated). Tried to allocate 256.00 MiB (rank 1; 64.00 MiB "
+                                       "total capacity"))
+      << out[1].message;
+  EXPECT_EQ(out[0].status, static_cast<int>(Status::Communication)) << out[0].message;
+  EXPECT_TRUE(contains(out[0].message, "rank 1 exited (its process ended): CUDA out of memory (simulated)"))
+      << out[0].message;
+}
+
+// Processes that disagree on the simulated hardware, and bad settings: clear errors at init.
+TEST(SimProcess, DisagreementAndBadSettingsAreClearErrors) {
+  auto out = run_workers(2, "train ddp 2 1 4 sgd", 10,
+                         [](int r) { setenv("ACCEL_SIM_TOPOLOGY", r == 0 ? "8xH100" : "8xA100", 1); }, "sim");
+  for (int r : {0, 1}) {
+    EXPECT_EQ(out[r].status, static_cast<int>(Status::InvalidState)) << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "the processes disagree on the simulated hardware: rank 0 has topology 8xH100"))
+        << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "has topology 8xA100")) << out[r].message;
+  }
+  auto bad = run_workers(2, "train ddp 2 1 4 sgd", 10, [](int) { setenv("ACCEL_SIM_GPU_MEM", "lots", 1); }, "sim");
+  for (int r : {0, 1}) {
+    EXPECT_EQ(bad[r].status, static_cast<int>(Status::InvalidArgument)) << bad[r].message;
+    EXPECT_TRUE(contains(bad[r].message, "ACCEL_SIM_GPU_MEM 'lots'")) << bad[r].message;
+  }
+  auto big = run_workers(2, "train ddp 2 1 4 sgd", 10, [](int) { setenv("ACCEL_SIM_TOPOLOGY", "8xBogus", 1); }, "sim");
+  EXPECT_TRUE(contains(big[0].message, "8xBogus")) << big[0].message;
+}
+
+// Five runs of the same simulated processes: the same weights, report files and traces,
+// byte for byte.
+TEST(SimProcess, FiveRunsGiveTheSameBytesReportsAndTraces) {
+  const Case c{Strategy::Zero3, 4, 1, OptKind::AdamW, 2};
+  std::vector<std::string> first;
+  for (int run = 0; run < 5; ++run) {
+    char tmpl[] = "/tmp/accel-test-sim-XXXXXX";
+    const std::string keep = mkdtemp(tmpl);
+    auto out = run_workers(c.n, job_of(c), 60, nullptr, "sim", keep);
+    std::vector<std::string> got;
+    for (int r = 0; r < c.n; ++r) {
+      ASSERT_EQ(out[r].status, 0) << out[r].message;
+      got.push_back(out[r].weights);
+      got.push_back(slurp(keep + "/rank-" + std::to_string(r) + ".json"));
+      got.push_back(slurp(keep + "/trace-" + std::to_string(r) + ".json"));
+      EXPECT_FALSE(got.back().empty()) << "no trace from rank " << r;
+    }
+    std::system(("rm -rf " + keep).c_str());
+    if (run == 0) {
+      first = got;
+      EXPECT_TRUE(contains(first[1], "\"status\":\"ok\"")) << first[1];
+      EXPECT_TRUE(contains(first[1], "\"steps\":12")) << first[1];
+      continue;
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      EXPECT_TRUE(got[i] == first[i]) << "run " << run << ", rank " << i / 3 << ": "
+                                      << (i % 3 == 0 ? "weights" : i % 3 == 1 ? "report" : "trace") << " differ";
+  }
 }
 
 }  // namespace
