@@ -5,6 +5,8 @@
 # addresses). Each section is a test of its own (tests/meson.build).
 #   check_processes.sh ACCEL_TOOL TRAIN_DIGITS PROCESS_PROBE SECTION
 # SECTION: digits | restart | reshard | nodes | netns | mpirun | by-hand | no-destroy
+#          sim-digits | sim-failures | sim-restart | sim-determinism (accel launch --backend sim:
+#          the processes on the simulated NCCL, libaccel-nccl-sim.so; no Gloo needed)
 set -uo pipefail
 accel=$1 digits=$2 probe=$3 section=$4
 work=$(mktemp -d /tmp/accel-processes-XXXXXX)
@@ -14,7 +16,7 @@ fail() { echo "check_processes ($section): $*" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 accuracy() { sed -n 's/^\(\[0\] \)\{0,1\}accuracy: //p' "$1" | tail -1; }
 export ACCEL_TIMEOUT=${ACCEL_TIMEOUT:-30}
-if ! "$accel" env | grep -q '^- communication backends: .*gloo'; then
+if [[ $section != sim-* ]] && ! "$accel" env | grep -q '^- communication backends: .*gloo'; then
   echo "SKIP: this build has no gloo backend (c10d's Gloo headers were not found at configure time)"
   exit 77
 fi
@@ -188,6 +190,137 @@ no-destroy)
   "$accel" launch -n 3 "$probe" --no-destroy > "$work/nd.txt" 2>&1 || { cat "$work/nd.txt"; fail "exit without accel_destroy failed"; }
   [ $((SECONDS - start)) -le 20 ] || fail "took $((SECONDS - start)) s"
   for r in 0 1 2; do grep -q "^\[$r\] rank $r of 3 local $r: ok sum 6" "$work/nd.txt" || { cat "$work/nd.txt"; fail "rank $r"; }; done
+  ;;
+
+sim-digits)
+  # The README's line: 8 processes on 8 simulated H100s, against 8 ranks of the in-process
+  # simulator: the same weights byte for byte, the same peak memory and predicted time.
+  "$accel" launch --backend sim -n 8 --sim-gpu-mem 16GiB --sim-topology 8xH100 --sim-trace "$work/run.json" \
+    --sim-report "$work/report.json" "$digits" --epochs 3 --save "$work/p.safetensors" > "$work/p.txt" 2>&1 ||
+    { cat "$work/p.txt"; fail "8 simulated processes failed"; }
+  "$digits" --ranks 8 --epochs 3 --memory 16GiB --save "$work/s.safetensors" > "$work/s.txt" 2>&1 ||
+    { cat "$work/s.txt"; fail "8 in-process ranks failed"; }
+  grep -q '^\[0\] training on 8 processes, strategy zero2, precision bf16' "$work/p.txt" || { cat "$work/p.txt"; fail "no banner"; }
+  cmp "$work/p.safetensors" "$work/s.safetensors" || fail "8 simulated processes and 8 in-process ranks end with different weights"
+  grep -q 'accel launch: simulated 8xH100: 8 processes, 16.00 GiB of memory per GPU' "$work/p.txt" || { cat "$work/p.txt"; fail "no report"; }
+  [ "$(grep -cE '^ +[0-7] .* ok$' "$work/p.txt")" = 8 ] || { cat "$work/p.txt"; fail "the report does not have 8 ok rows"; }
+  per_step=$(sed -n 's/.*, \([0-9.]*\) us per optimizer step.*/\1/p' "$work/s.txt")
+  peak=$(sed -n 's/^rank 7 peak device memory \([0-9.]*\) KiB/\1/p' "$work/s.txt")
+  python3 - "$work/report.json" "$work/run.json" "$per_step" "$peak" <<'PYEOF' || fail "report or trace"
+import json, sys
+rep = json.load(open(sys.argv[1])); trace = json.load(open(sys.argv[2]))
+per_step_us, peak_kib = float(sys.argv[3]), float(sys.argv[4])
+assert rep["topology"] == "8xH100" and rep["world_size"] == 8 and rep["gpu_mem_bytes"] == 16 << 30, rep
+assert [r["status"] for r in rep["ranks"]] == ["ok"] * 8, rep["ranks"]
+got = rep["predicted_seconds_per_step"] * 1e6
+assert abs(got - per_step_us) <= 0.05 + 1e-3 * per_step_us, (got, per_step_us)
+assert abs(rep["ranks"][7]["peak_bytes"] / 1024 - peak_kib) <= 0.05, (rep["ranks"][7]["peak_bytes"], peak_kib)
+pids = sorted({e["pid"] for e in trace["traceEvents"]})
+assert pids == list(range(8)), pids
+names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}
+assert {"all_gather", "reduce_scatter"} <= names, names
+print(f"sim-digits: weights identical; predicted {got:.1f} us/step (in-process {per_step_us}); peak {peak_kib} KiB; trace of 8 ranks")
+PYEOF
+  # every preset: the processes predict what the in-process simulator predicts
+  for topo in 8xA100 8xPCIe 8xH200 2x8xH100-IB; do
+    "$accel" launch --backend sim -n 2 --sim-topology "$topo" --sim-report "$work/r-$topo.json" "$digits" --epochs 1 \
+      > "$work/p-$topo.txt" 2>&1 || { cat "$work/p-$topo.txt"; fail "$topo failed"; }
+    "$digits" --ranks 2 --epochs 1 --topology "$topo" > "$work/s-$topo.txt" 2>&1 || { cat "$work/s-$topo.txt"; fail "$topo in-process"; }
+    want=$(sed -n 's/.*, \([0-9.]*\) us per optimizer step.*/\1/p' "$work/s-$topo.txt")
+    python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['predicted_seconds_per_step']*1e6; w=float(sys.argv[2]); assert r['topology']==sys.argv[3] and abs(g-w)<=0.05+1e-3*w, (g,w); print(sys.argv[3], round(g,1), 'us/step')" \
+      "$work/r-$topo.json" "$want" "$topo" || fail "$topo: the prediction differs from the in-process simulator's"
+  done
+  ;;
+
+sim-failures)
+  # A mismatched collective, a stalled (missing) rank, an over-budget allocation, a killed
+  # process, the coordinator's process killed: every process fails with a clear message
+  # within the timeout, and the launcher's report names the rank.
+  run_by_hand() {  # N TAG PROGRAM ARGS...: N processes with torchrun's variables, ACCEL_BACKEND=sim
+    local n=$1 tag=$2 port r
+    shift 2
+    port=$(free_port)
+    pids=()
+    for ((r = 0; r < n; r++)); do
+      RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r LOCAL_WORLD_SIZE=$n MASTER_ADDR=127.0.0.1 MASTER_PORT=$port ACCEL_BACKEND=sim \
+        OMP_NUM_THREADS=1 "$@" > "$work/$tag$r.txt" 2>&1 &
+      pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" && fail "$tag: a process succeeded"; done
+    cat "$work/$tag"*.txt
+  }
+  start=$SECONDS
+  run_by_hand 2 mm "$probe" --mismatch
+  for r in 0 1; do
+    grep -q "ACCEL_ERR_INVALID_STATE: accel_reduce: .*mismatched collectives: rank 0 called all_reduce #1(count=1, float64, sum); rank 1 called all_reduce #1(count=2, float64, sum)" \
+      "$work/mm$r.txt" || fail "rank $r does not name the mismatched calls"
+  done
+  ACCEL_TIMEOUT=3 run_by_hand 3 st "$probe" --stall 8
+  grep -q "accel_reduce failed after [3-5]\.[0-9] s: ACCEL_ERR_TIMEOUT: .*did not complete within 3000 ms; the simulated ranks: .*rank 1: no operation yet" \
+    "$work"/st*.txt || fail "no timeout naming the stalled rank 1"
+  for r in 0 2; do grep -q "accel_reduce failed after [0-5]\.[0-9] s" "$work/st$r.txt" || fail "rank $r did not fail within the timeout"; done
+  ACCEL_SIM_GPU_MEM=600KiB run_by_hand 2 oom "$digits" --epochs 1
+  for r in 0 1; do
+    grep -q "ACCEL_ERR_OUT_OF_MEMORY: .*CUDA out of memory (simulated). Tried to allocate .* (rank $r; 600.00 KiB total capacity" \
+      "$work/oom$r.txt" || fail "rank $r: no CUDA-shaped out-of-memory error"
+  done
+  ACCEL_SIM_FAULTS=kill:0@step:3 run_by_hand 3 co "$digits" --epochs 1
+  for r in 1 2; do
+    grep -q "ACCEL_ERR_COMMUNICATION: .*rank 0 died (its process was killed or crashed)" "$work/co$r.txt" ||
+      fail "rank $r does not name rank 0 (the coordinator's process)"
+  done
+  [ $((SECONDS - start)) -le 60 ] || fail "the failures took $((SECONDS - start)) s"
+  # through the launcher: the report names the killed rank and the over-budget ranks
+  if "$accel" launch --backend sim -n 4 --sim-faults kill:2@step:5 "$digits" --epochs 1 > "$work/k.txt" 2>&1; then
+    cat "$work/k.txt"; fail "a killed process did not fail the launch"
+  fi
+  cat "$work/k.txt"
+  grep -qE '^ +2 .*killed \(SIGKILL\): killed by fault injection \(kill:2@step:5\) at optimizer step 5' "$work/k.txt" ||
+    fail "the report does not name rank 2's fault"
+  if "$accel" launch --backend sim -n 2 --sim-gpu-mem 600KiB "$digits" --epochs 1 > "$work/o.txt" 2>&1; then
+    fail "an over-budget run succeeded"
+  fi
+  cat "$work/o.txt"
+  grep -qE '^ +[01] .*CUDA out of memory \(simulated\)' "$work/o.txt" || fail "the report does not name the out-of-memory rank"
+  # bad input: more processes than the topology has GPUs is a usage error before anything starts
+  "$accel" launch --backend sim -n 9 "$digits" > "$work/u.txt" 2>&1
+  [ $? = 2 ] || { cat "$work/u.txt"; fail "9 processes on 8xH100 accepted"; }
+  grep -q "8xH100" "$work/u.txt" || { cat "$work/u.txt"; fail "no topology named"; }
+  ;;
+
+sim-restart)
+  # A fault kills process 1 in epoch 4; with --max-restarts 1 the group restarts (faults fire
+  # on the first attempt only), resumes from the epoch-3 checkpoint and ends with the
+  # uninterrupted run's weights, byte for byte.
+  "$accel" launch --backend sim -n 2 "$digits" --epochs 6 --project "$work/a" --save "$work/a.safetensors" > "$work/a.txt" 2>&1 ||
+    { cat "$work/a.txt"; fail "the uninterrupted run failed"; }
+  steps=$(sed -n 's/^\[0\] epoch  1\/6 .*steps \([0-9]*\) .*/\1/p' "$work/a.txt")
+  [ -n "$steps" ] || { cat "$work/a.txt"; fail "no step count in epoch 1"; }
+  at=$((steps * 3 + steps / 2))
+  "$accel" launch --backend sim -n 2 --max-restarts 1 --sim-faults "kill:1@step:$at" "$digits" --epochs 6 --project "$work/c" \
+    --save "$work/c.safetensors" > "$work/c.txt" 2>&1 || { cat "$work/c.txt"; fail "the restarted run failed"; }
+  grep -q 'restarting the group (attempt 1 of 1)' "$work/c.txt" || { cat "$work/c.txt"; fail "no restart"; }
+  grep -q '^\[0\] resumed from .*checkpoint_.* at epoch 4' "$work/c.txt" || { cat "$work/c.txt"; fail "no resume at epoch 4"; }
+  cmp "$work/a.safetensors" "$work/c.safetensors" || fail "the restarted run's weights differ from the uninterrupted run's"
+  echo "sim-restart: kill:1@step:$at, restarted, resumed at epoch 4: weights bit-identical to the uninterrupted run"
+  ;;
+
+sim-determinism)
+  # The same run 5 times: the same weights, report, trace and printed report, byte for byte
+  # (each run in a directory of its own under the same file names; the wall time and the
+  # launcher's temporary directory are the only lines left out).
+  for i in 1 2 3 4 5; do
+    mkdir "$work/$i"
+    (cd "$work/$i" && "$accel" launch --backend sim -n 4 --sim-trace t.json --sim-report r.json "$digits" --epochs 2 \
+      --save w.safetensors > o.txt 2>&1) || { cat "$work/$i/o.txt"; fail "run $i failed"; }
+    grep -v -e 'exited 0 in' -e 'the processes write to' "$work/$i/o.txt" > "$work/$i/l.txt"
+  done
+  for i in 2 3 4 5; do
+    for f in t.json r.json w.safetensors l.txt; do
+      cmp "$work/1/$f" "$work/$i/$f" || { diff "$work/1/$f" "$work/$i/$f" | head -20; fail "run $i: $f differs from run 1's"; }
+    done
+  done
+  echo "sim-determinism: 5 runs, identical weights, report, trace ($(wc -c < "$work/1/t.json") bytes) and output"
   ;;
 
 *) fail "unknown section" ;;
