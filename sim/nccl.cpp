@@ -26,7 +26,9 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -135,6 +137,9 @@ struct alignas(64) RankBlock {
   uint64_t seq, count;
   int32_t kind, dtype, op, root;
   double ready;  // its virtual time when the collective could start on this rank
+  uint64_t send_addr, recv_addr;  // its buffers in its own address space (direct access)
+  uint64_t probe_addr;            // a word the others read at init to test direct access
+  std::atomic<uint32_t> direct;   // 0 not yet known, 1 it can read its successor's memory, 2 it cannot
   char now[kDesc];   // what its stream does or last did
   char note[kNote];  // why it is gone, or its last error
 };
@@ -381,6 +386,8 @@ struct accel::nccl_abi::ncclComm {
   char* box_data = nullptr;
   uint64_t slot_bytes = 0, box_bytes = 0;
   uint64_t phase = 0;     // the barrier phases this rank has passed (the stream's)
+  bool direct = false;    // collectives may read and write the peers' buffers (process_vm_readv/writev)
+  uint64_t direct_from = 16ull << 20;  // ... those of this many bytes per rank and more
   uint64_t coll_seq = 0;  // collectives posted (host side)
   std::map<int, uint64_t> send_seq, recv_seq;
   std::map<int, std::pair<double, ncclDataType_t>> premul_ops;  // PreMulSum operators
@@ -520,6 +527,117 @@ void account(ncclComm* c, const Call& call, double ready, double start, double s
   p.events.push_back({c->rank, 1, kind_name(call.kind), start, seconds, args.str()});
 }
 
+// Copies between this process and rank q's memory: its own with memcpy, a peer's with one
+// cross-memory-attach call (process_vm_readv / process_vm_writev: the kernel copies between
+// the address spaces, as NVLink's peer-to-peer copies do between GPUs).
+bool peer_copy(ncclComm* c, int q, void* local, uint64_t remote, size_t bytes, bool write, std::string& why) {
+  if (bytes == 0) return true;
+  if (q == c->rank) {
+    if (write)
+      std::memmove(reinterpret_cast<void*>(remote), local, bytes);
+    else
+      std::memmove(local, reinterpret_cast<const void*>(remote), bytes);
+    return true;
+  }
+  const pid_t pid = static_cast<pid_t>(c->blocks[q].pid);
+  size_t done = 0;
+  while (done < bytes) {
+    iovec l{static_cast<char*>(local) + done, bytes - done};
+    iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
+    const ssize_t k = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
+    if (k <= 0) {
+      if (k < 0 && errno == EINTR) continue;
+      why = gone(c, q);
+      if (why.empty())
+        why = std::string(write ? "writing to" : "reading from") + " rank " + std::to_string(q) + "'s buffer: " +
+              (k < 0 ? std::strerror(errno) : "nothing copied");
+      return false;
+    }
+    done += static_cast<size_t>(k);
+  }
+  return true;
+}
+
+// A collective by direct access: every rank publishes its buffers' addresses, a barrier (the
+// fingerprints are compared), then rank r works on its share, reading the peers' inputs and
+// writing the peers' outputs itself, in chunks that stay in cache; a barrier, and every output
+// is complete. Each input is read once and each output written once (the in-process
+// simulator's traffic). Reductions combine the ranks in rank order with the in-process
+// simulator's kernels, so the results are the same bits.
+bool run_direct(ncclComm* c, const Call& call, double& start, std::string& why, bool& mismatch) {
+  const int n = c->n, me = c->rank;
+  const comm::DataType t = dtype_of(call.dtype);
+  const size_t es = comm::dtype_size(t);
+  const size_t total = call.count;
+  constexpr size_t kChunk = 128 << 10;  // bytes per rank per step: the ranks' inputs stay in cache
+  const size_t per = std::max<size_t>(1, kChunk / es);
+  std::vector<std::vector<char>> in(static_cast<size_t>(n));
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  std::vector<char> out;
+  // rank q's buffers
+  auto send_of = [&](int q) { return c->blocks[q].send_addr; };
+  auto recv_of = [&](int q) { return c->blocks[q].recv_addr; };
+  // reduces elements [lo, hi) of the buffers whose element 0 is at base(q), chunk by chunk,
+  // and hands each reduced chunk to emit(offset, data, elements)
+  auto reduce_range = [&](size_t lo, size_t hi, const std::function<uint64_t(int)>& base,
+                          const std::function<bool(size_t, const char*, size_t)>& emit) {
+    for (size_t off = lo; off < hi; off += per) {
+      const size_t len = std::min(per, hi - off);
+      for (int q = 0; q < n; ++q) {
+        in[q].resize(len * es);
+        if (!peer_copy(c, q, in[q].data(), base(q) + off * es, len * es, false, why)) return false;
+        srcs[q] = in[q].data();
+      }
+      out.resize(len * es);
+      comm::reduce(out.data(), srcs.data(), n, 0, len, t, call.op, call.premul);
+      if (!emit(off, out.data(), len)) return false;
+    }
+    return true;
+  };
+  if (!barrier(c, why)) return false;
+  for (int q = 0; q < n; ++q)
+    if (!same_call(c->blocks[q], c->blocks[0])) {
+      mismatch = true;
+      return false;
+    }
+  for (int q = 0; q < n; ++q) start = std::max(start, c->blocks[q].ready);
+  bool ok = true;
+  switch (call.kind) {
+    case kAllReduce:
+      ok = reduce_range(total * me / n, total * (me + 1) / n, send_of, [&](size_t off, const char* data, size_t len) {
+        for (int q = 0; q < n; ++q)
+          if (!peer_copy(c, q, const_cast<char*>(data), recv_of(q) + off * es, len * es, true, why)) return false;
+        return true;
+      });
+      break;
+    case kReduceScatter:
+      ok = reduce_range(0, total, [&](int q) { return send_of(q) + me * total * es; },
+                        [&](size_t off, const char* data, size_t len) {
+                          std::memcpy(static_cast<char*>(call.recv) + off * es, data, len * es);
+                          return true;
+                        });
+      break;
+    case kReduce:
+      ok = reduce_range(total * me / n, total * (me + 1) / n, send_of, [&](size_t off, const char* data, size_t len) {
+        return peer_copy(c, call.root, const_cast<char*>(data), recv_of(call.root) + off * es, len * es, true, why);
+      });
+      break;
+    case kAllGather:
+      for (int q = 0; q < n && ok; ++q) {
+        char* dst = static_cast<char*>(call.recv) + q * total * es;
+        if (q == me && dst == static_cast<const char*>(call.send)) continue;
+        ok = peer_copy(c, q, dst, send_of(q), total * es, false, why);
+      }
+      break;
+    case kBroadcast:
+      if (!(me == call.root && call.recv == call.send))
+        ok = peer_copy(c, call.root, call.recv, send_of(call.root), total * es, false, why);
+      break;
+  }
+  if (!ok) return false;
+  return barrier(c, why);
+}
+
 // One collective on the stream.
 bool run_collective(ncclComm* c, const Call& call) {
   auto& p = proc();
@@ -539,7 +657,32 @@ bool run_collective(ncclComm* c, const Call& call) {
   b.op = static_cast<int>(call.op);
   b.root = call.root;
   b.ready = ready;
+  b.send_addr = reinterpret_cast<uint64_t>(call.send);
+  b.recv_addr = reinterpret_cast<uint64_t>(call.recv);
   c->set_now(call.describe());
+  // Direct access moves half the bytes of staging but costs a system call per chunk and
+  // peer: measured on 2 cores (docs/benchmarks.md, bench_sim_processes) it wins from 16 MiB.
+  const uint64_t call_bytes =
+      call.count * comm::dtype_size(dtype_of(call.dtype)) * (call.kind == kReduceScatter ? c->n : 1);
+  if (c->direct && call_bytes >= c->direct_from) {
+    std::string why;
+    double start = ready;
+    bool mismatch = false;
+    if (!run_direct(c, call, start, why, mismatch)) {
+      if (!mismatch) return fail_call(c, ncclRemoteError, call, why), false;
+      std::ostringstream os;
+      os << "mismatched collectives: ";
+      for (int r = 0; r < c->n; ++r) os << (r ? "; " : "") << "rank " << r << " called " << describe_block(c->blocks[r]);
+      return fail_call(c, ncclInvalidUsage, call, os.str()), false;
+    }
+    const size_t es = comm::dtype_size(dtype_of(call.dtype));
+    const uint64_t bytes =
+        (call.kind == kAllGather || call.kind == kReduceScatter) ? call.count * es * c->n : call.count * es;
+    const sim::Estimate est = sim::collective_cost(p.topo, coll_kind(call.kind), bytes, c->n);
+    account(c, call, ready, start, est.seconds, bytes, sim::bytes_sent_per_rank(coll_kind(call.kind), bytes, c->n),
+            est.algorithm);
+    return true;
+  }
   // elements per chunk: what fits in a slot (reduce-scatter: one block's share of a slot)
   const size_t total = call.count;
   const size_t per = std::max<size_t>(1, call.kind == kReduceScatter ? c->slot_bytes / (es * n) : c->slot_bytes / es);
@@ -1053,6 +1196,38 @@ void init_comm(ncclComm* c, std::string coord_name) {
     }
   });
   c->watcher.detach();
+  // Direct access to the peers' memory (cross-memory attach) where the system allows it
+  // (same user; Yama's ptrace_scope 1 is opened to any process of this user by
+  // PR_SET_PTRACER); else collectives stage through the segment. Every rank tests reading
+  // its successor; all use direct access only if all can. ACCEL_SIM_DIRECT=0 turns it off,
+  // ACCEL_SIM_DIRECT=1 uses it for every collective (the tests' way to cover both paths).
+  static const uint64_t probe = 0x70726f6265636d61ull;
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  c->me().probe_addr = reinterpret_cast<uint64_t>(&probe);
+  c->ring();
+  const int next = (c->rank + 1) % c->n;
+  std::string why;
+  if (!wait_until(c, [&] { return c->blocks[next].probe_addr != 0; }, everyone(c->n), why))
+    return c->set_error(ncclRemoteError, "simulated NCCL: initialisation: " + why);
+  uint64_t got = 0;
+  std::string err;
+  const std::string mode = env("ACCEL_SIM_DIRECT");  // 0: never; 1: every collective; else from 16 MiB
+  if (mode == "1") c->direct_from = 0;
+  const bool can = mode != "0" &&
+                   peer_copy(c, next, &got, c->blocks[next].probe_addr, sizeof got, false, err) && got == probe;
+  c->me().direct = can ? 1u : 2u;
+  c->ring();
+  if (!wait_until(
+          c,
+          [&] {
+            for (int q = 0; q < c->n; ++q)
+              if (c->blocks[q].direct.load() == 0) return false;
+            return true;
+          },
+          everyone(c->n), why))
+    return c->set_error(ncclRemoteError, "simulated NCCL: initialisation: " + why);
+  c->direct = true;
+  for (int q = 0; q < c->n; ++q) c->direct = c->direct && c->blocks[q].direct.load() == 1;
   c->async = ncclSuccess;
 }
 
