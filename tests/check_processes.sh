@@ -8,7 +8,7 @@
 #          sim-digits | sim-failures | sim-restart | sim-determinism (accel launch --backend sim:
 #          the processes on the simulated NCCL, libaccel-nccl-sim.so; no Gloo needed)
 set -uo pipefail
-accel=$1 digits=$2 probe=$3 section=$4
+accel=$(readlink -f "$1") digits=$(readlink -f "$2") probe=$(readlink -f "$3") section=$4
 work=$(mktemp -d /tmp/accel-processes-XXXXXX)
 cleanup() { rm -rf "$work"; }
 trap cleanup EXIT

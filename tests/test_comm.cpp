@@ -121,7 +121,7 @@ TEST(Factory, MakesTheBackendsItNamesAndRefusesOthers) {
   GroupConfig sim;
   sim.backend = "sim";  // without a simulated world to join
   EXPECT_EQ(status_of([&] { make_process_group(sim); }, &why), Status::InvalidArgument);
-  EXPECT_TRUE(contains(why, "accel_sim_run")) << why;
+  EXPECT_TRUE(contains(why, "accel_sim_run") && contains(why, "accel launch --backend sim")) << why;
 }
 
 TEST(Factory, SimGroupsAreTheWorldsRanks) {

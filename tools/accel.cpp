@@ -41,6 +41,7 @@
 #include "runtime/blas.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/comm/factory.h"
+#include "runtime/comm/nccl/nccl.h"
 #include "runtime/paths.h"
 
 #include "accel/accel.h"
@@ -309,6 +310,11 @@ int env() {
               cuda ? (", CUDA x" + std::to_string(torch::cuda::device_count())).c_str()
                    : "; CUDA: not available (this libtorch or machine has none)");
   std::printf("- communication backends: %s\n", accel::comm::backend_names().c_str());
+  try {  // the simulated NCCL that ACCEL_BACKEND=sim loads (accel launch --backend sim)
+    std::printf("- simulated NCCL (ACCEL_BACKEND=sim): %s\n", accel::comm::sim_nccl_library().c_str());
+  } catch (const std::exception& e) {
+    std::printf("- simulated NCCL (ACCEL_BACKEND=sim): not loadable: %s\n", e.what());
+  }
 #ifdef ACCEL_HAVE_CUDA_TOOLKIT
   std::printf("- CUDA toolkit with NCCL at build time: found\n");
 #else

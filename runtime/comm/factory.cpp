@@ -33,6 +33,9 @@ std::shared_ptr<Communicator> make_local(const GroupConfig& c) {
 // simulated NCCL library (the nccl backend loaded with libaccel-nccl-sim.so).
 std::shared_ptr<Communicator> make_sim(const GroupConfig& c) {
   if (c.sim_rank != nullptr) return std::shared_ptr<Communicator>(&c.sim_rank->comm(), [](Communicator*) {});
+  ACCEL_CHECK(c.store != nullptr || read_launch_env().launched, Status::InvalidArgument,
+              "backend 'sim' joins a simulated world: run the program through accel_sim_run (ranks as threads), or ",
+              "as the processes of a launched world (accel launch --backend sim)");
   return make_sim_nccl_communicator(c);
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "runtime/comm/factory.h"
 
@@ -31,5 +32,9 @@ std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c);
 // one simulated GPU per process, host memory, the simulator's clock, budget and faults
 // (ACCEL_SIM_*). ACCEL_BACKEND=sim in a launched world.
 std::shared_ptr<Communicator> make_sim_nccl_communicator(const GroupConfig& c);
+
+// The path of the simulated NCCL library this process loads for backend 'sim' (loading it
+// if not yet loaded); Error(Unsupported) naming the paths tried when it cannot be loaded.
+std::string sim_nccl_library();
 
 }  // namespace accel::comm
