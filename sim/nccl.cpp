@@ -231,8 +231,9 @@ struct Process {
 
   double now() const { return std::max(compute_t, comm_t); }
 
-  // The report file (ACCEL_SIM_OUT/rank-R.json); and the trace (trace-R.json).
-  void write_files() {
+  // The report file (ACCEL_SIM_OUT/rank-R.json); and, with `trace_too`, the trace
+  // (trace-R.json), which grows with the run: written at exit or at a fault only.
+  void write_files(bool trace_too = true) {
     if (out_dir.empty() || rank < 0) return;
     char buf[1024];
     std::snprintf(buf, sizeof buf,
@@ -247,7 +248,7 @@ struct Process {
     const auto at = text.find("%s");
     text.replace(at, 2, json_escape(error));
     write_atomically(out_dir + "/rank-" + std::to_string(rank) + ".json", text);
-    if (!trace) return;
+    if (!trace || !trace_too) return;
     std::ostringstream os;
     os.setf(std::ios::fixed);
     os.precision(3);
@@ -1579,8 +1580,14 @@ ACCEL_SIM_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) {
   }
   h->s->cv.notify_one();
   // a task may still be blocked on an aborted communicator for a moment: the worker leaves
-  // by itself, and its small state is left to the process's exit
+  // by itself, and its small state is kept (reachable) until the process exits
   h->s->worker.detach();
+  {
+    static std::mutex mu;
+    static auto* retired = new std::vector<StreamState*>();
+    std::lock_guard<std::mutex> lk(mu);
+    retired->push_back(h->s);
+  }
   delete h;
   return cudaSuccess;
 }
@@ -1748,7 +1755,7 @@ ACCEL_SIM_EXPORT ncclResult_t accelSimOnStep(ncclComm_t c, long long step) {
       std::fflush(nullptr);
       ::raise(SIGKILL);
     }
-  p.write_files();
+  p.write_files(false);  // the report as of this step (a process killed from outside leaves it)
   return ncclSuccess;
 }
 

@@ -494,8 +494,11 @@ const NcclApi& sim_nccl_api() {
   }
   ACCEL_CHECK(h != nullptr, Status::Unsupported, "backend 'sim': cannot load the simulated NCCL library (", errors,
               "); set ACCEL_SIM_NCCL_LIBRARY to the path of libaccel-nccl-sim.so");
-  auto* a = new NcclApi();
-  a->library = (new std::string(tried.front()))->c_str();
+  static NcclApi api;  // filled once, kept for the process's life
+  static std::string path;
+  path = tried.front();
+  NcclApi* a = &api;
+  a->library = path.c_str();
   a->simulated = true;
   auto need = [&](auto& slot, const char* name) {
     void* f = dlsym(h, name);
