@@ -1000,6 +1000,8 @@ struct Coordinator {
                         std::to_string(p.nranks) + " ranks, rank " + std::to_string(peers[0].rank) + " says " +
                         std::to_string(n));
     }
+    // in rank order, so that every message names the ranks the same way whoever came first
+    std::sort(peers.begin(), peers.end(), [](const Peer& a, const Peer& b) { return a.rank < b.rank; });
     for (auto& p : peers)
       if (p.config != peers[0].config)
         return fail_all("simulated NCCL: the processes disagree on the simulated hardware: rank " +

@@ -1,0 +1,294 @@
+// The simulated NCCL library (libaccel-nccl-sim.so, sim/nccl.cpp) through its C API alone,
+// as a program written against nccl.h would call it: processes forked by the test, the
+// unique id passed over a pipe, every collective with its results checked element by
+// element (both data paths: staged through the segment, and direct access to the peers'
+// memory), send/recv in a group beyond the ring buffer's size, blocking and non-blocking
+// creation, invalid arguments, an abort seen by a peer, mismatched calls. Torch-free.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/comm/kernels.h"
+#include "sim/nccl_abi.h"
+
+using namespace accel::nccl_abi;
+
+// The functions of nccl.h and the CUDA runtime the library exports (linked directly).
+extern "C" {
+ncclResult_t ncclGetUniqueId(ncclUniqueId*);
+ncclResult_t ncclCommInitRankConfig(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
+ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t*);
+const char* ncclGetLastError(ncclComm_t);
+const char* ncclGetErrorString(ncclResult_t);
+ncclResult_t ncclCommAbort(ncclComm_t);
+ncclResult_t ncclCommDestroy(ncclComm_t);
+ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t*, void*, ncclDataType_t, ncclScalarResidence_t, ncclComm_t);
+ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t);
+ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
+ncclResult_t ncclAllGather(const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t);
+ncclResult_t ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+ncclResult_t ncclReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t);
+ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t*, unsigned int);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t*, unsigned int);
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t);
+cudaError_t cudaEventDestroy(cudaEvent_t);
+cudaError_t cudaEventQuery(cudaEvent_t);
+cudaError_t cudaMalloc(void**, size_t);
+cudaError_t cudaFree(void*);
+const char* cudaGetErrorString(cudaError_t);
+}
+
+namespace {
+
+// A failed check in a child: print it and exit 1 (the parent reports the child's output).
+#define REQUIRE(cond, ...)                                                  \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      std::fprintf(stderr, "rank %d: %s: ", g_rank, #cond);                 \
+      std::fprintf(stderr, __VA_ARGS__);                                    \
+      std::fprintf(stderr, "\n");                                           \
+      std::_Exit(1);                                                        \
+    }                                                                       \
+  } while (0)
+
+int g_rank = -1;
+
+// Waits for everything enqueued on `s` (an event after it), or for an asynchronous error.
+ncclResult_t sync(ncclComm_t c, cudaStream_t s, double limit_s = 30) {
+  cudaEvent_t e;
+  cudaEventCreateWithFlags(&e, kCudaEventDisableTiming);
+  cudaEventRecord(e, s);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  ncclResult_t out = ncclSuccess;
+  while (cudaEventQuery(e) == cudaErrorNotReady) {
+    ncclCommGetAsyncError(c, &out);
+    if (out != ncclSuccess) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      out = ncclInternalError;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  cudaEventDestroy(e);
+  return out;
+}
+
+// Runs body(rank, comm, stream) in n forked processes that share one unique id (rank 0
+// makes it and writes it to the others over pipes); returns each child's exit status.
+std::vector<int> run(int n, const std::function<void(int, ncclComm_t, cudaStream_t)>& body,
+                     const std::vector<std::string>& env = {}, bool blocking = false) {
+  std::vector<int> pipes(2 * static_cast<size_t>(n));
+  for (int r = 1; r < n; ++r)
+    if (pipe(&pipes[2 * r]) != 0) return {};
+  std::vector<pid_t> kids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      g_rank = r;
+      for (const auto& kv : env) putenv(const_cast<char*>(kv.c_str()));
+      ncclUniqueId id;
+      if (r == 0) {
+        REQUIRE(ncclGetUniqueId(&id) == ncclSuccess, "ncclGetUniqueId");
+        for (int q = 1; q < n; ++q) REQUIRE(write(pipes[2 * q + 1], &id, sizeof id) == sizeof id, "write id");
+      } else {
+        REQUIRE(read(pipes[2 * r], &id, sizeof id) == sizeof id, "read id");
+      }
+      ncclComm_t comm = nullptr;
+      if (blocking) {
+        REQUIRE(ncclCommInitRank(&comm, n, id, r) == ncclSuccess, "blocking init");
+      } else {
+        ncclConfig_t cfg{};
+        cfg.size = sizeof cfg;
+        cfg.magic = kConfigMagic;
+        cfg.blocking = 0;
+        ncclResult_t res = ncclCommInitRankConfig(&comm, n, id, r, &cfg);
+        while (res == ncclInProgress) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          ncclCommGetAsyncError(comm, &res);
+        }
+        REQUIRE(res == ncclSuccess, "init: %s (%s)", ncclGetErrorString(res), ncclGetLastError(comm));
+      }
+      cudaStream_t s;
+      REQUIRE(cudaStreamCreateWithFlags(&s, kCudaStreamNonBlocking) == cudaSuccess, "stream");
+      body(r, comm, s);
+      std::fflush(nullptr);
+      std::exit(0);
+    }
+    kids.push_back(pid);
+  }
+  std::vector<int> status;
+  for (pid_t k : kids) {
+    int st = 0;
+    waitpid(k, &st, 0);
+    status.push_back(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+  }
+  for (int fd : pipes)
+    if (fd > 0) close(fd);
+  return status;
+}
+
+void expect_all_ok(const std::vector<int>& st) {
+  ASSERT_FALSE(st.empty());
+  for (size_t r = 0; r < st.size(); ++r) EXPECT_EQ(st[r], 0) << "rank " << r << " (its messages are above)";
+}
+
+// Every collective of float32 (sum, max, avg, premulsum), bf16 (sum) and int64 (prod),
+// in and out of place, with sizes that cross the chunking of both data paths.
+void collectives(int r, ncclComm_t c, cudaStream_t s, int n) {
+  for (size_t count : {size_t(1), size_t(1000), size_t(3) << 20}) {  // 3M floats: 12 MiB, several chunks
+    std::vector<float> x(count), y(count, -1.f);
+    for (size_t i = 0; i < count; ++i) x[i] = static_cast<float>((i % 13) + r);
+    auto want_sum = [&](size_t i) { return static_cast<float>(n * (i % 13)) + static_cast<float>(n * (n - 1) / 2); };
+    REQUIRE(ncclAllReduce(x.data(), y.data(), count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "all_reduce");
+    REQUIRE(sync(c, s) == ncclSuccess, "all_reduce: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(y[i] == want_sum(i), "all_reduce[%zu] = %g", i, double(y[i]));
+    // in place, max
+    std::vector<float> z = x;
+    REQUIRE(ncclAllReduce(z.data(), z.data(), count, ncclFloat32, ncclMax, c, s) == ncclSuccess, "max");
+    REQUIRE(sync(c, s) == ncclSuccess, "max: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(z[i] == static_cast<float>(i % 13 + n - 1), "max[%zu]", i);
+    // premulsum by 0.5 (exact in binary)
+    float half = 0.5f;
+    ncclRedOp_t op;
+    REQUIRE(ncclRedOpCreatePreMulSum(&op, &half, ncclFloat32, ncclScalarHostImmediate, c) == ncclSuccess, "premul");
+    REQUIRE(ncclAllReduce(x.data(), y.data(), count, ncclFloat32, op, c, s) == ncclSuccess, "premul all_reduce");
+    REQUIRE(sync(c, s) == ncclSuccess, "premulsum: %s", ncclGetLastError(c));
+    REQUIRE(ncclRedOpDestroy(op, c) == ncclSuccess, "destroy op");
+    for (size_t i = 0; i < count; ++i) REQUIRE(y[i] == want_sum(i) / 2, "premulsum[%zu]", i);
+    // reduce-scatter (count per rank), all-gather, broadcast, reduce to the last rank
+    std::vector<float> big(count * n), part(count, 0.f);
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>((i % 7) * (r + 1));
+    REQUIRE(ncclReduceScatter(big.data(), part.data(), count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "rs");
+    REQUIRE(sync(c, s) == ncclSuccess, "reduce_scatter: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i)
+      REQUIRE(part[i] == static_cast<float>(((r * count + i) % 7) * (n * (n + 1) / 2)), "reduce_scatter[%zu]", i);
+    std::vector<float> gathered(count * n, -1.f);
+    REQUIRE(ncclAllGather(x.data(), gathered.data(), count, ncclFloat32, c, s) == ncclSuccess, "all_gather");
+    REQUIRE(sync(c, s) == ncclSuccess, "all_gather: %s", ncclGetLastError(c));
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; i += 97)
+        REQUIRE(gathered[q * count + i] == static_cast<float>((i % 13) + q), "all_gather[%d][%zu]", q, i);
+    std::vector<float> b = x;
+    REQUIRE(ncclBroadcast(b.data(), b.data(), count, ncclFloat32, 1 % n, c, s) == ncclSuccess, "broadcast");
+    REQUIRE(sync(c, s) == ncclSuccess, "broadcast: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(b[i] == static_cast<float>((i % 13) + 1 % n), "broadcast[%zu]", i);
+    std::vector<float> red(count, -1.f);
+    REQUIRE(ncclReduce(x.data(), red.data(), count, ncclFloat32, ncclSum, n - 1, c, s) == ncclSuccess, "reduce");
+    REQUIRE(sync(c, s) == ncclSuccess, "reduce: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(r != n - 1 || red[i] == want_sum(i), "reduce[%zu]", i);
+  }
+  // bf16 sum, int64 product, in device memory from cudaMalloc
+  std::vector<uint16_t> h(4096);
+  for (size_t i = 0; i < h.size(); ++i) h[i] = accel::comm::float_to_bf16(static_cast<float>(i % 5));
+  REQUIRE(ncclAllReduce(h.data(), h.data(), h.size(), ncclBfloat16, ncclSum, c, s) == ncclSuccess, "bf16");
+  REQUIRE(sync(c, s) == ncclSuccess, "bf16: %s", ncclGetLastError(c));
+  for (size_t i = 0; i < h.size(); ++i)
+    REQUIRE(accel::comm::bf16_to_float(h[i]) == static_cast<float>(n * (i % 5)), "bf16[%zu]", i);
+  int64_t* d = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), 16 * sizeof(int64_t)) == cudaSuccess, "cudaMalloc");
+  for (int i = 0; i < 16; ++i) d[i] = r + 2;
+  REQUIRE(ncclAllReduce(d, d, 16, ncclInt64, ncclProd, c, s) == ncclSuccess, "int64");
+  REQUIRE(sync(c, s) == ncclSuccess, "int64: %s", ncclGetLastError(c));
+  int64_t want = 1;
+  for (int q = 0; q < n; ++q) want *= q + 2;
+  for (int i = 0; i < 16; ++i) REQUIRE(d[i] == want, "int64 prod[%d] = %lld", i, static_cast<long long>(d[i]));
+  REQUIRE(cudaFree(d) == cudaSuccess, "cudaFree");
+}
+
+TEST(SimNccl, EveryCollectiveStagedThroughTheSegment) {
+  expect_all_ok(run(3, [](int r, ncclComm_t c, cudaStream_t s) { collectives(r, c, s, 3); }, {"ACCEL_SIM_DIRECT=0"}));
+}
+
+TEST(SimNccl, EveryCollectiveByDirectAccess) {
+  expect_all_ok(run(3, [](int r, ncclComm_t c, cudaStream_t s) { collectives(r, c, s, 3); }, {"ACCEL_SIM_DIRECT=1"}));
+}
+
+// A ring exchange in one group (each rank sends to the next and receives from the previous),
+// 3 MiB each: three times the pair's ring buffer, so the two sides stream through it.
+TEST(SimNccl, SendRecvInAGroupStreamsThroughTheRingBuffer) {
+  expect_all_ok(run(4, [](int r, ncclComm_t c, cudaStream_t s) {
+    const size_t count = (3u << 20) / sizeof(int32_t);
+    std::vector<int32_t> out(count), in(count, -1);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(r * 1000003 + i);
+    const int next = (r + 1) % 4, prev = (r + 3) % 4;
+    REQUIRE(ncclGroupStart() == ncclSuccess, "group start");
+    REQUIRE(ncclSend(out.data(), count, ncclInt32, next, c, s) == ncclSuccess, "send");
+    REQUIRE(ncclRecv(in.data(), count, ncclInt32, prev, c, s) == ncclSuccess, "recv");
+    REQUIRE(ncclGroupEnd() == ncclSuccess, "group end");
+    REQUIRE(sync(c, s) == ncclSuccess, "send/recv: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(in[i] == static_cast<int32_t>(prev * 1000003 + i), "in[%zu]", i);
+  }));
+}
+
+TEST(SimNccl, BlockingCreationAndInvalidArguments) {
+  expect_all_ok(run(
+      2,
+      [](int r, ncclComm_t c, cudaStream_t s) {
+        float x = 1;
+        REQUIRE(ncclAllReduce(&x, &x, 1, static_cast<ncclDataType_t>(42), ncclSum, c, s) == ncclInvalidArgument, "dtype");
+        REQUIRE(ncclAllReduce(&x, &x, 1, ncclFloat32, static_cast<ncclRedOp_t>(77), c, s) == ncclInvalidArgument, "op");
+        REQUIRE(ncclBroadcast(&x, &x, 1, ncclFloat32, 2, c, s) == ncclInvalidArgument, "root outside the world");
+        REQUIRE(ncclSend(&x, 1, ncclFloat32, -1, c, s) == ncclInvalidArgument, "peer -1");
+        REQUIRE(ncclGroupEnd() == ncclInvalidUsage, "group end without start");
+        REQUIRE(std::string(ncclGetErrorString(ncclRemoteError)).find("remote process") != std::string::npos, "strings");
+        REQUIRE(std::string(cudaGetErrorString(cudaErrorNotReady)) == "device not ready", "cuda strings");
+        REQUIRE(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, c, s) == ncclSuccess, "a valid call after them");
+        REQUIRE(sync(c, s) == ncclSuccess && x == 2, "sum %g", double(x));
+        (void)r;
+      },
+      {}, /*blocking=*/true));
+}
+
+// Rank 1 aborts while rank 0 waits in an all-reduce: rank 0 fails with ncclRemoteError
+// naming rank 1, instead of hanging.
+TEST(SimNccl, AnAbortedPeerFailsTheOthers) {
+  expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
+    float x = 1;
+    if (r == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      REQUIRE(ncclCommAbort(c) == ncclSuccess, "abort");
+      return;
+    }
+    REQUIRE(ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
+    const ncclResult_t res = sync(c, s, 10);
+    REQUIRE(res == ncclRemoteError, "got %s", ncclGetErrorString(res));
+    REQUIRE(std::string(ncclGetLastError(c)).find("rank 1 aborted its communicator") != std::string::npos, "%s",
+            ncclGetLastError(c));
+  }));
+}
+
+// Different collectives at the same call number fail on every rank, naming both calls.
+TEST(SimNccl, MismatchedCallsFailEveryRankNamingThem) {
+  expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
+    std::vector<float> x(8, 1.f), y(16, 0.f);
+    if (r == 0)
+      REQUIRE(ncclAllReduce(x.data(), x.data(), 8, ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
+    else
+      REQUIRE(ncclAllGather(x.data(), y.data(), 8, ncclFloat32, c, s) == ncclSuccess, "post");
+    const ncclResult_t res = sync(c, s, 10);
+    REQUIRE(res == ncclInvalidUsage, "got %s", ncclGetErrorString(res));
+    REQUIRE(std::string(ncclGetLastError(c)).find("mismatched collectives: rank 0 called all_reduce #1(count=8, "
+                                                  "float32, sum); rank 1 called all_gather #1(count=8, float32)") !=
+                std::string::npos,
+            "%s", ncclGetLastError(c));
+  }));
+}
+
+}  // namespace
