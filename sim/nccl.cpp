@@ -781,6 +781,19 @@ bool run_p2p(ncclComm* c, std::vector<P2p>& ops) {
   };
   const uint64_t cap = c->box_bytes;
   for (auto& o : ops) o.need = o.call.count * comm::dtype_size(dtype_of(o.call.dtype));
+  // whether some unfinished operation can move now (data to take, room to put)
+  auto can_move = [&] {
+    for (auto& o : ops) {
+      if (o.header && o.done == o.need) continue;
+      const bool sending = o.call.kind == kSend;
+      const int src = sending ? c->rank : o.call.peer, dst = sending ? o.call.peer : c->rank;
+      Mailbox& box = c->boxes[src * c->n + dst];
+      const uint64_t used = box.written.load() - box.read.load();
+      const uint64_t need = o.header ? 1 : sizeof(Frame);
+      if (sending ? cap - used >= need : used >= need) return true;
+    }
+    return false;
+  };
   for (;;) {
     bool progress = false, all = true;
     for (auto& o : ops) {
@@ -851,12 +864,13 @@ bool run_p2p(ncclComm* c, std::vector<P2p>& ops) {
       c->ring();
       continue;
     }
-    // nothing moved: wait for a peer
-    std::vector<int> peers;
-    for (auto& o : ops) peers.push_back(o.call.peer);
+    // nothing moved: wait until something can (a peer that has gone fails the wait only
+    // when what it left in the buffer is not enough)
+    std::vector<int> peers;  // of the unfinished operations only
+    for (auto& o : ops)
+      if (!(o.header && o.done == o.need)) peers.push_back(o.call.peer);
     std::string why;
-    const uint32_t bell = c->hdr->bell.load();
-    if (!wait_until(c, [&] { return c->hdr->bell.load() != bell; }, peers, why)) {
+    if (!wait_until(c, can_move, peers, why)) {
       for (auto& o : ops)
         if (!(o.header && o.done == o.need)) return fail_call(c, ncclRemoteError, o.call, why), false;
     }
