@@ -212,7 +212,6 @@ int main(int argc, char** argv) {
   int failures = 0;
   for (int n : parse_list(procs)) {
     const std::vector<int> sizes = parse_list(mib);
-    std::vector<int> small, large;  // more repetitions for small messages
     std::string err_sim, err_gloo;
     auto sim = launch("sim", n, sizes, reps > 0 ? reps : (quick ? 5 : 9), err_sim);
     std::vector<std::pair<size_t, double>> g;

@@ -364,7 +364,6 @@ struct Call {
   }
 };
 
-struct CommState;
 struct Coordinator;
 
 }  // namespace

@@ -198,7 +198,7 @@ sim-digits)
   "$accel" launch --backend sim -n 8 --sim-gpu-mem 16GiB --sim-topology 8xH100 --sim-trace "$work/run.json" \
     --sim-report "$work/report.json" "$digits" --epochs 3 --save "$work/p.safetensors" > "$work/p.txt" 2>&1 ||
     { cat "$work/p.txt"; fail "8 simulated processes failed"; }
-  "$digits" --ranks 8 --epochs 3 --memory 16GiB --save "$work/s.safetensors" > "$work/s.txt" 2>&1 ||
+  OMP_NUM_THREADS=1 "$digits" --ranks 8 --epochs 3 --memory 16GiB --save "$work/s.safetensors" > "$work/s.txt" 2>&1 ||
     { cat "$work/s.txt"; fail "8 in-process ranks failed"; }
   grep -q '^\[0\] training on 8 processes, strategy zero2, precision bf16' "$work/p.txt" || { cat "$work/p.txt"; fail "no banner"; }
   cmp "$work/p.safetensors" "$work/s.safetensors" || fail "8 simulated processes and 8 in-process ranks end with different weights"
@@ -225,7 +225,7 @@ PYEOF
   for topo in 8xA100 8xPCIe 8xH200 2x8xH100-IB; do
     "$accel" launch --backend sim -n 2 --sim-topology "$topo" --sim-report "$work/r-$topo.json" "$digits" --epochs 1 \
       > "$work/p-$topo.txt" 2>&1 || { cat "$work/p-$topo.txt"; fail "$topo failed"; }
-    "$digits" --ranks 2 --epochs 1 --topology "$topo" > "$work/s-$topo.txt" 2>&1 || { cat "$work/s-$topo.txt"; fail "$topo in-process"; }
+    OMP_NUM_THREADS=1 "$digits" --ranks 2 --epochs 1 --topology "$topo" > "$work/s-$topo.txt" 2>&1 || { cat "$work/s-$topo.txt"; fail "$topo in-process"; }
     want=$(sed -n 's/.*, \([0-9.]*\) us per optimizer step.*/\1/p' "$work/s-$topo.txt")
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); g=r['predicted_seconds_per_step']*1e6; w=float(sys.argv[2]); assert r['topology']==sys.argv[3] and abs(g-w)<=0.05+1e-3*w, (g,w); print(sys.argv[3], round(g,1), 'us/step')" \
       "$work/r-$topo.json" "$want" "$topo" || fail "$topo: the prediction differs from the in-process simulator's"
