@@ -460,43 +460,6 @@ CallCost call_cost(int rounds, int block) {
   return res;
 }
 
-// ---------------------------------------------------------------------------------------
-// The memcpy bound (as bench_sim_allreduce times its own: threads started per call).
-
-double timed_memcpy(void* dst, const void* src, size_t bytes, int threads) {
-  const double t0 = mono_s();
-  std::vector<std::thread> pool;
-  const size_t per = ((bytes + threads - 1) / threads + 4095) & ~size_t(4095);
-  for (int t = 1; t < threads; ++t) {
-    const size_t b = std::min(bytes, per * t), e = std::min(bytes, b + per);
-    if (b < e)
-      pool.emplace_back([=] { std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b); });
-  }
-  std::memcpy(dst, src, std::min(bytes, per));
-  for (auto& th : pool) th.join();
-  return mono_s() - t0;
-}
-
-struct Bound {
-  double bound_s = NAN, memcpy_gbps = NAN;  // memcpy_gbps: bytes copied per second (1e9)
-};
-
-Bound memcpy_bound(double total_bytes, std::vector<char>& src, std::vector<char>& dst, int reps) {
-  const size_t b = std::min(static_cast<size_t>(total_bytes), src.size());
-  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::vector<double> tn, t1;
-  for (int i = 0; i < reps + 1; ++i) {
-    const double a = timed_memcpy(dst.data(), src.data(), b, hw);
-    const double c = hw > 1 ? timed_memcpy(dst.data(), src.data(), b, 1) : a;
-    if (i > 0) tn.push_back(a), t1.push_back(c);
-  }
-  const double best = std::min(median(tn), median(t1));
-  Bound out;
-  out.memcpy_gbps = static_cast<double>(b) / best / 1e9;
-  out.bound_s = total_bytes / (out.memcpy_gbps * 1e9);
-  return out;
-}
-
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::istringstream in(s);
@@ -626,7 +589,7 @@ int main(int argc, char** argv) {
         ++failures;
       }
       const double total = 2.0 * (n - 1) * static_cast<double>(bytes);
-      const Bound bd = memcpy_bound(total, src, dst, bytes <= 16 * kMiB ? 9 : 5);
+      const bench::Bound bd = bench::memcpy_bound(total, src, dst, bytes <= 16 * kMiB ? 9 : 5);
       const bool ok = pr.error.empty();
       const double accel_s = ok ? pr.accel_s[si] : NAN, c10d_s = ok ? pr.c10d_s[si] : NAN;
       const double factor = 2.0 * (n - 1) / n;

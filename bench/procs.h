@@ -1,8 +1,8 @@
 // Helpers of the benchmarks that run real processes (bench_gloo_allreduce,
-// bench_ddp_processes, bench_launch): this executable's path, a free TCP port, starting a
-// process with its stdin/stdout on given descriptors, waiting for a group of processes with
-// a deadline, medians, JSON numbers and a temporary directory. Header-only, POSIX (Linux),
-// torch-free.
+// bench_ddp_processes, bench_launch, bench_sim_processes): this executable's path, a free TCP
+// port, starting a process with its stdin/stdout on given descriptors, waiting for a group of
+// processes with a deadline, medians, the memcpy bound (also bench_sim_allreduce's), JSON
+// numbers and a temporary directory. Header-only, POSIX (Linux), torch-free.
 #pragma once
 
 #include <netinet/in.h>
@@ -17,7 +17,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace bench {
@@ -55,6 +57,45 @@ inline std::string json_str(const std::string& s) {
     o += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
   }
   return o + "\"";
+}
+
+// The memcpy bound of the all-reduce benchmarks: a memcpy of `bytes` split across `threads`
+// threads (started per call, as the simulator's engine starts its own), in seconds.
+inline double timed_memcpy(void* dst, const void* src, size_t bytes, int threads) {
+  const double t0 = mono_s();
+  std::vector<std::thread> pool;
+  const size_t per = ((bytes + threads - 1) / threads + 4095) & ~size_t(4095);
+  for (int t = 1; t < threads; ++t) {
+    const size_t b = std::min(bytes, per * t), e = std::min(bytes, b + per);
+    if (b < e)
+      pool.emplace_back([=] { std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b); });
+  }
+  std::memcpy(dst, src, std::min(bytes, per));
+  for (auto& th : pool) th.join();
+  return mono_s() - t0;
+}
+
+struct Bound {
+  double bound_s = NAN, memcpy_gbps = NAN;  // memcpy_gbps: bytes copied per second (1e9)
+};
+
+// The time this machine takes to memcpy `total_bytes`: timed on min(total_bytes, src.size())
+// bytes with the machine's cores as threads and with one thread (the faster median of
+// `reps` after a warm-up), scaled linearly.
+inline Bound memcpy_bound(double total_bytes, std::vector<char>& src, std::vector<char>& dst, int reps) {
+  const size_t b = std::min(static_cast<size_t>(total_bytes), src.size());
+  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<double> tn, t1;
+  for (int i = 0; i < reps + 1; ++i) {
+    const double a = timed_memcpy(dst.data(), src.data(), b, hw);
+    const double c = hw > 1 ? timed_memcpy(dst.data(), src.data(), b, 1) : a;
+    if (i > 0) tn.push_back(a), t1.push_back(c);
+  }
+  const double best = std::min(median(tn), median(t1));
+  Bound out;
+  out.memcpy_gbps = static_cast<double>(b) / best / 1e9;
+  out.bound_s = total_bytes / (out.memcpy_gbps * 1e9);
+  return out;
 }
 
 // This executable (the benchmarks re-run themselves as worker processes).

@@ -58,6 +58,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/procs.h"
 #include "sim/world.h"
 
 #ifdef BENCH_HAVE_GLOO
@@ -101,22 +102,10 @@ struct Buffer {
 };
 
 // ---------------------------------------------------------------------------------------
-// The bound: a memcpy of `bytes` split across `threads` threads (started per call, as the
-// engine starts its own), in seconds.
+// The bound: a memcpy of `bytes` split across `threads` threads, in seconds
+// (bench/procs.h, shared with the benchmarks of processes).
 
-double timed_memcpy(void* dst, const void* src, size_t bytes, int threads) {
-  const double t0 = now_s();
-  std::vector<std::thread> pool;
-  const size_t per = ((bytes + threads - 1) / threads + 4095) & ~size_t(4095);
-  for (int t = 1; t < threads; ++t) {
-    const size_t b = std::min(bytes, per * t), e = std::min(bytes, b + per);
-    if (b < e)
-      pool.emplace_back([=] { std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b); });
-  }
-  std::memcpy(dst, src, std::min(bytes, per));
-  for (auto& th : pool) th.join();
-  return now_s() - t0;
-}
+using bench::timed_memcpy;
 
 // ---------------------------------------------------------------------------------------
 // The simulator's all-reduce.

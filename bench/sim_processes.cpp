@@ -139,32 +139,10 @@ std::vector<std::pair<size_t, double>> launch(const std::string& backend, int n,
   return res;
 }
 
-double timed_memcpy(void* dst, const void* src, size_t bytes, int threads) {
-  const double t0 = mono_s();
-  std::vector<std::thread> pool;
-  const size_t per = ((bytes + threads - 1) / threads + 4095) & ~size_t(4095);
-  for (int t = 1; t < threads; ++t) {
-    const size_t b = std::min(bytes, per * t), e = std::min(bytes, b + per);
-    if (b < e)
-      pool.emplace_back([=] { std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b); });
-  }
-  std::memcpy(dst, src, std::min(bytes, per));
-  for (auto& th : pool) th.join();
-  return mono_s() - t0;
-}
-
-// Seconds to memcpy `total` bytes on this machine (timed on up to 256 MiB, scaled linearly).
-double memcpy_bound(double total) {
-  const size_t b = static_cast<size_t>(std::min(total, 256.0 * kMiB));
-  std::vector<char> src(b, 1), dst(b, 0);
-  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  std::vector<double> tn, t1;
-  for (int i = 0; i < 6; ++i) {
-    const double a = timed_memcpy(dst.data(), src.data(), b, hw);
-    const double c = hw > 1 ? timed_memcpy(dst.data(), src.data(), b, 1) : a;
-    if (i > 0) tn.push_back(a), t1.push_back(c);
-  }
-  return std::min(median(tn), median(t1)) * total / static_cast<double>(b);
+// Seconds to memcpy `total` bytes on this machine (bench::memcpy_bound, timed on up to 256 MiB).
+double memcpy_bound_s(double total) {
+  std::vector<char> src(static_cast<size_t>(std::min(total, 256.0 * kMiB)), 1), dst(src.size(), 0);
+  return memcpy_bound(total, src, dst, 5).bound_s;
 }
 
 // Wall seconds of a shell command (its output to `log`); NAN when it fails.
@@ -220,7 +198,7 @@ int main(int argc, char** argv) {
       const size_t bytes = static_cast<size_t>(sizes[k]) * kMiB;
       const double sim_s = k < sim.size() ? sim[k].second : NAN;
       const double gloo_s = k < g.size() ? g[k].second : NAN;
-      const double bound_s = memcpy_bound(2.0 * (n - 1) * static_cast<double>(bytes));
+      const double bound_s = memcpy_bound_s(2.0 * (n - 1) * static_cast<double>(bytes));
       const double busbw = static_cast<double>(bytes) / sim_s * 2.0 * (n - 1) / n / 1e9;
       const std::string error = !err_sim.empty() ? "sim: " + err_sim : !err_gloo.empty() ? "gloo: " + err_gloo : "";
       if (!err_sim.empty()) ++failures;

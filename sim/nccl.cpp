@@ -1360,6 +1360,22 @@ ncclResult_t collective(int kind, const void* send, void* recv, size_t count, nc
   return post(c, stream, std::move(call));
 }
 
+// One side of a send/recv: `buf` is read (kSend) or written (kRecv).
+ncclResult_t point_to_point(int kind, void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
+                            cudaStream_t stream) {
+  if (!c || peer < 0 || peer >= c->n) return ncclInvalidArgument;
+  Call call;
+  call.kind = kind;
+  if (kind == kSend)
+    call.send = buf;
+  else
+    call.recv = buf;
+  call.count = count;
+  call.dtype = t;
+  call.peer = peer;
+  return post(c, stream, std::move(call));
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
@@ -1506,24 +1522,10 @@ ACCEL_SIM_EXPORT ncclResult_t ncclReduce(const void* send, void* recv, size_t co
 }
 ACCEL_SIM_EXPORT ncclResult_t ncclSend(const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c,
                                        cudaStream_t s) {
-  if (!c || peer < 0 || peer >= c->n) return ncclInvalidArgument;
-  Call call;
-  call.kind = kSend;
-  call.send = buf;
-  call.count = count;
-  call.dtype = t;
-  call.peer = peer;
-  return post(c, s, std::move(call));
+  return point_to_point(kSend, const_cast<void*>(buf), count, t, peer, c, s);
 }
 ACCEL_SIM_EXPORT ncclResult_t ncclRecv(void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t s) {
-  if (!c || peer < 0 || peer >= c->n) return ncclInvalidArgument;
-  Call call;
-  call.kind = kRecv;
-  call.recv = buf;
-  call.count = count;
-  call.dtype = t;
-  call.peer = peer;
-  return post(c, s, std::move(call));
+  return point_to_point(kRecv, buf, count, t, peer, c, s);
 }
 
 ACCEL_SIM_EXPORT ncclResult_t ncclGroupStart() {

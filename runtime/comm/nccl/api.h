@@ -76,6 +76,19 @@ struct NcclApi {
   void (*accelSimMemRelease)(unsigned long long) = nullptr;
 };
 
+// The functions both libraries have, for filling the table (nccl.cpp: one list, two fills).
+#define ACCEL_NCCL_FUNCTIONS(X)                                                                                    \
+  X(ncclGetUniqueId) X(ncclCommInitRankConfig) X(ncclCommGetAsyncError) X(ncclGetLastError) X(ncclGetErrorString) \
+  X(ncclCommAbort) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclRedOpCreatePreMulSum) X(ncclRedOpDestroy)         \
+  X(ncclAllReduce) X(ncclReduceScatter) X(ncclAllGather) X(ncclBroadcast) X(ncclReduce) X(ncclSend) X(ncclRecv)   \
+  X(ncclGroupStart) X(ncclGroupEnd) X(cudaGetDeviceCount) X(cudaSetDevice) X(cudaGetErrorString)                  \
+  X(cudaStreamCreateWithFlags) X(cudaStreamDestroy) X(cudaEventCreateWithFlags) X(cudaEventDestroy)               \
+  X(cudaEventRecord) X(cudaEventQuery) X(cudaStreamWaitEvent) X(cudaMalloc) X(cudaFree)
+// The simulator's extensions, which only the simulated library has.
+#define ACCEL_NCCL_SIM_FUNCTIONS(X)                                                                   \
+  X(accelSimChargeCompute) X(accelSimFlopsPerSecond) X(accelSimOnStep) X(accelSimDiagnose) X(accelSimNote) \
+  X(accelSimMemCharge) X(accelSimMemRelease)
+
 // The real NCCL, where this build links it; null otherwise.
 const NcclApi* real_nccl_api();
 // The simulated NCCL (loaded once): ACCEL_SIM_NCCL_LIBRARY, else libaccel-nccl-sim.so

@@ -434,15 +434,7 @@ const NcclApi* real_nccl_api() {
     NcclApi a;
     a.library = "libnccl";
 #define ACCEL_REAL(f) a.f = &::f;
-    ACCEL_REAL(ncclGetUniqueId) ACCEL_REAL(ncclCommInitRankConfig) ACCEL_REAL(ncclCommGetAsyncError)
-    ACCEL_REAL(ncclGetLastError) ACCEL_REAL(ncclGetErrorString) ACCEL_REAL(ncclCommAbort) ACCEL_REAL(ncclCommFinalize)
-    ACCEL_REAL(ncclCommDestroy) ACCEL_REAL(ncclRedOpCreatePreMulSum) ACCEL_REAL(ncclRedOpDestroy)
-    ACCEL_REAL(ncclAllReduce) ACCEL_REAL(ncclReduceScatter) ACCEL_REAL(ncclAllGather) ACCEL_REAL(ncclBroadcast)
-    ACCEL_REAL(ncclReduce) ACCEL_REAL(ncclSend) ACCEL_REAL(ncclRecv) ACCEL_REAL(ncclGroupStart) ACCEL_REAL(ncclGroupEnd)
-    ACCEL_REAL(cudaGetDeviceCount) ACCEL_REAL(cudaSetDevice) ACCEL_REAL(cudaGetErrorString)
-    ACCEL_REAL(cudaStreamCreateWithFlags) ACCEL_REAL(cudaStreamDestroy) ACCEL_REAL(cudaEventCreateWithFlags)
-    ACCEL_REAL(cudaEventDestroy) ACCEL_REAL(cudaEventRecord) ACCEL_REAL(cudaEventQuery) ACCEL_REAL(cudaStreamWaitEvent)
-    ACCEL_REAL(cudaMalloc) ACCEL_REAL(cudaFree)
+    ACCEL_NCCL_FUNCTIONS(ACCEL_REAL)
 #undef ACCEL_REAL
     return a;
   }();
@@ -507,17 +499,8 @@ const NcclApi& sim_nccl_api() {
     slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(f);
   };
 #define ACCEL_SIM(f) need(a->f, #f);
-  ACCEL_SIM(ncclGetUniqueId) ACCEL_SIM(ncclCommInitRankConfig) ACCEL_SIM(ncclCommGetAsyncError)
-  ACCEL_SIM(ncclGetLastError) ACCEL_SIM(ncclGetErrorString) ACCEL_SIM(ncclCommAbort) ACCEL_SIM(ncclCommFinalize)
-  ACCEL_SIM(ncclCommDestroy) ACCEL_SIM(ncclRedOpCreatePreMulSum) ACCEL_SIM(ncclRedOpDestroy)
-  ACCEL_SIM(ncclAllReduce) ACCEL_SIM(ncclReduceScatter) ACCEL_SIM(ncclAllGather) ACCEL_SIM(ncclBroadcast)
-  ACCEL_SIM(ncclReduce) ACCEL_SIM(ncclSend) ACCEL_SIM(ncclRecv) ACCEL_SIM(ncclGroupStart) ACCEL_SIM(ncclGroupEnd)
-  ACCEL_SIM(cudaGetDeviceCount) ACCEL_SIM(cudaSetDevice) ACCEL_SIM(cudaGetErrorString)
-  ACCEL_SIM(cudaStreamCreateWithFlags) ACCEL_SIM(cudaStreamDestroy) ACCEL_SIM(cudaEventCreateWithFlags)
-  ACCEL_SIM(cudaEventDestroy) ACCEL_SIM(cudaEventRecord) ACCEL_SIM(cudaEventQuery) ACCEL_SIM(cudaStreamWaitEvent)
-  ACCEL_SIM(cudaMalloc) ACCEL_SIM(cudaFree)
-  ACCEL_SIM(accelSimChargeCompute) ACCEL_SIM(accelSimFlopsPerSecond) ACCEL_SIM(accelSimOnStep)
-  ACCEL_SIM(accelSimDiagnose) ACCEL_SIM(accelSimNote) ACCEL_SIM(accelSimMemCharge) ACCEL_SIM(accelSimMemRelease)
+  ACCEL_NCCL_FUNCTIONS(ACCEL_SIM)
+  ACCEL_NCCL_SIM_FUNCTIONS(ACCEL_SIM)
 #undef ACCEL_SIM
   loaded = a;
   return *loaded;
