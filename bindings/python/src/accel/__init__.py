@@ -1,0 +1,40 @@
+"""accel: Python binding of the accel training runtime's C ABI (cffi, ABI mode).
+
+    import accel
+    acc = accel.Accelerator(mixed_precision="bf16", gradient_accumulation_steps=4)
+    model = accel.Model.mlp(acc, [64, 128, 64, 10])
+    opt = accel.AdamW(model, lr=3e-3)
+    loader = accel.DataLoader(acc, x, y, batch_size=32, shuffle=True)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    for x, y in loader:
+        loss = accel.cross_entropy(model(x), y)
+        acc.backward(loss)
+        opt.step()
+
+libaccel is loaded on first use (ACCEL_LIBRARY, then pkg-config, then the system loader).
+"""
+
+from . import sim
+from ._core import (Accelerator, Activation, AdamW, Backend, ClosedError, CommunicationError, DataLoader,
+                    Device, DType, Error, FormatError, InternalError, InvalidArgumentError, InvalidStateError,
+                    IOError, LAMB, LibraryNotFoundError, LibraryVersionError, Model, NonFiniteError, Optimizer,
+                    OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler, SGD, Status, StepResult, Strategy,
+                    Tensor, TimeoutError, UnsupportedError, cross_entropy, dtype_size, error_for,
+                    get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
+                    get_linear_schedule_with_warmup, load_library, mse_loss, status_name, tensor, version,
+                    version_number)
+from ._ffi import check_version
+from .sim import RankOutcome, SimReport
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Accelerator", "Activation", "AdamW", "Backend", "ClosedError", "CommunicationError", "DataLoader", "Device",
+    "DType", "Error", "FormatError", "InternalError", "InvalidArgumentError", "InvalidStateError", "IOError",
+    "LAMB", "LibraryNotFoundError", "LibraryVersionError", "Model", "NonFiniteError", "Optimizer",
+    "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",
+    "Status", "StepResult", "Strategy", "Tensor", "TimeoutError", "UnsupportedError", "check_version",
+    "cross_entropy", "dtype_size", "error_for", "get_constant_schedule_with_warmup",
+    "get_cosine_schedule_with_warmup", "get_linear_schedule_with_warmup", "load_library", "mse_loss", "sim",
+    "status_name", "tensor", "version", "version_number",
+]

@@ -1,0 +1,1551 @@
+"""The idiomatic layer over accel's C ABI: errors, tensors, the Accelerator and its objects.
+
+Every C call goes through the module global `lib`, which loads libaccel on first use
+(see _ffi.load: ACCEL_LIBRARY, pkg-config, the system loader; then the major-version check).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import enum
+import math
+import os
+import sys
+import threading
+import weakref
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union,
+                    TYPE_CHECKING)
+
+from . import _ffi
+from ._ffi import ffi, LibraryNotFoundError, LibraryVersionError
+
+if TYPE_CHECKING:  # numpy is optional (pip install accel[numpy])
+    import numpy as np
+
+# ------------------------------------------------------------------------------------------
+# Loading
+# ------------------------------------------------------------------------------------------
+
+_load_lock = threading.Lock()
+
+
+class _LazyLib:
+    """Stands in for the library until the first call, which loads it and rebinds `lib`."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(load_library(), name)
+
+
+lib: Any = _LazyLib()
+
+
+def load_library() -> Any:
+    """Loads libaccel now (normally it is loaded by the first call) and returns the cffi library.
+
+    Raises LibraryNotFoundError (an ImportError) listing what was tried, or LibraryVersionError
+    when the loaded library's major version is not the one this binding was written for."""
+    global lib
+    with _load_lock:
+        if isinstance(lib, _LazyLib):
+            lib = _ffi.load()
+    return lib
+
+
+def version() -> str:
+    """The version of the libaccel loaded ("0.1.0")."""
+    return ffi.string(lib.accel_version_string()).decode()
+
+
+def version_number() -> int:
+    """The version of the libaccel loaded as MAJOR * 10000 + MINOR * 100 + PATCH."""
+    return int(lib.accel_version_number())
+
+
+# ------------------------------------------------------------------------------------------
+# Enums
+# ------------------------------------------------------------------------------------------
+
+
+class Status(enum.IntEnum):
+    OK = 0
+    INVALID_ARGUMENT = -1
+    INVALID_STATE = -2
+    OUT_OF_MEMORY = -3
+    COMMUNICATION = -4
+    TIMEOUT = -5
+    IO = -6
+    FORMAT = -7
+    UNSUPPORTED = -8
+    INTERNAL = -9
+    NON_FINITE = -10
+
+
+class DType(enum.IntEnum):
+    FLOAT32 = 0
+    FLOAT16 = 1
+    BFLOAT16 = 2
+    INT64 = 3
+    INT32 = 4
+    UINT8 = 5
+    FLOAT64 = 6
+    INT8 = 7
+
+
+class Precision(enum.IntEnum):
+    NO = 0
+    BF16 = 1
+    FP16 = 2
+
+
+class Device(enum.IntEnum):
+    AUTO = 0
+    CPU = 1
+    CUDA = 2
+
+
+class Strategy(enum.IntEnum):
+    NO = 0
+    DDP = 1
+    ZERO1 = 2
+    ZERO2 = 3
+    ZERO3 = 4
+    SHARD_GRAD_OP = 3  # FSDP's names (aliases)
+    FULL_SHARD = 4
+
+
+class Backend(enum.IntEnum):
+    AUTO = 0
+    GLOO = 1
+    NCCL = 2
+    SIM = 3
+
+
+class Activation(enum.IntEnum):
+    RELU = 0
+    GELU = 1
+    TANH = 2
+    SIGMOID = 3
+
+
+class Schedule(enum.IntEnum):
+    CONSTANT = 0
+    LINEAR = 1
+    COSINE = 2
+
+
+class ReduceOp(enum.IntEnum):
+    SUM = 0
+    MEAN = 1
+    MAX = 2
+    MIN = 3
+    PROD = 4
+
+
+_ALIASES = {"fp32": "no", "none": "no", "float32": "no", "bfloat16": "bf16", "float16": "fp16",
+            "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "double": "float64",
+            "float": "float32", "half": "float16", "long": "int64", "int": "int32"}
+
+E = Any  # an enum class
+
+
+def _enum(cls: Any, value: Any, what: str) -> Any:
+    """An enum member from a member, an int or a case-insensitive name ("bf16", "ddp")."""
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        key = value.strip().lower()
+        names = {m.lower(): m for m in cls.__members__}
+        if key not in names and key in _ALIASES:
+            key = _ALIASES[key]
+        if key in names:
+            return cls[names[key]]
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{what} must be one of {', '.join(n.lower() for n in cls.__members__)}; got {value!r}")
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return cls(value)
+        except ValueError:
+            pass
+    raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{what}: {value!r} is no {cls.__name__}")
+
+
+# ------------------------------------------------------------------------------------------
+# Errors
+# ------------------------------------------------------------------------------------------
+
+
+class Error(Exception):
+    """An accel error: `status` (Status, or the int for a code this binding does not know) and
+    `message` (the library's message, which names the function and the argument at fault)."""
+
+    status: Union[Status, int]
+    message: str
+
+    def __init__(self, status: Union[Status, int], message: str) -> None:
+        try:
+            status = Status(status)
+        except ValueError:
+            pass
+        self.status = status
+        self.message = message
+        Exception.__init__(self, message)
+
+    def __str__(self) -> str:
+        name = self.status.name if isinstance(self.status, Status) else f"status {self.status}"
+        return f"{self.message} [{name}]"
+
+
+class InvalidArgumentError(Error, ValueError):
+    pass
+
+
+class InvalidStateError(Error):
+    pass
+
+
+class ClosedError(InvalidStateError):
+    """An object (or the Accelerator it was made from) was used after close()."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(Status.INVALID_STATE, message)
+
+
+class OutOfMemoryError(Error, MemoryError):
+    pass
+
+
+class CommunicationError(Error):
+    pass
+
+
+class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 (accel.TimeoutError)
+    pass
+
+
+class IOError(Error, OSError):  # noqa: A001 (accel.IOError)
+    def __init__(self, status: Union[Status, int], message: str) -> None:
+        OSError.__init__(self, message)
+        Error.__init__(self, status, message)
+
+
+class FormatError(Error):
+    pass
+
+
+class UnsupportedError(Error):
+    pass
+
+
+class InternalError(Error):
+    pass
+
+
+class NonFiniteError(Error):
+    pass
+
+
+_ERRORS: Dict[int, type] = {
+    -1: InvalidArgumentError, -2: InvalidStateError, -3: OutOfMemoryError, -4: CommunicationError,
+    -5: TimeoutError, -6: IOError, -7: FormatError, -8: UnsupportedError, -9: InternalError,
+    -10: NonFiniteError,
+}
+
+
+def error_for(status: int, message: str) -> Error:
+    """The exception for a status (accel.Error itself for a code this binding does not know)."""
+    return _ERRORS.get(int(status), Error)(status, message)
+
+
+def status_name(status: int) -> str:
+    """The library's name for a status code ("ACCEL_ERR_IO"; "ACCEL_ERR_UNKNOWN" if unknown)."""
+    return ffi.string(lib.accel_status_name(int(status))).decode()
+
+
+def _fail(status: int, ctx: Any = ffi.NULL) -> Any:
+    """Raises the error of a failed call. Must run on the thread that made the call, right after
+    it: accel_last_error(NULL) is thread-local."""
+    message = ffi.string(lib.accel_last_error(ctx)).decode("utf-8", "replace")
+    if not message:
+        message = f"{status_name(status)} (the library gave no message)"
+    raise error_for(status, message)
+
+
+# ------------------------------------------------------------------------------------------
+# numpy (optional) and buffers
+# ------------------------------------------------------------------------------------------
+
+_numpy: Any = None
+
+
+def _np(required_for: Optional[str] = None) -> Any:
+    """numpy, imported on first need; None when it is not installed and not required."""
+    global _numpy
+    if _numpy is None:
+        try:
+            import numpy
+        except ImportError:
+            if required_for is None:
+                return None
+            raise ImportError(f"{required_for} needs numpy: pip install 'accel[numpy]'") from None
+        _numpy = numpy
+    return _numpy
+
+
+_NP_NAMES = {DType.FLOAT32: "float32", DType.FLOAT16: "float16", DType.INT64: "int64", DType.INT32: "int32",
+             DType.UINT8: "uint8", DType.FLOAT64: "float64", DType.INT8: "int8"}
+_SIZES = {DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.INT64: 8, DType.INT32: 4,
+          DType.UINT8: 1, DType.FLOAT64: 8, DType.INT8: 1}
+# struct-module format characters (buffer protocol) -> dtype, by (char, itemsize)
+_FORMATS = {("f", 4): DType.FLOAT32, ("d", 8): DType.FLOAT64, ("e", 2): DType.FLOAT16,
+            ("q", 8): DType.INT64, ("l", 8): DType.INT64, ("i", 4): DType.INT32, ("l", 4): DType.INT32,
+            ("B", 1): DType.UINT8, ("c", 1): DType.UINT8, ("b", 1): DType.INT8}
+
+
+def dtype_size(dtype: Union[DType, str, int]) -> int:
+    """Bytes per element of a dtype (accel_dtype_size)."""
+    return int(lib.accel_dtype_size(_enum(DType, dtype, "dtype")))
+
+
+def _dtype_of_numpy(dt: Any) -> DType:
+    for code, name in _NP_NAMES.items():
+        if dt == _numpy.dtype(name):
+            return code
+    raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                               f"numpy dtype {dt} has no accel dtype (float32, float16, float64, int64, int32, uint8, int8)")
+
+
+def _to_bfloat16_bits(arr: Any) -> Any:
+    """float array -> uint16 bfloat16 bits, rounded to nearest even (NaN kept NaN)."""
+    np = _numpy
+    f = np.ascontiguousarray(arr, dtype=np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
+
+
+ShapeLike = Sequence[int]
+ArrayLike = Any  # a Tensor, a numpy array, a buffer (memoryview, bytes, array.array), a scalar or a list
+
+
+# ------------------------------------------------------------------------------------------
+# Tensors
+# ------------------------------------------------------------------------------------------
+
+
+class Tensor:
+    """A typed n-dimensional array owned by accel (host or device memory).
+
+    Tensors are independent of any Accelerator; one that came out of a model, a loss or a loader
+    remembers its Accelerator so that accel.cross_entropy(logits, y) needs no accelerator=.
+    Release with close() / `with` (or let it be garbage-collected)."""
+
+    __slots__ = ("_h", "_acc", "_shape", "__weakref__")
+
+    def __init__(self) -> None:
+        raise TypeError("make tensors with accel.tensor(data, dtype=None, shape=None)")
+
+    @classmethod
+    def _wrap(cls, handle: Any, acc: Optional["Accelerator"] = None) -> "Tensor":
+        t = object.__new__(cls)
+        t._h = handle
+        t._acc = acc
+        t._shape = None
+        return t
+
+    def _p(self) -> Any:
+        h = self._h
+        if h is None:
+            raise ClosedError("this Tensor is closed")
+        return h
+
+    def close(self) -> None:
+        """Releases the tensor (accel_tensor_destroy). Idempotent."""
+        h, self._h = self._h, None
+        if h is not None:
+            lib.accel_tensor_destroy(h)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except BaseException:  # never raise from a finalizer (e.g. at interpreter shutdown)
+            pass
+
+    def __enter__(self) -> "Tensor":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None
+
+    @property
+    def dtype(self) -> DType:
+        out = ffi.new("accel_dtype *")
+        st = lib.accel_tensor_dtype(self._p(), out)
+        if st:
+            _fail(st)
+        return DType(out[0])
+
+    @property
+    def ndim(self) -> int:
+        out = ffi.new("size_t *")
+        st = lib.accel_tensor_ndim(self._p(), out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        if self._shape is None:
+            n = self.ndim
+            out = ffi.new("int64_t[]", max(n, 1))
+            st = lib.accel_tensor_shape(self._p(), out, n)
+            if st:
+                _fail(st)
+            self._shape = tuple(int(out[i]) for i in range(n))
+        return self._shape
+
+    @property
+    def numel(self) -> int:
+        out = ffi.new("int64_t *")
+        st = lib.accel_tensor_numel(self._p(), out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    @property
+    def nbytes(self) -> int:
+        out = ffi.new("size_t *")
+        st = lib.accel_tensor_nbytes(self._p(), out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    def __len__(self) -> int:
+        shape = self.shape
+        if not shape:
+            raise TypeError("len() of a 0-d tensor")
+        return shape[0]
+
+    def item(self) -> float:
+        """The single element as a Python float (accel_tensor_item)."""
+        out = ffi.new("double *")
+        st = lib.accel_tensor_item(self._p(), out)
+        if st:
+            _fail(st)
+        return float(out[0])
+
+    def numpy(self, dtype: Union[DType, str, None] = None) -> "np.ndarray":
+        """A new numpy array that accel writes straight into (no intermediate copy).
+
+        dtype=None keeps the tensor's dtype, except bfloat16 (numpy has none): read as float32.
+        Another dtype converts in C (accel_tensor_copy_to_host_as)."""
+        np = _np("Tensor.numpy()")
+        h = self._p()
+        own = self.dtype
+        want = (DType.FLOAT32 if own == DType.BFLOAT16 else own) if dtype is None else _enum(DType, dtype, "dtype")
+        if want == DType.BFLOAT16:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       "numpy has no bfloat16: read the tensor as float32 (the default)")
+        arr = np.empty(self.shape, dtype=_NP_NAMES[want])
+        dst = ffi.from_buffer(arr, require_writable=True)
+        if want == own:
+            st = lib.accel_tensor_copy_to_host(h, dst, arr.nbytes)
+        else:
+            st = lib.accel_tensor_copy_to_host_as(h, int(want), dst, arr.nbytes)
+        if st:
+            _fail(st)
+        return arr
+
+    def copy_to(self, buffer: Any, dtype: Union[DType, str, None] = None) -> None:
+        """Copies the elements (row-major) into a writable buffer (bytearray, memoryview, array.array,
+        numpy array) of exactly numel * dtype size bytes; dtype converts (default: the tensor's)."""
+        h = self._p()
+        try:
+            dst = ffi.from_buffer(buffer, require_writable=True)
+        except TypeError as exc:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"copy_to: {exc}") from None
+        size = ffi.sizeof(dst)
+        if dtype is None:
+            st = lib.accel_tensor_copy_to_host(h, dst, size)
+        else:
+            st = lib.accel_tensor_copy_to_host_as(h, int(_enum(DType, dtype, "dtype")), dst, size)
+        if st:
+            _fail(st)
+
+    def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> "np.ndarray":
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype, copy=False)
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def __float__(self) -> float:
+        return self.item()
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "<accel.Tensor closed>"
+        return f"<accel.Tensor shape={self.shape} dtype={self.dtype.name.lower()}>"
+
+
+def _shape_numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Optional[ShapeLike] = None) -> Tensor:
+    """A new host tensor holding a copy of `data` (accel_tensor_create copies).
+
+    data: a numpy array (non-contiguous ones are made contiguous), any buffer-protocol object
+    (memoryview, bytes, bytearray, array.array), a Python scalar or list, or a Tensor.
+    dtype: inferred from the numpy dtype or the buffer's format when None; with numpy, other
+    dtypes are converted (bfloat16 rounds to nearest even); a raw byte buffer (format 'B') given
+    another dtype is reinterpreted. shape: defaults to the data's shape; it must hold as many
+    elements as the data."""
+    if isinstance(data, Tensor):
+        data = data.numpy()  # a copy (bfloat16 goes through float32)
+    want = None if dtype is None else _enum(DType, dtype, "dtype")
+    np = _np()
+    buf: Any
+    if np is not None and not isinstance(data, (bytes, bytearray, memoryview)) and (
+            isinstance(data, (np.ndarray, np.generic, list, tuple, int, float))):
+        arr = np.asarray(data)
+        if not isinstance(data, (np.ndarray, np.generic)):  # Python numbers: torch's defaults
+            if arr.dtype.kind == "f":
+                arr = arr.astype(np.float32)
+            elif arr.dtype.kind in "iub":
+                arr = arr.astype(np.int64)
+        if arr.dtype == np.bool_:
+            arr = arr.astype(np.uint8)
+        code = _dtype_of_numpy(arr.dtype) if want is None else want
+        if code == DType.BFLOAT16:
+            buf = _to_bfloat16_bits(arr)
+        else:
+            buf = np.ascontiguousarray(arr, dtype=_NP_NAMES[code])
+        shp = tuple(arr.shape)
+    else:
+        numbers_shape: Optional[Tuple[int, ...]] = None
+        if isinstance(data, (int, float)) or (isinstance(data, (list, tuple)) and
+                                              all(isinstance(v, (int, float)) for v in data)):
+            import array  # Python numbers without numpy: through array.array
+            values = [data] if isinstance(data, (int, float)) else list(data)
+            numbers_shape = () if isinstance(data, (int, float)) else (len(values),)
+            is_float = any(isinstance(v, float) for v in values)
+            if want is None:
+                want = DType.FLOAT32 if is_float else DType.INT64
+            typecode = {DType.FLOAT32: "f", DType.FLOAT64: "d", DType.INT64: "q", DType.INT32: "i",
+                        DType.UINT8: "B", DType.INT8: "b"}.get(want)
+            if typecode is None:
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                           f"converting Python numbers to {want.name.lower()} needs numpy")
+            data = array.array(typecode, values)
+        try:
+            mv = memoryview(data)
+        except TypeError:
+            raise InvalidArgumentError(
+                Status.INVALID_ARGUMENT,
+                f"cannot make a tensor from {type(data).__name__}: pass a numpy array or a buffer") from None
+        if mv.format.startswith((">", "!")) and sys.byteorder == "little":
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"big-endian buffer format {mv.format!r}")
+        fmt = mv.format.lstrip("@=<")
+        code_of_fmt = _FORMATS.get((fmt, mv.itemsize))
+        if not mv.c_contiguous:
+            mv = memoryview(mv.tobytes())  # a contiguous copy (flat bytes)
+            mv = mv.cast(fmt) if code_of_fmt is not None else mv
+        if want is None:
+            if code_of_fmt is None:
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                           f"buffer format {mv.format!r} has no accel dtype: pass dtype=")
+            want = code_of_fmt
+        if code_of_fmt == want:
+            shp = tuple(mv.shape or ()) if numbers_shape is None else numbers_shape
+        elif fmt in ("B", "c", "b") or code_of_fmt is None or (want == DType.BFLOAT16 and mv.itemsize == 2):
+            # raw bytes reinterpreted as `want` (e.g. bfloat16 bits in a uint16 buffer)
+            if mv.nbytes % _SIZES[want]:
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                           f"{mv.nbytes} bytes are not a whole number of {want.name.lower()} elements")
+            shp = (mv.nbytes // _SIZES[want],)
+        else:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       f"a buffer of format {mv.format!r} cannot be converted to {want.name.lower()} "
+                                       "without numpy (pip install 'accel[numpy]')")
+        buf = mv
+        code = want
+    if shape is not None:
+        new = tuple(int(d) for d in shape)
+        if any(d < 0 for d in new):
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"shape {new} has a negative dimension")
+        if _shape_numel(new) != _shape_numel(shp):
+            raise InvalidArgumentError(
+                Status.INVALID_ARGUMENT,
+                f"shape {new} holds {_shape_numel(new)} elements, the data has {_shape_numel(shp)}")
+        shp = new
+    nbytes = _shape_numel(shp) * _SIZES[code]
+    src = ffi.from_buffer(buf) if nbytes else ffi.NULL
+    if nbytes and ffi.sizeof(src) != nbytes:  # never let C read past the data
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"the data has {ffi.sizeof(src)} bytes, shape {shp} of {code.name.lower()} needs {nbytes}")
+    c_shape = ffi.new("int64_t[]", list(shp) or [0])
+    out = ffi.new("accel_tensor **")
+    st = lib.accel_tensor_create(int(code), c_shape, len(shp), src, out)
+    if st:
+        _fail(st)
+    return Tensor._wrap(out[0])
+
+
+def _as_tensor(x: ArrayLike) -> Tuple[Tensor, bool]:
+    """(tensor, made_here): array-likes become temporary tensors the caller closes."""
+    if isinstance(x, Tensor):
+        return x, False
+    return tensor(x), True
+
+
+# ------------------------------------------------------------------------------------------
+# Objects made from an Accelerator
+# ------------------------------------------------------------------------------------------
+
+
+def _destroy_handle(kind: str, handle: Any) -> None:
+    if kind == "model":
+        lib.accel_model_destroy(handle)
+    elif kind == "optimizer":
+        lib.accel_optimizer_destroy(handle)
+    elif kind == "scheduler":
+        lib.accel_scheduler_destroy(handle)
+    elif kind == "dataloader":
+        lib.accel_dataloader_destroy(handle)
+
+
+class _Child:
+    """Shared lifetime rules of Model, Optimizer, Scheduler and DataLoader.
+
+    - close() is idempotent; use after close, or after the Accelerator was closed, is ClosedError.
+    - accel_prepare borrows the object: closing it while its Accelerator is open raises
+      InvalidStateError (close the Accelerator first; it releases what it prepared).
+    - An object another open object depends on (a model with an optimizer, an optimizer with a
+      scheduler) refuses close() the same way: close the dependent first.
+    - A finalizer never destroys something the C context may still use: it leaves it to the
+      Accelerator's close()."""
+
+    _order: int = 0  # release order when the Accelerator closes: schedulers, optimizers, loaders, models
+    _destroy: str = ""
+
+    def __init__(self, acc: "Accelerator", handle: Any, parent: Optional["_Child"] = None) -> None:
+        self._acc = acc
+        self._h: Any = handle
+        self._parent = parent
+        self._prepared = False
+        self._deps = 0
+        if parent is not None:
+            parent._deps += 1
+        self._key = acc._adopt(self)
+
+    def _p(self) -> Tuple[Any, Any]:
+        ctx = self._acc._ctx
+        if self._h is None or ctx is None:
+            what = type(self).__name__
+            raise ClosedError(f"the Accelerator this {what} was made from is closed" if ctx is None
+                              else f"this {what} is closed")
+        return ctx, self._h
+
+    @property
+    def closed(self) -> bool:
+        return self._h is None or self._acc._ctx is None
+
+    @property
+    def accelerator(self) -> "Accelerator":
+        return self._acc
+
+    def close(self) -> None:
+        """Releases the object. Idempotent. Refused (InvalidStateError) while its Accelerator is
+        open and has prepared it, or while an open optimizer/scheduler made from it exists."""
+        if self._h is None:
+            return
+        if self._acc._ctx is not None:
+            name = type(self).__name__
+            if self._prepared:
+                raise InvalidStateError(
+                    Status.INVALID_STATE,
+                    f"{name}.close: the Accelerator prepared this {name} and borrows it: close the "
+                    "Accelerator first (it releases everything it prepared)")
+            if self._deps:
+                raise InvalidStateError(
+                    Status.INVALID_STATE,
+                    f"{name}.close: an open {'optimizer' if isinstance(self, Model) else 'scheduler'} "
+                    f"uses this {name}: close it first")
+        self._release()
+
+    def _release(self) -> None:
+        h, self._h = self._h, None
+        if h is None:
+            return
+        if self._acc._records.pop(self._key, None) is not None:
+            _destroy_handle(self._destroy, h)
+        if self._parent is not None:
+            self._parent._deps -= 1
+
+    def __del__(self) -> None:
+        try:
+            if self._h is None:
+                return
+            acc = self._acc
+            if acc._ctx is not None and (self._prepared or self._deps or threading.get_ident() != acc._thread):
+                return  # the Accelerator releases it when it closes
+            self._release()
+        except BaseException:
+            pass
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Model(_Child):
+    """A model: the built-in MLP (Model.mlp) or a TorchScript module (Model.load_torchscript).
+    Callable: `logits = model(x)` runs the forward (x: a Tensor or anything accel.tensor takes)."""
+
+    _order = 3
+    _destroy = "model"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("use accel.Model.mlp(accelerator, layer_sizes) or accel.Model.load_torchscript(accelerator, path)")
+
+    @classmethod
+    def mlp(cls, accelerator: "Accelerator", layer_sizes: Sequence[int], *,
+            activation: Union[Activation, str] = "relu", dropout: float = 0.0, bias: bool = True) -> "Model":
+        """The built-in multi-layer perceptron (accel_model_create_mlp): Linear layers of the given
+        sizes (input, hidden..., output) with `activation` (and dropout) between them."""
+        ctx = accelerator._c()
+        opts = ffi.new("accel_mlp_options *")
+        st = lib.accel_mlp_options_init(opts, lib.ACCEL_MLP_OPTIONS_VERSION)
+        if st:
+            _fail(st)
+        sizes = ffi.new("int64_t[]", [int(s) for s in layer_sizes] or [0])
+        opts.layer_sizes = sizes
+        opts.num_layer_sizes = len(layer_sizes)
+        opts.activation = int(_enum(Activation, activation, "activation"))
+        opts.dropout = float(dropout)
+        opts.bias = 1 if bias else 0
+        out = ffi.new("accel_model **")
+        st = lib.accel_model_create_mlp(ctx, opts, out)
+        if st:
+            _fail(st, ctx)
+        return cls._make(accelerator, out[0])
+
+    @classmethod
+    def load_torchscript(cls, accelerator: "Accelerator", path: Union[str, "os.PathLike[str]"]) -> "Model":
+        """Loads a module saved by torch.jit.save (accel_model_load_torchscript)."""
+        ctx = accelerator._c()
+        out = ffi.new("accel_model **")
+        st = lib.accel_model_load_torchscript(ctx, os.fsencode(path), out)
+        if st:
+            _fail(st, ctx)
+        return cls._make(accelerator, out[0])
+
+    @classmethod
+    def _make(cls, acc: "Accelerator", handle: Any) -> "Model":
+        m = object.__new__(cls)
+        _Child.__init__(m, acc, handle)
+        m._training = True
+        return m
+
+    def __call__(self, *inputs: ArrayLike) -> Tensor:
+        return self.forward(*inputs)
+
+    def forward(self, *inputs: ArrayLike) -> Tensor:
+        """accel_model_forward; the output remembers this model's Accelerator (for the losses)."""
+        ctx, h = self._p()
+        temps: List[Tensor] = []
+        handles = []
+        try:
+            for x in inputs:
+                if isinstance(x, Tensor):
+                    handles.append(x._p())
+                else:
+                    t = tensor(x)
+                    temps.append(t)
+                    handles.append(t._h)
+            arr = ffi.new("accel_tensor *[]", handles or [ffi.NULL])
+            out = ffi.new("accel_tensor **")
+            st = lib.accel_model_forward(ctx, h, arr, len(handles), out)
+            if st:
+                _fail(st, ctx)
+            return Tensor._wrap(out[0], self._acc)
+        finally:
+            for t in temps:
+                t.close()
+
+    def train(self, mode: bool = True) -> "Model":
+        """Training mode (dropout on, graphs recorded) or, with mode=False, evaluation mode."""
+        ctx, h = self._p()
+        st = lib.accel_model_set_training(ctx, h, 1 if mode else 0)
+        if st:
+            _fail(st, ctx)
+        self._training = bool(mode)
+        return self
+
+    def eval(self) -> "Model":
+        return self.train(False)
+
+    @property
+    def training(self) -> bool:
+        return self._training
+
+    def _counts(self) -> Tuple[int, int]:
+        _, h = self._p()
+        nt = ffi.new("size_t *")
+        ne = ffi.new("int64_t *")
+        st = lib.accel_model_num_parameters(h, nt, ne)
+        if st:
+            _fail(st)
+        return int(nt[0]), int(ne[0])
+
+    @property
+    def num_parameters(self) -> int:
+        """The number of scalar parameters."""
+        return self._counts()[1]
+
+    @property
+    def num_parameter_tensors(self) -> int:
+        return self._counts()[0]
+
+    def parameter_names(self) -> List[str]:
+        _, h = self._p()
+        out = ffi.new("const char **")
+        names = []
+        for i in range(self.num_parameter_tensors):
+            st = lib.accel_model_parameter_name(h, i, out)
+            if st:
+                _fail(st)
+            names.append(ffi.string(out[0]).decode())
+        return names
+
+    def parameter(self, index: int) -> Tensor:
+        """A host copy of parameter `index` (fp32 master weights). Under ZeRO a collective."""
+        ctx, h = self._p()
+        out = ffi.new("accel_tensor **")
+        st = lib.accel_model_parameter(ctx, h, int(index), out)
+        if st:
+            _fail(st, ctx)
+        return Tensor._wrap(out[0])
+
+    def named_parameters(self) -> List[Tuple[str, "np.ndarray"]]:
+        """(name, numpy copy) for every parameter tensor, e.g. ("layers.0.weight", array)."""
+        result = []
+        for i, name in enumerate(self.parameter_names()):
+            with self.parameter(i) as t:
+                result.append((name, t.numpy()))
+        return result
+
+    def parameters(self) -> List["np.ndarray"]:
+        """numpy copies of the parameters (reading, not training: the optimizer owns them)."""
+        return [a for _, a in self.named_parameters()]
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> str:
+        """Writes the weights as safetensors (or TorchScript for a path ending in .pt)."""
+        return self._acc.save_model(self, path)
+
+
+class StepResult(NamedTuple):
+    """What accel_step did (accel_step_result)."""
+    stepped: bool          # the optimizer really stepped
+    skipped: bool          # an fp16 step skipped for inf/NaN gradients
+    sync_step: bool        # a gradient-synchronising (real or skipped) step
+    loss_scale: float      # the loss scale after the call (1 unless fp16)
+    optimizer_steps: int   # real optimizer steps so far
+    micro_steps: int       # backward calls counted so far
+
+
+class Optimizer(_Child):
+    """An optimizer over all the parameters of a model. Make one with accel.SGD, accel.AdamW or
+    accel.LAMB. step() calls accel_step; zero_grad() is a no-op (accel_step zeroes the gradients)."""
+
+    _order = 1
+    _destroy = "optimizer"
+
+    def _create(self, model: Model, kind: str, fields: Dict[str, float]) -> None:
+        if not isinstance(model, Model):
+            raise TypeError(f"an optimizer takes an accel.Model, got {type(model).__name__}")
+        ctx, mh = model._p()
+        opts = ffi.new(f"accel_{kind}_options *")
+        init = {"sgd": lib.accel_sgd_options_init, "adamw": lib.accel_adamw_options_init,
+                "lamb": lib.accel_lamb_options_init,}[kind]
+        create = {"sgd": lib.accel_optimizer_create_sgd, "adamw": lib.accel_optimizer_create_adamw,
+                  "lamb": lib.accel_optimizer_create_lamb,}[kind]
+        st = init(opts, getattr(lib, f"ACCEL_{kind.upper()}_OPTIONS_VERSION"))
+        if st:
+            _fail(st)
+        for k, v in fields.items():
+            setattr(opts, k, v)
+        out = ffi.new("accel_optimizer **")
+        st = create(ctx, mh, opts, out)
+        if st:
+            _fail(st, ctx)
+        _Child.__init__(self, model._acc, out[0], model)
+        self.model = model
+
+    def step(self) -> StepResult:
+        """accel_step (Accelerator.step): ends a micro-batch; on a real step the optimizer steps,
+        the scheduler advances and the gradients are zeroed."""
+        self._p()
+        return self._acc.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """A no-op, accepted for Accelerate/torch code: accel_step already zeroes the gradients."""
+
+    @property
+    def lr(self) -> float:
+        """The current learning rate (accel_optimizer_lr)."""
+        _, h = self._p()
+        out = ffi.new("double *")
+        st = lib.accel_optimizer_lr(h, out)
+        if st:
+            _fail(st)
+        return float(out[0])
+
+
+class SGD(Optimizer):
+    def __init__(self, model: Model, lr: float = 0.01, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False) -> None:
+        self._create(model, "sgd", {"lr": float(lr), "momentum": float(momentum), "dampening": float(dampening),
+                                    "weight_decay": float(weight_decay), "nesterov": 1 if nesterov else 0})
+
+
+class AdamW(Optimizer):
+    def __init__(self, model: Model, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.01) -> None:
+        self._create(model, "adamw", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
+                                      "eps": float(eps), "weight_decay": float(weight_decay)})
+
+
+class LAMB(Optimizer):
+    def __init__(self, model: Model, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-6, weight_decay: float = 0.01) -> None:
+        self._create(model, "lamb", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
+                                     "eps": float(eps), "weight_decay": float(weight_decay)})
+
+
+class Scheduler(_Child):
+    """A learning-rate schedule (constant, linear or cosine, with linear warm-up) driving an
+    optimizer. It advances inside accel_step on real optimizer steps: step() is a no-op."""
+
+    _order = 0
+    _destroy = "scheduler"
+
+    def __init__(self, optimizer: Optimizer, kind: Union[Schedule, str] = "constant", warmup_steps: int = 0,
+                 total_steps: int = 0, min_lr_ratio: float = 0.0) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"a scheduler takes an accel.Optimizer, got {type(optimizer).__name__}")
+        ctx, oh = optimizer._p()
+        opts = ffi.new("accel_scheduler_options *")
+        st = lib.accel_scheduler_options_init(opts, lib.ACCEL_SCHEDULER_OPTIONS_VERSION)
+        if st:
+            _fail(st)
+        opts.kind = int(_enum(Schedule, kind, "kind"))
+        opts.warmup_steps = int(warmup_steps)
+        opts.total_steps = int(total_steps)
+        opts.min_lr_ratio = float(min_lr_ratio)
+        out = ffi.new("accel_scheduler **")
+        st = lib.accel_scheduler_create(ctx, oh, opts, out)
+        if st:
+            _fail(st, ctx)
+        _Child.__init__(self, optimizer._acc, out[0], optimizer)
+        self.optimizer = optimizer
+
+    def step(self) -> None:
+        """A no-op, accepted for Accelerate/transformers code: accel_step advances the scheduler."""
+
+    @property
+    def steps(self) -> int:
+        """Real optimizer steps taken (accel_scheduler_steps)."""
+        _, h = self._p()
+        out = ffi.new("int64_t *")
+        st = lib.accel_scheduler_steps(h, out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    def get_last_lr(self) -> List[float]:
+        return [self.optimizer.lr]
+
+
+def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int = 0) -> Scheduler:
+    return Scheduler(optimizer, "constant", num_warmup_steps, 0)
+
+
+def get_linear_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
+                                    min_lr_ratio: float = 0.0) -> Scheduler:
+    return Scheduler(optimizer, "linear", num_warmup_steps, num_training_steps, min_lr_ratio)
+
+
+def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
+                                    min_lr_ratio: float = 0.0) -> Scheduler:
+    return Scheduler(optimizer, "cosine", num_warmup_steps, num_training_steps, min_lr_ratio)
+
+
+class DataLoader(_Child):
+    """Batches of an in-memory dataset (inputs[i], targets[i]); both are copied at creation.
+
+    Iterating runs ONE epoch: `for x, y in loader:` (or `for x in loader:` without targets);
+    the next iteration is the next epoch. Breaking out leaves the position where it was."""
+
+    _order = 2
+    _destroy = "dataloader"
+
+    def __init__(self, accelerator: "Accelerator", inputs: ArrayLike, targets: Optional[ArrayLike] = None, *,
+                 batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+                 even_batches: bool = True, split_batches: bool = False) -> None:
+        ctx = accelerator._c()
+        opts = ffi.new("accel_dataloader_options *")
+        st = lib.accel_dataloader_options_init(opts, lib.ACCEL_DATALOADER_OPTIONS_VERSION)
+        if st:
+            _fail(st)
+        opts.batch_size = int(batch_size)
+        opts.shuffle = 1 if shuffle else 0
+        opts.seed = int(seed)
+        opts.drop_last = 1 if drop_last else 0
+        opts.even_batches = 1 if even_batches else 0
+        opts.split_batches = 1 if split_batches else 0
+        x, made_x = _as_tensor(inputs)
+        y, made_y = (None, False) if targets is None else _as_tensor(targets)
+        try:
+            out = ffi.new("accel_dataloader **")
+            st = lib.accel_dataloader_create(ctx, x._p(), ffi.NULL if y is None else y._p(), opts, out)
+            if st:
+                _fail(st, ctx)
+        finally:
+            if made_x:
+                x.close()
+            if made_y and y is not None:
+                y.close()
+        _Child.__init__(self, accelerator, out[0])
+        self._has_targets = targets is not None
+        self.batch_size = int(batch_size)
+
+    def next_batch(self) -> Any:
+        """The next batch of the epoch ((x, y), or x without targets), or None at the end of the
+        epoch (the loader then moves to the next epoch)."""
+        ctx, h = self._p()
+        xo = ffi.new("accel_tensor **")
+        yo = ffi.new("accel_tensor **")
+        st = lib.accel_dataloader_next(ctx, h, xo, yo)
+        if st:
+            _fail(st, ctx)
+        if xo[0] == ffi.NULL:
+            return None
+        acc = self._acc
+        x = Tensor._wrap(xo[0], acc)
+        if not self._has_targets:
+            return x
+        return x, Tensor._wrap(yo[0], acc)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._p()
+        while True:
+            batch = self.next_batch()
+            if batch is None:
+                return
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches per epoch (this process's share once prepared)."""
+        _, h = self._p()
+        out = ffi.new("int64_t *")
+        st = lib.accel_dataloader_num_batches(h, out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    @property
+    def epoch(self) -> int:
+        _, h = self._p()
+        out = ffi.new("int64_t *")
+        st = lib.accel_dataloader_epoch(h, out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch (>= 0) and rewinds to its first batch."""
+        _, h = self._p()
+        st = lib.accel_dataloader_set_epoch(h, int(epoch))
+        if st:
+            _fail(st)
+
+
+# ------------------------------------------------------------------------------------------
+# The Accelerator
+# ------------------------------------------------------------------------------------------
+
+
+def _options(mixed_precision: Union[Precision, str, None] = None, gradient_accumulation_steps: int = 1,
+             cpu: bool = False, seed: int = 0, strategy: Union[Strategy, str, None] = None,
+             backend: Union[Backend, str, None] = None, timeout: Optional[float] = None, num_threads: int = 0,
+             device: Union[Device, str, None] = None, device_index: int = 0,
+             loss_scale_init: Optional[float] = None, loss_scale_growth_factor: Optional[float] = None,
+             loss_scale_backoff_factor: Optional[float] = None, loss_scale_growth_interval: Optional[int] = None,
+             bucket_bytes: Optional[int] = None) -> Any:
+    """An accel_options filled by accel_options_init, then the arguments that were given."""
+    opts = ffi.new("accel_options *")
+    st = lib.accel_options_init(opts, lib.ACCEL_OPTIONS_VERSION)
+    if st:
+        _fail(st)
+    if mixed_precision is not None:
+        opts.mixed_precision = int(_enum(Precision, mixed_precision, "mixed_precision"))
+    opts.gradient_accumulation_steps = int(gradient_accumulation_steps)
+    opts.seed = int(seed)
+    if cpu:
+        opts.device = lib.ACCEL_DEVICE_CPU
+    elif device is not None:
+        opts.device = int(_enum(Device, device, "device"))
+    opts.device_index = int(device_index)
+    if loss_scale_init is not None:
+        opts.loss_scale_init = float(loss_scale_init)
+    if loss_scale_growth_factor is not None:
+        opts.loss_scale_growth_factor = float(loss_scale_growth_factor)
+    if loss_scale_backoff_factor is not None:
+        opts.loss_scale_backoff_factor = float(loss_scale_backoff_factor)
+    if loss_scale_growth_interval is not None:
+        opts.loss_scale_growth_interval = int(loss_scale_growth_interval)
+    opts.num_threads = int(num_threads)
+    if strategy is not None:
+        opts.strategy = int(_enum(Strategy, strategy, "strategy"))
+    if bucket_bytes is not None:
+        opts.bucket_bytes = int(bucket_bytes)
+    if backend is not None:
+        opts.backend = int(_enum(Backend, backend, "backend"))
+    if timeout is not None:
+        opts.timeout_seconds = float(timeout)
+    return opts
+
+
+_REDUCTIONS = {"sum": ReduceOp.SUM, "mean": ReduceOp.MEAN, "max": ReduceOp.MAX, "min": ReduceOp.MIN,
+               "prod": ReduceOp.PROD}
+
+
+class Accelerator:
+    """The context (accel_context): device, precision, accumulation, processes, checkpoints.
+
+        acc = accel.Accelerator(mixed_precision="bf16", gradient_accumulation_steps=4)
+
+    Arguments left at None keep the library's default, which for mixed_precision, strategy,
+    backend and timeout is the ACCEL_MIXED_PRECISION / ACCEL_STRATEGY / ACCEL_BACKEND /
+    ACCEL_TIMEOUT environment variable when set. Use it from one thread at a time."""
+
+    def __init__(self, mixed_precision: Union[Precision, str, None] = None, gradient_accumulation_steps: int = 1,
+                 cpu: bool = False, seed: int = 0, strategy: Union[Strategy, str, None] = None,
+                 backend: Union[Backend, str, None] = None, timeout: Optional[float] = None,
+                 num_threads: int = 0, *, device: Union[Device, str, None] = None, device_index: int = 0,
+                 loss_scale_init: Optional[float] = None, loss_scale_growth_factor: Optional[float] = None,
+                 loss_scale_backoff_factor: Optional[float] = None,
+                 loss_scale_growth_interval: Optional[int] = None, bucket_bytes: Optional[int] = None) -> None:
+        self._ctx: Any = None
+        self._records: Dict[int, List[Any]] = {}
+        opts = _options(mixed_precision, gradient_accumulation_steps, cpu, seed, strategy, backend, timeout,
+                        num_threads, device, device_index, loss_scale_init, loss_scale_growth_factor,
+                        loss_scale_backoff_factor, loss_scale_growth_interval, bucket_bytes)
+        out = ffi.new("accel_context **")
+        st = lib.accel_init(opts, out)
+        if st:
+            _fail(st)  # accel_last_error(NULL): there is no context yet
+        self._setup(out[0], owned=True, accumulation=int(gradient_accumulation_steps))
+
+    def _setup(self, ctx: Any, owned: bool, accumulation: int) -> None:
+        self._ctx = ctx
+        self._owned = owned
+        self._thread = threading.get_ident()
+        self._records = {}
+        self._next_key = 0
+        self._prepared: List[_Child] = []
+        self._step_out = ffi.new("accel_step_result *")
+        self._pending_backward = False
+        self._project_dir: Optional[str] = None
+        self.gradient_accumulation_steps = accumulation
+
+    @classmethod
+    def _bind(cls, ctx: Any, accumulation: int = 1) -> "Accelerator":
+        """An Accelerator over a context it does not own (a simulated rank's)."""
+        acc = object.__new__(cls)
+        acc._setup(ctx, owned=False, accumulation=accumulation)
+        return acc
+
+    def _adopt(self, child: _Child) -> int:
+        key = self._next_key
+        self._next_key += 1
+        self._records[key] = [child._order, child._h, child._destroy, weakref.ref(child)]
+        return key
+
+    def _c(self) -> Any:
+        ctx = self._ctx
+        if ctx is None:
+            raise ClosedError("this Accelerator is closed" if self._owned
+                              else "this Accelerator belonged to a simulated rank whose function has returned")
+        return ctx
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Releases everything made from this Accelerator that is still open (schedulers, optimizers,
+        loaders, models), then the context (accel_destroy). Idempotent; afterwards every use of it
+        or of its objects raises ClosedError (tensors stay usable: they are independent)."""
+        ctx = self._ctx
+        if ctx is None:
+            return
+        records = sorted(self._records.values(), key=lambda r: r[0])
+        self._records = {}
+        for order, handle, destroy, ref in records:
+            child = ref()
+            if child is not None:
+                child._h = None
+            _destroy_handle(destroy, handle)
+        self._prepared = []
+        self._ctx = None
+        if self._owned:
+            lib.accel_destroy(ctx)
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_ctx", None) is not None and getattr(self, "_owned", False):
+                self.close()
+        except BaseException:
+            pass
+
+    def __enter__(self) -> "Accelerator":
+        self._c()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._ctx is None
+
+    # -- the training loop -----------------------------------------------------------------
+
+    def prepare(self, *objects: Any) -> Any:
+        """Binds models, optimizers, schedulers and data loaders to this Accelerator (accel_prepare),
+        in any order, any subset, several loaders. Returns the same objects (one, or a tuple)."""
+        ctx = self._c()
+        groups: Dict[type, List[_Child]] = {Model: [], Optimizer: [], Scheduler: [], DataLoader: []}
+        for obj in objects:
+            for kind in groups:
+                if isinstance(obj, kind):
+                    if obj._acc is not self:
+                        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                                   f"prepare: this {kind.__name__} was made from another Accelerator")
+                    obj._p()
+                    groups[kind].append(obj)
+                    break
+            else:
+                raise TypeError(f"prepare takes accel Model, Optimizer, Scheduler and DataLoader objects, "
+                                f"not {type(obj).__name__}")
+        rounds = max((len(g) for g in groups.values()), default=0)
+        for i in range(rounds):
+            pick = [g[i] if i < len(g) else None for g in groups.values()]
+            handles = [ffi.NULL if o is None else o._h for o in pick]
+            st = lib.accel_prepare(ctx, handles[0], handles[1], handles[2], handles[3])
+            if st:
+                _fail(st, ctx)
+            for o in pick:
+                if o is not None and not o._prepared:
+                    o._prepared = True
+                    self._prepared.append(o)  # borrowed by C: kept alive until close()
+        return objects[0] if len(objects) == 1 else objects
+
+    def unwrap_model(self, model: Model) -> Model:
+        """The model itself (accel does not wrap models)."""
+        return model
+
+    def backward(self, loss: Tensor) -> None:
+        """accel_backward: backpropagates a scalar loss, scaled for accumulation and fp16."""
+        ctx = self._c()
+        st = lib.accel_backward(ctx, loss._p())
+        if st:
+            _fail(st, ctx)
+        self._pending_backward = True
+
+    def step(self) -> StepResult:
+        """accel_step: ends a micro-batch (what optimizer.step() calls)."""
+        ctx = self._c()
+        r = self._step_out
+        st = lib.accel_step(ctx, r)
+        if st:
+            _fail(st, ctx)
+        self._pending_backward = False
+        return StepResult(bool(r.stepped), bool(r.skipped), bool(r.sync_step), r.loss_scale,
+                          r.optimizer_steps, r.micro_steps)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: Model) -> Iterator[None]:
+        """Accelerate's accumulate(): accel_step already counts micro-batches and steps for real every
+        gradient_accumulation_steps; if the block did a backward but no optimizer.step(), the step
+        is taken when the block ends."""
+        self._c()
+        self._pending_backward = False
+        yield
+        if self._pending_backward and self._ctx is not None:
+            self.step()
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True when the next step is a real optimizer step (accel_sync_gradients)."""
+        ctx = self._c()
+        out = ffi.new("int *")
+        st = lib.accel_sync_gradients(ctx, out)
+        if st:
+            _fail(st, ctx)
+        return bool(out[0])
+
+    def clip_grad_norm_(self, parameters: Any = None, max_norm: Optional[float] = None,
+                        norm_type: float = 2.0) -> float:
+        """Clips the global L2 gradient norm to max_norm; returns the norm before clipping (NaN on an
+        accumulation micro-step). Accelerate's signature: clip_grad_norm_(model.parameters(), 1.0)
+        works, and so does clip_grad_norm_(1.0); the parameters are always all of the model's."""
+        if max_norm is None:
+            if not isinstance(parameters, (int, float)):
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT, "clip_grad_norm_: max_norm is required")
+            max_norm = float(parameters)
+        if norm_type != 2.0:
+            raise UnsupportedError(Status.UNSUPPORTED, f"clip_grad_norm_: only norm_type=2 is supported, got {norm_type}")
+        ctx = self._c()
+        out = ffi.new("double *")
+        st = lib.accel_clip_grad_norm(ctx, float(max_norm), out)
+        if st:
+            _fail(st, ctx)
+        return float(out[0])
+
+    @property
+    def loss_scale(self) -> float:
+        """The current fp16 loss scale (1 unless fp16)."""
+        ctx = self._c()
+        out = ffi.new("double *")
+        st = lib.accel_loss_scale(ctx, out)
+        if st:
+            _fail(st, ctx)
+        return float(out[0])
+
+    @property
+    def device(self) -> str:
+        """"cpu" or "cuda" (accel_device_kind)."""
+        ctx = self._c()
+        out = ffi.new("accel_device *")
+        st = lib.accel_device_kind(ctx, out)
+        if st:
+            _fail(st, ctx)
+        return Device(out[0]).name.lower()
+
+    def cross_entropy(self, logits: Tensor, targets: ArrayLike) -> Tensor:
+        return cross_entropy(logits, targets, accelerator=self)
+
+    def mse_loss(self, input: Tensor, target: ArrayLike) -> Tensor:
+        return mse_loss(input, target, accelerator=self)
+
+    # -- processes -------------------------------------------------------------------------
+
+    def _int(self, fn: Any, ctype: str = "int32_t *") -> int:
+        ctx = self._c()
+        out = ffi.new(ctype)
+        st = fn(ctx, out)
+        if st:
+            _fail(st, ctx)
+        return int(out[0])
+
+    @property
+    def process_index(self) -> int:
+        return self._int(lib.accel_process_index, "int32_t *")
+
+    @property
+    def num_processes(self) -> int:
+        return self._int(lib.accel_num_processes, "int32_t *")
+
+    @property
+    def local_process_index(self) -> int:
+        return self._int(lib.accel_local_process_index, "int32_t *")
+
+    @property
+    def is_main_process(self) -> bool:
+        return bool(self._int(lib.accel_is_main_process, "int *"))
+
+    @property
+    def is_local_main_process(self) -> bool:
+        return bool(self._int(lib.accel_is_local_main_process, "int *"))
+
+    def wait_for_everyone(self) -> None:
+        """A barrier across the processes (accel_barrier)."""
+        ctx = self._c()
+        st = lib.accel_barrier(ctx)
+        if st:
+            _fail(st, ctx)
+
+    def _collective(self, call: Callable[..., int], x: ArrayLike, *args: Any) -> Tensor:
+        ctx = self._c()
+        t, made = _as_tensor(x)
+        try:
+            out = ffi.new("accel_tensor **")
+            st = call(ctx, t._p(), *args, out)
+            if st:
+                _fail(st, ctx)
+            return Tensor._wrap(out[0])
+        finally:
+            if made:
+                t.close()
+
+    def reduce(self, tensor: ArrayLike, reduction: Union[str, ReduceOp] = "sum") -> Tensor:
+        """Element-wise reduction across processes ("sum", "mean", "max", "min", "prod")."""
+        op = _REDUCTIONS.get(reduction, None) if isinstance(reduction, str) else None
+        op = op if op is not None else _enum(ReduceOp, reduction, "reduction")
+        return self._collective(lib.accel_reduce, tensor, int(op))
+
+    def broadcast(self, tensor: ArrayLike, from_process: int = 0) -> Tensor:
+        return self._collective(lib.accel_broadcast, tensor, int(from_process))
+
+    def gather(self, tensor: ArrayLike) -> Tensor:
+        """Concatenates every process's tensor along dimension 0, in process order."""
+        return self._collective(lib.accel_gather, tensor)
+
+    def gather_for_metrics(self, input_data: ArrayLike) -> Tensor:
+        """gather() minus the rows even_batches duplicated in the last batch."""
+        return self._collective(lib.accel_gather_for_metrics, input_data)
+
+    def pad_across_processes(self, tensor: ArrayLike, dim: int = 0, pad_index: float = 0,
+                             pad_first: bool = False) -> Tensor:
+        return self._collective(lib.accel_pad_across_processes, tensor, int(dim), float(pad_index),
+                                1 if pad_first else 0)
+
+    def print(self, *args: Any, sep: str = " ") -> None:
+        """Prints on the main process only (accel_print)."""
+        ctx = self._c()
+        sys.stdout.flush()
+        st = lib.accel_print(ctx, sep.join(str(a) for a in args).encode())
+        if st:
+            _fail(st, ctx)
+
+    def set_seed(self, seed: int, device_specific: bool = False) -> None:
+        """Reseeds the generators (plus the process index when device_specific)."""
+        ctx = self._c()
+        st = lib.accel_set_seed(ctx, int(seed), 1 if device_specific else 0)
+        if st:
+            _fail(st, ctx)
+
+    def charge_compute(self, seconds: float, label: Optional[str] = None) -> None:
+        """Simulator: charges compute time to this rank's virtual clock (a no-op outside it)."""
+        ctx = self._c()
+        st = lib.accel_sim_charge_compute(ctx, float(seconds), ffi.NULL if label is None else label.encode())
+        if st:
+            _fail(st, ctx)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def set_project(self, project_dir: Union[str, "os.PathLike[str]"], total_limit: int = 0) -> None:
+        """Where save_state()/load_state() without a directory go: <project_dir>/checkpoints/checkpoint_N,
+        keeping the newest `total_limit` (0: all)."""
+        ctx = self._c()
+        opts = ffi.new("accel_project_options *")
+        st = lib.accel_project_options_init(opts, lib.ACCEL_PROJECT_OPTIONS_VERSION)
+        if st:
+            _fail(st)
+        path = ffi.new("char[]", os.fsencode(project_dir))
+        opts.project_dir = path
+        opts.total_limit = int(total_limit)
+        st = lib.accel_set_project(ctx, opts)
+        if st:
+            _fail(st, ctx)
+        self._project_dir = os.fspath(project_dir)
+
+    @property
+    def project_dir(self) -> Optional[str]:
+        return self._project_dir
+
+    def save_state(self, output_dir: Union[str, "os.PathLike[str]", None] = None) -> str:
+        """Saves the whole training state (accel_save_state); None: the project's next checkpoint.
+        Refuses to overwrite anything that is not an earlier accel checkpoint. Returns the directory."""
+        ctx = self._c()
+        st = lib.accel_save_state(ctx, ffi.NULL if output_dir is None else os.fsencode(output_dir))
+        if st:
+            _fail(st, ctx)
+        return self.last_checkpoint
+
+    def load_state(self, input_dir: Union[str, "os.PathLike[str]", None] = None) -> str:
+        """Restores a saved state (None: the project's newest checkpoint). Returns the directory."""
+        ctx = self._c()
+        st = lib.accel_load_state(ctx, ffi.NULL if input_dir is None else os.fsencode(input_dir))
+        if st:
+            _fail(st, ctx)
+        return self.last_checkpoint
+
+    @property
+    def last_checkpoint(self) -> str:
+        """The directory of the last successful save_state/load_state ("" before either)."""
+        ctx = self._c()
+        out = ffi.new("const char **")
+        st = lib.accel_last_checkpoint(ctx, out)
+        if st:
+            _fail(st, ctx)
+        return os.fsdecode(ffi.string(out[0]))
+
+    def save_model(self, model: Model, save_directory: Union[str, "os.PathLike[str]"]) -> str:
+        """Writes the model's fp32 weights as safetensors (accel_save_model). A path ending in
+        .safetensors (or .pt: TorchScript) is the file; any other path is a directory, created if
+        needed, that receives model.safetensors. Returns the file's path."""
+        ctx = self._c()
+        _, mh = model._p()
+        path = os.fspath(save_directory)
+        if not path.endswith((".safetensors", ".pt")):
+            os.makedirs(path, exist_ok=True)
+            path = os.path.join(path, "model.safetensors")
+        st = lib.accel_save_model(ctx, mh, os.fsencode(path))
+        if st:
+            _fail(st, ctx)
+        return path
+
+    def __repr__(self) -> str:
+        if self._ctx is None:
+            return "<accel.Accelerator closed>"
+        return f"<accel.Accelerator process {self.process_index}/{self.num_processes} on {self.device}>"
+
+
+# ------------------------------------------------------------------------------------------
+# Losses
+# ------------------------------------------------------------------------------------------
+
+
+def _loss(call: Any, name: str, a: Tensor, b: ArrayLike, accelerator: Optional[Accelerator]) -> Tensor:
+    acc = accelerator or getattr(a, "_acc", None) or getattr(b, "_acc", None)
+    if acc is None:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{name}: neither tensor came from a model: pass accelerator=")
+    ctx = acc._c()
+    if not isinstance(a, Tensor):
+        raise TypeError(f"{name}: the first argument must be an accel.Tensor (a model's output)")
+    t, made = _as_tensor(b)
+    try:
+        out = ffi.new("accel_tensor **")
+        st = call(ctx, a._p(), t._p(), out)
+        if st:
+            _fail(st, ctx)
+        return Tensor._wrap(out[0], acc)
+    finally:
+        if made:
+            t.close()
+
+
+def cross_entropy(logits: Tensor, targets: ArrayLike, *, accelerator: Optional[Accelerator] = None) -> Tensor:
+    """Mean cross-entropy of logits [batch, classes] against int64/int32 class indices [batch]."""
+    return _loss(lib.accel_loss_cross_entropy, "cross_entropy", logits, targets, accelerator)
+
+
+def mse_loss(input: Tensor, target: ArrayLike, *, accelerator: Optional[Accelerator] = None) -> Tensor:
+    """Mean squared error of input against a float target of the same shape."""
+    return _loss(lib.accel_loss_mse, "mse_loss", input, target, accelerator)

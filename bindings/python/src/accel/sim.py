@@ -1,0 +1,212 @@
+"""The simulator: run a Python function once per simulated GPU rank (accel_sim_run).
+
+    report = accel.sim.run(train, world_size=4, strategy="ddp")
+
+Each rank is a C++ thread; the ranks run one at a time, switching at communication, so a run is
+deterministic. fn(acc) receives an Accelerator bound to its rank's context: the context exists
+only during the call, and the Accelerator (with everything made from it) is closed when fn
+returns; using it afterwards raises accel.ClosedError.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
+
+from . import _core
+from ._core import (Accelerator, ClosedError, Error, InternalError, Status, _fail, _options, error_for, ffi)
+
+__all__ = ["run", "SimReport", "RankOutcome"]
+
+
+class RankOutcome(NamedTuple):
+    """One rank's outcome: status, error message ("" when OK) and peak device memory in bytes."""
+    rank: int
+    status: Union[Status, int]
+    error: str
+    peak_bytes: int
+
+
+class SimReport:
+    """The outcome of a simulated run (accel_sim_report): world_size, ranks, predicted_seconds,
+    and results (fn's return value per rank; None for a rank that failed). Release with close()
+    or `with`; close() is idempotent and a closed report raises ClosedError."""
+
+    def __init__(self, handle: Any, results: List[Any]) -> None:
+        self._h: Any = handle
+        self.results = results
+
+    def _p(self) -> Any:
+        if self._h is None:
+            raise ClosedError("this SimReport is closed")
+        return self._h
+
+    @property
+    def world_size(self) -> int:
+        out = ffi.new("int32_t *")
+        st = _core.lib.accel_sim_report_world_size(self._p(), out)
+        if st:
+            _fail(st)
+        return int(out[0])
+
+    def rank(self, rank: int) -> RankOutcome:
+        status = ffi.new("accel_status *")
+        error = ffi.new("const char **")
+        peak = ffi.new("uint64_t *")
+        st = _core.lib.accel_sim_report_rank(self._p(), int(rank), status, error, peak)
+        if st:
+            _fail(st)
+        try:
+            code: Union[Status, int] = Status(status[0])
+        except ValueError:
+            code = int(status[0])
+        msg = ffi.string(error[0]).decode("utf-8", "replace") if error[0] != ffi.NULL else ""
+        return RankOutcome(int(rank), code, msg, int(peak[0]))
+
+    @property
+    def ranks(self) -> List[RankOutcome]:
+        return [self.rank(r) for r in range(self.world_size)]
+
+    @property
+    def predicted_seconds(self) -> float:
+        """The cost model's predicted wall time of the run on the topology."""
+        out = ffi.new("double *")
+        st = _core.lib.accel_sim_report_predicted_seconds(self._p(), out)
+        if st:
+            _fail(st)
+        return float(out[0])
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        if h is not None:
+            _core.lib.accel_sim_report_destroy(h)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except BaseException:
+            pass
+
+    def __enter__(self) -> "SimReport":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "<accel.sim.SimReport closed>"
+        return f"<accel.sim.SimReport world_size={self.world_size} predicted_seconds={self.predicted_seconds:.6f}>"
+
+
+def _python_failure(exc: BaseException, rank: int, report: SimReport) -> BaseException:
+    """fn's exception re-made as the same type with the rank in its message, chained to the original."""
+    text = f"sim rank {rank}: {type(exc).__name__}: {exc}"
+    new: BaseException
+    try:
+        new = type(exc)(text)
+        if text not in str(new):
+            raise TypeError("unusual constructor")
+    except Exception:
+        new = InternalError(Status.INTERNAL, text)
+    if isinstance(exc, Error) and isinstance(new, Error):
+        new.status, new.message = exc.status, text
+    try:
+        new.report = report  # type: ignore[attr-defined]
+        new.rank = rank  # type: ignore[attr-defined]
+    except AttributeError:
+        pass
+    new.__cause__ = exc
+    return new
+
+
+def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Union[str, int, None] = None,
+        topology: str = "8xH100", timeout: float = 60, faults: Optional[str] = None,
+        trace_path: Union[str, "os.PathLike[str]", None] = None, engine_threads: int = 0,
+        **accelerator_kwargs: Any) -> SimReport:
+    """Runs fn(acc) once per rank of a simulated world and returns the SimReport.
+
+    device_memory: per-rank budget ("80GiB", "64MiB", bytes as an int; None = unlimited).
+    topology: "8xH100", "8xA100", "8xPCIe", "Nx8xH100-IB". timeout: seconds without progress
+    before waiting ranks fail. faults: e.g. "kill:1@collective:3,delay:0:0.5". trace_path:
+    Chrome-trace JSON of the timeline. accelerator_kwargs: as accel.Accelerator (seed=,
+    strategy=, mixed_precision=, gradient_accumulation_steps=, ...); the device is the CPU.
+
+    If a rank fails, raises the error of the first failing rank (err.report holds the report,
+    err.rank the rank); if fn raised a Python exception there, an exception of the same type
+    naming the rank, chained to the original."""
+    lib = _core.lib
+    opts = ffi.new("accel_sim_options *")
+    st = lib.accel_sim_options_init(opts, lib.ACCEL_SIM_OPTIONS_VERSION)
+    if st:
+        _fail(st)
+    keep = []  # the strings must outlive the call
+
+    def cstr(value: Any) -> Any:
+        if value is None:
+            return ffi.NULL
+        s = ffi.new("char[]", os.fsencode(str(value)) if not isinstance(value, bytes) else value)
+        keep.append(s)
+        return s
+
+    opts.world_size = int(world_size)
+    opts.device_memory = cstr(device_memory)
+    opts.topology = cstr(topology)
+    opts.timeout_seconds = float(timeout)
+    opts.faults = cstr(faults)
+    opts.trace_path = cstr(None if trace_path is None else os.fspath(trace_path))
+    opts.engine_threads = int(engine_threads)
+    ctx_opts = _options(**accelerator_kwargs)
+    accumulation = int(accelerator_kwargs.get("gradient_accumulation_steps", 1))
+
+    results: List[Any] = [None] * max(int(world_size), 0)
+    raised: Dict[int, BaseException] = {}
+    lock = threading.Lock()
+
+    def rank_fn(ctx: Any, user: Any) -> int:
+        # Runs on the rank's C++ thread with the GIL re-acquired by cffi. No Python exception may
+        # escape into C: it is remembered and the rank fails with a status.
+        rank = -1
+        try:
+            acc = Accelerator._bind(ctx, accumulation)
+            try:
+                rank = acc.process_index
+                value = fn(acc)
+                if 0 <= rank < len(results):
+                    results[rank] = value
+                return 0
+            finally:
+                acc.close()  # not owned: releases what fn made, invalidates acc
+        except BaseException as exc:  # noqa: B902 (KeyboardInterrupt included: never into C)
+            with lock:
+                raised[rank] = exc
+            status = exc.status if isinstance(exc, Error) else Status.INTERNAL
+            code = int(status)
+            return code if -10 <= code < 0 else int(Status.INTERNAL)
+
+    callback = ffi.callback("accel_rank_fn", rank_fn, error=int(Status.INTERNAL))
+    out = ffi.new("accel_sim_report **")
+    st = lib.accel_sim_run(opts, ctx_opts, callback, ffi.NULL, out)
+    message = ffi.string(lib.accel_last_error(ffi.NULL)).decode("utf-8", "replace") if st else ""
+    if out[0] == ffi.NULL:  # failed before any rank ran
+        raise error_for(st, message or f"accel_sim_run failed ({st})")
+    report = SimReport(out[0], results)
+    if st == 0:
+        return report
+    # The root cause first: a Python exception of fn (not an accel error) on the lowest rank;
+    # otherwise the library's first failing rank ("rank R: ..." in accel_last_error(NULL)).
+    python_errors = sorted(r for r, e in raised.items() if not isinstance(e, Error))
+    if python_errors:
+        r = python_errors[0]
+        raise _python_failure(raised[r], r, report) from raised[r]
+    m = re.match(r"rank (\d+):", message)
+    first = int(m.group(1)) if m else next((o.rank for o in report.ranks if o.status != Status.OK), -1)
+    cause = raised.get(first)
+    if isinstance(cause, Error) and m is not None and cause.message not in message:
+        message = f"rank {first}: {cause.message}"  # the library only knew the status
+    err = error_for(st, message)
+    err.report = report  # type: ignore[attr-defined]
+    err.rank = first  # type: ignore[attr-defined]
+    raise err from cause

@@ -1,0 +1,146 @@
+"""The hand-written cdef against the C layout table printed by abi_layout_probe (built from the
+real header): struct sizes, field offsets and sizes, enum constants, option versions and
+defaults, and that every function exists and is called by the package."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+import accel
+from accel import _core, _ffi
+from accel._ffi import ffi
+
+
+def _probe_path():
+    tried = []
+    env = os.environ.get("ACCEL_LAYOUT_PROBE")
+    if env:
+        if os.path.isfile(env):
+            return env
+        tried.append(f"ACCEL_LAYOUT_PROBE={env} (no such file)")
+    libpath = os.environ.get("ACCEL_LIBRARY")
+    if libpath:
+        guess = os.path.join(os.path.dirname(libpath), "tests", "abi", "abi_layout_probe")
+        if os.path.isfile(guess):
+            return guess
+        tried.append(f"{guess} (beside ACCEL_LIBRARY, where the meson build puts it)")
+    else:
+        tried.append("ACCEL_LIBRARY unset: no <dir of libaccel>/tests/abi/abi_layout_probe to look for")
+    pytest.fail("abi_layout_probe not found; tried: " + "; ".join(tried) +
+                ". Set ACCEL_LAYOUT_PROBE to the probe built from include/accel/accel.h "
+                "(meson builds it as tests/abi/abi_layout_probe).", pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def table():
+    out = subprocess.run([_probe_path()], capture_output=True, text=True, check=True).stdout
+    t = {"struct": {}, "field": {}, "const": {}, "version": {}, "default": {}, "function": []}
+    for line in out.splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "struct":
+            m = re.match(r"(\w+) size=(\d+) align=(\d+)", rest)
+            t["struct"][m.group(1)] = (int(m.group(2)), int(m.group(3)))
+        elif kind == "field":
+            m = re.match(r"(\w+)\.(\w+) offset=(\d+) size=(\d+) type=(.*)", rest)
+            t["field"][(m.group(1), m.group(2))] = (int(m.group(3)), int(m.group(4)))
+        elif kind == "const":
+            m = re.match(r"(\w+)\.(\w+) (-?\d+)", rest)
+            t["const"][m.group(2)] = (m.group(1), int(m.group(3)))
+        elif kind == "version":
+            name, n = rest.split()
+            t["version"][name] = int(n)
+        elif kind == "default":
+            m = re.match(r"(\w+)\.(\w+) (.*)", rest)
+            t["default"][(m.group(1), m.group(2))] = m.group(3)
+        elif kind == "function":
+            t["function"].append(rest.split()[0])
+    assert t["struct"] and t["field"] and t["const"] and len(t["function"]) >= 81
+    return t
+
+
+def test_struct_sizes_and_alignment(table):
+    for name, (size, align) in table["struct"].items():
+        assert ffi.sizeof(name) == size, name
+        assert ffi.alignof(name) == align, name
+
+
+def test_field_offsets_and_sizes(table):
+    for (struct, field), (offset, size) in table["field"].items():
+        assert ffi.offsetof(struct, field) == offset, f"{struct}.{field}"
+        assert ffi.sizeof(ffi.typeof(struct).fields[[f for f, _ in ffi.typeof(struct).fields].index(field)][1].type) == size
+    # and the cdef has no field the header lacks
+    for struct in table["struct"]:
+        for field, _ in ffi.typeof(struct).fields:
+            assert (struct, field) in table["field"], f"{struct}.{field} is not in the header"
+
+
+_ENUMS = {"accel_status": (accel.Status, ("ACCEL_ERR_", "ACCEL_")), "accel_dtype": (accel.DType, ("ACCEL_",)),
+          "accel_precision": (accel.Precision, ("ACCEL_PRECISION_",)),
+          "accel_device": (accel.Device, ("ACCEL_DEVICE_",)), "accel_strategy": (accel.Strategy, ("ACCEL_STRATEGY_",)),
+          "accel_backend": (accel.Backend, ("ACCEL_BACKEND_",)),
+          "accel_activation": (accel.Activation, ("ACCEL_ACT_",)),
+          "accel_schedule": (accel.Schedule, ("ACCEL_SCHEDULE_",)),
+          "accel_reduce_op": (accel.ReduceOp, ("ACCEL_REDUCE_",))}
+
+
+def test_enum_constants(table):
+    lib = accel.load_library()
+    seen = {}
+    for name, (enum, value) in table["const"].items():
+        assert getattr(lib, name) == value, name  # the cdef
+        cls, prefixes = _ENUMS[enum]  # the Python IntEnum
+        short = next(name[len(p):] for p in prefixes if name.startswith(p))
+        assert cls[short] == value, name
+        seen.setdefault(cls, set()).add(short)
+    for cls, names in seen.items():
+        assert set(cls.__members__) == names, cls
+
+
+def test_option_versions_and_defaults(table):
+    lib = accel.load_library()
+    for struct, version in table["version"].items():
+        macro = "ACCEL_" + struct[len("accel_"):].upper() + "_VERSION"
+        assert getattr(lib, macro) == version, macro
+    inits = {"accel_options": lib.accel_options_init, "accel_mlp_options": lib.accel_mlp_options_init,
+             "accel_sgd_options": lib.accel_sgd_options_init, "accel_adamw_options": lib.accel_adamw_options_init,
+             "accel_lamb_options": lib.accel_lamb_options_init,
+             "accel_scheduler_options": lib.accel_scheduler_options_init,
+             "accel_dataloader_options": lib.accel_dataloader_options_init,
+             "accel_sim_options": lib.accel_sim_options_init,
+             "accel_project_options": lib.accel_project_options_init}
+    structs = {}
+    for struct, init in inits.items():
+        s = ffi.new(struct + " *")
+        assert init(s, table["version"][struct]) == 0
+        assert s.version == table["version"][struct]
+        structs[struct] = s
+    for (struct, field), text in table["default"].items():
+        value = getattr(structs[struct], field)
+        if text == "NULL":
+            assert value == ffi.NULL, f"{struct}.{field}"
+        elif text.startswith('"'):
+            assert ffi.string(value).decode() == text.strip('"'), f"{struct}.{field}"
+        else:
+            assert float(value) == float(text), f"{struct}.{field}"
+
+
+def test_every_function_is_declared_and_called(table):
+    lib = accel.load_library()
+    pkg = os.path.dirname(accel.__file__)
+    text = ""
+    for name in sorted(os.listdir(pkg)):
+        if name.endswith(".py"):
+            src = open(os.path.join(pkg, name)).read()
+            if name == "_ffi.py":
+                src = src.replace(_ffi.CDEF, "")
+            text += src
+    missing = []
+    for fn in table["function"]:
+        getattr(lib, fn)  # declared in the cdef and exported by the library
+        if f"lib.{fn}(" not in text and f"lib.{fn}," not in text:
+            missing.append(fn)
+    assert missing == []
+    declared = set(re.findall(r"\b(accel_\w+)\(", _ffi.CDEF))
+    assert declared == set(table["function"])

@@ -1,0 +1,136 @@
+import numpy as np
+import pytest
+
+import accel
+
+
+def test_process_utilities_on_four_ranks():
+    def fn(acc):
+        r = acc.process_index
+        out = {
+            "rank": (r, acc.num_processes, acc.local_process_index, acc.is_main_process, acc.is_local_main_process),
+            "sum": acc.reduce(np.array([r + 1.0, 1.0], np.float32)).numpy().tolist(),
+            "mean": acc.reduce(np.array([r * 2.0], np.float64), "mean").item(),
+            "max": acc.reduce(np.array([r], np.int64), "max").item(),
+            "bcast": acc.broadcast(np.array([r * 10, r], np.int32), from_process=2).numpy().tolist(),
+            "gather": acc.gather(np.array([[r, -r]], np.int64)).numpy().tolist(),
+            "pad": acc.pad_across_processes(np.full(r + 1, float(r), np.float32), dim=0, pad_index=-1).numpy().tolist(),
+            "padfirst": acc.pad_across_processes(np.full((1, r + 1), 1, np.int64), dim=-1, pad_first=True).numpy().tolist(),
+        }
+        acc.wait_for_everyone()
+        return out
+
+    with accel.sim.run(fn, world_size=4, seed=1) as report:
+        assert report.world_size == 4 and len(report.results) == 4
+        assert report.predicted_seconds > 0
+        assert [o.status for o in report.ranks] == [accel.Status.OK] * 4
+        for r, res in enumerate(report.results):
+            assert res["rank"] == (r, 4, r, r == 0, r == 0)
+            assert res["sum"] == [10.0, 4.0]
+            assert res["mean"] == 3.0
+            assert res["max"] == 3
+            assert res["bcast"] == [20, 2]
+            assert res["gather"] == [[0, 0], [1, -1], [2, -2], [3, -3]]
+            assert res["pad"] == [float(r)] * (r + 1) + [-1.0] * (3 - r)
+            assert res["padfirst"] == [[0] * (3 - r) + [1] * (r + 1)]
+    with pytest.raises(accel.ClosedError):
+        report.world_size
+
+
+def test_gather_for_metrics_drops_duplicates():
+    x = np.arange(10, dtype=np.float32).reshape(10, 1)
+
+    def fn(acc):
+        loader = accel.DataLoader(acc, x, batch_size=4)  # 10 samples on 2 ranks: the last round wraps
+        acc.prepare(loader)
+        seen = []
+        for batch in loader:
+            seen.append(acc.gather_for_metrics(batch).numpy()[:, 0].tolist())
+        return seen
+
+    report = accel.sim.run(fn, world_size=2)
+    everything = sorted(v for rnd in report.results[0] for v in rnd)
+    assert everything == list(range(10))
+    assert report.results[0] == report.results[1]
+
+
+def test_ddp_training_keeps_ranks_in_sync():
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 8), dtype=np.float32)
+    y = rng.integers(0, 3, 64)
+
+    def fn(acc):
+        model = accel.Model.mlp(acc, [8, 16, 3])
+        opt = accel.AdamW(model, lr=1e-2)
+        loader = accel.DataLoader(acc, x, y, batch_size=8, shuffle=True, seed=3)
+        model, opt, loader = acc.prepare(model, opt, loader)
+        for xb, yb in loader:
+            acc.backward(accel.cross_entropy(model(xb), yb))
+            opt.step()
+        return len(loader), model.parameters()[0]
+
+    report = accel.sim.run(fn, world_size=2, strategy="ddp", seed=5)
+    (n0, w0), (n1, w1) = report.results
+    assert n0 == n1 == 4
+    np.testing.assert_array_equal(w0, w1)
+
+
+def test_rank_function_that_raises_names_the_rank():
+    kept = []
+
+    def fn(acc):
+        kept.append(acc)
+        if acc.process_index == 1:
+            raise KeyError("no such thing")
+        acc.wait_for_everyone()  # rank 0 waits for rank 1, which died
+
+    with pytest.raises(KeyError) as info:
+        accel.sim.run(fn, world_size=2, timeout=10)
+    err = info.value
+    assert "sim rank 1" in str(err) and "no such thing" in str(err)
+    assert isinstance(err.__cause__, KeyError) and err.rank == 1
+    ranks = err.report.ranks
+    assert ranks[1].status == accel.Status.INTERNAL
+    assert ranks[0].status == accel.Status.COMMUNICATION and "rank 1" in ranks[0].error
+    # the rank's Accelerator is invalid once its function returned
+    for acc in kept:
+        with pytest.raises(accel.ClosedError, match="simulated rank"):
+            acc.process_index
+
+
+def test_accel_error_in_a_rank():
+    def fn(acc):
+        if acc.process_index == 0:
+            accel.AdamW(accel.Model.mlp(acc, [2, 2]), lr=-1)
+
+    with pytest.raises(accel.InvalidArgumentError) as info:
+        accel.sim.run(fn, world_size=2)
+    assert info.value.rank == 0 and "rank 0" in info.value.message and "lr" in info.value.message
+    assert info.value.report.ranks[1].status == accel.Status.OK
+
+
+def test_sim_options_and_memory_budget(tmp_path):
+    with pytest.raises(accel.InvalidArgumentError, match="world_size"):
+        accel.sim.run(lambda acc: None, world_size=0)
+    with pytest.raises(accel.InvalidArgumentError, match="device_memory"):
+        accel.sim.run(lambda acc: None, world_size=2, device_memory="0")
+
+    def big(acc):
+        accel.Model.mlp(acc, [1024, 1024, 1024])  # 8 MiB of weights
+
+    with pytest.raises(accel.OutOfMemoryError) as info:
+        accel.sim.run(big, world_size=2, device_memory="1MiB")
+    assert isinstance(info.value, MemoryError)
+    trace = tmp_path / "trace.json"
+    report = accel.sim.run(lambda acc: acc.charge_compute(0.5, "work"), world_size=2, trace_path=trace)
+    assert report.predicted_seconds >= 0.5 and trace.stat().st_size > 0
+
+
+def test_fault_injection_kill():
+    def fn(acc):
+        for _ in range(3):
+            acc.wait_for_everyone()
+
+    with pytest.raises(accel.Error) as info:
+        accel.sim.run(fn, world_size=2, faults="kill:1@collective:2", timeout=10)
+    assert info.value.report.ranks[1].status != accel.Status.OK
