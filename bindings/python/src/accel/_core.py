@@ -553,7 +553,8 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
         except TypeError:
             raise InvalidArgumentError(
                 Status.INVALID_ARGUMENT,
-                f"cannot make a tensor from {type(data).__name__}: pass a numpy array or a buffer") from None
+                f"cannot make a tensor from {type(data).__name__}: pass a numpy array (pip install 'accel[numpy]'), "
+                "a flat list of numbers or a buffer (memoryview, bytes, array.array)") from None
         if mv.format.startswith((">", "!")) and sys.byteorder == "little":
             raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"big-endian buffer format {mv.format!r}")
         fmt = mv.format.lstrip("@=<")
