@@ -1,0 +1,676 @@
+//! The context (the Accelerator) and the objects made from it.
+//!
+//! # Lifetimes and `accel_prepare`
+//!
+//! `Model<'ctx>`, `Optimizer<'ctx>`, `Scheduler<'ctx>` and `DataLoader<'ctx>` hold a
+//! `&'ctx Context`, so none can outlive (or be used after) its context: that is a compile
+//! error, not a run-time one.
+//!
+//! `accel_prepare` *borrows* the objects: the context uses them later (backward, step,
+//! save_state, gather_for_metrics...). The binding therefore shares ownership of every raw
+//! handle through an `Arc`: the Rust object holds one reference, and a successful
+//! [`Context::prepare`] gives the context another. Dropping a prepared `Model` only drops
+//! the Rust side's reference; the C model is destroyed when the context lets go of it too
+//! (when the context is dropped, after `accel_destroy`, which the ABI allows). An optimizer
+//! also keeps its model alive, and a scheduler its optimizer. So safe code cannot make the
+//! context use a destroyed object.
+use std::cell::RefCell;
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::os::raw::{c_char, c_int};
+use std::path::Path;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::error::{check, last_error, Result};
+use crate::options::*;
+use crate::sys;
+use crate::tensor::Tensor;
+use crate::util::{cstring, owned_string, path_cstring};
+
+/// A raw handle that can be destroyed.
+pub(crate) trait RawHandle {
+    unsafe fn destroy(p: *mut Self);
+}
+impl RawHandle for sys::accel_model {
+    unsafe fn destroy(p: *mut Self) {
+        sys::accel_model_destroy(p)
+    }
+}
+impl RawHandle for sys::accel_optimizer {
+    unsafe fn destroy(p: *mut Self) {
+        sys::accel_optimizer_destroy(p)
+    }
+}
+impl RawHandle for sys::accel_scheduler {
+    unsafe fn destroy(p: *mut Self) {
+        sys::accel_scheduler_destroy(p)
+    }
+}
+impl RawHandle for sys::accel_dataloader {
+    unsafe fn destroy(p: *mut Self) {
+        sys::accel_dataloader_destroy(p)
+    }
+}
+
+/// Owns one raw handle and destroys it when the last `Arc` to it goes.
+pub(crate) struct Owned<T: RawHandle>(NonNull<T>);
+
+impl<T: RawHandle> Owned<T> {
+    fn new(p: *mut T) -> Arc<Owned<T>> {
+        Arc::new(Owned(NonNull::new(p).expect("accel returned OK and a NULL handle")))
+    }
+    fn ptr(&self) -> *mut T {
+        self.0.as_ptr()
+    }
+}
+
+impl<T: RawHandle> Drop for Owned<T> {
+    fn drop(&mut self) {
+        unsafe { T::destroy(self.0.as_ptr()) }
+    }
+}
+
+// SAFETY: `Owned` only destroys its handle (the last owner, once). Every *use* of a handle
+// goes through a Model/Optimizer/Scheduler/DataLoader, which borrow a `Context` (not `Sync`)
+// and are therefore neither `Send` nor `Sync`, or through the Context itself (`Send`, not
+// `Sync`). A context can only move to another thread once nothing borrows it, so the
+// handles move with it and are used by one thread at a time, as the header requires.
+unsafe impl<T: RawHandle> Send for Owned<T> {}
+unsafe impl<T: RawHandle> Sync for Owned<T> {}
+
+trait Kept: Send + Sync {}
+impl<T: Send + Sync> Kept for T {}
+
+/// An accel context (Accelerate's `Accelerator`): `Send` (it may move to another thread)
+/// but not `Sync` (one thread at a time). Dropping it calls `accel_destroy`, then releases
+/// the objects it was given by `prepare`.
+pub struct Context {
+    raw: NonNull<sys::accel_context>,
+    /// false for a simulated rank's context, which the library destroys.
+    owned: bool,
+    /// The objects accel_prepare bound (see the module docs).
+    kept: RefCell<Vec<Arc<dyn Kept>>>,
+    _not_sync: PhantomData<std::cell::Cell<()>>,
+}
+
+// SAFETY: a context may be used from any thread, one at a time (the header). Not Sync.
+unsafe impl Send for Context {}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        if self.owned {
+            unsafe { sys::accel_destroy(self.raw.as_ptr()) }
+        }
+        // `kept` drops afterwards: objects may be destroyed after their context.
+    }
+}
+
+/// What one `accel_step` did.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepResult {
+    /// the optimizer really stepped
+    pub stepped: bool,
+    /// an fp16 step was skipped for inf/NaN gradients
+    pub skipped: bool,
+    /// a gradient-synchronising (real or skipped) step
+    pub sync_step: bool,
+    /// the loss scale after this call (1 unless fp16)
+    pub loss_scale: f64,
+    /// real optimizer steps taken so far
+    pub optimizer_steps: i64,
+    /// accel_backward calls counted so far
+    pub micro_steps: i64,
+}
+
+impl Context {
+    /// Creates a context (`accel_init`). Errors for options outside their domain come
+    /// from `accel_last_error(NULL)`.
+    pub fn new(opts: &Options) -> Result<Context> {
+        crate::ensure_version()?;
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        check(unsafe { sys::accel_init(&o, &mut out) }, std::ptr::null())?;
+        Ok(Context {
+            raw: NonNull::new(out).expect("accel_init returned OK and NULL"),
+            owned: true,
+            kept: RefCell::new(Vec::new()),
+            _not_sync: PhantomData,
+        })
+    }
+
+    /// A context with the default options (`ACCEL_OPTIONS_INIT`).
+    pub fn with_defaults() -> Result<Context> {
+        Context::new(&Options::default())
+    }
+
+    /// A simulated rank's context: borrowed, never destroyed by Rust.
+    pub(crate) unsafe fn borrowed(raw: *mut sys::accel_context) -> Context {
+        Context {
+            raw: NonNull::new(raw).expect("accel_sim_run passed a NULL context"),
+            owned: false,
+            kept: RefCell::new(Vec::new()),
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// The raw handle (owned by this Context; do not destroy it).
+    pub fn as_raw(&self) -> *mut sys::accel_context {
+        self.raw.as_ptr()
+    }
+
+    #[inline]
+    fn ck(&self, status: sys::accel_status) -> Result<()> {
+        check(status, self.raw.as_ptr())
+    }
+
+    /// The message of the last error recorded on this context ("" when none).
+    pub fn last_error(&self) -> String {
+        last_error(self.raw.as_ptr())
+    }
+
+    fn tensor_out(&self, f: impl FnOnce(*mut *mut sys::accel_tensor) -> sys::accel_status) -> Result<Tensor> {
+        let mut out = std::ptr::null_mut();
+        self.ck(f(&mut out))?;
+        Ok(unsafe { Tensor::from_raw(out) }.expect("accel returned OK and a NULL tensor"))
+    }
+
+    /// The device the context placed itself on (`accel_device_kind`).
+    pub fn device(&self) -> Result<Device> {
+        let mut d = 0;
+        self.ck(unsafe { sys::accel_device_kind(self.raw.as_ptr(), &mut d) })?;
+        Ok(Device::from_raw(d).unwrap_or(Device::Auto))
+    }
+
+    // ---- models ---------------------------------------------------------------------
+
+    /// The built-in MLP (`accel_model_create_mlp`).
+    pub fn mlp(&self, opts: &MlpOptions) -> Result<Model<'_>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        self.ck(unsafe { sys::accel_model_create_mlp(self.raw.as_ptr(), &o, &mut out) })?;
+        Ok(Model { raw: Owned::new(out), ctx: self })
+    }
+
+    /// A TorchScript module (`accel_model_load_torchscript`).
+    pub fn load_torchscript(&self, path: impl AsRef<Path>) -> Result<Model<'_>> {
+        let p = path_cstring(path.as_ref(), "path")?;
+        let mut out = std::ptr::null_mut();
+        self.ck(unsafe { sys::accel_model_load_torchscript(self.raw.as_ptr(), p.as_ptr(), &mut out) })?;
+        Ok(Model { raw: Owned::new(out), ctx: self })
+    }
+
+    /// Writes the model's weights (`accel_save_model`): safetensors, or TorchScript for a
+    /// `.pt` path and a TorchScript model.
+    pub fn save_model(&self, model: &Model<'_>, path: impl AsRef<Path>) -> Result<()> {
+        let p = path_cstring(path.as_ref(), "path")?;
+        self.ck(unsafe { sys::accel_save_model(self.raw.as_ptr(), model.raw.ptr(), p.as_ptr()) })
+    }
+
+    // ---- losses ---------------------------------------------------------------------
+
+    /// Mean cross-entropy (`accel_loss_cross_entropy`): logits [batch, classes], int64 or
+    /// int32 targets [batch]. A new scalar tensor.
+    pub fn cross_entropy(&self, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe {
+            sys::accel_loss_cross_entropy(self.raw.as_ptr(), logits.as_raw(), targets.as_raw(), out)
+        })
+    }
+
+    /// Mean squared error (`accel_loss_mse`).
+    pub fn mse(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe { sys::accel_loss_mse(self.raw.as_ptr(), input.as_raw(), target.as_raw(), out) })
+    }
+
+    // ---- optimizers, schedulers, loaders ----------------------------------------------
+
+    /// SGD over all of `model`'s parameters (`accel_optimizer_create_sgd`).
+    pub fn sgd<'c>(&'c self, model: &Model<'c>, opts: &SgdOptions) -> Result<Optimizer<'c>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        self.ck(unsafe { sys::accel_optimizer_create_sgd(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
+        Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
+    }
+
+    /// AdamW (`accel_optimizer_create_adamw`).
+    pub fn adamw<'c>(&'c self, model: &Model<'c>, opts: &AdamWOptions) -> Result<Optimizer<'c>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        self.ck(unsafe { sys::accel_optimizer_create_adamw(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
+        Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
+    }
+
+    /// LAMB (`accel_optimizer_create_lamb`).
+    pub fn lamb<'c>(&'c self, model: &Model<'c>, opts: &LambOptions) -> Result<Optimizer<'c>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        self.ck(unsafe { sys::accel_optimizer_create_lamb(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
+        Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
+    }
+
+    /// A learning-rate scheduler for `optimizer` (`accel_scheduler_create`).
+    pub fn scheduler<'c>(&'c self, optimizer: &Optimizer<'c>, opts: &SchedulerOptions) -> Result<Scheduler<'c>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        self.ck(unsafe { sys::accel_scheduler_create(self.raw.as_ptr(), optimizer.raw.ptr(), &o, &mut out) })?;
+        Ok(Scheduler { raw: Owned::new(out), _optimizer: optimizer.raw.clone(), ctx: self })
+    }
+
+    /// A data loader over host tensors (copied) (`accel_dataloader_create`).
+    pub fn dataloader(&self, inputs: &Tensor, targets: Option<&Tensor>, opts: &DataLoaderOptions) -> Result<DataLoader<'_>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        let t = targets.map_or(std::ptr::null(), |t| t.as_raw() as *const _);
+        self.ck(unsafe { sys::accel_dataloader_create(self.raw.as_ptr(), inputs.as_raw(), t, &o, &mut out) })?;
+        Ok(DataLoader { raw: Owned::new(out), ctx: self })
+    }
+
+    // ---- training -------------------------------------------------------------------
+
+    /// Binds the objects to the context (`accel_prepare`; any may be None). On success the
+    /// context shares ownership of them, so they stay alive as long as it may use them,
+    /// even if the Rust objects are dropped first.
+    pub fn prepare(
+        &self,
+        model: Option<&Model<'_>>,
+        optimizer: Option<&Optimizer<'_>>,
+        scheduler: Option<&Scheduler<'_>>,
+        loader: Option<&DataLoader<'_>>,
+    ) -> Result<()> {
+        self.ck(unsafe {
+            sys::accel_prepare(
+                self.raw.as_ptr(),
+                model.map_or(std::ptr::null_mut(), |m| m.raw.ptr()),
+                optimizer.map_or(std::ptr::null_mut(), |o| o.raw.ptr()),
+                scheduler.map_or(std::ptr::null_mut(), |s| s.raw.ptr()),
+                loader.map_or(std::ptr::null_mut(), |l| l.raw.ptr()),
+            )
+        })?;
+        let mut kept = self.kept.borrow_mut();
+        if let Some(m) = model {
+            kept.push(m.raw.clone());
+        }
+        if let Some(o) = optimizer {
+            kept.push(o.raw.clone());
+        }
+        if let Some(s) = scheduler {
+            kept.push(s.raw.clone());
+        }
+        if let Some(l) = loader {
+            kept.push(l.raw.clone());
+        }
+        Ok(())
+    }
+
+    /// Backpropagates a scalar loss (`accel_backward`).
+    pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        self.ck(unsafe { sys::accel_backward(self.raw.as_ptr(), loss.as_raw()) })
+    }
+
+    /// Whether the next step is a real optimizer step (`accel_sync_gradients`).
+    pub fn sync_gradients(&self) -> Result<bool> {
+        let mut v: c_int = 0;
+        self.ck(unsafe { sys::accel_sync_gradients(self.raw.as_ptr(), &mut v) })?;
+        Ok(v != 0)
+    }
+
+    /// Clips the gradients' global L2 norm to `max_norm` and returns the norm before
+    /// clipping (NaN on an accumulation micro-step) (`accel_clip_grad_norm`).
+    pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
+        let mut v = 0.0;
+        self.ck(unsafe { sys::accel_clip_grad_norm(self.raw.as_ptr(), max_norm, &mut v) })?;
+        Ok(v)
+    }
+
+    /// Ends a micro-batch (`accel_step`).
+    pub fn step(&self) -> Result<StepResult> {
+        let mut r = sys::accel_step_result::default();
+        self.ck(unsafe { sys::accel_step(self.raw.as_ptr(), &mut r) })?;
+        Ok(StepResult {
+            stepped: r.stepped != 0,
+            skipped: r.skipped != 0,
+            sync_step: r.sync_step != 0,
+            loss_scale: r.loss_scale,
+            optimizer_steps: r.optimizer_steps,
+            micro_steps: r.micro_steps,
+        })
+    }
+
+    /// The current loss scale (1 unless fp16) (`accel_loss_scale`).
+    pub fn loss_scale(&self) -> Result<f64> {
+        let mut v = 0.0;
+        self.ck(unsafe { sys::accel_loss_scale(self.raw.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+
+    // ---- processes ------------------------------------------------------------------
+
+    /// This process's (rank's) index (`accel_process_index`).
+    pub fn process_index(&self) -> Result<i32> {
+        let mut v = 0;
+        self.ck(unsafe { sys::accel_process_index(self.raw.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+
+    /// The number of processes (`accel_num_processes`).
+    pub fn num_processes(&self) -> Result<i32> {
+        let mut v = 0;
+        self.ck(unsafe { sys::accel_num_processes(self.raw.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+
+    /// The index on this node (`accel_local_process_index`).
+    pub fn local_process_index(&self) -> Result<i32> {
+        let mut v = 0;
+        self.ck(unsafe { sys::accel_local_process_index(self.raw.as_ptr(), &mut v) })?;
+        Ok(v)
+    }
+
+    /// Process 0? (`accel_is_main_process`)
+    pub fn is_main_process(&self) -> Result<bool> {
+        let mut v: c_int = 0;
+        self.ck(unsafe { sys::accel_is_main_process(self.raw.as_ptr(), &mut v) })?;
+        Ok(v != 0)
+    }
+
+    /// The main process of its node? (`accel_is_local_main_process`)
+    pub fn is_local_main_process(&self) -> Result<bool> {
+        let mut v: c_int = 0;
+        self.ck(unsafe { sys::accel_is_local_main_process(self.raw.as_ptr(), &mut v) })?;
+        Ok(v != 0)
+    }
+
+    /// Waits for every process (`accel_barrier`, Accelerate's wait_for_everyone).
+    pub fn barrier(&self) -> Result<()> {
+        self.ck(unsafe { sys::accel_barrier(self.raw.as_ptr()) })
+    }
+
+    /// Element-wise reduction across processes (`accel_reduce`).
+    pub fn reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe { sys::accel_reduce(self.raw.as_ptr(), tensor.as_raw(), op.to_raw(), out) })
+    }
+
+    /// Process `root`'s tensor on every process (`accel_broadcast`).
+    pub fn broadcast(&self, tensor: &Tensor, root: i32) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe { sys::accel_broadcast(self.raw.as_ptr(), tensor.as_raw(), root, out) })
+    }
+
+    /// Concatenation along dim 0 in process order (`accel_gather`).
+    pub fn gather(&self, tensor: &Tensor) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe { sys::accel_gather(self.raw.as_ptr(), tensor.as_raw(), out) })
+    }
+
+    /// Gather that drops the duplicated rows of the last even batch (`accel_gather_for_metrics`).
+    pub fn gather_for_metrics(&self, tensor: &Tensor) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe { sys::accel_gather_for_metrics(self.raw.as_ptr(), tensor.as_raw(), out) })
+    }
+
+    /// Pads `dim` to the largest size among the processes (`accel_pad_across_processes`).
+    pub fn pad_across_processes(&self, tensor: &Tensor, dim: i32, pad_value: f64, pad_first: bool) -> Result<Tensor> {
+        self.tensor_out(|out| unsafe {
+            sys::accel_pad_across_processes(self.raw.as_ptr(), tensor.as_raw(), dim, pad_value, pad_first as c_int, out)
+        })
+    }
+
+    /// Prints `message` on the main process only (`accel_print`).
+    pub fn print(&self, message: &str) -> Result<()> {
+        let m = cstring(message, "message")?;
+        self.ck(unsafe { sys::accel_print(self.raw.as_ptr(), m.as_ptr()) })
+    }
+
+    /// Reseeds the generators (`accel_set_seed`).
+    pub fn set_seed(&self, seed: u64, per_process: bool) -> Result<()> {
+        self.ck(unsafe { sys::accel_set_seed(self.raw.as_ptr(), seed, per_process as c_int) })
+    }
+
+    /// Charges simulated compute time to this rank's virtual clock; a no-op outside the
+    /// simulator (`accel_sim_charge_compute`).
+    pub fn sim_charge_compute(&self, seconds: f64, label: Option<&str>) -> Result<()> {
+        let l = label.map(|s| cstring(s, "label")).transpose()?;
+        let lp = l.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        self.ck(unsafe { sys::accel_sim_charge_compute(self.raw.as_ptr(), seconds, lp) })
+    }
+
+    // ---- checkpoints ----------------------------------------------------------------
+
+    /// Sets the project directory used by save_state/load_state with no directory
+    /// (`accel_set_project`).
+    pub fn set_project(&self, opts: &ProjectOptions) -> Result<()> {
+        let (o, _dir) = opts.to_sys()?;
+        self.ck(unsafe { sys::accel_set_project(self.raw.as_ptr(), &o) })
+    }
+
+    fn dir_arg(dir: Option<&Path>) -> Result<Option<std::ffi::CString>> {
+        dir.map(|d| path_cstring(d, "dir")).transpose()
+    }
+
+    /// Saves the training state (`accel_save_state`); None: the project's next checkpoint.
+    pub fn save_state(&self, dir: Option<&Path>) -> Result<()> {
+        let d = Context::dir_arg(dir)?;
+        let p: *const c_char = d.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        self.ck(unsafe { sys::accel_save_state(self.raw.as_ptr(), p) })
+    }
+
+    /// Restores a saved state (`accel_load_state`); None: the project's newest checkpoint.
+    pub fn load_state(&self, dir: Option<&Path>) -> Result<()> {
+        let d = Context::dir_arg(dir)?;
+        let p: *const c_char = d.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        self.ck(unsafe { sys::accel_load_state(self.raw.as_ptr(), p) })
+    }
+
+    /// The directory of the last successful save_state/load_state, "" before either
+    /// (`accel_last_checkpoint`).
+    pub fn last_checkpoint(&self) -> Result<String> {
+        let mut p: *const c_char = std::ptr::null();
+        self.ck(unsafe { sys::accel_last_checkpoint(self.raw.as_ptr(), &mut p) })?;
+        Ok(unsafe { owned_string(p) })
+    }
+}
+
+/// A model (MLP or TorchScript), usable only while its context lives.
+pub struct Model<'ctx> {
+    raw: Arc<Owned<sys::accel_model>>,
+    ctx: &'ctx Context,
+}
+
+impl<'ctx> Model<'ctx> {
+    /// The raw handle.
+    pub fn as_raw(&self) -> *mut sys::accel_model {
+        self.raw.ptr()
+    }
+
+    /// The context this model was created on.
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// Forward on several inputs (`accel_model_forward`; the inputs are borrowed).
+    pub fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
+        let ptrs: Vec<*mut sys::accel_tensor> = inputs.iter().map(|t| t.as_raw()).collect();
+        self.ctx.tensor_out(|out| unsafe {
+            sys::accel_model_forward(self.ctx.raw.as_ptr(), self.raw.ptr(), ptrs.as_ptr(), ptrs.len(), out)
+        })
+    }
+
+    /// Forward on one input.
+    pub fn forward1(&self, input: &Tensor) -> Result<Tensor> {
+        let p = input.as_raw();
+        self.ctx
+            .tensor_out(|out| unsafe { sys::accel_model_forward(self.ctx.raw.as_ptr(), self.raw.ptr(), &p, 1, out) })
+    }
+
+    /// Training (true) or evaluation (false) mode (`accel_model_set_training`).
+    pub fn set_training(&self, training: bool) -> Result<()> {
+        self.ctx
+            .ck(unsafe { sys::accel_model_set_training(self.ctx.raw.as_ptr(), self.raw.ptr(), training as c_int) })
+    }
+
+    /// (parameter tensors, scalar parameters) (`accel_model_num_parameters`).
+    pub fn num_parameters(&self) -> Result<(usize, i64)> {
+        let (mut t, mut e) = (0usize, 0i64);
+        check(unsafe { sys::accel_model_num_parameters(self.raw.ptr(), &mut t, &mut e) }, std::ptr::null())?;
+        Ok((t, e))
+    }
+
+    /// The name of parameter `index`, e.g. "layers.0.weight" (`accel_model_parameter_name`).
+    pub fn parameter_name(&self, index: usize) -> Result<String> {
+        let mut p: *const c_char = std::ptr::null();
+        check(unsafe { sys::accel_model_parameter_name(self.raw.ptr(), index, &mut p) }, std::ptr::null())?;
+        Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    }
+
+    /// Every parameter name, in order.
+    pub fn parameter_names(&self) -> Result<Vec<String>> {
+        (0..self.num_parameters()?.0).map(|i| self.parameter_name(i)).collect()
+    }
+
+    /// A host copy of parameter `index` (fp32) (`accel_model_parameter`; a collective under ZeRO).
+    pub fn parameter(&self, index: usize) -> Result<Tensor> {
+        self.ctx
+            .tensor_out(|out| unsafe { sys::accel_model_parameter(self.ctx.raw.as_ptr(), self.raw.ptr(), index, out) })
+    }
+
+    /// Writes the weights (`accel_save_model`), see [`Context::save_model`].
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        self.ctx.save_model(self, path)
+    }
+}
+
+/// An optimizer (SGD, AdamW or LAMB). Keeps its model's handle alive.
+pub struct Optimizer<'ctx> {
+    raw: Arc<Owned<sys::accel_optimizer>>,
+    _model: Arc<Owned<sys::accel_model>>,
+    ctx: &'ctx Context,
+}
+
+impl<'ctx> Optimizer<'ctx> {
+    pub fn as_raw(&self) -> *mut sys::accel_optimizer {
+        self.raw.ptr()
+    }
+
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The current learning rate (`accel_optimizer_lr`).
+    pub fn lr(&self) -> Result<f64> {
+        let mut v = 0.0;
+        check(unsafe { sys::accel_optimizer_lr(self.raw.ptr(), &mut v) }, std::ptr::null())?;
+        Ok(v)
+    }
+}
+
+/// A learning-rate scheduler. Keeps its optimizer's handle alive.
+pub struct Scheduler<'ctx> {
+    raw: Arc<Owned<sys::accel_scheduler>>,
+    _optimizer: Arc<Owned<sys::accel_optimizer>>,
+    ctx: &'ctx Context,
+}
+
+impl<'ctx> Scheduler<'ctx> {
+    pub fn as_raw(&self) -> *mut sys::accel_scheduler {
+        self.raw.ptr()
+    }
+
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The real steps taken (`accel_scheduler_steps`).
+    pub fn steps(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_scheduler_steps(self.raw.ptr(), &mut v) }, std::ptr::null())?;
+        Ok(v)
+    }
+}
+
+/// One batch: the inputs and, when the loader has them, the targets (on the context's device).
+#[derive(Debug)]
+pub struct Batch {
+    pub inputs: Tensor,
+    pub targets: Option<Tensor>,
+}
+
+/// A data loader over host data.
+pub struct DataLoader<'ctx> {
+    raw: Arc<Owned<sys::accel_dataloader>>,
+    ctx: &'ctx Context,
+}
+
+impl<'ctx> DataLoader<'ctx> {
+    pub fn as_raw(&self) -> *mut sys::accel_dataloader {
+        self.raw.ptr()
+    }
+
+    pub fn context(&self) -> &'ctx Context {
+        self.ctx
+    }
+
+    /// The next batch of the epoch, or None at its end (the loader then moves to the next
+    /// epoch) (`accel_dataloader_next`).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Batch>> {
+        let (mut x, mut y) = (std::ptr::null_mut(), std::ptr::null_mut());
+        self.ctx.ck(unsafe { sys::accel_dataloader_next(self.ctx.raw.as_ptr(), self.raw.ptr(), &mut x, &mut y) })?;
+        // SAFETY: new tensors owned by us (or NULL).
+        let inputs = unsafe { Tensor::from_raw(x) };
+        let targets = unsafe { Tensor::from_raw(y) };
+        Ok(inputs.map(|inputs| Batch { inputs, targets }))
+    }
+
+    /// An iterator over the rest of the current epoch: `Result<Batch>` items until the
+    /// epoch ends (after an error it yields nothing more).
+    pub fn epoch_iter(&mut self) -> Batches<'_, 'ctx> {
+        Batches { loader: self, done: false }
+    }
+
+    /// Same as [`DataLoader::epoch_iter`].
+    pub fn iter(&mut self) -> Batches<'_, 'ctx> {
+        self.epoch_iter()
+    }
+
+    /// The current epoch, 0-based (`accel_dataloader_epoch`).
+    pub fn epoch(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_dataloader_epoch(self.raw.ptr(), &mut v) }, std::ptr::null())?;
+        Ok(v)
+    }
+
+    /// Batches per epoch (this process's share once prepared) (`accel_dataloader_num_batches`).
+    pub fn num_batches(&self) -> Result<i64> {
+        let mut v = 0;
+        check(unsafe { sys::accel_dataloader_num_batches(self.raw.ptr(), &mut v) }, std::ptr::null())?;
+        Ok(v)
+    }
+
+    /// Sets the epoch and rewinds to its first batch (`accel_dataloader_set_epoch`).
+    pub fn set_epoch(&mut self, epoch: i64) -> Result<()> {
+        check(unsafe { sys::accel_dataloader_set_epoch(self.raw.ptr(), epoch) }, std::ptr::null())
+    }
+}
+
+/// The batches of one epoch; see [`DataLoader::epoch_iter`].
+pub struct Batches<'a, 'ctx> {
+    loader: &'a mut DataLoader<'ctx>,
+    done: bool,
+}
+
+impl<'a, 'ctx> Iterator for Batches<'a, 'ctx> {
+    type Item = Result<Batch>;
+    fn next(&mut self) -> Option<Result<Batch>> {
+        if self.done {
+            return None;
+        }
+        match self.loader.next() {
+            Ok(Some(b)) => Some(Ok(b)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! Options as Rust structs. `Default` gives the header's `ACCEL_*_OPTIONS_INIT` values; the
+//! conversion to the raw struct starts from the library's `accel_*_options_init` (so a
+//! field this binding does not set keeps the library's default) and then sets every field.
+use std::ffi::CString;
+use std::path::PathBuf;
+
+use crate::error::{check, Result};
+use crate::sys;
+use crate::util::{cstring, path_cstring};
+
+macro_rules! c_enum {
+    ($(#[$m:meta])* $name:ident : $raw:ty { $($(#[$vm:meta])* $variant:ident = $c:path),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($(#[$vm])* $variant),+ }
+        impl $name {
+            /// The raw C value.
+            pub fn to_raw(self) -> $raw { match self { $($name::$variant => $c),+ } }
+            /// The variant for a raw C value (None for a value this binding does not know).
+            pub fn from_raw(v: $raw) -> Option<$name> {
+                $(if v == $c { return Some($name::$variant); })+
+                None
+            }
+        }
+    };
+}
+
+c_enum!(
+    /// `accel_precision`
+    Precision: sys::accel_precision {
+    /// fp32 everywhere
+    No = sys::ACCEL_PRECISION_NO,
+    /// autocast to bfloat16
+    Bf16 = sys::ACCEL_PRECISION_BF16,
+    /// float16 with dynamic loss scaling
+    Fp16 = sys::ACCEL_PRECISION_FP16,
+});
+c_enum!(
+    /// `accel_device`
+    Device: sys::accel_device {
+    Auto = sys::ACCEL_DEVICE_AUTO,
+    Cpu = sys::ACCEL_DEVICE_CPU,
+    Cuda = sys::ACCEL_DEVICE_CUDA,
+});
+c_enum!(
+    /// `accel_strategy` (FSDP's names are the associated consts `SHARD_GRAD_OP`, `FULL_SHARD`)
+    Strategy: sys::accel_strategy {
+    No = sys::ACCEL_STRATEGY_NO,
+    Ddp = sys::ACCEL_STRATEGY_DDP,
+    Zero1 = sys::ACCEL_STRATEGY_ZERO1,
+    Zero2 = sys::ACCEL_STRATEGY_ZERO2,
+    Zero3 = sys::ACCEL_STRATEGY_ZERO3,
+});
+impl Strategy {
+    /// `ACCEL_STRATEGY_SHARD_GRAD_OP` (= ZeRO-2)
+    pub const SHARD_GRAD_OP: Strategy = Strategy::Zero2;
+    /// `ACCEL_STRATEGY_FULL_SHARD` (= ZeRO-3)
+    pub const FULL_SHARD: Strategy = Strategy::Zero3;
+}
+c_enum!(
+    /// `accel_backend`
+    Backend: sys::accel_backend {
+    Auto = sys::ACCEL_BACKEND_AUTO,
+    Gloo = sys::ACCEL_BACKEND_GLOO,
+    Nccl = sys::ACCEL_BACKEND_NCCL,
+    Sim = sys::ACCEL_BACKEND_SIM,
+});
+c_enum!(
+    /// `accel_activation`
+    Activation: sys::accel_activation {
+    Relu = sys::ACCEL_ACT_RELU,
+    Gelu = sys::ACCEL_ACT_GELU,
+    Tanh = sys::ACCEL_ACT_TANH,
+    Sigmoid = sys::ACCEL_ACT_SIGMOID,
+});
+c_enum!(
+    /// `accel_schedule`
+    Schedule: sys::accel_schedule {
+    Constant = sys::ACCEL_SCHEDULE_CONSTANT,
+    Linear = sys::ACCEL_SCHEDULE_LINEAR,
+    Cosine = sys::ACCEL_SCHEDULE_COSINE,
+});
+c_enum!(
+    /// `accel_reduce_op`
+    ReduceOp: sys::accel_reduce_op {
+    Sum = sys::ACCEL_REDUCE_SUM,
+    Mean = sys::ACCEL_REDUCE_MEAN,
+    Max = sys::ACCEL_REDUCE_MAX,
+    Min = sys::ACCEL_REDUCE_MIN,
+    Prod = sys::ACCEL_REDUCE_PROD,
+});
+
+/// `accel_options` (version 3). See the header for each field's domain; the library checks
+/// them in `Context::new` / `sim::run` (`Status::InvalidArgument` naming the field).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    pub mixed_precision: Precision,
+    pub gradient_accumulation_steps: i32,
+    pub seed: u64,
+    pub device: Device,
+    pub device_index: i32,
+    pub loss_scale_init: f64,
+    pub loss_scale_growth_factor: f64,
+    pub loss_scale_backoff_factor: f64,
+    pub loss_scale_growth_interval: i32,
+    pub num_threads: i32,
+    pub strategy: Strategy,
+    pub bucket_bytes: i64,
+    pub backend: Backend,
+    pub timeout_seconds: f64,
+}
+
+impl Default for Options {
+    /// `ACCEL_OPTIONS_INIT`
+    fn default() -> Options {
+        Options {
+            mixed_precision: Precision::No,
+            gradient_accumulation_steps: 1,
+            seed: 0,
+            device: Device::Auto,
+            device_index: 0,
+            loss_scale_init: 65536.0,
+            loss_scale_growth_factor: 2.0,
+            loss_scale_backoff_factor: 0.5,
+            loss_scale_growth_interval: 2000,
+            num_threads: 0,
+            strategy: Strategy::No,
+            bucket_bytes: 25 * 1024 * 1024,
+            backend: Backend::Auto,
+            timeout_seconds: 0.0,
+        }
+    }
+}
+
+impl Options {
+    /// The raw struct: `accel_options_init(ACCEL_OPTIONS_VERSION)`, then every field.
+    pub fn to_sys(&self) -> Result<sys::accel_options> {
+        let mut o = sys::ACCEL_OPTIONS_INIT;
+        // SAFETY: o is a valid, writable accel_options of the current version.
+        check(unsafe { sys::accel_options_init(&mut o, sys::ACCEL_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.mixed_precision = self.mixed_precision.to_raw();
+        o.gradient_accumulation_steps = self.gradient_accumulation_steps;
+        o.seed = self.seed;
+        o.device = self.device.to_raw();
+        o.device_index = self.device_index;
+        o.loss_scale_init = self.loss_scale_init;
+        o.loss_scale_growth_factor = self.loss_scale_growth_factor;
+        o.loss_scale_backoff_factor = self.loss_scale_backoff_factor;
+        o.loss_scale_growth_interval = self.loss_scale_growth_interval;
+        o.num_threads = self.num_threads;
+        o.strategy = self.strategy.to_raw();
+        o.bucket_bytes = self.bucket_bytes;
+        o.backend = self.backend.to_raw();
+        o.timeout_seconds = self.timeout_seconds;
+        Ok(o)
+    }
+}
+
+/// `accel_mlp_options`: `layer_sizes` holds input, hidden..., output (>= 2 entries).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MlpOptions {
+    pub layer_sizes: Vec<i64>,
+    pub activation: Activation,
+    pub dropout: f64,
+    pub bias: bool,
+}
+
+impl Default for MlpOptions {
+    /// `ACCEL_MLP_OPTIONS_INIT` (no layers: set `layer_sizes`)
+    fn default() -> MlpOptions {
+        MlpOptions { layer_sizes: Vec::new(), activation: Activation::Relu, dropout: 0.0, bias: true }
+    }
+}
+
+impl MlpOptions {
+    /// An MLP with these layer sizes and the other defaults.
+    pub fn new(layer_sizes: &[i64]) -> MlpOptions {
+        MlpOptions { layer_sizes: layer_sizes.to_vec(), ..MlpOptions::default() }
+    }
+
+    /// The raw struct; its `layer_sizes` points into `self` (valid while `self` is).
+    pub fn to_sys(&self) -> Result<sys::accel_mlp_options> {
+        let mut o = sys::ACCEL_MLP_OPTIONS_INIT;
+        check(unsafe { sys::accel_mlp_options_init(&mut o, sys::ACCEL_MLP_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.layer_sizes = if self.layer_sizes.is_empty() { std::ptr::null() } else { self.layer_sizes.as_ptr() };
+        o.num_layer_sizes = self.layer_sizes.len();
+        o.activation = self.activation.to_raw();
+        o.dropout = self.dropout;
+        o.bias = self.bias as i32;
+        Ok(o)
+    }
+}
+
+/// `accel_sgd_options`
+#[derive(Debug, Clone, PartialEq)]
+pub struct SgdOptions {
+    pub lr: f64,
+    pub momentum: f64,
+    pub dampening: f64,
+    pub weight_decay: f64,
+    pub nesterov: bool,
+}
+
+impl Default for SgdOptions {
+    /// `ACCEL_SGD_OPTIONS_INIT`
+    fn default() -> SgdOptions {
+        SgdOptions { lr: 0.01, momentum: 0.0, dampening: 0.0, weight_decay: 0.0, nesterov: false }
+    }
+}
+
+impl SgdOptions {
+    pub fn to_sys(&self) -> Result<sys::accel_sgd_options> {
+        let mut o = sys::ACCEL_SGD_OPTIONS_INIT;
+        check(unsafe { sys::accel_sgd_options_init(&mut o, sys::ACCEL_SGD_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.lr = self.lr;
+        o.momentum = self.momentum;
+        o.dampening = self.dampening;
+        o.weight_decay = self.weight_decay;
+        o.nesterov = self.nesterov as i32;
+        Ok(o)
+    }
+}
+
+/// `accel_adamw_options`
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdamWOptions {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl Default for AdamWOptions {
+    /// `ACCEL_ADAMW_OPTIONS_INIT`
+    fn default() -> AdamWOptions {
+        AdamWOptions { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    }
+}
+
+impl AdamWOptions {
+    pub fn to_sys(&self) -> Result<sys::accel_adamw_options> {
+        let mut o = sys::ACCEL_ADAMW_OPTIONS_INIT;
+        check(unsafe { sys::accel_adamw_options_init(&mut o, sys::ACCEL_ADAMW_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.lr = self.lr;
+        o.beta1 = self.beta1;
+        o.beta2 = self.beta2;
+        o.eps = self.eps;
+        o.weight_decay = self.weight_decay;
+        Ok(o)
+    }
+}
+
+/// `accel_lamb_options`
+#[derive(Debug, Clone, PartialEq)]
+pub struct LambOptions {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+}
+
+impl Default for LambOptions {
+    /// `ACCEL_LAMB_OPTIONS_INIT`
+    fn default() -> LambOptions {
+        LambOptions { lr: 1e-3, beta1: 0.9, beta2: 0.999, eps: 1e-6, weight_decay: 0.01 }
+    }
+}
+
+impl LambOptions {
+    pub fn to_sys(&self) -> Result<sys::accel_lamb_options> {
+        let mut o = sys::ACCEL_LAMB_OPTIONS_INIT;
+        check(unsafe { sys::accel_lamb_options_init(&mut o, sys::ACCEL_LAMB_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.lr = self.lr;
+        o.beta1 = self.beta1;
+        o.beta2 = self.beta2;
+        o.eps = self.eps;
+        o.weight_decay = self.weight_decay;
+        Ok(o)
+    }
+}
+
+/// `accel_scheduler_options`
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerOptions {
+    pub kind: Schedule,
+    pub warmup_steps: i64,
+    pub total_steps: i64,
+    pub min_lr_ratio: f64,
+}
+
+impl Default for SchedulerOptions {
+    /// `ACCEL_SCHEDULER_OPTIONS_INIT`
+    fn default() -> SchedulerOptions {
+        SchedulerOptions { kind: Schedule::Constant, warmup_steps: 0, total_steps: 0, min_lr_ratio: 0.0 }
+    }
+}
+
+impl SchedulerOptions {
+    pub fn to_sys(&self) -> Result<sys::accel_scheduler_options> {
+        let mut o = sys::ACCEL_SCHEDULER_OPTIONS_INIT;
+        check(
+            unsafe { sys::accel_scheduler_options_init(&mut o, sys::ACCEL_SCHEDULER_OPTIONS_VERSION) },
+            std::ptr::null(),
+        )?;
+        o.kind = self.kind.to_raw();
+        o.warmup_steps = self.warmup_steps;
+        o.total_steps = self.total_steps;
+        o.min_lr_ratio = self.min_lr_ratio;
+        Ok(o)
+    }
+}
+
+/// `accel_dataloader_options` (version 2)
+#[derive(Debug, Clone, PartialEq)]
+pub struct DataLoaderOptions {
+    pub batch_size: i64,
+    pub shuffle: bool,
+    pub seed: u64,
+    pub drop_last: bool,
+    pub even_batches: bool,
+    pub split_batches: bool,
+}
+
+impl Default for DataLoaderOptions {
+    /// `ACCEL_DATALOADER_OPTIONS_INIT`
+    fn default() -> DataLoaderOptions {
+        DataLoaderOptions { batch_size: 1, shuffle: false, seed: 0, drop_last: false, even_batches: true, split_batches: false }
+    }
+}
+
+impl DataLoaderOptions {
+    pub fn to_sys(&self) -> Result<sys::accel_dataloader_options> {
+        let mut o = sys::ACCEL_DATALOADER_OPTIONS_INIT;
+        check(
+            unsafe { sys::accel_dataloader_options_init(&mut o, sys::ACCEL_DATALOADER_OPTIONS_VERSION) },
+            std::ptr::null(),
+        )?;
+        o.batch_size = self.batch_size;
+        o.shuffle = self.shuffle as i32;
+        o.seed = self.seed;
+        o.drop_last = self.drop_last as i32;
+        o.even_batches = self.even_batches as i32;
+        o.split_batches = self.split_batches as i32;
+        Ok(o)
+    }
+}
+
+/// `accel_sim_options`. `None` strings are NULL in C.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimOptions {
+    pub world_size: i32,
+    /// per-rank capacity, "80GiB", "64MiB", ...; None = unlimited
+    pub device_memory: Option<String>,
+    /// cost-model preset, "8xH100" (default), "8xA100", "8xPCIe", "Nx8xH100-IB"
+    pub topology: Option<String>,
+    pub timeout_seconds: f64,
+    /// fault injection ("kill:RANK@collective:K", ...); None = none
+    pub faults: Option<String>,
+    /// Chrome trace JSON output; None = none
+    pub trace_path: Option<PathBuf>,
+    pub engine_threads: i32,
+}
+
+impl Default for SimOptions {
+    /// `ACCEL_SIM_OPTIONS_INIT`
+    fn default() -> SimOptions {
+        SimOptions {
+            world_size: 2,
+            device_memory: None,
+            topology: Some("8xH100".to_string()),
+            timeout_seconds: 60.0,
+            faults: None,
+            trace_path: None,
+            engine_threads: 0,
+        }
+    }
+}
+
+impl SimOptions {
+    /// A simulated world of `world_size` ranks, other fields at their defaults.
+    pub fn with_world_size(world_size: i32) -> SimOptions {
+        SimOptions { world_size, ..SimOptions::default() }
+    }
+
+    /// The raw struct and the C strings it points into (keep them together).
+    pub fn to_sys(&self) -> Result<RawSimOptions> {
+        let mut o = sys::ACCEL_SIM_OPTIONS_INIT;
+        check(unsafe { sys::accel_sim_options_init(&mut o, sys::ACCEL_SIM_OPTIONS_VERSION) }, std::ptr::null())?;
+        let device_memory = self.device_memory.as_deref().map(|s| cstring(s, "SimOptions.device_memory")).transpose()?;
+        let topology = self.topology.as_deref().map(|s| cstring(s, "SimOptions.topology")).transpose()?;
+        let faults = self.faults.as_deref().map(|s| cstring(s, "SimOptions.faults")).transpose()?;
+        let trace_path = self.trace_path.as_deref().map(|p| path_cstring(p, "SimOptions.trace_path")).transpose()?;
+        fn ptr(s: &Option<CString>) -> *const std::os::raw::c_char {
+            s.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())
+        }
+        o.world_size = self.world_size;
+        o.device_memory = ptr(&device_memory);
+        o.topology = ptr(&topology);
+        o.timeout_seconds = self.timeout_seconds;
+        o.faults = ptr(&faults);
+        o.trace_path = ptr(&trace_path);
+        o.engine_threads = self.engine_threads;
+        Ok(RawSimOptions { raw: o, _strings: [device_memory, topology, faults, trace_path] })
+    }
+}
+
+/// A raw `accel_sim_options` with the strings it points to (moving this struct does not
+/// move the strings' heap buffers, so `raw` stays valid as long as this value lives).
+pub struct RawSimOptions {
+    pub raw: sys::accel_sim_options,
+    _strings: [Option<CString>; 4],
+}
+
+/// `accel_project_options`
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProjectOptions {
+    /// non-empty; checkpoints go to `<project_dir>/checkpoints/checkpoint_N`
+    pub project_dir: PathBuf,
+    /// keep the newest N automatic checkpoints; 0 = keep all (the default)
+    pub total_limit: i32,
+}
+
+impl ProjectOptions {
+    /// The raw struct (version and defaults from `accel_project_options_init`) and the
+    /// C string its `project_dir` points into.
+    pub fn to_sys(&self) -> Result<(sys::accel_project_options, CString)> {
+        let mut o = sys::ACCEL_PROJECT_OPTIONS_INIT;
+        check(
+            unsafe { sys::accel_project_options_init(&mut o, sys::ACCEL_PROJECT_OPTIONS_VERSION) },
+            std::ptr::null(),
+        )?;
+        let dir = path_cstring(&self.project_dir, "ProjectOptions.project_dir")?;
+        o.project_dir = dir.as_ptr();
+        o.total_limit = self.total_limit;
+        Ok((o, dir))
+    }
+}
+
