@@ -27,6 +27,14 @@ func ok(t *testing.T, err error) {
 	}
 }
 
+// chk panics on an error: usable inside simulator rank functions (where t.Fatal's
+// runtime.Goexit must not run), the trampoline turns the panic into a rank failure.
+func chk(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*math.Max(1, math.Abs(b)) }
 
 func newCtx(t *testing.T, mod func(*Options)) *Context {
@@ -296,7 +304,6 @@ type setup struct {
 }
 
 func newSetup(t *testing.T, ctx *Context, so *SchedulerOptions, batch int64) *setup {
-	t.Helper()
 	s := &setup{ctx: ctx}
 	s.model = must(ctx.NewMLP(DefaultMLPOptions(4, 8, 3)))
 	sg := DefaultSGDOptions()
@@ -320,15 +327,14 @@ func newSetup(t *testing.T, ctx *Context, so *SchedulerOptions, batch int64) *se
 	s.loader = must(ctx.NewDataLoader(xs, ys, lo))
 	xs.Close()
 	ys.Close()
-	ok(t, ctx.Prepare(s.model, s.opt, s.sched, s.loader))
+	chk(ctx.Prepare(s.model, s.opt, s.sched, s.loader))
 	return s
 }
 
 // trainStep runs one batch; false at the end of an epoch.
 func (s *setup) trainStep(t *testing.T) (StepResult, bool) {
-	t.Helper()
 	if !s.loader.Next() {
-		ok(t, s.loader.Err())
+		chk(s.loader.Err())
 		return StepResult{}, false
 	}
 	x, y := s.loader.Batch()
@@ -336,7 +342,7 @@ func (s *setup) trainStep(t *testing.T) (StepResult, bool) {
 	defer logits.Close()
 	loss := must(s.ctx.CrossEntropy(logits, y))
 	defer loss.Close()
-	ok(t, s.ctx.Backward(loss))
+	chk(s.ctx.Backward(loss))
 	return must(s.ctx.Step()), true
 }
 

@@ -474,6 +474,9 @@ func (l *DataLoader) NextBatch() (inputs, targets *Tensor, err error) {
 }
 
 func (l *DataLoader) dropBatch() {
+	if l == nil {
+		return
+	}
 	l.curX.Close()
 	l.curY.Close()
 	l.curX, l.curY = nil, nil
@@ -482,6 +485,9 @@ func (l *DataLoader) dropBatch() {
 // Next advances to the next batch (closing the previous one); false at the end of the
 // epoch or on an error (see Err).
 func (l *DataLoader) Next() bool {
+	if l == nil {
+		return false
+	}
 	l.dropBatch()
 	l.err = nil
 	x, y, err := l.NextBatch()
@@ -497,10 +503,20 @@ func (l *DataLoader) Next() bool {
 }
 
 // Batch returns the current batch (valid until the next Next or Close).
-func (l *DataLoader) Batch() (inputs, targets *Tensor) { return l.curX, l.curY }
+func (l *DataLoader) Batch() (inputs, targets *Tensor) {
+	if l == nil {
+		return nil, nil
+	}
+	return l.curX, l.curY
+}
 
 // Err returns the error that ended the last Next, or nil at a normal end of epoch.
-func (l *DataLoader) Err() error { return l.err }
+func (l *DataLoader) Err() error {
+	if l == nil {
+		return errArg("accel_dataloader_next", "data loader is nil")
+	}
+	return l.err
+}
 
 // Each runs fn on every remaining batch of the current epoch, stopping at fn's first error.
 func (l *DataLoader) Each(fn func(inputs, targets *Tensor) error) error {
