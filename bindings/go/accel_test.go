@@ -563,7 +563,7 @@ func TestCloseAndPrepareHazard(t *testing.T) {
 		t.Fatal("closed loader", s.loader.Err())
 	}
 	ok(t, ctx.Backward(loss)) // uses the model's graph and parameters
-	r := must(ctx.Step())  // uses the optimizer
+	r := must(ctx.Step())     // uses the optimizer
 	if !r.Stepped {
 		t.Fatal(r)
 	}

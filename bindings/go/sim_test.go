@@ -125,7 +125,7 @@ func TestSimDDPTrainsSameWeights(t *testing.T) {
 	w := make([][]float32, 2)
 	rep, err := SimRun(simOpts(2), o, func(ctx *Context) error {
 		chk(ctx.SetSeed(uint64(ctx.mustRank()), true)) // different initial weights per rank...
-		s := newSetup(t, ctx, nil, 2)                      // ...DDP broadcasts rank 0's at prepare
+		s := newSetup(t, ctx, nil, 2)                  // ...DDP broadcasts rank 0's at prepare
 		for i := 0; i < 3; i++ {
 			s.trainStep(t)
 		}
