@@ -1,0 +1,3 @@
+module github.com/accel-dev/accel/bindings/go
+
+go 1.19

@@ -1,0 +1,228 @@
+package accel
+
+/*
+#include "shim.h"
+
+// Defined in Go (export.go, //export accelGoRank).
+extern accel_status accelGoRank(accel_context *ctx, uintptr_t user);
+
+static accel_status ag_rank_trampoline(accel_context *ctx, void *user) { return accelGoRank(ctx, (uintptr_t)user); }
+
+// The handle travels as an integer (a runtime/cgo.Handle), never as a Go pointer.
+static ag_res ag_sim_run(const accel_sim_options *sim, const accel_options *opts, uintptr_t handle, accel_sim_report **out) {
+    return ag_fail(accel_sim_run(sim, opts, ag_rank_trampoline, (void *)handle, out));
+}
+static ag_res ag_sim_report_world_size(const accel_sim_report *r, int32_t *out) { return ag_fail(accel_sim_report_world_size(r, out)); }
+static ag_res ag_sim_report_rank(const accel_sim_report *r, int32_t rank, accel_status *st, const char **err, uint64_t *peak) {
+    return ag_fail(accel_sim_report_rank(r, rank, st, err, peak));
+}
+static ag_res ag_sim_report_predicted_seconds(const accel_sim_report *r, double *out) { return ag_fail(accel_sim_report_predicted_seconds(r, out)); }
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/cgo"
+	"sync"
+)
+
+// simRun is what the trampoline finds behind the cgo.Handle.
+type simRun struct {
+	fn   func(ctx *Context) error
+	mu   sync.Mutex
+	msgs map[int]rankFailure // failures decided in Go (an error returned, a panic)
+	seq  int
+}
+
+type rankFailure struct {
+	status Status
+	msg    string
+	seq    int
+}
+
+func (r *simRun) fail(rank int, st Status, msg string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seq++
+	r.msgs[rank] = rankFailure{st, msg, r.seq}
+}
+
+// runRank runs the user's function on one rank's borrowed context.
+func (r *simRun) runRank(h *C.accel_context) (status C.accel_status) {
+	st := &ctxState{h: h, borrowed: true}
+	ctx := &Context{st: st}
+	var rank C.int32_t
+	C.accel_process_index(h, &rank)
+	// Runs last: the context is valid only during fn; a kept *Context now gives ErrClosed.
+	defer st.invalidate(false)
+	defer func() {
+		if p := recover(); p != nil {
+			msg := fmt.Sprintf("panic: %v", p)
+			r.fail(int(rank), StatusInternal, msg)
+			status = C.ACCEL_ERR_INTERNAL
+		}
+	}()
+	err := r.fn(ctx)
+	if err == nil {
+		return C.ACCEL_OK
+	}
+	s := StatusInternal
+	var ae *Error
+	if errors.As(err, &ae) && ae.Status < 0 {
+		s = ae.Status
+	}
+	r.fail(int(rank), s, err.Error())
+	return C.accel_status(s)
+}
+
+// SimReport is the outcome of SimRun (accel_sim_report).
+type SimReport struct {
+	h    *C.accel_sim_report
+	msgs map[int]rankFailure
+}
+
+// RankResult is one rank's outcome in a SimReport.
+type RankResult struct {
+	Status    Status
+	Error     string // "" when OK; a Go error's or panic's text for failures decided in Go
+	PeakBytes uint64 // peak simulated device memory
+}
+
+// SimRun runs fn once per rank of a simulated world (accel_sim_run), each rank with its
+// own Context built from ctxOpts (nil: defaults; the device is the CPU). sim nil means
+// DefaultSimOptions(). The rank's Context is borrowed: Go never destroys it, and it is
+// invalid once fn returns (a kept pointer gives ErrClosed). An error returned by fn fails
+// that rank with fn's message (its status when it wraps an *Error, else
+// StatusInternal); a panic is recovered and fails the rank the same way ("panic: ...",
+// StatusInternal), never unwinding through C.
+//
+// On success the report and nil are returned. When a rank failed, the report (once the
+// world ran) and a *RankError naming the first failing rank and wrapping its *Error.
+// Invalid options return (nil, *Error) before any rank runs. Close the report when done.
+func SimRun(sim *SimOptions, ctxOpts *Options, fn func(ctx *Context) error) (*SimReport, error) {
+	const op = "accel_sim_run"
+	if err := libCheck(); err != nil {
+		return nil, err
+	}
+	if sim == nil {
+		d := DefaultSimOptions()
+		sim = &d
+	}
+	var s cstrs
+	defer s.free()
+	cs := sim.toC(&s)
+	var co *C.accel_options
+	if ctxOpts != nil {
+		c := ctxOpts.toC()
+		co = &c
+	}
+	var rptr *C.accel_sim_report
+	var res C.ag_res
+	run := &simRun{fn: fn, msgs: map[int]rankFailure{}}
+	if fn == nil {
+		return nil, errArg(op, "fn is nil")
+	}
+	h := cgo.NewHandle(run)
+	res = C.ag_sim_run(&cs, co, C.uintptr_t(h), &rptr)
+	h.Delete()
+	err := resErr(op, res)
+	if rptr == nil {
+		return nil, err
+	}
+	rep := &SimReport{h: rptr, msgs: run.msgs}
+	runtime.SetFinalizer(rep, (*SimReport).Close)
+	if err == nil {
+		return rep, nil
+	}
+	// The first failing rank: the library's "rank R: ..." message, else the first Go failure.
+	rank := -1
+	var ae *Error
+	if errors.As(err, &ae) {
+		var r int
+		if n, _ := fmt.Sscanf(ae.Message, "rank %d:", &r); n == 1 {
+			rank = r
+		}
+	}
+	if rank < 0 {
+		best := 0
+		for r, f := range run.msgs {
+			if best == 0 || f.seq < best {
+				best, rank = f.seq, r
+			}
+		}
+	}
+	if rank < 0 {
+		return rep, err
+	}
+	rr, rerr := rep.Rank(rank)
+	if rerr != nil {
+		return rep, &RankError{Rank: rank, Err: err}
+	}
+	return rep, &RankError{Rank: rank, Err: &Error{Status: rr.Status, Op: op, Message: rr.Error}}
+}
+
+// Close releases the report. Idempotent.
+func (r *SimReport) Close() error {
+	if r == nil || r.h == nil {
+		return nil
+	}
+	runtime.SetFinalizer(r, nil)
+	C.accel_sim_report_destroy(r.h)
+	r.h = nil
+	return nil
+}
+
+func (r *SimReport) handle(op string) (*C.accel_sim_report, error) {
+	if r == nil || r.h == nil {
+		return nil, errClosed(op, "report")
+	}
+	return r.h, nil
+}
+
+// WorldSize returns the number of ranks.
+func (r *SimReport) WorldSize() (int, error) {
+	const op = "accel_sim_report_world_size"
+	h, err := r.handle(op)
+	if err != nil {
+		return 0, err
+	}
+	var out C.int32_t
+	err = resErr(op, C.ag_sim_report_world_size(h, &out))
+	runtime.KeepAlive(r)
+	return int(out), err
+}
+
+// Rank returns one rank's outcome. For a rank whose Go function failed, Error is the Go
+// error's (or panic's) text rather than the library's.
+func (r *SimReport) Rank(rank int) (RankResult, error) {
+	const op = "accel_sim_report_rank"
+	h, err := r.handle(op)
+	if err != nil {
+		return RankResult{}, err
+	}
+	var st C.accel_status
+	var msg *C.char
+	var peak C.uint64_t
+	err = resErr(op, C.ag_sim_report_rank(h, C.int32_t(rank), &st, &msg, &peak))
+	res := RankResult{Status: Status(st), Error: goStr(msg), PeakBytes: uint64(peak)}
+	runtime.KeepAlive(r)
+	if f, ok := r.msgs[rank]; ok && err == nil {
+		res.Error = f.msg
+	}
+	return res, err
+}
+
+// PredictedSeconds is the cost model's predicted wall time of the run.
+func (r *SimReport) PredictedSeconds() (float64, error) {
+	const op = "accel_sim_report_predicted_seconds"
+	h, err := r.handle(op)
+	if err != nil {
+		return 0, err
+	}
+	var out C.double
+	err = resErr(op, C.ag_sim_report_predicted_seconds(h, &out))
+	runtime.KeepAlive(r)
+	return float64(out), err
+}

@@ -1,0 +1,318 @@
+package accel
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func simOpts(n int32) *SimOptions {
+	s := DefaultSimOptions()
+	s.WorldSize = n
+	s.TimeoutSeconds = 20
+	s.EngineThreads = 1
+	return &s
+}
+
+func ctxOpts() *Options {
+	o := DefaultOptions()
+	o.Seed = 42
+	o.NumThreads = 1
+	return &o
+}
+
+func TestSimCollectives(t *testing.T) {
+	const n = 3
+	got := make([]string, n)
+	rep, err := SimRun(simOpts(n), ctxOpts(), func(ctx *Context) error {
+		r := must(ctx.ProcessIndex())
+		if np := must(ctx.NumProcesses()); np != n {
+			return fmt.Errorf("num_processes %d", np)
+		}
+		main := must(ctx.IsMainProcess())
+		lmain := must(ctx.IsLocalMainProcess())
+		local := must(ctx.LocalProcessIndex())
+		if main != (r == 0) || lmain != (local == 0) || local != r {
+			return fmt.Errorf("main %v local main %v local %d", main, lmain, local)
+		}
+		x := must(NewTensor([]float32{float32(r + 1), float32(10 * (r + 1))}, 2))
+		defer x.Close()
+		var line []string
+		for _, op := range []ReduceOp{ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd} {
+			y := must(ctx.Reduce(x, op))
+			v := must(ToSlice[float32](y))
+			y.Close()
+			line = append(line, fmt.Sprint(v))
+		}
+		b := must(NewTensor([]int64{int64(100 + r)}, 1))
+		defer b.Close()
+		bc := must(ctx.Broadcast(b, 1))
+		line = append(line, fmt.Sprint(must(ToSlice[int64](bc))))
+		bc.Close()
+		g := must(ctx.Gather(b))
+		line = append(line, fmt.Sprint(must(ToSlice[int64](g))))
+		g.Close()
+		gm := must(ctx.GatherForMetrics(b)) // not a loader batch: gathered whole
+		line = append(line, fmt.Sprint(must(ToSlice[int64](gm))))
+		gm.Close()
+		// rank r has r+1 elements; padded to 3 with -1
+		vals := make([]float64, r+1)
+		for i := range vals {
+			vals[i] = float64(r)
+		}
+		p := must(NewTensor(vals, int64(r+1)))
+		defer p.Close()
+		pd := must(ctx.PadAcrossProcesses(p, 0, -1, false))
+		line = append(line, fmt.Sprint(must(ToSlice[float64](pd))))
+		pd.Close()
+		pf := must(ctx.PadAcrossProcesses(p, -1, 9, true))
+		line = append(line, fmt.Sprint(must(ToSlice[float64](pf))))
+		pf.Close()
+		if err := ctx.Barrier(); err != nil {
+			return err
+		}
+		if _, err := ctx.Broadcast(b, 7); !errors.Is(err, ErrInvalidArgument) {
+			return fmt.Errorf("broadcast root 7: %v", err)
+		}
+		if err := ctx.ChargeCompute(0.25, "fake forward"); err != nil {
+			return err
+		}
+		if err := ctx.ChargeCompute(-1, ""); !errors.Is(err, ErrInvalidArgument) {
+			return fmt.Errorf("charge -1: %v", err)
+		}
+		chk(ctx.Print("printed once, by rank 0"))
+		got[r] = strings.Join(line, " ")
+		return nil
+	})
+	ok(t, err)
+	defer rep.Close()
+	want := []string{
+		"[6 60] [2 20] [3 30] [1 10] [6 6000] [101] [100 101 102] [100 101 102] [0 -1 -1] [9 9 0]",
+		"[6 60] [2 20] [3 30] [1 10] [6 6000] [101] [100 101 102] [100 101 102] [1 1 -1] [9 1 1]",
+		"[6 60] [2 20] [3 30] [1 10] [6 6000] [101] [100 101 102] [100 101 102] [2 2 2] [2 2 2]",
+	}
+	for r := range want {
+		if got[r] != want[r] {
+			t.Errorf("rank %d:\n got %s\nwant %s", r, got[r], want[r])
+		}
+	}
+	if ws := must(rep.WorldSize()); ws != n {
+		t.Fatal(ws)
+	}
+	for r := 0; r < n; r++ {
+		rr := must(rep.Rank(r))
+		if rr.Status != StatusOK || rr.Error != "" || rr.PeakBytes == 0 {
+			t.Fatalf("rank %d %+v", r, rr)
+		}
+	}
+	if ps := must(rep.PredictedSeconds()); ps < 0.25 || ps > 1 {
+		t.Fatal("predicted", ps)
+	}
+	_, err = rep.Rank(n)
+	wantErr(t, err, ErrInvalidArgument, "rank")
+	rep.Close()
+	_, err = rep.WorldSize()
+	wantErr(t, err, ErrClosed, "closed")
+}
+
+func TestSimDDPTrainsSameWeights(t *testing.T) {
+	o := ctxOpts()
+	o.Strategy = StrategyDDP
+	w := make([][]float32, 2)
+	rep, err := SimRun(simOpts(2), o, func(ctx *Context) error {
+		chk(ctx.SetSeed(uint64(ctx.mustRank()), true)) // different initial weights per rank...
+		s := newSetup(t, ctx, nil, 2)                  // ...DDP broadcasts rank 0's at prepare
+		for i := 0; i < 3; i++ {
+			s.trainStep(t)
+		}
+		p := must(s.model.Parameter(0))
+		w[ctx.mustRank()] = must(ToSlice[float32](p))
+		p.Close()
+		s.loader.Close()
+		s.sched.Close()
+		s.opt.Close()
+		s.model.Close()
+		return nil
+	})
+	ok(t, err)
+	rep.Close()
+	for i := range w[0] {
+		if w[0][i] != w[1][i] {
+			t.Fatalf("weights differ at %d: %v %v", i, w[0][i], w[1][i])
+		}
+	}
+}
+
+func (c *Context) mustRank() int { return must(c.ProcessIndex()) }
+
+func TestSimRankFailures(t *testing.T) {
+	// rank 1 panics; rank 0 waits in a barrier and fails because its peer is gone
+	var kept *Context
+	rep, err := SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+		if ctx.mustRank() == 1 {
+			kept = ctx
+			panic("boom at rank 1")
+		}
+		return ctx.Barrier()
+	})
+	if rep == nil {
+		t.Fatal("no report", err)
+	}
+	defer rep.Close()
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 {
+		t.Fatalf("%v", err)
+	}
+	e := wantErr(t, err, ErrInternal, "boom at rank 1")
+	if !strings.Contains(e.Message, "panic") || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatal(err)
+	}
+	r1 := must(rep.Rank(1))
+	if r1.Status != StatusInternal || !strings.Contains(r1.Error, "boom at rank 1") {
+		t.Fatalf("%+v", r1)
+	}
+	if r0 := must(rep.Rank(0)); r0.Status == StatusOK {
+		t.Fatalf("rank 0 %+v", r0)
+	}
+	// the borrowed context is invalid after its function
+	_, err = kept.ProcessIndex()
+	wantErr(t, err, ErrClosed, "context")
+	ok(t, kept.Close())
+
+	// a returned error: plain, and wrapping an accel error (status kept)
+	rep2, err := SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+		if ctx.mustRank() == 0 {
+			return errors.New("rank 0 gives up")
+		}
+		return nil
+	})
+	rep2.Close()
+	errors.As(err, &re)
+	if re == nil || re.Rank != 0 {
+		t.Fatal(err)
+	}
+	wantErr(t, err, ErrInternal, "rank 0 gives up")
+	_, err = SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+		if ctx.mustRank() == 1 {
+			_, err := ctx.Step() // before prepare
+			return fmt.Errorf("training: %w", err)
+		}
+		return nil
+	})
+	errors.As(err, &re)
+	if re.Rank != 1 {
+		t.Fatal(err)
+	}
+	wantErr(t, err, ErrInvalidState, "accel_step")
+
+	// invalid options fail before any rank runs
+	ran := false
+	rep3, err := SimRun(simOpts(0), nil, func(ctx *Context) error { ran = true; return nil })
+	wantErr(t, err, ErrInvalidArgument, "world_size")
+	if rep3 != nil || ran {
+		t.Fatal("ran with invalid options")
+	}
+	so := simOpts(2)
+	so.DeviceMemory = "0"
+	_, err = SimRun(so, nil, func(ctx *Context) error { return nil })
+	wantErr(t, err, ErrInvalidArgument, "device_memory")
+	bad := ctxOpts()
+	bad.Device = DeviceCUDA
+	_, err = SimRun(simOpts(2), bad, func(ctx *Context) error { return nil })
+	wantErr(t, err, ErrUnsupported, "")
+	_, err = SimRun(nil, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "fn")
+	// a memory budget exceeded fails that rank with OUT_OF_MEMORY
+	so = simOpts(1)
+	so.DeviceMemory = "1KiB"
+	rep4, err := SimRun(so, ctxOpts(), func(ctx *Context) error {
+		_, err := ctx.NewMLP(DefaultMLPOptions(64, 256, 10))
+		return err
+	})
+	if rep4 != nil {
+		rep4.Close()
+	}
+	wantErr(t, err, ErrOutOfMemory, "")
+}
+
+func TestCheckpoints(t *testing.T) {
+	ctx := newCtx(t, nil)
+	s := newSetup(t, ctx, nil, 2)
+	s.trainStep(t)
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "ck")
+	ok(t, ctx.SaveState(ck))
+	if lc := must(ctx.LastCheckpoint()); lc != ck {
+		t.Fatal(lc)
+	}
+	if _, err := os.Stat(filepath.Join(ck, "model.safetensors")); err != nil {
+		t.Fatal(err)
+	}
+	p := must(s.model.Parameter(0))
+	saved := must(ToSlice[float32](p))
+	p.Close()
+	s.trainStep(t)
+	s.trainStep(t)
+	// a user's file is never overwritten
+	user := filepath.Join(dir, "notes.txt")
+	ok(t, os.WriteFile(user, []byte("mine"), 0o644))
+	wantErr(t, ctx.SaveState(user), ErrInvalidArgument, "accel_save_state")
+	if b, _ := os.ReadFile(user); string(b) != "mine" {
+		t.Fatal("user file changed")
+	}
+	other := filepath.Join(dir, "other")
+	ok(t, os.MkdirAll(other, 0o755))
+	ok(t, os.WriteFile(filepath.Join(other, "x"), nil, 0o644))
+	wantErr(t, ctx.SaveState(other), ErrInvalidArgument, "accel_save_state")
+	// load restores the weights
+	ok(t, ctx.LoadState(ck))
+	p = must(s.model.Parameter(0))
+	loaded := must(ToSlice[float32](p))
+	p.Close()
+	for i := range saved {
+		if saved[i] != loaded[i] {
+			t.Fatal("weights not restored")
+		}
+	}
+	wantErr(t, ctx.LoadState(filepath.Join(dir, "missing")), ErrIO, "accel_load_state")
+	// projects: SaveState("") writes the next checkpoint_N
+	s.trainStep(t)
+	proj := filepath.Join(dir, "proj")
+	po := DefaultProjectOptions(proj)
+	po.TotalLimit = 1
+	ok(t, ctx.SetProject(po))
+	ok(t, ctx.SaveState(""))
+	s.trainStep(t)
+	ok(t, ctx.SaveState(""))
+	entries, err := os.ReadDir(filepath.Join(proj, "checkpoints"))
+	ok(t, err)
+	if len(entries) != 1 || !strings.HasPrefix(entries[0].Name(), "checkpoint_") {
+		t.Fatalf("%v", entries)
+	}
+	ok(t, ctx.LoadState(""))
+	if lc := must(ctx.LastCheckpoint()); !strings.HasPrefix(lc, filepath.Join(proj, "checkpoints")) {
+		t.Fatal(lc)
+	}
+	wantErr(t, ctx.SetProject(ProjectOptions{}), ErrInvalidArgument, "project_dir")
+}
+
+// TestCgocheck2 runs the package's other tests again in a child process with
+// GODEBUG=cgocheck=2, which checks every pointer the binding passes to C.
+func TestCgocheck2(t *testing.T) {
+	if os.Getenv("ACCEL_GO_CGOCHECK_CHILD") != "" {
+		t.Skip("child")
+	}
+	if testing.Short() {
+		t.Skip("short")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^Test[^C]|^TestC[^g]", "-test.count=1")
+	cmd.Env = append(os.Environ(), "GODEBUG=cgocheck=2", "ACCEL_GO_CGOCHECK_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("cgocheck=2 run failed: %v\n%s", err, out)
+	}
+}
