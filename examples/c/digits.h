@@ -21,7 +21,7 @@ typedef struct digits {
     int64_t n;
 } digits;
 
-static void digits_free(digits *d) {
+static inline void digits_free(digits *d) {
     free(d->x);
     free(d->y);
     d->x = NULL;
@@ -30,7 +30,7 @@ static void digits_free(digits *d) {
 }
 
 /* Returns 0 on success; prints what went wrong otherwise. */
-static int digits_load(const char *path, digits *out) {
+static inline int digits_load(const char *path, digits *out) {
     gzFile f = gzopen(path, "rb");
     char line[1024];
     int64_t cap = 2048;
@@ -78,7 +78,7 @@ static int digits_load(const char *path, digits *out) {
 }
 
 /* Shuffles with a fixed seed (xorshift64*) and splits off the last `test_fraction`. */
-static int digits_split(const digits *all, double test_fraction, uint64_t seed, digits *train, digits *test) {
+static inline int digits_split(const digits *all, double test_fraction, uint64_t seed, digits *train, digits *test) {
     int64_t *perm = malloc((size_t)all->n * sizeof(int64_t));
     int64_t i, n_test = (int64_t)(all->n * test_fraction + 0.5), n_train = all->n - n_test;
     uint64_t s = seed ? seed : 88172645463325252ull;
@@ -121,7 +121,7 @@ static int digits_split(const digits *all, double test_fraction, uint64_t seed, 
         }                                                                                   \
     } while (0)
 
-static accel_tensor *host_tensor(accel_dtype dt, int64_t d0, int64_t d1, const void *data) {
+static inline accel_tensor *host_tensor(accel_dtype dt, int64_t d0, int64_t d1, const void *data) {
     int64_t shape[2] = {d0, d1};
     accel_tensor *t = NULL;
     CHECK(NULL, accel_tensor_create(dt, shape, d1 > 0 ? 2 : 1, data, &t));
@@ -129,7 +129,7 @@ static accel_tensor *host_tensor(accel_dtype dt, int64_t d0, int64_t d1, const v
 }
 
 /* Accuracy of `model` on `set`: one forward in evaluation mode, argmax on the host. */
-static double evaluate(accel_context *ctx, accel_model *model, const digits *set) {
+static inline double evaluate(accel_context *ctx, accel_model *model, const digits *set) {
     accel_tensor *x = host_tensor(ACCEL_FLOAT32, set->n, DIGITS_FEATURES, set->x), *logits = NULL;
     float *out = malloc((size_t)set->n * DIGITS_CLASSES * sizeof(float));
     int64_t i, correct = 0;

@@ -30,7 +30,7 @@ def evaluate(model):
 
 def train(acc):
     model = accel.Model.mlp(acc, [64, 128, 64, 10])
-    opt = accel.AdamW(model, lr=3e-3)
+    opt = accel.AdamW(model, lr=3e-3 * acc.num_processes)  # scaled with the ranks, as the C example does
     loader = accel.DataLoader(acc, train_x, train_y, batch_size=32, shuffle=True, seed=42)
     loader = acc.prepare(loader)  # shards the batches: len(loader) is this rank's share
     total = args.epochs * len(loader)

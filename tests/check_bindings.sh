@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Builds and tests one language binding against this build's libaccel, or runs its example.
+#   check_bindings.sh LANG SOURCE_ROOT BUILD_DIR tests|example
+# LANG: python (pytest, with the interpreter in $ACCEL_TEST_PYTHON: scripts/test makes a venv
+# with cffi, numpy and pytest), rust (cargo test; Debian's rustc 1.63 or newer), go (go vet and
+# go test; Debian's golang-go 1.19 or newer). The example trains the digits MLP on 2 simulated
+# ranks and must reach an accuracy of 0.95 (tests/check_accuracy.sh). Rust's and Go's build
+# outputs go under BUILD_DIR/bindings/.
+set -euo pipefail
+lang=$1 src=$(cd "$2" && pwd) build=$(cd "$3" && pwd) what=$4
+data="$src/examples/data/digits.csv.gz"
+export ACCEL_LIBRARY="$build/libaccel.so" ACCEL_LIB_DIR="$build"
+export ACCEL_LAYOUT_PROBE="$build/tests/abi/abi_layout_probe"
+export ACCEL_SIM_NCCL_LIBRARY="$build/libaccel-nccl-sim.so"
+accuracy() { "$src/tests/check_accuracy.sh" 0.95 180 "$@"; }
+need() {
+  command -v "$1" >/dev/null || { echo "check_bindings: '$1' is not installed (scripts/setup installs $2)" >&2; exit 1; }
+}
+case "$lang" in
+  python)
+    py=${ACCEL_TEST_PYTHON:-}
+    if [ -z "$py" ] || ! "$py" -c 'import cffi, numpy, pytest' 2>/dev/null; then
+      echo "check_bindings: no Python with cffi, numpy and pytest (scripts/test makes one in build-pytools/; set ACCEL_TEST_PYTHON): skipped" >&2
+      exit 77
+    fi
+    export PYTHONPATH="$src/bindings/python/src" PYTHONDONTWRITEBYTECODE=1
+    cd "$src/bindings/python"
+    if [ "$what" = tests ]; then
+      export ACCEL_TEST_PIP_INSTALL=1  # also: pip install ./bindings/python in a fresh venv
+      exec "$py" -m pytest -q -p no:cacheprovider tests
+    else
+      accuracy "$py" examples/train_digits.py --data "$data"
+    fi ;;
+  rust)
+    need cargo "cargo and rustc"
+    export CARGO_TARGET_DIR="$build/bindings/rust" CARGO_BUILD_JOBS=${CARGO_BUILD_JOBS:-2}
+    cd "$src/bindings/rust"
+    rustc --version
+    if [ "$what" = tests ]; then
+      exec cargo test --offline --locked
+    else
+      cargo build --offline --locked --example train_digits
+      accuracy "$CARGO_TARGET_DIR/debug/examples/train_digits" --data "$data"
+    fi ;;
+  go)
+    need go golang-go
+    export CGO_CFLAGS="-I$src/include" CGO_LDFLAGS="-L$build -Wl,-rpath,$build"
+    export GOPROXY=off GOFLAGS=-mod=mod GOCACHE="$build/bindings/go-cache" GOPATH="$build/bindings/gopath"
+    cd "$src/bindings/go"
+    go version
+    if [ "$what" = tests ]; then
+      go vet ./...
+      exec go test -count=1 ./...
+    else
+      go build -o "$build/bindings/go-train_digits" ./examples/train_digits
+      accuracy "$build/bindings/go-train_digits" --data "$data"
+    fi ;;
+  *) echo "check_bindings: unknown language '$lang' (python, rust, go)" >&2; exit 2 ;;
+esac
