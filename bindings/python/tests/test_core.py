@@ -535,3 +535,86 @@ def test_gil_is_released_during_c_calls():
         assert t1 - t0 > 0.05, "the forward was too short to tell"
         inside = [s for s in stamps if t0 + 0.01 < s < t1 - 0.01]
         assert len(inside) >= 5, (len(inside), t1 - t0)
+
+
+# ---- threads and lifetimes (adversarial) ----------------------------------------------------
+
+def test_close_from_another_thread_during_a_call_waits():
+    """Accelerator.close() (or a tensor's close()) on another thread while a long forward runs used
+    to free the context under the call (malloc(): invalid size, the process aborted)."""
+    code = (
+        "import accel, numpy as np, threading, time\n"
+        "acc = accel.Accelerator(num_threads=1)\n"
+        "m = accel.Model.mlp(acc, [256, 1024, 1024, 10]).eval()\n"
+        "x = accel.tensor(np.random.default_rng(0).random((8192, 256), dtype=np.float32))\n"
+        "def closer():\n"
+        "    time.sleep(0.02); x.close(); acc.close()\n"
+        "th = threading.Thread(target=closer); th.start()\n"
+        "out = m(x)\n"
+        "th.join()\n"
+        "print(out.shape, x.closed, acc.closed)\n"
+        "try:\n    m(np.ones((1, 256), np.float32))\nexcept accel.ClosedError as e:\n    print('closed:', e.message)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["(8192, 10) True True",
+                                       "closed: the Accelerator this Model was made from is closed"]
+
+
+def test_tensor_close_while_pinned_is_deferred():
+    t = accel.tensor(np.ones(3, np.float32))
+    h = t._pin()  # what every C call does around its use of the handle
+    t.close()  # e.g. from another thread
+    assert t.closed and t._h is h  # not destroyed under the call
+    with pytest.raises(accel.ClosedError):
+        t.numpy()
+    t._unpin()
+    assert t._h is None
+
+
+def test_paths_with_nul_are_refused(acc, tmp_path):
+    model = accel.Model.mlp(acc, [2, 2])
+    with pytest.raises(accel.InvalidArgumentError, match="NUL"):
+        acc.save_model(model, str(tmp_path / "a\0b.safetensors"))
+    with pytest.raises(accel.InvalidArgumentError, match="NUL"):
+        accel.Model.load_torchscript(acc, "x\0y.pt")
+
+
+# ---- TorchScript ---------------------------------------------------------------------------
+
+TORCHSCRIPT = os.environ.get("ACCEL_TEST_TORCHSCRIPT")
+
+
+@pytest.mark.skipif(not TORCHSCRIPT, reason="ACCEL_TEST_TORCHSCRIPT is unset: no TorchScript model file to load "
+                                            "(the suite sets it to the build's digits_model.pt)")
+def test_torchscript_load_forward_train_and_save(acc, tmp_path):
+    model = accel.Model.load_torchscript(acc, TORCHSCRIPT)
+    assert model.training and model.num_parameter_tensors > 0
+    names = model.parameter_names()
+    assert len(names) == model.num_parameter_tensors and all(names)
+    assert sum(int(np.prod(p.shape)) for p in model.parameters()) == model.num_parameters
+    x = np.random.default_rng(0).random((6, 64), dtype=np.float32)
+    before = model.eval()(x).numpy()
+    assert before.shape == (6, 10) and np.isfinite(before).all()
+    opt = accel.SGD(model.train(), lr=0.1)
+    acc.prepare(model, opt)
+    acc.backward(acc.cross_entropy(model(x), np.arange(6) % 10))
+    assert opt.step().stepped
+    after = model.eval()(x).numpy()
+    assert not np.array_equal(before, after)
+    path = acc.save_model(model, tmp_path / "trained.pt")  # TorchScript with the trained weights
+    with accel.Accelerator(num_threads=1) as other:
+        again = accel.Model.load_torchscript(other, path).eval()
+        np.testing.assert_allclose(again(x).numpy(), after, rtol=1e-6, atol=1e-6)
+
+
+# ---- Accelerate's loader arguments on the Accelerator ---------------------------------------
+
+def test_accelerator_loader_defaults(acc):
+    assert (acc.split_batches, acc.even_batches) == (False, True)
+    with accel.Accelerator(num_threads=1, split_batches=True, even_batches=False) as a:
+        assert (a.split_batches, a.even_batches) == (True, False)
+        x = np.zeros((4, 1), np.float32)
+        # the loader takes the Accelerator's values unless given its own
+        assert len(accel.DataLoader(a, x, batch_size=2)) == 2
+        assert len(accel.DataLoader(a, x, batch_size=2, split_batches=False, even_batches=True)) == 2

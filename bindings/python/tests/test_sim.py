@@ -134,3 +134,56 @@ def test_fault_injection_kill():
     with pytest.raises(accel.Error) as info:
         accel.sim.run(fn, world_size=2, faults="kill:1@collective:2", timeout=10)
     assert info.value.report.ranks[1].status != accel.Status.OK
+
+
+def test_gather_for_metrics_on_a_loader_batch_drops_even_batches_duplicates():
+    # 5 samples, batch 2, 2 ranks: 3 batches, so even_batches wraps around to give rank 1 a
+    # second batch; gather_for_metrics must drop the duplicated rows: every sample exactly once.
+    x = np.arange(5, dtype=np.float32).reshape(5, 1)
+    y = np.arange(5, dtype=np.int64)
+
+    def fn(acc):
+        loader = acc.prepare(accel.DataLoader(acc, x, y, batch_size=2))
+        rows, labels, sizes = [], [], []
+        for xb, yb in loader:
+            sizes.append(xb.shape[0])
+            rows += acc.gather_for_metrics(xb).numpy()[:, 0].tolist()
+            labels += acc.gather_for_metrics(yb).numpy().tolist()
+        return sizes, rows, labels, acc.gather(np.array([len(loader)])).numpy().tolist()
+
+    report = accel.sim.run(fn, world_size=2)
+    (sizes0, rows0, labels0, lens), (sizes1, rows1, labels1, _) = report.results
+    assert lens == [2, 2] and sizes0 == [2, 2] and sizes1 == [2, 2]  # full batches on both ranks
+    assert sorted(rows0) == [0.0, 1.0, 2.0, 3.0, 4.0] and rows0 == rows1  # 8 rows yielded, 5 kept
+    assert sorted(labels0) == [0, 1, 2, 3, 4] and labels0 == labels1
+
+
+def test_accelerator_split_and_even_batches_reach_the_loaders():
+    x = np.arange(5, dtype=np.float32).reshape(5, 1)
+
+    def fn(acc):
+        # even_batches=False from sim.run (split_batches given here)
+        uneven = acc.prepare(accel.DataLoader(acc, x, batch_size=2, split_batches=False))
+        split = acc.prepare(accel.DataLoader(acc, np.arange(8, dtype=np.float32).reshape(8, 1),
+                                             batch_size=4, even_batches=True))  # split_batches=True
+        return len(uneven), [b.numpy()[:, 0].tolist() for b in split]
+
+    report = accel.sim.run(fn, world_size=2, even_batches=False, split_batches=True)
+    (n0, s0), (n1, s1) = report.results
+    assert (n0, n1) == (2, 1)  # 3 batches of 2: rank 1 gets fewer, no wrap-around
+    assert s0 == [[0.0, 1.0], [4.0, 5.0]] and s1 == [[2.0, 3.0], [6.0, 7.0]]  # each batch of 4 split in 2
+
+
+def test_another_ranks_accelerator_is_refused_without_waiting():
+    kept = {}
+
+    def fn(acc):
+        kept[acc.process_index] = acc
+        if acc.process_index == 1:
+            with pytest.raises(accel.InvalidStateError, match="another simulated rank"):
+                kept[0].reduce(np.ones(2, np.float32))  # rank 0 is blocked in the barrier below
+        acc.wait_for_everyone()
+        return acc.process_index
+
+    report = accel.sim.run(fn, world_size=2, timeout=20)
+    assert report.results == [0, 1]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import enum
-import math
 import os
 import sys
 import threading
@@ -68,6 +67,8 @@ def version_number() -> int:
 
 
 class Status(enum.IntEnum):
+    """accel_status: OK and the error codes (negative)."""
+
     OK = 0
     INVALID_ARGUMENT = -1
     INVALID_STATE = -2
@@ -82,6 +83,8 @@ class Status(enum.IntEnum):
 
 
 class DType(enum.IntEnum):
+    """accel_dtype: a tensor's element type."""
+
     FLOAT32 = 0
     FLOAT16 = 1
     BFLOAT16 = 2
@@ -93,18 +96,24 @@ class DType(enum.IntEnum):
 
 
 class Precision(enum.IntEnum):
+    """accel_precision: mixed_precision="no" | "bf16" | "fp16"."""
+
     NO = 0
     BF16 = 1
     FP16 = 2
 
 
 class Device(enum.IntEnum):
+    """accel_device: AUTO (CUDA when available, else the CPU), CPU, CUDA."""
+
     AUTO = 0
     CPU = 1
     CUDA = 2
 
 
 class Strategy(enum.IntEnum):
+    """accel_strategy: how several processes share the work (DDP, ZeRO 1-3; FSDP's aliases)."""
+
     NO = 0
     DDP = 1
     ZERO1 = 2
@@ -115,6 +124,8 @@ class Strategy(enum.IntEnum):
 
 
 class Backend(enum.IntEnum):
+    """accel_backend: how the processes of a launched world talk."""
+
     AUTO = 0
     GLOO = 1
     NCCL = 2
@@ -122,6 +133,8 @@ class Backend(enum.IntEnum):
 
 
 class Activation(enum.IntEnum):
+    """accel_activation: the MLP's activation between linear layers."""
+
     RELU = 0
     GELU = 1
     TANH = 2
@@ -129,12 +142,16 @@ class Activation(enum.IntEnum):
 
 
 class Schedule(enum.IntEnum):
+    """accel_schedule: the learning-rate schedule's shape after warm-up."""
+
     CONSTANT = 0
     LINEAR = 1
     COSINE = 2
 
 
 class ReduceOp(enum.IntEnum):
+    """accel_reduce_op: the element-wise reduction of Accelerator.reduce."""
+
     SUM = 0
     MEAN = 1
     MAX = 2
@@ -145,8 +162,6 @@ class ReduceOp(enum.IntEnum):
 _ALIASES = {"fp32": "no", "none": "no", "float32": "no", "bfloat16": "bf16", "float16": "fp16",
             "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "double": "float64",
             "float": "float32", "half": "float16", "long": "int64", "int": "int32"}
-
-E = Any  # an enum class
 
 
 def _enum(cls: Any, value: Any, what: str) -> Any:
@@ -197,11 +212,11 @@ class Error(Exception):
 
 
 class InvalidArgumentError(Error, ValueError):
-    pass
+    """ACCEL_ERR_INVALID_ARGUMENT: a NULL, a bad value, a shape or dtype mismatch (also a ValueError)."""
 
 
 class InvalidStateError(Error):
-    pass
+    """ACCEL_ERR_INVALID_STATE: a call at the wrong time (e.g. step before prepare)."""
 
 
 class ClosedError(InvalidStateError):
@@ -212,37 +227,39 @@ class ClosedError(InvalidStateError):
 
 
 class OutOfMemoryError(Error, MemoryError):
-    pass
+    """ACCEL_ERR_OUT_OF_MEMORY: a host or (simulated) device allocation failed (also a MemoryError)."""
 
 
 class CommunicationError(Error):
-    pass
+    """ACCEL_ERR_COMMUNICATION: a collective or a peer failed."""
 
 
 class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 (accel.TimeoutError)
-    pass
+    """ACCEL_ERR_TIMEOUT: an operation did not complete in time (also the builtin TimeoutError)."""
 
 
 class IOError(Error, OSError):  # noqa: A001 (accel.IOError)
+    """ACCEL_ERR_IO: a file is missing, unreadable or unwritable (also an OSError)."""
+
     def __init__(self, status: Union[Status, int], message: str) -> None:
         OSError.__init__(self, message)
         Error.__init__(self, status, message)
 
 
 class FormatError(Error):
-    pass
+    """ACCEL_ERR_FORMAT: a file or value has the wrong format."""
 
 
 class UnsupportedError(Error):
-    pass
+    """ACCEL_ERR_UNSUPPORTED: the build or machine lacks a capability."""
 
 
 class InternalError(Error):
-    pass
+    """ACCEL_ERR_INTERNAL: a bug in accel or libtorch (or a simulated rank's Python exception)."""
 
 
 class NonFiniteError(Error):
-    pass
+    """ACCEL_ERR_NON_FINITE: a loss or value is NaN or infinite."""
 
 
 _ERRORS: Dict[int, type] = {
@@ -271,11 +288,26 @@ def _fail(status: int, ctx: Any = ffi.NULL) -> Any:
     raise error_for(status, message)
 
 
+def _check(status: int, ctx: Any = ffi.NULL) -> None:
+    """Raises the error of a call that returned `status` (nothing for ACCEL_OK); ctx as for _fail."""
+    if status:
+        _fail(status, ctx)
+
+
+def _cpath(path: Union[str, bytes, "os.PathLike[Any]"], what: str = "path") -> bytes:
+    """A path for C: refuses an embedded NUL byte (C would silently use a shorter path)."""
+    raw = os.fsencode(path)
+    if b"\0" in raw:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{what} contains a NUL byte: {path!r}")
+    return raw
+
+
 # ------------------------------------------------------------------------------------------
 # numpy (optional) and buffers
 # ------------------------------------------------------------------------------------------
 
 _numpy: Any = None
+_pin_lock = threading.Lock()  # guards every Tensor's pin count (held only for a few bytecodes)
 
 
 def _np(required_for: Optional[str] = None) -> Any:
@@ -343,7 +375,7 @@ class Tensor:
     remembers its Accelerator so that accel.cross_entropy(logits, y) needs no accelerator=.
     Release with close() / `with` (or let it be garbage-collected)."""
 
-    __slots__ = ("_h", "_acc", "_shape", "__weakref__")
+    __slots__ = ("_h", "_acc", "_shape", "_pins", "_closing", "__weakref__")
 
     def __init__(self) -> None:
         raise TypeError("make tensors with accel.tensor(data, dtype=None, shape=None)")
@@ -354,17 +386,46 @@ class Tensor:
         t._h = handle
         t._acc = acc
         t._shape = None
+        t._pins = 0
+        t._closing = False
         return t
 
-    def _p(self) -> Any:
-        h = self._h
-        if h is None:
-            raise ClosedError("this Tensor is closed")
-        return h
+    def _pin(self) -> Any:
+        """The handle, held for a C call: a close() from another thread meanwhile is deferred
+        until _unpin (the ABI: a tensor must not be destroyed while another thread uses it)."""
+        with _pin_lock:
+            h = self._h
+            if h is None or self._closing:
+                raise ClosedError("this Tensor is closed")
+            self._pins += 1
+            return h
+
+    def _unpin(self) -> None:
+        with _pin_lock:
+            self._pins -= 1
+            h = self._h if self._closing and self._pins == 0 else None
+            if h is not None:
+                self._h = None
+        if h is not None:
+            lib.accel_tensor_destroy(h)
+
+    def _call(self, fn: Callable[..., int], *args: Any) -> None:
+        """fn(handle, *args) with the tensor pinned; raises the error (thread-local message)."""
+        h = self._pin()
+        try:
+            st = fn(h, *args)
+        finally:
+            self._unpin()
+        _check(st)
 
     def close(self) -> None:
-        """Releases the tensor (accel_tensor_destroy). Idempotent."""
-        h, self._h = self._h, None
+        """Releases the tensor (accel_tensor_destroy). Idempotent. While another thread's call
+        is using it, the release happens when that call returns."""
+        with _pin_lock:
+            if self._pins:
+                self._closing = True
+                return
+            h, self._h = self._h, None
         if h is not None:
             lib.accel_tensor_destroy(h)
 
@@ -382,52 +443,46 @@ class Tensor:
 
     @property
     def closed(self) -> bool:
-        return self._h is None
+        """True once close() was called."""
+        return self._h is None or self._closing
+
+    def _get(self, fn: Callable[..., int], ctype: str) -> Any:
+        out = ffi.new(ctype)
+        self._call(fn, out)
+        return out[0]
 
     @property
     def dtype(self) -> DType:
-        out = ffi.new("accel_dtype *")
-        st = lib.accel_tensor_dtype(self._p(), out)
-        if st:
-            _fail(st)
-        return DType(out[0])
+        """The element type (accel_tensor_dtype)."""
+        return DType(self._get(lib.accel_tensor_dtype, "accel_dtype *"))
 
     @property
     def ndim(self) -> int:
-        out = ffi.new("size_t *")
-        st = lib.accel_tensor_ndim(self._p(), out)
-        if st:
-            _fail(st)
-        return int(out[0])
+        """The number of dimensions (accel_tensor_ndim)."""
+        return int(self._get(lib.accel_tensor_ndim, "size_t *"))
 
     @property
     def shape(self) -> Tuple[int, ...]:
+        """The shape as a tuple (accel_tensor_shape)."""
         if self._shape is None:
             n = self.ndim
             out = ffi.new("int64_t[]", max(n, 1))
-            st = lib.accel_tensor_shape(self._p(), out, n)
-            if st:
-                _fail(st)
+            self._call(lib.accel_tensor_shape, out, n)
             self._shape = tuple(int(out[i]) for i in range(n))
         return self._shape
 
     @property
     def numel(self) -> int:
-        out = ffi.new("int64_t *")
-        st = lib.accel_tensor_numel(self._p(), out)
-        if st:
-            _fail(st)
-        return int(out[0])
+        """The number of elements (accel_tensor_numel)."""
+        return int(self._get(lib.accel_tensor_numel, "int64_t *"))
 
     @property
     def nbytes(self) -> int:
-        out = ffi.new("size_t *")
-        st = lib.accel_tensor_nbytes(self._p(), out)
-        if st:
-            _fail(st)
-        return int(out[0])
+        """The number of bytes numpy()/copy_to() write (accel_tensor_nbytes)."""
+        return int(self._get(lib.accel_tensor_nbytes, "size_t *"))
 
     def __len__(self) -> int:
+        """The size of the first dimension (TypeError for a 0-d tensor)."""
         shape = self.shape
         if not shape:
             raise TypeError("len() of a 0-d tensor")
@@ -435,11 +490,7 @@ class Tensor:
 
     def item(self) -> float:
         """The single element as a Python float (accel_tensor_item)."""
-        out = ffi.new("double *")
-        st = lib.accel_tensor_item(self._p(), out)
-        if st:
-            _fail(st)
-        return float(out[0])
+        return float(self._get(lib.accel_tensor_item, "double *"))
 
     def numpy(self, dtype: Union[DType, str, None] = None) -> "np.ndarray":
         """A new numpy array that accel writes straight into (no intermediate copy).
@@ -447,7 +498,6 @@ class Tensor:
         dtype=None keeps the tensor's dtype, except bfloat16 (numpy has none): read as float32.
         Another dtype converts in C (accel_tensor_copy_to_host_as)."""
         np = _np("Tensor.numpy()")
-        h = self._p()
         own = self.dtype
         want = (DType.FLOAT32 if own == DType.BFLOAT16 else own) if dtype is None else _enum(DType, dtype, "dtype")
         if want == DType.BFLOAT16:
@@ -456,34 +506,31 @@ class Tensor:
         arr = np.empty(self.shape, dtype=_NP_NAMES[want])
         dst = ffi.from_buffer(arr, require_writable=True)
         if want == own:
-            st = lib.accel_tensor_copy_to_host(h, dst, arr.nbytes)
+            self._call(lib.accel_tensor_copy_to_host, dst, arr.nbytes)
         else:
-            st = lib.accel_tensor_copy_to_host_as(h, int(want), dst, arr.nbytes)
-        if st:
-            _fail(st)
+            self._call(lib.accel_tensor_copy_to_host_as, int(want), dst, arr.nbytes)
         return arr
 
     def copy_to(self, buffer: Any, dtype: Union[DType, str, None] = None) -> None:
         """Copies the elements (row-major) into a writable buffer (bytearray, memoryview, array.array,
         numpy array) of exactly numel * dtype size bytes; dtype converts (default: the tensor's)."""
-        h = self._p()
         try:
             dst = ffi.from_buffer(buffer, require_writable=True)
         except TypeError as exc:
             raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"copy_to: {exc}") from None
         size = ffi.sizeof(dst)
         if dtype is None:
-            st = lib.accel_tensor_copy_to_host(h, dst, size)
+            self._call(lib.accel_tensor_copy_to_host, dst, size)
         else:
-            st = lib.accel_tensor_copy_to_host_as(h, int(_enum(DType, dtype, "dtype")), dst, size)
-        if st:
-            _fail(st)
+            self._call(lib.accel_tensor_copy_to_host_as, int(_enum(DType, dtype, "dtype")), dst, size)
 
     def __array__(self, dtype: Any = None, copy: Optional[bool] = None) -> "np.ndarray":
+        """numpy's protocol: np.asarray(tensor) is tensor.numpy() (converted to `dtype` if given)."""
         arr = self.numpy()
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
     def tolist(self) -> Any:
+        """The elements as nested Python lists (through numpy)."""
         return self.numpy().tolist()
 
     def __float__(self) -> float:
@@ -597,17 +644,46 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
                                    f"the data has {ffi.sizeof(src)} bytes, shape {shp} of {code.name.lower()} needs {nbytes}")
     c_shape = ffi.new("int64_t[]", list(shp) or [0])
     out = ffi.new("accel_tensor **")
-    st = lib.accel_tensor_create(int(code), c_shape, len(shp), src, out)
-    if st:
-        _fail(st)
+    _check(lib.accel_tensor_create(int(code), c_shape, len(shp), src, out))
     return Tensor._wrap(out[0])
 
 
-def _as_tensor(x: ArrayLike) -> Tuple[Tensor, bool]:
-    """(tensor, made_here): array-likes become temporary tensors the caller closes."""
-    if isinstance(x, Tensor):
-        return x, False
-    return tensor(x), True
+class _Args:
+    """The arguments of one C call, as `with _Args(args) as c_args:`. Tensors become their handles,
+    pinned for the call (see Tensor._pin); array-likes in the positions listed in `convert` become
+    temporary tensors, released afterwards; Model/Optimizer/Scheduler/DataLoader become their
+    handles (checked open: the caller holds their Accelerator's lock); the rest pass as they are."""
+
+    __slots__ = ("values", "_pinned", "_temps")
+
+    def __init__(self, args: Sequence[Any], convert: Sequence[int] = ()) -> None:
+        self._pinned: List[Tensor] = []
+        self._temps: List[Tensor] = []
+        self.values: List[Any] = []
+        try:
+            for i, a in enumerate(args):
+                if i in convert and not isinstance(a, Tensor):
+                    a = tensor(a)
+                    self._temps.append(a)
+                if isinstance(a, Tensor):
+                    self.values.append(a._pin())
+                    self._pinned.append(a)
+                elif isinstance(a, _Child):
+                    self.values.append(a._p()[1])
+                else:
+                    self.values.append(a)
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def __enter__(self) -> List[Any]:
+        return self.values
+
+    def __exit__(self, *exc: Any) -> None:
+        for t in self._pinned:
+            t._unpin()
+        for t in self._temps:
+            t.close()
 
 
 # ------------------------------------------------------------------------------------------
@@ -640,50 +716,78 @@ class _Child:
     _order: int = 0  # release order when the Accelerator closes: schedulers, optimizers, loaders, models
     _destroy: str = ""
 
-    def __init__(self, acc: "Accelerator", handle: Any, parent: Optional["_Child"] = None) -> None:
+    def __init__(self, acc: "Accelerator", create: Callable[..., int], *args: Any,
+                 parent: Optional["_Child"] = None) -> None:
+        """Creates the C object with create(ctx, *args, out) (parent: the object it uses, whose
+        handle is among args) and registers it with the Accelerator."""
+        self._h: Any = None
         self._acc = acc
-        self._h: Any = handle
         self._parent = parent
         self._prepared = False
         self._deps = 0
-        if parent is not None:
-            parent._deps += 1
-        self._key = acc._adopt(self)
+        out = ffi.new(f"accel_{self._destroy} **")
+        with acc._lock:
+            acc._call(create, *args, out)
+            self._h = out[0]
+            if parent is not None:
+                parent._deps += 1
+            self._key = acc._adopt(self)
 
     def _p(self) -> Tuple[Any, Any]:
-        ctx = self._acc._ctx
-        if self._h is None or ctx is None:
-            what = type(self).__name__
-            raise ClosedError(f"the Accelerator this {what} was made from is closed" if ctx is None
-                              else f"this {what} is closed")
+        """(context, handle); ClosedError when either is closed. Call it holding the lock."""
+        acc = self._acc
+        if acc._ctx is None and acc._owned:
+            raise ClosedError(f"the Accelerator this {type(self).__name__} was made from is closed")
+        ctx = acc._c()
+        if self._h is None:
+            raise ClosedError(f"this {type(self).__name__} is closed")
         return ctx, self._h
+
+    def _call(self, fn: Callable[..., int], *args: Any, with_ctx: bool = True) -> None:
+        """fn(ctx, handle, *args) (or fn(handle, *args) for a function that takes no context),
+        holding the Accelerator's lock; raises the error of a failure."""
+        with self._acc._lock:
+            ctx, h = self._p()
+            with _Args(args) as c_args:
+                st = fn(ctx, h, *c_args) if with_ctx else fn(h, *c_args)
+            _check(st, ctx if with_ctx else ffi.NULL)
+
+    def _get(self, fn: Callable[..., int], ctype: str) -> Any:
+        """out[0] of fn(handle, out), a function that takes no context."""
+        out = ffi.new(ctype)
+        self._call(fn, out, with_ctx=False)
+        return out[0]
 
     @property
     def closed(self) -> bool:
+        """True once this object or its Accelerator was closed."""
         return self._h is None or self._acc._ctx is None
 
     @property
     def accelerator(self) -> "Accelerator":
+        """The Accelerator this object was made from."""
         return self._acc
 
     def close(self) -> None:
         """Releases the object. Idempotent. Refused (InvalidStateError) while its Accelerator is
-        open and has prepared it, or while an open optimizer/scheduler made from it exists."""
-        if self._h is None:
-            return
-        if self._acc._ctx is not None:
-            name = type(self).__name__
-            if self._prepared:
-                raise InvalidStateError(
-                    Status.INVALID_STATE,
-                    f"{name}.close: the Accelerator prepared this {name} and borrows it: close the "
-                    "Accelerator first (it releases everything it prepared)")
-            if self._deps:
-                raise InvalidStateError(
-                    Status.INVALID_STATE,
-                    f"{name}.close: an open {'optimizer' if isinstance(self, Model) else 'scheduler'} "
-                    f"uses this {name}: close it first")
-        self._release()
+        open and has prepared it, or while an open optimizer/scheduler made from it exists.
+        Waits for a call another thread is making on the same Accelerator."""
+        with self._acc._lock:
+            if self._h is None:
+                return
+            if self._acc._ctx is not None:
+                name = type(self).__name__
+                if self._prepared:
+                    raise InvalidStateError(
+                        Status.INVALID_STATE,
+                        f"{name}.close: the Accelerator prepared this {name} and borrows it: close the "
+                        "Accelerator first (it releases everything it prepared)")
+                if self._deps:
+                    raise InvalidStateError(
+                        Status.INVALID_STATE,
+                        f"{name}.close: an open {'optimizer' if isinstance(self, Model) else 'scheduler'} "
+                        f"uses this {name}: close it first")
+            self._release()
 
     def _release(self) -> None:
         h, self._h = self._h, None
@@ -699,9 +803,15 @@ class _Child:
             if self._h is None:
                 return
             acc = self._acc
-            if acc._ctx is not None and (self._prepared or self._deps or threading.get_ident() != acc._thread):
-                return  # the Accelerator releases it when it closes
-            self._release()
+            if not acc._lock.acquire(blocking=False):
+                return  # another thread is using the context: the Accelerator releases it when it closes
+            try:
+                if acc._ctx is not None and (self._prepared or self._deps or
+                                             threading.get_ident() != acc._thread):
+                    return  # the Accelerator releases it when it closes
+                self._release()
+            finally:
+                acc._lock.release()
         except BaseException:
             pass
 
@@ -727,89 +837,62 @@ class Model(_Child):
             activation: Union[Activation, str] = "relu", dropout: float = 0.0, bias: bool = True) -> "Model":
         """The built-in multi-layer perceptron (accel_model_create_mlp): Linear layers of the given
         sizes (input, hidden..., output) with `activation` (and dropout) between them."""
-        ctx = accelerator._c()
         opts = ffi.new("accel_mlp_options *")
-        st = lib.accel_mlp_options_init(opts, lib.ACCEL_MLP_OPTIONS_VERSION)
-        if st:
-            _fail(st)
+        _check(lib.accel_mlp_options_init(opts, lib.ACCEL_MLP_OPTIONS_VERSION))
         sizes = ffi.new("int64_t[]", [int(s) for s in layer_sizes] or [0])
         opts.layer_sizes = sizes
         opts.num_layer_sizes = len(layer_sizes)
         opts.activation = int(_enum(Activation, activation, "activation"))
         opts.dropout = float(dropout)
         opts.bias = 1 if bias else 0
-        out = ffi.new("accel_model **")
-        st = lib.accel_model_create_mlp(ctx, opts, out)
-        if st:
-            _fail(st, ctx)
-        return cls._make(accelerator, out[0])
+        return cls._make(accelerator, lib.accel_model_create_mlp, opts)
 
     @classmethod
     def load_torchscript(cls, accelerator: "Accelerator", path: Union[str, "os.PathLike[str]"]) -> "Model":
         """Loads a module saved by torch.jit.save (accel_model_load_torchscript)."""
-        ctx = accelerator._c()
-        out = ffi.new("accel_model **")
-        st = lib.accel_model_load_torchscript(ctx, os.fsencode(path), out)
-        if st:
-            _fail(st, ctx)
-        return cls._make(accelerator, out[0])
+        return cls._make(accelerator, lib.accel_model_load_torchscript, _cpath(path))
 
     @classmethod
-    def _make(cls, acc: "Accelerator", handle: Any) -> "Model":
+    def _make(cls, acc: "Accelerator", create: Callable[..., int], *args: Any) -> "Model":
         m = object.__new__(cls)
-        _Child.__init__(m, acc, handle)
+        _Child.__init__(m, acc, create, *args)
         m._training = True
         return m
 
     def __call__(self, *inputs: ArrayLike) -> Tensor:
+        """model(x): the forward (see forward)."""
         return self.forward(*inputs)
 
     def forward(self, *inputs: ArrayLike) -> Tensor:
         """accel_model_forward; the output remembers this model's Accelerator (for the losses)."""
-        ctx, h = self._p()
-        temps: List[Tensor] = []
-        handles = []
-        try:
-            for x in inputs:
-                if isinstance(x, Tensor):
-                    handles.append(x._p())
-                else:
-                    t = tensor(x)
-                    temps.append(t)
-                    handles.append(t._h)
-            arr = ffi.new("accel_tensor *[]", handles or [ffi.NULL])
-            out = ffi.new("accel_tensor **")
-            st = lib.accel_model_forward(ctx, h, arr, len(handles), out)
-            if st:
-                _fail(st, ctx)
-            return Tensor._wrap(out[0], self._acc)
-        finally:
-            for t in temps:
-                t.close()
+        out = ffi.new("accel_tensor **")
+        with self._acc._lock:
+            ctx, h = self._p()
+            with _Args(inputs, convert=range(len(inputs))) as handles:
+                arr = ffi.new("accel_tensor *[]", handles or [ffi.NULL])
+                st = lib.accel_model_forward(ctx, h, arr, len(handles), out)
+            _check(st, ctx)
+        return Tensor._wrap(out[0], self._acc)
 
     def train(self, mode: bool = True) -> "Model":
         """Training mode (dropout on, graphs recorded) or, with mode=False, evaluation mode."""
-        ctx, h = self._p()
-        st = lib.accel_model_set_training(ctx, h, 1 if mode else 0)
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_model_set_training, 1 if mode else 0)
         self._training = bool(mode)
         return self
 
     def eval(self) -> "Model":
+        """Evaluation mode (dropout off, no graph recorded): train(False)."""
         return self.train(False)
 
     @property
     def training(self) -> bool:
+        """True in training mode (models start in it)."""
         return self._training
 
     def _counts(self) -> Tuple[int, int]:
-        _, h = self._p()
         nt = ffi.new("size_t *")
         ne = ffi.new("int64_t *")
-        st = lib.accel_model_num_parameters(h, nt, ne)
-        if st:
-            _fail(st)
+        self._call(lib.accel_model_num_parameters, nt, ne, with_ctx=False)
         return int(nt[0]), int(ne[0])
 
     @property
@@ -819,26 +902,22 @@ class Model(_Child):
 
     @property
     def num_parameter_tensors(self) -> int:
+        """The number of parameter tensors."""
         return self._counts()[0]
 
     def parameter_names(self) -> List[str]:
-        _, h = self._p()
+        """The parameters' names in order ("layers.0.weight", ...)."""
         out = ffi.new("const char **")
         names = []
         for i in range(self.num_parameter_tensors):
-            st = lib.accel_model_parameter_name(h, i, out)
-            if st:
-                _fail(st)
+            self._call(lib.accel_model_parameter_name, i, out, with_ctx=False)
             names.append(ffi.string(out[0]).decode())
         return names
 
     def parameter(self, index: int) -> Tensor:
         """A host copy of parameter `index` (fp32 master weights). Under ZeRO a collective."""
-        ctx, h = self._p()
         out = ffi.new("accel_tensor **")
-        st = lib.accel_model_parameter(ctx, h, int(index), out)
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_model_parameter, int(index), out)
         return Tensor._wrap(out[0])
 
     def named_parameters(self) -> List[Tuple[str, "np.ndarray"]]:
@@ -878,29 +957,23 @@ class Optimizer(_Child):
     def _create(self, model: Model, kind: str, fields: Dict[str, float]) -> None:
         if not isinstance(model, Model):
             raise TypeError(f"an optimizer takes an accel.Model, got {type(model).__name__}")
-        ctx, mh = model._p()
         opts = ffi.new(f"accel_{kind}_options *")
         init = {"sgd": lib.accel_sgd_options_init, "adamw": lib.accel_adamw_options_init,
                 "lamb": lib.accel_lamb_options_init,}[kind]
         create = {"sgd": lib.accel_optimizer_create_sgd, "adamw": lib.accel_optimizer_create_adamw,
                   "lamb": lib.accel_optimizer_create_lamb,}[kind]
-        st = init(opts, getattr(lib, f"ACCEL_{kind.upper()}_OPTIONS_VERSION"))
-        if st:
-            _fail(st)
+        _check(init(opts, getattr(lib, f"ACCEL_{kind.upper()}_OPTIONS_VERSION")))
         for k, v in fields.items():
             setattr(opts, k, v)
-        out = ffi.new("accel_optimizer **")
-        st = create(ctx, mh, opts, out)
-        if st:
-            _fail(st, ctx)
-        _Child.__init__(self, model._acc, out[0], model)
+        _Child.__init__(self, model._acc, create, model, opts, parent=model)
         self.model = model
 
     def step(self) -> StepResult:
         """accel_step (Accelerator.step): ends a micro-batch; on a real step the optimizer steps,
         the scheduler advances and the gradients are zeroed."""
-        self._p()
-        return self._acc.step()
+        with self._acc._lock:
+            self._p()
+            return self._acc.step()
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """A no-op, accepted for Accelerate/torch code: accel_step already zeroes the gradients."""
@@ -908,15 +981,12 @@ class Optimizer(_Child):
     @property
     def lr(self) -> float:
         """The current learning rate (accel_optimizer_lr)."""
-        _, h = self._p()
-        out = ffi.new("double *")
-        st = lib.accel_optimizer_lr(h, out)
-        if st:
-            _fail(st)
-        return float(out[0])
+        return float(self._get(lib.accel_optimizer_lr, "double *"))
 
 
 class SGD(Optimizer):
+    """torch.optim.SGD's arguments (accel_optimizer_create_sgd)."""
+
     def __init__(self, model: Model, lr: float = 0.01, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False) -> None:
         self._create(model, "sgd", {"lr": float(lr), "momentum": float(momentum), "dampening": float(dampening),
@@ -924,6 +994,8 @@ class SGD(Optimizer):
 
 
 class AdamW(Optimizer):
+    """torch.optim.AdamW's arguments (accel_optimizer_create_adamw); weight decay is decoupled."""
+
     def __init__(self, model: Model, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:
         self._create(model, "adamw", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
@@ -931,6 +1003,9 @@ class AdamW(Optimizer):
 
 
 class LAMB(Optimizer):
+    """LAMB (accel_optimizer_create_lamb): AdamW's update rescaled per tensor by the trust ratio.
+    Not under ZeRO (prepare raises UnsupportedError)."""
+
     def __init__(self, model: Model, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.01) -> None:
         self._create(model, "lamb", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
@@ -948,20 +1023,13 @@ class Scheduler(_Child):
                  total_steps: int = 0, min_lr_ratio: float = 0.0) -> None:
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"a scheduler takes an accel.Optimizer, got {type(optimizer).__name__}")
-        ctx, oh = optimizer._p()
         opts = ffi.new("accel_scheduler_options *")
-        st = lib.accel_scheduler_options_init(opts, lib.ACCEL_SCHEDULER_OPTIONS_VERSION)
-        if st:
-            _fail(st)
+        _check(lib.accel_scheduler_options_init(opts, lib.ACCEL_SCHEDULER_OPTIONS_VERSION))
         opts.kind = int(_enum(Schedule, kind, "kind"))
         opts.warmup_steps = int(warmup_steps)
         opts.total_steps = int(total_steps)
         opts.min_lr_ratio = float(min_lr_ratio)
-        out = ffi.new("accel_scheduler **")
-        st = lib.accel_scheduler_create(ctx, oh, opts, out)
-        if st:
-            _fail(st, ctx)
-        _Child.__init__(self, optimizer._acc, out[0], optimizer)
+        _Child.__init__(self, optimizer._acc, lib.accel_scheduler_create, optimizer, opts, parent=optimizer)
         self.optimizer = optimizer
 
     def step(self) -> None:
@@ -970,28 +1038,27 @@ class Scheduler(_Child):
     @property
     def steps(self) -> int:
         """Real optimizer steps taken (accel_scheduler_steps)."""
-        _, h = self._p()
-        out = ffi.new("int64_t *")
-        st = lib.accel_scheduler_steps(h, out)
-        if st:
-            _fail(st)
-        return int(out[0])
+        return int(self._get(lib.accel_scheduler_steps, "int64_t *"))
 
     def get_last_lr(self) -> List[float]:
+        """[the optimizer's current lr], as torch's schedulers return it."""
         return [self.optimizer.lr]
 
 
 def get_constant_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int = 0) -> Scheduler:
+    """transformers' function of the same name: linear warm-up, then the base lr."""
     return Scheduler(optimizer, "constant", num_warmup_steps, 0)
 
 
 def get_linear_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
                                     min_lr_ratio: float = 0.0) -> Scheduler:
+    """transformers' function of the same name: linear warm-up, then linear decay to min_lr_ratio * lr."""
     return Scheduler(optimizer, "linear", num_warmup_steps, num_training_steps, min_lr_ratio)
 
 
 def get_cosine_schedule_with_warmup(optimizer: Optimizer, num_warmup_steps: int, num_training_steps: int,
                                     min_lr_ratio: float = 0.0) -> Scheduler:
+    """transformers' function of the same name: linear warm-up, then half a cosine to min_lr_ratio * lr."""
     return Scheduler(optimizer, "cosine", num_warmup_steps, num_training_steps, min_lr_ratio)
 
 
@@ -1006,43 +1073,28 @@ class DataLoader(_Child):
 
     def __init__(self, accelerator: "Accelerator", inputs: ArrayLike, targets: Optional[ArrayLike] = None, *,
                  batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-                 even_batches: bool = True, split_batches: bool = False) -> None:
-        ctx = accelerator._c()
+                 even_batches: Optional[bool] = None, split_batches: Optional[bool] = None) -> None:
+        """even_batches/split_batches left at None take the Accelerator's (Accelerate's arguments)."""
         opts = ffi.new("accel_dataloader_options *")
-        st = lib.accel_dataloader_options_init(opts, lib.ACCEL_DATALOADER_OPTIONS_VERSION)
-        if st:
-            _fail(st)
+        _check(lib.accel_dataloader_options_init(opts, lib.ACCEL_DATALOADER_OPTIONS_VERSION))
         opts.batch_size = int(batch_size)
         opts.shuffle = 1 if shuffle else 0
         opts.seed = int(seed)
         opts.drop_last = 1 if drop_last else 0
-        opts.even_batches = 1 if even_batches else 0
-        opts.split_batches = 1 if split_batches else 0
-        x, made_x = _as_tensor(inputs)
-        y, made_y = (None, False) if targets is None else _as_tensor(targets)
-        try:
-            out = ffi.new("accel_dataloader **")
-            st = lib.accel_dataloader_create(ctx, x._p(), ffi.NULL if y is None else y._p(), opts, out)
-            if st:
-                _fail(st, ctx)
-        finally:
-            if made_x:
-                x.close()
-            if made_y and y is not None:
-                y.close()
-        _Child.__init__(self, accelerator, out[0])
+        opts.even_batches = 1 if (accelerator.even_batches if even_batches is None else even_batches) else 0
+        opts.split_batches = 1 if (accelerator.split_batches if split_batches is None else split_batches) else 0
+        with _Args((inputs, ffi.NULL if targets is None else targets), 
+                   convert=(0,) if targets is None else (0, 1)) as (x, y):
+            _Child.__init__(self, accelerator, lib.accel_dataloader_create, x, y, opts)
         self._has_targets = targets is not None
         self.batch_size = int(batch_size)
 
     def next_batch(self) -> Any:
         """The next batch of the epoch ((x, y), or x without targets), or None at the end of the
         epoch (the loader then moves to the next epoch)."""
-        ctx, h = self._p()
         xo = ffi.new("accel_tensor **")
         yo = ffi.new("accel_tensor **")
-        st = lib.accel_dataloader_next(ctx, h, xo, yo)
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_dataloader_next, xo, yo)
         if xo[0] == ffi.NULL:
             return None
         acc = self._acc
@@ -1052,6 +1104,7 @@ class DataLoader(_Child):
         return x, Tensor._wrap(yo[0], acc)
 
     def __iter__(self) -> Iterator[Any]:
+        """One epoch of batches: (x, y), or x for a loader without targets."""
         self._p()
         while True:
             batch = self.next_batch()
@@ -1061,28 +1114,16 @@ class DataLoader(_Child):
 
     def __len__(self) -> int:
         """Batches per epoch (this process's share once prepared)."""
-        _, h = self._p()
-        out = ffi.new("int64_t *")
-        st = lib.accel_dataloader_num_batches(h, out)
-        if st:
-            _fail(st)
-        return int(out[0])
+        return int(self._get(lib.accel_dataloader_num_batches, "int64_t *"))
 
     @property
     def epoch(self) -> int:
-        _, h = self._p()
-        out = ffi.new("int64_t *")
-        st = lib.accel_dataloader_epoch(h, out)
-        if st:
-            _fail(st)
-        return int(out[0])
+        """The current epoch, 0-based (accel_dataloader_epoch)."""
+        return int(self._get(lib.accel_dataloader_epoch, "int64_t *"))
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch (>= 0) and rewinds to its first batch."""
-        _, h = self._p()
-        st = lib.accel_dataloader_set_epoch(h, int(epoch))
-        if st:
-            _fail(st)
+        self._call(lib.accel_dataloader_set_epoch, int(epoch), with_ctx=False)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1099,9 +1140,7 @@ def _options(mixed_precision: Union[Precision, str, None] = None, gradient_accum
              bucket_bytes: Optional[int] = None) -> Any:
     """An accel_options filled by accel_options_init, then the arguments that were given."""
     opts = ffi.new("accel_options *")
-    st = lib.accel_options_init(opts, lib.ACCEL_OPTIONS_VERSION)
-    if st:
-        _fail(st)
+    _check(lib.accel_options_init(opts, lib.ACCEL_OPTIONS_VERSION))
     if mixed_precision is not None:
         opts.mixed_precision = int(_enum(Precision, mixed_precision, "mixed_precision"))
     opts.gradient_accumulation_steps = int(gradient_accumulation_steps)
@@ -1131,8 +1170,30 @@ def _options(mixed_precision: Union[Precision, str, None] = None, gradient_accum
     return opts
 
 
-_REDUCTIONS = {"sum": ReduceOp.SUM, "mean": ReduceOp.MEAN, "max": ReduceOp.MAX, "min": ReduceOp.MIN,
-               "prod": ReduceOp.PROD}
+class _RankLock:
+    """The lock of a simulated rank's Accelerator: only the rank's own thread may use it, so it
+    refuses other threads at once (waiting could hang: the rank may be blocked in a collective
+    until they act) and needs no locking otherwise."""
+
+    __slots__ = ("_acc",)
+
+    def __init__(self, acc: "Accelerator") -> None:
+        self._acc = weakref.ref(acc)
+
+    def acquire(self, blocking: bool = True) -> bool:
+        acc = self._acc()
+        return acc is not None and threading.get_ident() == acc._thread
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        acc = self._acc()
+        if acc is not None:
+            acc._c()  # ClosedError, or InvalidStateError on another thread
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
 
 
 class Accelerator:
@@ -1150,22 +1211,30 @@ class Accelerator:
                  num_threads: int = 0, *, device: Union[Device, str, None] = None, device_index: int = 0,
                  loss_scale_init: Optional[float] = None, loss_scale_growth_factor: Optional[float] = None,
                  loss_scale_backoff_factor: Optional[float] = None,
-                 loss_scale_growth_interval: Optional[int] = None, bucket_bytes: Optional[int] = None) -> None:
+                 loss_scale_growth_interval: Optional[int] = None, bucket_bytes: Optional[int] = None,
+                 split_batches: bool = False, even_batches: bool = True) -> None:
+        """Creates the context (accel_init). split_batches/even_batches are the defaults of the
+        DataLoaders made from it (Accelerate's arguments of the same names)."""
         self._ctx: Any = None
+        self._owned = True
         self._records: Dict[int, List[Any]] = {}
         opts = _options(mixed_precision, gradient_accumulation_steps, cpu, seed, strategy, backend, timeout,
                         num_threads, device, device_index, loss_scale_init, loss_scale_growth_factor,
                         loss_scale_backoff_factor, loss_scale_growth_interval, bucket_bytes)
         out = ffi.new("accel_context **")
-        st = lib.accel_init(opts, out)
-        if st:
-            _fail(st)  # accel_last_error(NULL): there is no context yet
-        self._setup(out[0], owned=True, accumulation=int(gradient_accumulation_steps))
+        _check(lib.accel_init(opts, out))  # accel_last_error(NULL): there is no context yet
+        self._setup(out[0], owned=True, accumulation=int(gradient_accumulation_steps),
+                    split_batches=split_batches, even_batches=even_batches)
 
-    def _setup(self, ctx: Any, owned: bool, accumulation: int) -> None:
+    def _setup(self, ctx: Any, owned: bool, accumulation: int, split_batches: bool = False,
+               even_batches: bool = True) -> None:
         self._ctx = ctx
         self._owned = owned
         self._thread = threading.get_ident()
+        # held during every C call on the context and its objects
+        self._lock: Any = threading.RLock() if owned else _RankLock(self)
+        self.split_batches = bool(split_batches)
+        self.even_batches = bool(even_batches)
         self._records = {}
         self._next_key = 0
         self._prepared: List[_Child] = []
@@ -1175,10 +1244,13 @@ class Accelerator:
         self.gradient_accumulation_steps = accumulation
 
     @classmethod
-    def _bind(cls, ctx: Any, accumulation: int = 1) -> "Accelerator":
-        """An Accelerator over a context it does not own (a simulated rank's)."""
+    def _bind(cls, ctx: Any, accumulation: int = 1, split_batches: bool = False,
+              even_batches: bool = True) -> "Accelerator":
+        """An Accelerator over a context it does not own (a simulated rank's), usable only on the
+        calling thread (the rank's)."""
         acc = object.__new__(cls)
-        acc._setup(ctx, owned=False, accumulation=accumulation)
+        acc._setup(ctx, owned=False, accumulation=accumulation, split_batches=split_batches,
+                   even_batches=even_batches)
         return acc
 
     def _adopt(self, child: _Child) -> int:
@@ -1188,18 +1260,44 @@ class Accelerator:
         return key
 
     def _c(self) -> Any:
+        """The context; ClosedError when closed, or when a simulated rank's Accelerator is used from
+        another thread (another rank's: that rank may be inside a collective on it)."""
         ctx = self._ctx
         if ctx is None:
             raise ClosedError("this Accelerator is closed" if self._owned
                               else "this Accelerator belonged to a simulated rank whose function has returned")
+        if not self._owned and threading.get_ident() != self._thread:
+            raise InvalidStateError(Status.INVALID_STATE,
+                                    "this Accelerator belongs to another simulated rank (another thread): "
+                                    "use the one your function received")
         return ctx
+
+    def _call(self, fn: Callable[..., int], *args: Any) -> None:
+        """fn(ctx, *args) holding the lock (tensors pinned, objects checked open; see _Args);
+        raises the error of a failure with accel_last_error(ctx)."""
+        with self._lock:
+            ctx = self._c()
+            with _Args(args) as c_args:
+                st = fn(ctx, *c_args)
+            _check(st, ctx)
+
+    def _get(self, fn: Callable[..., int], ctype: str) -> Any:
+        """out[0] of fn(ctx, out)."""
+        out = ffi.new(ctype)
+        self._call(fn, out)
+        return out[0]
 
     # -- lifetime --------------------------------------------------------------------------
 
     def close(self) -> None:
         """Releases everything made from this Accelerator that is still open (schedulers, optimizers,
         loaders, models), then the context (accel_destroy). Idempotent; afterwards every use of it
-        or of its objects raises ClosedError (tensors stay usable: they are independent)."""
+        or of its objects raises ClosedError (tensors stay usable: they are independent).
+        Waits for a call another thread is making on it."""
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         ctx = self._ctx
         if ctx is None:
             return
@@ -1231,6 +1329,7 @@ class Accelerator:
 
     @property
     def closed(self) -> bool:
+        """True once close() was called (for a simulated rank's: once its function returned)."""
         return self._ctx is None
 
     # -- the training loop -----------------------------------------------------------------
@@ -1238,7 +1337,6 @@ class Accelerator:
     def prepare(self, *objects: Any) -> Any:
         """Binds models, optimizers, schedulers and data loaders to this Accelerator (accel_prepare),
         in any order, any subset, several loaders. Returns the same objects (one, or a tuple)."""
-        ctx = self._c()
         groups: Dict[type, List[_Child]] = {Model: [], Optimizer: [], Scheduler: [], DataLoader: []}
         for obj in objects:
             for kind in groups:
@@ -1246,23 +1344,23 @@ class Accelerator:
                     if obj._acc is not self:
                         raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                                    f"prepare: this {kind.__name__} was made from another Accelerator")
-                    obj._p()
                     groups[kind].append(obj)
                     break
             else:
                 raise TypeError(f"prepare takes accel Model, Optimizer, Scheduler and DataLoader objects, "
                                 f"not {type(obj).__name__}")
         rounds = max((len(g) for g in groups.values()), default=0)
-        for i in range(rounds):
-            pick = [g[i] if i < len(g) else None for g in groups.values()]
-            handles = [ffi.NULL if o is None else o._h for o in pick]
-            st = lib.accel_prepare(ctx, handles[0], handles[1], handles[2], handles[3])
-            if st:
-                _fail(st, ctx)
-            for o in pick:
-                if o is not None and not o._prepared:
-                    o._prepared = True
-                    self._prepared.append(o)  # borrowed by C: kept alive until close()
+        with self._lock:
+            self._c()
+            for obj in objects:
+                obj._p()
+            for i in range(rounds):
+                pick = [g[i] if i < len(g) else None for g in groups.values()]
+                self._call(lib.accel_prepare, *(ffi.NULL if o is None else o for o in pick))
+                for o in pick:
+                    if o is not None and not o._prepared:
+                        o._prepared = True
+                        self._prepared.append(o)  # borrowed by C: kept alive until close()
         return objects[0] if len(objects) == 1 else objects
 
     def unwrap_model(self, model: Model) -> Model:
@@ -1271,22 +1369,19 @@ class Accelerator:
 
     def backward(self, loss: Tensor) -> None:
         """accel_backward: backpropagates a scalar loss, scaled for accumulation and fp16."""
-        ctx = self._c()
-        st = lib.accel_backward(ctx, loss._p())
-        if st:
-            _fail(st, ctx)
+        if not isinstance(loss, Tensor):
+            raise TypeError(f"backward takes an accel.Tensor (a loss), got {type(loss).__name__}")
+        self._call(lib.accel_backward, loss)
         self._pending_backward = True
 
     def step(self) -> StepResult:
         """accel_step: ends a micro-batch (what optimizer.step() calls)."""
-        ctx = self._c()
-        r = self._step_out
-        st = lib.accel_step(ctx, r)
-        if st:
-            _fail(st, ctx)
-        self._pending_backward = False
-        return StepResult(bool(r.stepped), bool(r.skipped), bool(r.sync_step), r.loss_scale,
-                          r.optimizer_steps, r.micro_steps)
+        with self._lock:
+            r = self._step_out
+            self._call(lib.accel_step, r)
+            self._pending_backward = False
+            return StepResult(bool(r.stepped), bool(r.skipped), bool(r.sync_step), r.loss_scale,
+                              r.optimizer_steps, r.micro_steps)
 
     @contextlib.contextmanager
     def accumulate(self, *models: Model) -> Iterator[None]:
@@ -1302,12 +1397,7 @@ class Accelerator:
     @property
     def sync_gradients(self) -> bool:
         """True when the next step is a real optimizer step (accel_sync_gradients)."""
-        ctx = self._c()
-        out = ffi.new("int *")
-        st = lib.accel_sync_gradients(ctx, out)
-        if st:
-            _fail(st, ctx)
-        return bool(out[0])
+        return bool(self._get(lib.accel_sync_gradients, "int *"))
 
     def clip_grad_norm_(self, parameters: Any = None, max_norm: Optional[float] = None,
                         norm_type: float = 2.0) -> float:
@@ -1320,96 +1410,76 @@ class Accelerator:
             max_norm = float(parameters)
         if norm_type != 2.0:
             raise UnsupportedError(Status.UNSUPPORTED, f"clip_grad_norm_: only norm_type=2 is supported, got {norm_type}")
-        ctx = self._c()
         out = ffi.new("double *")
-        st = lib.accel_clip_grad_norm(ctx, float(max_norm), out)
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_clip_grad_norm, float(max_norm), out)
         return float(out[0])
 
     @property
     def loss_scale(self) -> float:
         """The current fp16 loss scale (1 unless fp16)."""
-        ctx = self._c()
-        out = ffi.new("double *")
-        st = lib.accel_loss_scale(ctx, out)
-        if st:
-            _fail(st, ctx)
-        return float(out[0])
+        return float(self._get(lib.accel_loss_scale, "double *"))
 
     @property
     def device(self) -> str:
         """"cpu" or "cuda" (accel_device_kind)."""
-        ctx = self._c()
-        out = ffi.new("accel_device *")
-        st = lib.accel_device_kind(ctx, out)
-        if st:
-            _fail(st, ctx)
-        return Device(out[0]).name.lower()
+        return Device(self._get(lib.accel_device_kind, "accel_device *")).name.lower()
 
     def cross_entropy(self, logits: Tensor, targets: ArrayLike) -> Tensor:
+        """accel.cross_entropy(logits, targets, accelerator=self)."""
         return cross_entropy(logits, targets, accelerator=self)
 
     def mse_loss(self, input: Tensor, target: ArrayLike) -> Tensor:
+        """accel.mse_loss(input, target, accelerator=self)."""
         return mse_loss(input, target, accelerator=self)
 
     # -- processes -------------------------------------------------------------------------
 
-    def _int(self, fn: Any, ctype: str = "int32_t *") -> int:
-        ctx = self._c()
-        out = ffi.new(ctype)
-        st = fn(ctx, out)
-        if st:
-            _fail(st, ctx)
-        return int(out[0])
-
     @property
     def process_index(self) -> int:
-        return self._int(lib.accel_process_index, "int32_t *")
+        """This process's (rank's) index, 0-based."""
+        return int(self._get(lib.accel_process_index, "int32_t *"))
 
     @property
     def num_processes(self) -> int:
-        return self._int(lib.accel_num_processes, "int32_t *")
+        """The number of processes (ranks) in the world."""
+        return int(self._get(lib.accel_num_processes, "int32_t *"))
 
     @property
     def local_process_index(self) -> int:
-        return self._int(lib.accel_local_process_index, "int32_t *")
+        """This process's index on its node."""
+        return int(self._get(lib.accel_local_process_index, "int32_t *"))
 
     @property
     def is_main_process(self) -> bool:
-        return bool(self._int(lib.accel_is_main_process, "int *"))
+        """True on process 0."""
+        return bool(self._get(lib.accel_is_main_process, "int *"))
 
     @property
     def is_local_main_process(self) -> bool:
-        return bool(self._int(lib.accel_is_local_main_process, "int *"))
+        """True on the main process of each node."""
+        return bool(self._get(lib.accel_is_local_main_process, "int *"))
 
     def wait_for_everyone(self) -> None:
         """A barrier across the processes (accel_barrier)."""
-        ctx = self._c()
-        st = lib.accel_barrier(ctx)
-        if st:
-            _fail(st, ctx)
+        with self._lock:
+            ctx = self._c()
+            _check(lib.accel_barrier(ctx), ctx)
 
-    def _collective(self, call: Callable[..., int], x: ArrayLike, *args: Any) -> Tensor:
-        ctx = self._c()
-        t, made = _as_tensor(x)
-        try:
-            out = ffi.new("accel_tensor **")
-            st = call(ctx, t._p(), *args, out)
-            if st:
-                _fail(st, ctx)
-            return Tensor._wrap(out[0])
-        finally:
-            if made:
-                t.close()
+    def _collective(self, fn: Callable[..., int], x: ArrayLike, *args: Any) -> Tensor:
+        out = ffi.new("accel_tensor **")
+        with self._lock:
+            ctx = self._c()
+            with _Args((x,) + args, convert=(0,)) as c_args:
+                st = fn(ctx, *c_args, out)
+            _check(st, ctx)
+        return Tensor._wrap(out[0])
 
     def reduce(self, tensor: ArrayLike, reduction: Union[str, ReduceOp] = "sum") -> Tensor:
         """Element-wise reduction across processes ("sum", "mean", "max", "min", "prod")."""
-        op = _REDUCTIONS.get(reduction, None) if isinstance(reduction, str) else None
-        op = op if op is not None else _enum(ReduceOp, reduction, "reduction")
-        return self._collective(lib.accel_reduce, tensor, int(op))
+        return self._collective(lib.accel_reduce, tensor, int(_enum(ReduceOp, reduction, "reduction")))
 
     def broadcast(self, tensor: ArrayLike, from_process: int = 0) -> Tensor:
+        """Every process receives process `from_process`'s tensor (accel_broadcast)."""
         return self._collective(lib.accel_broadcast, tensor, int(from_process))
 
     def gather(self, tensor: ArrayLike) -> Tensor:
@@ -1422,93 +1492,72 @@ class Accelerator:
 
     def pad_across_processes(self, tensor: ArrayLike, dim: int = 0, pad_index: float = 0,
                              pad_first: bool = False) -> Tensor:
+        """Pads dimension `dim` of every process's tensor to the largest size with pad_index."""
         return self._collective(lib.accel_pad_across_processes, tensor, int(dim), float(pad_index),
                                 1 if pad_first else 0)
 
     def print(self, *args: Any, sep: str = " ") -> None:
         """Prints on the main process only (accel_print)."""
-        ctx = self._c()
         sys.stdout.flush()
-        st = lib.accel_print(ctx, sep.join(str(a) for a in args).encode())
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_print, sep.join(str(a) for a in args).encode())
 
     def set_seed(self, seed: int, device_specific: bool = False) -> None:
         """Reseeds the generators (plus the process index when device_specific)."""
-        ctx = self._c()
-        st = lib.accel_set_seed(ctx, int(seed), 1 if device_specific else 0)
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_set_seed, int(seed), 1 if device_specific else 0)
 
     def charge_compute(self, seconds: float, label: Optional[str] = None) -> None:
         """Simulator: charges compute time to this rank's virtual clock (a no-op outside it)."""
-        ctx = self._c()
-        st = lib.accel_sim_charge_compute(ctx, float(seconds), ffi.NULL if label is None else label.encode())
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_sim_charge_compute, float(seconds), ffi.NULL if label is None else label.encode())
 
     # -- checkpoints -----------------------------------------------------------------------
 
     def set_project(self, project_dir: Union[str, "os.PathLike[str]"], total_limit: int = 0) -> None:
         """Where save_state()/load_state() without a directory go: <project_dir>/checkpoints/checkpoint_N,
         keeping the newest `total_limit` (0: all)."""
-        ctx = self._c()
         opts = ffi.new("accel_project_options *")
-        st = lib.accel_project_options_init(opts, lib.ACCEL_PROJECT_OPTIONS_VERSION)
-        if st:
-            _fail(st)
-        path = ffi.new("char[]", os.fsencode(project_dir))
+        _check(lib.accel_project_options_init(opts, lib.ACCEL_PROJECT_OPTIONS_VERSION))
+        path = ffi.new("char[]", _cpath(project_dir, "project_dir"))
         opts.project_dir = path
         opts.total_limit = int(total_limit)
-        st = lib.accel_set_project(ctx, opts)
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_set_project, opts)
         self._project_dir = os.fspath(project_dir)
 
     @property
     def project_dir(self) -> Optional[str]:
+        """The directory set_project() set (None before)."""
         return self._project_dir
+
+    def _checkpoint(self, fn: Callable[..., int], path: Union[str, "os.PathLike[str]", None]) -> str:
+        with self._lock:
+            self._call(fn, ffi.NULL if path is None else _cpath(path))
+            return self.last_checkpoint
 
     def save_state(self, output_dir: Union[str, "os.PathLike[str]", None] = None) -> str:
         """Saves the whole training state (accel_save_state); None: the project's next checkpoint.
         Refuses to overwrite anything that is not an earlier accel checkpoint. Returns the directory."""
-        ctx = self._c()
-        st = lib.accel_save_state(ctx, ffi.NULL if output_dir is None else os.fsencode(output_dir))
-        if st:
-            _fail(st, ctx)
-        return self.last_checkpoint
+        return self._checkpoint(lib.accel_save_state, output_dir)
 
     def load_state(self, input_dir: Union[str, "os.PathLike[str]", None] = None) -> str:
         """Restores a saved state (None: the project's newest checkpoint). Returns the directory."""
-        ctx = self._c()
-        st = lib.accel_load_state(ctx, ffi.NULL if input_dir is None else os.fsencode(input_dir))
-        if st:
-            _fail(st, ctx)
-        return self.last_checkpoint
+        return self._checkpoint(lib.accel_load_state, input_dir)
 
     @property
     def last_checkpoint(self) -> str:
         """The directory of the last successful save_state/load_state ("" before either)."""
-        ctx = self._c()
-        out = ffi.new("const char **")
-        st = lib.accel_last_checkpoint(ctx, out)
-        if st:
-            _fail(st, ctx)
-        return os.fsdecode(ffi.string(out[0]))
+        with self._lock:  # the string belongs to the context: copied before the next call
+            return os.fsdecode(ffi.string(self._get(lib.accel_last_checkpoint, "const char **")))
 
     def save_model(self, model: Model, save_directory: Union[str, "os.PathLike[str]"]) -> str:
         """Writes the model's fp32 weights as safetensors (accel_save_model). A path ending in
         .safetensors (or .pt: TorchScript) is the file; any other path is a directory, created if
         needed, that receives model.safetensors. Returns the file's path."""
-        ctx = self._c()
-        _, mh = model._p()
+        if not isinstance(model, Model) or model._acc is not self:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "save_model: pass a Model made from this Accelerator")
         path = os.fspath(save_directory)
         if not path.endswith((".safetensors", ".pt")):
             os.makedirs(path, exist_ok=True)
             path = os.path.join(path, "model.safetensors")
-        st = lib.accel_save_model(ctx, mh, os.fsencode(path))
-        if st:
-            _fail(st, ctx)
+        self._call(lib.accel_save_model, model, _cpath(path))
         return path
 
     def __repr__(self) -> str:
@@ -1522,24 +1571,20 @@ class Accelerator:
 # ------------------------------------------------------------------------------------------
 
 
-def _loss(call: Any, name: str, a: Tensor, b: ArrayLike, accelerator: Optional[Accelerator]) -> Tensor:
+def _loss(fn: Callable[..., int], name: str, a: Tensor, b: ArrayLike, accelerator: Optional[Accelerator]) -> Tensor:
     acc = accelerator or getattr(a, "_acc", None) or getattr(b, "_acc", None)
     if acc is None:
         raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                    f"{name}: neither tensor came from a model: pass accelerator=")
-    ctx = acc._c()
     if not isinstance(a, Tensor):
         raise TypeError(f"{name}: the first argument must be an accel.Tensor (a model's output)")
-    t, made = _as_tensor(b)
-    try:
-        out = ffi.new("accel_tensor **")
-        st = call(ctx, a._p(), t._p(), out)
-        if st:
-            _fail(st, ctx)
-        return Tensor._wrap(out[0], acc)
-    finally:
-        if made:
-            t.close()
+    out = ffi.new("accel_tensor **")
+    with acc._lock:
+        ctx = acc._c()
+        with _Args((a, b), convert=(1,)) as (ha, hb):
+            st = fn(ctx, ha, hb, out)
+        _check(st, ctx)
+    return Tensor._wrap(out[0], acc)
 
 
 def cross_entropy(logits: Tensor, targets: ArrayLike, *, accelerator: Optional[Accelerator] = None) -> Tensor:

@@ -16,7 +16,7 @@ import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
 
 from . import _core
-from ._core import (Accelerator, ClosedError, Error, InternalError, Status, _fail, _options, error_for, ffi)
+from ._core import (Accelerator, ClosedError, Error, InternalError, Status, _check, _options, error_for, ffi)
 
 __all__ = ["run", "SimReport", "RankOutcome"]
 
@@ -45,19 +45,17 @@ class SimReport:
 
     @property
     def world_size(self) -> int:
+        """The number of ranks."""
         out = ffi.new("int32_t *")
-        st = _core.lib.accel_sim_report_world_size(self._p(), out)
-        if st:
-            _fail(st)
+        _check(_core.lib.accel_sim_report_world_size(self._p(), out))
         return int(out[0])
 
     def rank(self, rank: int) -> RankOutcome:
+        """Rank `rank`'s outcome (accel_sim_report_rank); the message is copied."""
         status = ffi.new("accel_status *")
         error = ffi.new("const char **")
         peak = ffi.new("uint64_t *")
-        st = _core.lib.accel_sim_report_rank(self._p(), int(rank), status, error, peak)
-        if st:
-            _fail(st)
+        _check(_core.lib.accel_sim_report_rank(self._p(), int(rank), status, error, peak))
         try:
             code: Union[Status, int] = Status(status[0])
         except ValueError:
@@ -67,18 +65,18 @@ class SimReport:
 
     @property
     def ranks(self) -> List[RankOutcome]:
+        """Every rank's outcome, in rank order."""
         return [self.rank(r) for r in range(self.world_size)]
 
     @property
     def predicted_seconds(self) -> float:
         """The cost model's predicted wall time of the run on the topology."""
         out = ffi.new("double *")
-        st = _core.lib.accel_sim_report_predicted_seconds(self._p(), out)
-        if st:
-            _fail(st)
+        _check(_core.lib.accel_sim_report_predicted_seconds(self._p(), out))
         return float(out[0])
 
     def close(self) -> None:
+        """Releases the report (accel_sim_report_destroy). Idempotent."""
         h, self._h = self._h, None
         if h is not None:
             _core.lib.accel_sim_report_destroy(h)
@@ -139,9 +137,7 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     naming the rank, chained to the original."""
     lib = _core.lib
     opts = ffi.new("accel_sim_options *")
-    st = lib.accel_sim_options_init(opts, lib.ACCEL_SIM_OPTIONS_VERSION)
-    if st:
-        _fail(st)
+    _check(lib.accel_sim_options_init(opts, lib.ACCEL_SIM_OPTIONS_VERSION))
     keep = []  # the strings must outlive the call
 
     def cstr(value: Any) -> Any:
@@ -158,6 +154,8 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     opts.faults = cstr(faults)
     opts.trace_path = cstr(None if trace_path is None else os.fspath(trace_path))
     opts.engine_threads = int(engine_threads)
+    split_batches = bool(accelerator_kwargs.pop("split_batches", False))
+    even_batches = bool(accelerator_kwargs.pop("even_batches", True))
     ctx_opts = _options(**accelerator_kwargs)
     accumulation = int(accelerator_kwargs.get("gradient_accumulation_steps", 1))
 
@@ -170,7 +168,7 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
         # escape into C: it is remembered and the rank fails with a status.
         rank = -1
         try:
-            acc = Accelerator._bind(ctx, accumulation)
+            acc = Accelerator._bind(ctx, accumulation, split_batches, even_batches)
             try:
                 rank = acc.process_index
                 value = fn(acc)
