@@ -146,26 +146,51 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
     }
 }
 
+/// Drops a panic payload without letting a panic of its own `Drop` escape: that panic's
+/// payload is leaked instead (its drop could panic in turn).
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+}
+
+/// The `accel_rank_fn` given to `accel_sim_run`: runs the user's closure for one rank.
+///
+/// Nothing may unwind into C. Every step runs under `catch_unwind`, and the payloads of
+/// caught panics are dropped through [`drop_payload`] (a payload's `Drop` may panic too).
+/// A panic raised by a `Drop` *while* a panic unwinds is not catchable: Rust aborts the
+/// process there, before anything reaches C.
+///
+/// # Safety
+/// `user` is the `RankData<F>` that [`run`] passed to `accel_sim_run` (alive for the whole
+/// run); `ctx` is the rank's live context, valid until this function returns.
 unsafe extern "C" fn trampoline<F>(ctx: *mut sys::accel_context, user: *mut c_void) -> sys::accel_status
 where
     F: Fn(&Context) -> Result<()> + Sync,
 {
-    // Nothing may unwind into C: everything, the bookkeeping included, runs under catch_unwind.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `user` points to the RankData that `run` keeps alive until accel_sim_run
+        // returns; it is only read here (the error list is behind a Mutex).
         let data = &*(user as *const RankData<'_, F>);
         let mut rank = -1;
+        // SAFETY: ctx is the rank's live context; `rank` is a valid out-parameter (left
+        // at -1 should the call fail).
         sys::accel_process_index(ctx, &mut rank);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            // The rank's context is borrowed: the closure gets `&Context` for the call only
-            // (it cannot keep it: no 'static, no Clone) and Rust never destroys it.
+            // SAFETY: ctx is live for this call. The Context is borrowed (never destroyed by
+            // Rust) and dropped, with the objects its `prepare` kept, before this function
+            // returns; the closure gets `&Context` for the call only (it cannot keep it:
+            // the reference's lifetime is the call's, and Context is not Clone).
             let context = Context::borrowed(ctx);
             (data.f)(&context)
         }));
         let err = match result {
             Ok(Ok(())) => return sys::ACCEL_OK,
             Ok(Err(e)) => e,
-            Err(p) => {
-                Error::new(Status::Internal, format!("rank {} panicked: {}", rank, panic_message(&*p)))
+            Err(payload) => {
+                let message = format!("rank {} panicked: {}", rank, panic_message(&*payload));
+                drop_payload(payload);
+                Error::new(Status::Internal, message)
             }
         };
         let code = match err.status {
@@ -175,7 +200,13 @@ where
         data.errors.lock().unwrap_or_else(|e| e.into_inner()).push((rank, err));
         code
     }));
-    outcome.unwrap_or(sys::ACCEL_ERR_INTERNAL)
+    match outcome {
+        Ok(code) => code,
+        Err(payload) => {
+            drop_payload(payload);
+            sys::ACCEL_ERR_INTERNAL
+        }
+    }
 }
 
 /// Runs `f` once per rank of a simulated world (`accel_sim_run`): each rank in its own
