@@ -118,15 +118,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The last error message on `ctx` (NULL: this thread's).
 pub(crate) fn last_error(ctx: *const sys::accel_context) -> String {
-    // SAFETY: ctx is NULL or a live context; the string is valid until the next failing call.
-    unsafe {
-        let p = sys::accel_last_error(ctx);
-        if p.is_null() {
-            String::new()
-        } else {
-            CStr::from_ptr(p).to_string_lossy().into_owned()
-        }
-    }
+    // SAFETY: ctx is NULL or a live context; the string is copied at once, before the next
+    // call that could replace it.
+    unsafe { crate::util::owned_string(sys::accel_last_error(ctx)) }
 }
 
 /// Turns a status into a Result, reading the message from `ctx` (NULL: the thread's slot).

@@ -34,6 +34,7 @@ unsafe impl Send for SimReport {}
 
 impl Drop for SimReport {
     fn drop(&mut self) {
+        // SAFETY: an owned report, destroyed once (here).
         unsafe { sys::accel_sim_report_destroy(self.raw.as_ptr()) }
     }
 }
@@ -46,6 +47,7 @@ impl SimReport {
     /// The number of ranks (`accel_sim_report_world_size`).
     pub fn world_size(&self) -> Result<i32> {
         let mut v = 0;
+        // SAFETY: the report is live (owned by `self`); out-parameters are locals.
         check(unsafe { sys::accel_sim_report_world_size(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -56,11 +58,13 @@ impl SimReport {
         let mut msg: *const c_char = std::ptr::null();
         let mut peak = 0u64;
         check(
+            // SAFETY: the report is live (owned by `self`); out-parameters are locals.
             unsafe { sys::accel_sim_report_rank(self.raw.as_ptr(), rank, &mut st, &mut msg, &mut peak) },
             std::ptr::null(),
         )?;
         Ok(RankOutcome {
             status: if st == sys::ACCEL_OK { None } else { Some(Status::from_code(st)) },
+            // SAFETY: `msg` is the report's string (or NULL), copied at once while `self` keeps the report alive.
             error: unsafe { owned_string(msg) },
             peak_bytes: peak,
         })
@@ -74,6 +78,7 @@ impl SimReport {
     /// The cost model's predicted wall time (`accel_sim_report_predicted_seconds`).
     pub fn predicted_seconds(&self) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: the report is live (owned by `self`); out-parameters are locals.
         check(unsafe { sys::accel_sim_report_predicted_seconds(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -234,6 +239,7 @@ where
     let o = opts.to_sys().map_err(fail_before)?;
     let data = RankData { f: &f, errors: Mutex::new(Vec::new()) };
     let mut report = std::ptr::null_mut();
+    // SAFETY: `s.raw` and `o` are complete structs whose strings (owned by `s`) outlive the call; `data` outlives the run and matches `trampoline::<F>`; `report` is a local out-parameter.
     let status = unsafe {
         sys::accel_sim_run(
             &s.raw,

@@ -167,6 +167,7 @@ impl Tensor {
             }
             _ => {} // negative or overflowing shapes: the library says what is wrong
         }
+        // SAFETY: `data` holds exactly prod(shape) elements of the dtype (checked above; the library refuses a bad shape) and is only read during the call.
         unsafe { Tensor::create(T::DTYPE, shape, data.as_ptr() as *const c_void) }
     }
 
@@ -194,12 +195,14 @@ impl Tensor {
                 )));
             }
         }
+        // SAFETY: `bytes` holds exactly prod(shape) * dtype.size() bytes (checked above; the library refuses a bad shape) and is only read during the call.
         unsafe { Tensor::create(dtype, shape, bytes.as_ptr() as *const c_void) }
     }
 
     /// The dtype (`accel_tensor_dtype`).
     pub fn dtype(&self) -> Result<DType> {
         let mut d = 0;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_dtype(self.raw.as_ptr(), &mut d) }, std::ptr::null())?;
         DType::from_raw(d).ok_or_else(|| Error::new(crate::Status::Unsupported, format!("unknown dtype {}", d)))
     }
@@ -207,6 +210,7 @@ impl Tensor {
     /// The number of dimensions (`accel_tensor_ndim`).
     pub fn ndim(&self) -> Result<usize> {
         let mut n = 0;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_ndim(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n)
     }
@@ -215,6 +219,7 @@ impl Tensor {
     pub fn shape(&self) -> Result<Vec<i64>> {
         let n = self.ndim()?;
         let mut v = vec![0i64; n];
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_shape(self.raw.as_ptr(), v.as_mut_ptr(), n) }, std::ptr::null())?;
         Ok(v)
     }
@@ -222,6 +227,7 @@ impl Tensor {
     /// The number of elements (`accel_tensor_numel`).
     pub fn numel(&self) -> Result<usize> {
         let mut n = 0i64;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_numel(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n as usize)
     }
@@ -229,6 +235,7 @@ impl Tensor {
     /// The number of bytes of the elements (`accel_tensor_nbytes`).
     pub fn nbytes(&self) -> Result<usize> {
         let mut n = 0usize;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_nbytes(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n)
     }
@@ -236,6 +243,7 @@ impl Tensor {
     /// The single element as f64 (`accel_tensor_item`; InvalidArgument unless numel == 1).
     pub fn item(&self) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_item(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -259,6 +267,7 @@ impl Tensor {
     pub fn copy_to<T: Element>(&self, dst: &mut [T]) -> Result<()> {
         self.expect_dtype::<T>("copy_to")?;
         check(
+            // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
             unsafe {
                 sys::accel_tensor_copy_to_host(
                     self.raw.as_ptr(),
@@ -274,6 +283,7 @@ impl Tensor {
     /// (`accel_tensor_copy_to_host_as`), e.g. bfloat16 logits read as f32.
     pub fn copy_to_as<T: Element>(&self, dst: &mut [T]) -> Result<()> {
         check(
+            // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
             unsafe {
                 sys::accel_tensor_copy_to_host_as(
                     self.raw.as_ptr(),
@@ -290,6 +300,7 @@ impl Tensor {
     /// be `nbytes()`.
     pub fn copy_to_bytes(&self, dst: &mut [u8]) -> Result<()> {
         check(
+            // SAFETY: `dst` is writable for the byte count passed with it; the library checks that count against the tensor.
             unsafe { sys::accel_tensor_copy_to_host(self.raw.as_ptr(), dst.as_mut_ptr() as *mut c_void, dst.len()) },
             std::ptr::null(),
         )
