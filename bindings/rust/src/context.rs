@@ -593,10 +593,12 @@ pub struct Optimizer<'ctx> {
 }
 
 impl<'ctx> Optimizer<'ctx> {
+    /// The raw handle (still owned by this object; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_optimizer {
         self.raw.ptr()
     }
 
+    /// The context this object was created on.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
     }
@@ -618,10 +620,12 @@ pub struct Scheduler<'ctx> {
 }
 
 impl<'ctx> Scheduler<'ctx> {
+    /// The raw handle (still owned by this object; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_scheduler {
         self.raw.ptr()
     }
 
+    /// The context this object was created on.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
     }
@@ -649,10 +653,12 @@ pub struct DataLoader<'ctx> {
 }
 
 impl<'ctx> DataLoader<'ctx> {
+    /// The raw handle (still owned by this object; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_dataloader {
         self.raw.ptr()
     }
 
+    /// The context this object was created on.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
     }

@@ -12,7 +12,7 @@ macro_rules! c_enum {
     ($(#[$m:meta])* $name:ident : $raw:ty { $($(#[$vm:meta])* $variant:ident = $c:path),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($(#[$vm])* $variant),+ }
+        pub enum $name { $($(#[$vm])* #[doc = concat!("(`", stringify!($c), "`)")] $variant),+ }
         impl $name {
             /// The raw C value.
             pub fn to_raw(self) -> $raw { match self { $($name::$variant => $c),+ } }
@@ -210,6 +210,7 @@ impl Default for SgdOptions {
 }
 
 impl SgdOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_sgd_options> {
         let mut o = sys::ACCEL_SGD_OPTIONS_INIT;
         // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
@@ -241,6 +242,7 @@ impl Default for AdamWOptions {
 }
 
 impl AdamWOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_adamw_options> {
         let mut o = sys::ACCEL_ADAMW_OPTIONS_INIT;
         // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
@@ -272,6 +274,7 @@ impl Default for LambOptions {
 }
 
 impl LambOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_lamb_options> {
         let mut o = sys::ACCEL_LAMB_OPTIONS_INIT;
         // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
@@ -302,6 +305,7 @@ impl Default for SchedulerOptions {
 }
 
 impl SchedulerOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_scheduler_options> {
         let mut o = sys::ACCEL_SCHEDULER_OPTIONS_INIT;
         check(
@@ -336,6 +340,7 @@ impl Default for DataLoaderOptions {
 }
 
 impl DataLoaderOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_dataloader_options> {
         let mut o = sys::ACCEL_DATALOADER_OPTIONS_INIT;
         check(

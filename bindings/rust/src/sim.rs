@@ -40,6 +40,7 @@ impl Drop for SimReport {
 }
 
 impl SimReport {
+    /// The raw handle (still owned by this report; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_sim_report {
         self.raw.as_ptr()
     }
@@ -220,7 +221,8 @@ where
 ///
 /// `f` gets the rank's context by reference for the duration of the call; it must be
 /// `Sync` because the ranks are different threads. An `Err` returned by `f`, or a panic
-/// (caught at the boundary, never unwinding into C), fails that rank. Returns the report
+/// (caught at the boundary, never unwinding into C), fails that rank. (A `Drop` that panics
+/// while a panic unwinds aborts the process, as it does anywhere in Rust.) Returns the report
 /// when every rank succeeded, else a [`SimError`] with the report and the first failing
 /// rank's error.
 pub fn run<F>(sim: &SimOptions, opts: &Options, f: F) -> Result<SimReport, SimError>

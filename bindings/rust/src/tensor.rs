@@ -11,17 +11,26 @@ use crate::sys;
 /// `accel_dtype`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// `ACCEL_FLOAT32`
     F32,
+    /// `ACCEL_FLOAT16`
     F16,
+    /// `ACCEL_BFLOAT16`
     BF16,
+    /// `ACCEL_INT64`
     I64,
+    /// `ACCEL_INT32`
     I32,
+    /// `ACCEL_UINT8`
     U8,
+    /// `ACCEL_FLOAT64`
     F64,
+    /// `ACCEL_INT8`
     I8,
 }
 
 impl DType {
+    /// The raw C value.
     pub fn to_raw(self) -> sys::accel_dtype {
         match self {
             DType::F32 => sys::ACCEL_FLOAT32,
@@ -35,6 +44,7 @@ impl DType {
         }
     }
 
+    /// The dtype of a raw C value (None for one this binding does not know).
     pub fn from_raw(v: sys::accel_dtype) -> Option<DType> {
         Some(match v {
             sys::ACCEL_FLOAT32 => DType::F32,
@@ -55,6 +65,7 @@ impl DType {
         unsafe { sys::accel_dtype_size(self.to_raw()) }
     }
 
+    /// The dtype's name, as torch spells it ("float32").
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",
@@ -83,6 +94,7 @@ mod sealed {
 /// bfloat16 have no Rust type in std: use [`Tensor::from_bytes`] / [`Tensor::copy_to_bytes`]
 /// or read them converted with [`Tensor::to_vec_as`].
 pub trait Element: Copy + Default + sealed::Sealed + 'static {
+    /// The accel dtype of this Rust type.
     const DTYPE: DType;
 }
 
