@@ -15,7 +15,6 @@
 //! also keeps its model alive, and a scheduler its optimizer. So safe code cannot make the
 //! context use a destroyed object.
 use std::cell::RefCell;
-use std::ffi::CStr;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_int};
 use std::path::Path;
@@ -67,6 +66,9 @@ impl<T: RawHandle> Owned<T> {
 
 impl<T: RawHandle> Drop for Owned<T> {
     fn drop(&mut self) {
+        // SAFETY: the last `Arc` owner destroys the handle, exactly once. No context uses it
+        // any more: a context bound to it by `prepare` holds an `Arc` of its own, released
+        // only after `accel_destroy`.
         unsafe { T::destroy(self.0.as_ptr()) }
     }
 }
@@ -100,6 +102,8 @@ unsafe impl Send for Context {}
 impl Drop for Context {
     fn drop(&mut self) {
         if self.owned {
+            // SAFETY: an owned context, destroyed once (here); the objects it was bound to are
+            // still alive (`kept` drops after this).
             unsafe { sys::accel_destroy(self.raw.as_ptr()) }
         }
         // `kept` drops afterwards: objects may be destroyed after their context.
@@ -130,6 +134,7 @@ impl Context {
         crate::ensure_version()?;
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: `o` is a complete options struct of this version; `out` is a local out-parameter.
         check(unsafe { sys::accel_init(&o, &mut out) }, std::ptr::null())?;
         Ok(Context {
             raw: NonNull::new(out).expect("accel_init returned OK and NULL"),
@@ -172,12 +177,14 @@ impl Context {
     fn tensor_out(&self, f: impl FnOnce(*mut *mut sys::accel_tensor) -> sys::accel_status) -> Result<Tensor> {
         let mut out = std::ptr::null_mut();
         self.ck(f(&mut out))?;
+        // SAFETY: on ACCEL_OK `out` is a new tensor that belongs to the caller.
         Ok(unsafe { Tensor::from_raw(out) }.expect("accel returned OK and a NULL tensor"))
     }
 
     /// The device the context placed itself on (`accel_device_kind`).
     pub fn device(&self) -> Result<Device> {
         let mut d = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_device_kind(self.raw.as_ptr(), &mut d) })?;
         Ok(Device::from_raw(d).unwrap_or(Device::Auto))
     }
@@ -188,6 +195,7 @@ impl Context {
     pub fn mlp(&self, opts: &MlpOptions) -> Result<Model<'_>> {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_model_create_mlp(self.raw.as_ptr(), &o, &mut out) })?;
         Ok(Model { raw: Owned::new(out), ctx: self })
     }
@@ -196,6 +204,7 @@ impl Context {
     pub fn load_torchscript(&self, path: impl AsRef<Path>) -> Result<Model<'_>> {
         let p = path_cstring(path.as_ref(), "path")?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: the context and the handles passed are live (borrowed for the call); the C strings outlive the call.
         self.ck(unsafe { sys::accel_model_load_torchscript(self.raw.as_ptr(), p.as_ptr(), &mut out) })?;
         Ok(Model { raw: Owned::new(out), ctx: self })
     }
@@ -204,6 +213,7 @@ impl Context {
     /// `.pt` path and a TorchScript model.
     pub fn save_model(&self, model: &Model<'_>, path: impl AsRef<Path>) -> Result<()> {
         let p = path_cstring(path.as_ref(), "path")?;
+        // SAFETY: the context and the handles passed are live (borrowed for the call); the C strings outlive the call.
         self.ck(unsafe { sys::accel_save_model(self.raw.as_ptr(), model.raw.ptr(), p.as_ptr()) })
     }
 
@@ -212,6 +222,7 @@ impl Context {
     /// Mean cross-entropy (`accel_loss_cross_entropy`): logits [batch, classes], int64 or
     /// int32 targets [batch]. A new scalar tensor.
     pub fn cross_entropy(&self, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe {
             sys::accel_loss_cross_entropy(self.raw.as_ptr(), logits.as_raw(), targets.as_raw(), out)
         })
@@ -219,6 +230,7 @@ impl Context {
 
     /// Mean squared error (`accel_loss_mse`).
     pub fn mse(&self, input: &Tensor, target: &Tensor) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe { sys::accel_loss_mse(self.raw.as_ptr(), input.as_raw(), target.as_raw(), out) })
     }
 
@@ -228,6 +240,7 @@ impl Context {
     pub fn sgd<'c>(&'c self, model: &Model<'c>, opts: &SgdOptions) -> Result<Optimizer<'c>> {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_optimizer_create_sgd(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
         Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
     }
@@ -236,6 +249,7 @@ impl Context {
     pub fn adamw<'c>(&'c self, model: &Model<'c>, opts: &AdamWOptions) -> Result<Optimizer<'c>> {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_optimizer_create_adamw(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
         Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
     }
@@ -244,6 +258,7 @@ impl Context {
     pub fn lamb<'c>(&'c self, model: &Model<'c>, opts: &LambOptions) -> Result<Optimizer<'c>> {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_optimizer_create_lamb(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
         Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
     }
@@ -252,6 +267,7 @@ impl Context {
     pub fn scheduler<'c>(&'c self, optimizer: &Optimizer<'c>, opts: &SchedulerOptions) -> Result<Scheduler<'c>> {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_scheduler_create(self.raw.as_ptr(), optimizer.raw.ptr(), &o, &mut out) })?;
         Ok(Scheduler { raw: Owned::new(out), _optimizer: optimizer.raw.clone(), ctx: self })
     }
@@ -261,6 +277,7 @@ impl Context {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();
         let t = targets.map_or(std::ptr::null(), |t| t.as_raw() as *const _);
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_dataloader_create(self.raw.as_ptr(), inputs.as_raw(), t, &o, &mut out) })?;
         Ok(DataLoader { raw: Owned::new(out), ctx: self })
     }
@@ -277,6 +294,7 @@ impl Context {
         scheduler: Option<&Scheduler<'_>>,
         loader: Option<&DataLoader<'_>>,
     ) -> Result<()> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe {
             sys::accel_prepare(
                 self.raw.as_ptr(),
@@ -304,12 +322,14 @@ impl Context {
 
     /// Backpropagates a scalar loss (`accel_backward`).
     pub fn backward(&self, loss: &Tensor) -> Result<()> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_backward(self.raw.as_ptr(), loss.as_raw()) })
     }
 
     /// Whether the next step is a real optimizer step (`accel_sync_gradients`).
     pub fn sync_gradients(&self) -> Result<bool> {
         let mut v: c_int = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_sync_gradients(self.raw.as_ptr(), &mut v) })?;
         Ok(v != 0)
     }
@@ -318,6 +338,7 @@ impl Context {
     /// clipping (NaN on an accumulation micro-step) (`accel_clip_grad_norm`).
     pub fn clip_grad_norm(&self, max_norm: f64) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_clip_grad_norm(self.raw.as_ptr(), max_norm, &mut v) })?;
         Ok(v)
     }
@@ -325,6 +346,7 @@ impl Context {
     /// Ends a micro-batch (`accel_step`).
     pub fn step(&self) -> Result<StepResult> {
         let mut r = sys::accel_step_result::default();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_step(self.raw.as_ptr(), &mut r) })?;
         Ok(StepResult {
             stepped: r.stepped != 0,
@@ -339,6 +361,7 @@ impl Context {
     /// The current loss scale (1 unless fp16) (`accel_loss_scale`).
     pub fn loss_scale(&self) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_loss_scale(self.raw.as_ptr(), &mut v) })?;
         Ok(v)
     }
@@ -348,6 +371,7 @@ impl Context {
     /// This process's (rank's) index (`accel_process_index`).
     pub fn process_index(&self) -> Result<i32> {
         let mut v = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_process_index(self.raw.as_ptr(), &mut v) })?;
         Ok(v)
     }
@@ -355,6 +379,7 @@ impl Context {
     /// The number of processes (`accel_num_processes`).
     pub fn num_processes(&self) -> Result<i32> {
         let mut v = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_num_processes(self.raw.as_ptr(), &mut v) })?;
         Ok(v)
     }
@@ -362,6 +387,7 @@ impl Context {
     /// The index on this node (`accel_local_process_index`).
     pub fn local_process_index(&self) -> Result<i32> {
         let mut v = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_local_process_index(self.raw.as_ptr(), &mut v) })?;
         Ok(v)
     }
@@ -369,6 +395,7 @@ impl Context {
     /// Process 0? (`accel_is_main_process`)
     pub fn is_main_process(&self) -> Result<bool> {
         let mut v: c_int = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_is_main_process(self.raw.as_ptr(), &mut v) })?;
         Ok(v != 0)
     }
@@ -376,37 +403,44 @@ impl Context {
     /// The main process of its node? (`accel_is_local_main_process`)
     pub fn is_local_main_process(&self) -> Result<bool> {
         let mut v: c_int = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_is_local_main_process(self.raw.as_ptr(), &mut v) })?;
         Ok(v != 0)
     }
 
     /// Waits for every process (`accel_barrier`, Accelerate's wait_for_everyone).
     pub fn barrier(&self) -> Result<()> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_barrier(self.raw.as_ptr()) })
     }
 
     /// Element-wise reduction across processes (`accel_reduce`).
     pub fn reduce(&self, tensor: &Tensor, op: ReduceOp) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe { sys::accel_reduce(self.raw.as_ptr(), tensor.as_raw(), op.to_raw(), out) })
     }
 
     /// Process `root`'s tensor on every process (`accel_broadcast`).
     pub fn broadcast(&self, tensor: &Tensor, root: i32) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe { sys::accel_broadcast(self.raw.as_ptr(), tensor.as_raw(), root, out) })
     }
 
     /// Concatenation along dim 0 in process order (`accel_gather`).
     pub fn gather(&self, tensor: &Tensor) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe { sys::accel_gather(self.raw.as_ptr(), tensor.as_raw(), out) })
     }
 
     /// Gather that drops the duplicated rows of the last even batch (`accel_gather_for_metrics`).
     pub fn gather_for_metrics(&self, tensor: &Tensor) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe { sys::accel_gather_for_metrics(self.raw.as_ptr(), tensor.as_raw(), out) })
     }
 
     /// Pads `dim` to the largest size among the processes (`accel_pad_across_processes`).
     pub fn pad_across_processes(&self, tensor: &Tensor, dim: i32, pad_value: f64, pad_first: bool) -> Result<Tensor> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.tensor_out(|out| unsafe {
             sys::accel_pad_across_processes(self.raw.as_ptr(), tensor.as_raw(), dim, pad_value, pad_first as c_int, out)
         })
@@ -415,11 +449,13 @@ impl Context {
     /// Prints `message` on the main process only (`accel_print`).
     pub fn print(&self, message: &str) -> Result<()> {
         let m = cstring(message, "message")?;
+        // SAFETY: the context is live; `m` outlives the call.
         self.ck(unsafe { sys::accel_print(self.raw.as_ptr(), m.as_ptr()) })
     }
 
     /// Reseeds the generators (`accel_set_seed`).
     pub fn set_seed(&self, seed: u64, per_process: bool) -> Result<()> {
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_set_seed(self.raw.as_ptr(), seed, per_process as c_int) })
     }
 
@@ -428,6 +464,7 @@ impl Context {
     pub fn sim_charge_compute(&self, seconds: f64, label: Option<&str>) -> Result<()> {
         let l = label.map(|s| cstring(s, "label")).transpose()?;
         let lp = l.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        // SAFETY: the context is live; `l` (and so `lp`) outlives the call.
         self.ck(unsafe { sys::accel_sim_charge_compute(self.raw.as_ptr(), seconds, lp) })
     }
 
@@ -437,6 +474,7 @@ impl Context {
     /// (`accel_set_project`).
     pub fn set_project(&self, opts: &ProjectOptions) -> Result<()> {
         let (o, _dir) = opts.to_sys()?;
+        // SAFETY: a live context; `o.project_dir` points into `_dir`, alive until the end.
         self.ck(unsafe { sys::accel_set_project(self.raw.as_ptr(), &o) })
     }
 
@@ -448,6 +486,7 @@ impl Context {
     pub fn save_state(&self, dir: Option<&Path>) -> Result<()> {
         let d = Context::dir_arg(dir)?;
         let p: *const c_char = d.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        // SAFETY: a live context; `p` is NULL or points into `d`, alive until the end.
         self.ck(unsafe { sys::accel_save_state(self.raw.as_ptr(), p) })
     }
 
@@ -455,6 +494,7 @@ impl Context {
     pub fn load_state(&self, dir: Option<&Path>) -> Result<()> {
         let d = Context::dir_arg(dir)?;
         let p: *const c_char = d.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        // SAFETY: a live context; `p` is NULL or points into `d`, alive until the end.
         self.ck(unsafe { sys::accel_load_state(self.raw.as_ptr(), p) })
     }
 
@@ -462,7 +502,9 @@ impl Context {
     /// (`accel_last_checkpoint`).
     pub fn last_checkpoint(&self) -> Result<String> {
         let mut p: *const c_char = std::ptr::null();
+        // SAFETY: `p` is the library's string (or NULL); it is copied at once, before any other call.
         self.ck(unsafe { sys::accel_last_checkpoint(self.raw.as_ptr(), &mut p) })?;
+        // SAFETY: `p` is the library's string (or NULL); it is copied at once, before any other call.
         Ok(unsafe { owned_string(p) })
     }
 }
@@ -487,6 +529,7 @@ impl<'ctx> Model<'ctx> {
     /// Forward on several inputs (`accel_model_forward`; the inputs are borrowed).
     pub fn forward(&self, inputs: &[&Tensor]) -> Result<Tensor> {
         let ptrs: Vec<*mut sys::accel_tensor> = inputs.iter().map(|t| t.as_raw()).collect();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
         self.ctx.tensor_out(|out| unsafe {
             sys::accel_model_forward(self.ctx.raw.as_ptr(), self.raw.ptr(), ptrs.as_ptr(), ptrs.len(), out)
         })
@@ -496,18 +539,21 @@ impl<'ctx> Model<'ctx> {
     pub fn forward1(&self, input: &Tensor) -> Result<Tensor> {
         let p = input.as_raw();
         self.ctx
+            // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
             .tensor_out(|out| unsafe { sys::accel_model_forward(self.ctx.raw.as_ptr(), self.raw.ptr(), &p, 1, out) })
     }
 
     /// Training (true) or evaluation (false) mode (`accel_model_set_training`).
     pub fn set_training(&self, training: bool) -> Result<()> {
         self.ctx
+            // SAFETY: a live context (borrowed for 'ctx), live handle and arguments, local out-parameters.
             .ck(unsafe { sys::accel_model_set_training(self.ctx.raw.as_ptr(), self.raw.ptr(), training as c_int) })
     }
 
     /// (parameter tensors, scalar parameters) (`accel_model_num_parameters`).
     pub fn num_parameters(&self) -> Result<(usize, i64)> {
         let (mut t, mut e) = (0usize, 0i64);
+        // SAFETY: a live handle (`self` holds an `Arc` to it), local out-parameters.
         check(unsafe { sys::accel_model_num_parameters(self.raw.ptr(), &mut t, &mut e) }, std::ptr::null())?;
         Ok((t, e))
     }
@@ -515,8 +561,10 @@ impl<'ctx> Model<'ctx> {
     /// The name of parameter `index`, e.g. "layers.0.weight" (`accel_model_parameter_name`).
     pub fn parameter_name(&self, index: usize) -> Result<String> {
         let mut p: *const c_char = std::ptr::null();
+        // SAFETY: on ACCEL_OK `p` is the model's NUL-terminated string; it is copied at once.
         check(unsafe { sys::accel_model_parameter_name(self.raw.ptr(), index, &mut p) }, std::ptr::null())?;
-        Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        // SAFETY: `p` is the model's string (or NULL), copied at once while `self` keeps it alive.
+        Ok(unsafe { owned_string(p) })
     }
 
     /// Every parameter name, in order.
@@ -527,6 +575,7 @@ impl<'ctx> Model<'ctx> {
     /// A host copy of parameter `index` (fp32) (`accel_model_parameter`; a collective under ZeRO).
     pub fn parameter(&self, index: usize) -> Result<Tensor> {
         self.ctx
+            // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
             .tensor_out(|out| unsafe { sys::accel_model_parameter(self.ctx.raw.as_ptr(), self.raw.ptr(), index, out) })
     }
 
@@ -544,10 +593,12 @@ pub struct Optimizer<'ctx> {
 }
 
 impl<'ctx> Optimizer<'ctx> {
+    /// The raw handle (still owned by this object; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_optimizer {
         self.raw.ptr()
     }
 
+    /// The context this object was created on.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
     }
@@ -555,6 +606,7 @@ impl<'ctx> Optimizer<'ctx> {
     /// The current learning rate (`accel_optimizer_lr`).
     pub fn lr(&self) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: a live handle (`self` holds an `Arc` to it), local out-parameters.
         check(unsafe { sys::accel_optimizer_lr(self.raw.ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -568,10 +620,12 @@ pub struct Scheduler<'ctx> {
 }
 
 impl<'ctx> Scheduler<'ctx> {
+    /// The raw handle (still owned by this object; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_scheduler {
         self.raw.ptr()
     }
 
+    /// The context this object was created on.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
     }
@@ -579,6 +633,7 @@ impl<'ctx> Scheduler<'ctx> {
     /// The real steps taken (`accel_scheduler_steps`).
     pub fn steps(&self) -> Result<i64> {
         let mut v = 0;
+        // SAFETY: a live handle (`self` holds an `Arc` to it), local out-parameters.
         check(unsafe { sys::accel_scheduler_steps(self.raw.ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -598,10 +653,12 @@ pub struct DataLoader<'ctx> {
 }
 
 impl<'ctx> DataLoader<'ctx> {
+    /// The raw handle (still owned by this object; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_dataloader {
         self.raw.ptr()
     }
 
+    /// The context this object was created on.
     pub fn context(&self) -> &'ctx Context {
         self.ctx
     }
@@ -611,10 +668,11 @@ impl<'ctx> DataLoader<'ctx> {
     #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Option<Batch>> {
         let (mut x, mut y) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: new tensors owned by the caller, or NULL (end of epoch / no targets).
         self.ctx.ck(unsafe { sys::accel_dataloader_next(self.ctx.raw.as_ptr(), self.raw.ptr(), &mut x, &mut y) })?;
-        // SAFETY: new tensors owned by us (or NULL).
-        let inputs = unsafe { Tensor::from_raw(x) };
-        let targets = unsafe { Tensor::from_raw(y) };
+        // SAFETY: on ACCEL_OK, new tensors owned by the caller, or NULL (end of epoch, no
+        // targets): each wrapped once.
+        let (inputs, targets) = unsafe { (Tensor::from_raw(x), Tensor::from_raw(y)) };
         Ok(inputs.map(|inputs| Batch { inputs, targets }))
     }
 
@@ -632,6 +690,7 @@ impl<'ctx> DataLoader<'ctx> {
     /// The current epoch, 0-based (`accel_dataloader_epoch`).
     pub fn epoch(&self) -> Result<i64> {
         let mut v = 0;
+        // SAFETY: a live handle (`self` holds an `Arc` to it), local out-parameters.
         check(unsafe { sys::accel_dataloader_epoch(self.raw.ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -639,12 +698,14 @@ impl<'ctx> DataLoader<'ctx> {
     /// Batches per epoch (this process's share once prepared) (`accel_dataloader_num_batches`).
     pub fn num_batches(&self) -> Result<i64> {
         let mut v = 0;
+        // SAFETY: a live handle (`self` holds an `Arc` to it), local out-parameters.
         check(unsafe { sys::accel_dataloader_num_batches(self.raw.ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
 
     /// Sets the epoch and rewinds to its first batch (`accel_dataloader_set_epoch`).
     pub fn set_epoch(&mut self, epoch: i64) -> Result<()> {
+        // SAFETY: a live handle (`self` holds an `Arc` to it), local out-parameters.
         check(unsafe { sys::accel_dataloader_set_epoch(self.raw.ptr(), epoch) }, std::ptr::null())
     }
 }

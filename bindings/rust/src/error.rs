@@ -9,15 +9,25 @@ use crate::sys;
 /// `Unknown` for a code this binding does not know (the ABI may add codes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
+    /// `ACCEL_ERR_INVALID_ARGUMENT`: a NULL handle, a bad value, a shape or dtype mismatch
     InvalidArgument,
+    /// `ACCEL_ERR_INVALID_STATE`: a call at the wrong time
     InvalidState,
+    /// `ACCEL_ERR_OUT_OF_MEMORY`: host or device allocation failed
     OutOfMemory,
+    /// `ACCEL_ERR_COMMUNICATION`: a collective or a peer failed
     Communication,
+    /// `ACCEL_ERR_TIMEOUT`: an operation did not complete in time
     Timeout,
+    /// `ACCEL_ERR_IO`: a file is missing, unreadable or unwritable
     Io,
+    /// `ACCEL_ERR_FORMAT`: a file or value has the wrong format
     Format,
+    /// `ACCEL_ERR_UNSUPPORTED`: the build or machine lacks a capability
     Unsupported,
+    /// `ACCEL_ERR_INTERNAL`: a bug in accel or libtorch (also a panicking simulated rank)
     Internal,
+    /// `ACCEL_ERR_NON_FINITE`: a loss or value is NaN or infinite
     NonFinite,
     /// A code this version of the binding does not know (or 0 where an error was expected).
     Unknown(i32),
@@ -91,11 +101,14 @@ impl fmt::Display for Status {
 /// right after the call).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Error {
+    /// What went wrong, as an `accel_status`.
     pub status: Status,
+    /// The library's message ("accel_backward: ..."), or the binding's own.
     pub message: String,
 }
 
 impl Error {
+    /// An error with this status and message.
     pub fn new(status: Status, message: impl Into<String>) -> Error {
         Error { status, message: message.into() }
     }
@@ -118,15 +131,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The last error message on `ctx` (NULL: this thread's).
 pub(crate) fn last_error(ctx: *const sys::accel_context) -> String {
-    // SAFETY: ctx is NULL or a live context; the string is valid until the next failing call.
-    unsafe {
-        let p = sys::accel_last_error(ctx);
-        if p.is_null() {
-            String::new()
-        } else {
-            CStr::from_ptr(p).to_string_lossy().into_owned()
-        }
-    }
+    // SAFETY: ctx is NULL or a live context; the string is copied at once, before the next
+    // call that could replace it.
+    unsafe { crate::util::owned_string(sys::accel_last_error(ctx)) }
 }
 
 /// Turns a status into a Result, reading the message from `ctx` (NULL: the thread's slot).

@@ -94,6 +94,7 @@ pub const BINDING_MAJOR: i32 = sys::ACCEL_VERSION_MAJOR;
 
 /// The loaded library's version: (`accel_version_number()`, `accel_version_string()`).
 pub fn version() -> (i32, String) {
+    // SAFETY: takes no arguments and never fails; the version string is static and copied.
     unsafe {
         let n = sys::accel_version_number();
         (n, util::owned_string(sys::accel_version_string()))
@@ -128,6 +129,7 @@ pub fn ensure_version() -> Result<()> {
     if VERSION_OK.load(Ordering::Relaxed) {
         return Ok(());
     }
+    // SAFETY: takes no arguments and never fails.
     check_version_number(unsafe { sys::accel_version_number() })?;
     VERSION_OK.store(true, Ordering::Relaxed);
     Ok(())

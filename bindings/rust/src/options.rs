@@ -12,7 +12,7 @@ macro_rules! c_enum {
     ($(#[$m:meta])* $name:ident : $raw:ty { $($(#[$vm:meta])* $variant:ident = $c:path),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        pub enum $name { $($(#[$vm])* $variant),+ }
+        pub enum $name { $($(#[$vm])* #[doc = concat!("(`", stringify!($c), "`)")] $variant),+ }
         impl $name {
             /// The raw C value.
             pub fn to_raw(self) -> $raw { match self { $($name::$variant => $c),+ } }
@@ -181,6 +181,7 @@ impl MlpOptions {
     /// The raw struct; its `layer_sizes` points into `self` (valid while `self` is).
     pub fn to_sys(&self) -> Result<sys::accel_mlp_options> {
         let mut o = sys::ACCEL_MLP_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
         check(unsafe { sys::accel_mlp_options_init(&mut o, sys::ACCEL_MLP_OPTIONS_VERSION) }, std::ptr::null())?;
         o.layer_sizes = if self.layer_sizes.is_empty() { std::ptr::null() } else { self.layer_sizes.as_ptr() };
         o.num_layer_sizes = self.layer_sizes.len();
@@ -209,8 +210,10 @@ impl Default for SgdOptions {
 }
 
 impl SgdOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_sgd_options> {
         let mut o = sys::ACCEL_SGD_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
         check(unsafe { sys::accel_sgd_options_init(&mut o, sys::ACCEL_SGD_OPTIONS_VERSION) }, std::ptr::null())?;
         o.lr = self.lr;
         o.momentum = self.momentum;
@@ -239,8 +242,10 @@ impl Default for AdamWOptions {
 }
 
 impl AdamWOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_adamw_options> {
         let mut o = sys::ACCEL_ADAMW_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
         check(unsafe { sys::accel_adamw_options_init(&mut o, sys::ACCEL_ADAMW_OPTIONS_VERSION) }, std::ptr::null())?;
         o.lr = self.lr;
         o.beta1 = self.beta1;
@@ -269,8 +274,10 @@ impl Default for LambOptions {
 }
 
 impl LambOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_lamb_options> {
         let mut o = sys::ACCEL_LAMB_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
         check(unsafe { sys::accel_lamb_options_init(&mut o, sys::ACCEL_LAMB_OPTIONS_VERSION) }, std::ptr::null())?;
         o.lr = self.lr;
         o.beta1 = self.beta1;
@@ -298,9 +305,11 @@ impl Default for SchedulerOptions {
 }
 
 impl SchedulerOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_scheduler_options> {
         let mut o = sys::ACCEL_SCHEDULER_OPTIONS_INIT;
         check(
+            // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
             unsafe { sys::accel_scheduler_options_init(&mut o, sys::ACCEL_SCHEDULER_OPTIONS_VERSION) },
             std::ptr::null(),
         )?;
@@ -331,9 +340,11 @@ impl Default for DataLoaderOptions {
 }
 
 impl DataLoaderOptions {
+    /// The raw struct: the library's defaults of this version (`accel_*_options_init`), then every field.
     pub fn to_sys(&self) -> Result<sys::accel_dataloader_options> {
         let mut o = sys::ACCEL_DATALOADER_OPTIONS_INIT;
         check(
+            // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
             unsafe { sys::accel_dataloader_options_init(&mut o, sys::ACCEL_DATALOADER_OPTIONS_VERSION) },
             std::ptr::null(),
         )?;
@@ -387,6 +398,7 @@ impl SimOptions {
     /// The raw struct and the C strings it points into (keep them together).
     pub fn to_sys(&self) -> Result<RawSimOptions> {
         let mut o = sys::ACCEL_SIM_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
         check(unsafe { sys::accel_sim_options_init(&mut o, sys::ACCEL_SIM_OPTIONS_VERSION) }, std::ptr::null())?;
         let device_memory = self.device_memory.as_deref().map(|s| cstring(s, "SimOptions.device_memory")).transpose()?;
         let topology = self.topology.as_deref().map(|s| cstring(s, "SimOptions.topology")).transpose()?;
@@ -428,6 +440,7 @@ impl ProjectOptions {
     pub fn to_sys(&self) -> Result<(sys::accel_project_options, CString)> {
         let mut o = sys::ACCEL_PROJECT_OPTIONS_INIT;
         check(
+            // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
             unsafe { sys::accel_project_options_init(&mut o, sys::ACCEL_PROJECT_OPTIONS_VERSION) },
             std::ptr::null(),
         )?;

@@ -34,11 +34,13 @@ unsafe impl Send for SimReport {}
 
 impl Drop for SimReport {
     fn drop(&mut self) {
+        // SAFETY: an owned report, destroyed once (here).
         unsafe { sys::accel_sim_report_destroy(self.raw.as_ptr()) }
     }
 }
 
 impl SimReport {
+    /// The raw handle (still owned by this report; do not destroy it).
     pub fn as_raw(&self) -> *mut sys::accel_sim_report {
         self.raw.as_ptr()
     }
@@ -46,6 +48,7 @@ impl SimReport {
     /// The number of ranks (`accel_sim_report_world_size`).
     pub fn world_size(&self) -> Result<i32> {
         let mut v = 0;
+        // SAFETY: the report is live (owned by `self`); out-parameters are locals.
         check(unsafe { sys::accel_sim_report_world_size(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -56,11 +59,13 @@ impl SimReport {
         let mut msg: *const c_char = std::ptr::null();
         let mut peak = 0u64;
         check(
+            // SAFETY: the report is live (owned by `self`); out-parameters are locals.
             unsafe { sys::accel_sim_report_rank(self.raw.as_ptr(), rank, &mut st, &mut msg, &mut peak) },
             std::ptr::null(),
         )?;
         Ok(RankOutcome {
             status: if st == sys::ACCEL_OK { None } else { Some(Status::from_code(st)) },
+            // SAFETY: `msg` is the report's string (or NULL), copied at once while `self` keeps the report alive.
             error: unsafe { owned_string(msg) },
             peak_bytes: peak,
         })
@@ -74,6 +79,7 @@ impl SimReport {
     /// The cost model's predicted wall time (`accel_sim_report_predicted_seconds`).
     pub fn predicted_seconds(&self) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: the report is live (owned by `self`); out-parameters are locals.
         check(unsafe { sys::accel_sim_report_predicted_seconds(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -146,26 +152,51 @@ fn panic_message(p: &(dyn Any + Send)) -> String {
     }
 }
 
+/// Drops a panic payload without letting a panic of its own `Drop` escape: that panic's
+/// payload is leaked instead (its drop could panic in turn).
+fn drop_payload(payload: Box<dyn Any + Send>) {
+    if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+        std::mem::forget(again);
+    }
+}
+
+/// The `accel_rank_fn` given to `accel_sim_run`: runs the user's closure for one rank.
+///
+/// Nothing may unwind into C. Every step runs under `catch_unwind`, and the payloads of
+/// caught panics are dropped through [`drop_payload`] (a payload's `Drop` may panic too).
+/// A panic raised by a `Drop` *while* a panic unwinds is not catchable: Rust aborts the
+/// process there, before anything reaches C.
+///
+/// # Safety
+/// `user` is the `RankData<F>` that [`run`] passed to `accel_sim_run` (alive for the whole
+/// run); `ctx` is the rank's live context, valid until this function returns.
 unsafe extern "C" fn trampoline<F>(ctx: *mut sys::accel_context, user: *mut c_void) -> sys::accel_status
 where
     F: Fn(&Context) -> Result<()> + Sync,
 {
-    // Nothing may unwind into C: everything, the bookkeeping included, runs under catch_unwind.
     let outcome = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `user` points to the RankData that `run` keeps alive until accel_sim_run
+        // returns; it is only read here (the error list is behind a Mutex).
         let data = &*(user as *const RankData<'_, F>);
         let mut rank = -1;
+        // SAFETY: ctx is the rank's live context; `rank` is a valid out-parameter (left
+        // at -1 should the call fail).
         sys::accel_process_index(ctx, &mut rank);
         let result = catch_unwind(AssertUnwindSafe(|| {
-            // The rank's context is borrowed: the closure gets `&Context` for the call only
-            // (it cannot keep it: no 'static, no Clone) and Rust never destroys it.
+            // SAFETY: ctx is live for this call. The Context is borrowed (never destroyed by
+            // Rust) and dropped, with the objects its `prepare` kept, before this function
+            // returns; the closure gets `&Context` for the call only (it cannot keep it:
+            // the reference's lifetime is the call's, and Context is not Clone).
             let context = Context::borrowed(ctx);
             (data.f)(&context)
         }));
         let err = match result {
             Ok(Ok(())) => return sys::ACCEL_OK,
             Ok(Err(e)) => e,
-            Err(p) => {
-                Error::new(Status::Internal, format!("rank {} panicked: {}", rank, panic_message(&*p)))
+            Err(payload) => {
+                let message = format!("rank {} panicked: {}", rank, panic_message(&*payload));
+                drop_payload(payload);
+                Error::new(Status::Internal, message)
             }
         };
         let code = match err.status {
@@ -175,7 +206,13 @@ where
         data.errors.lock().unwrap_or_else(|e| e.into_inner()).push((rank, err));
         code
     }));
-    outcome.unwrap_or(sys::ACCEL_ERR_INTERNAL)
+    match outcome {
+        Ok(code) => code,
+        Err(payload) => {
+            drop_payload(payload);
+            sys::ACCEL_ERR_INTERNAL
+        }
+    }
 }
 
 /// Runs `f` once per rank of a simulated world (`accel_sim_run`): each rank in its own
@@ -184,7 +221,8 @@ where
 ///
 /// `f` gets the rank's context by reference for the duration of the call; it must be
 /// `Sync` because the ranks are different threads. An `Err` returned by `f`, or a panic
-/// (caught at the boundary, never unwinding into C), fails that rank. Returns the report
+/// (caught at the boundary, never unwinding into C), fails that rank. (A `Drop` that panics
+/// while a panic unwinds aborts the process, as it does anywhere in Rust.) Returns the report
 /// when every rank succeeded, else a [`SimError`] with the report and the first failing
 /// rank's error.
 pub fn run<F>(sim: &SimOptions, opts: &Options, f: F) -> Result<SimReport, SimError>
@@ -203,6 +241,7 @@ where
     let o = opts.to_sys().map_err(fail_before)?;
     let data = RankData { f: &f, errors: Mutex::new(Vec::new()) };
     let mut report = std::ptr::null_mut();
+    // SAFETY: `s.raw` and `o` are complete structs whose strings (owned by `s`) outlive the call; `data` outlives the run and matches `trampoline::<F>`; `report` is a local out-parameter.
     let status = unsafe {
         sys::accel_sim_run(
             &s.raw,

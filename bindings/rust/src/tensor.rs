@@ -11,17 +11,26 @@ use crate::sys;
 /// `accel_dtype`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
+    /// `ACCEL_FLOAT32`
     F32,
+    /// `ACCEL_FLOAT16`
     F16,
+    /// `ACCEL_BFLOAT16`
     BF16,
+    /// `ACCEL_INT64`
     I64,
+    /// `ACCEL_INT32`
     I32,
+    /// `ACCEL_UINT8`
     U8,
+    /// `ACCEL_FLOAT64`
     F64,
+    /// `ACCEL_INT8`
     I8,
 }
 
 impl DType {
+    /// The raw C value.
     pub fn to_raw(self) -> sys::accel_dtype {
         match self {
             DType::F32 => sys::ACCEL_FLOAT32,
@@ -35,6 +44,7 @@ impl DType {
         }
     }
 
+    /// The dtype of a raw C value (None for one this binding does not know).
     pub fn from_raw(v: sys::accel_dtype) -> Option<DType> {
         Some(match v {
             sys::ACCEL_FLOAT32 => DType::F32,
@@ -55,6 +65,7 @@ impl DType {
         unsafe { sys::accel_dtype_size(self.to_raw()) }
     }
 
+    /// The dtype's name, as torch spells it ("float32").
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "float32",
@@ -83,6 +94,7 @@ mod sealed {
 /// bfloat16 have no Rust type in std: use [`Tensor::from_bytes`] / [`Tensor::copy_to_bytes`]
 /// or read them converted with [`Tensor::to_vec_as`].
 pub trait Element: Copy + Default + sealed::Sealed + 'static {
+    /// The accel dtype of this Rust type.
     const DTYPE: DType;
 }
 
@@ -167,6 +179,7 @@ impl Tensor {
             }
             _ => {} // negative or overflowing shapes: the library says what is wrong
         }
+        // SAFETY: `data` holds exactly prod(shape) elements of the dtype (checked above; the library refuses a bad shape) and is only read during the call.
         unsafe { Tensor::create(T::DTYPE, shape, data.as_ptr() as *const c_void) }
     }
 
@@ -194,12 +207,14 @@ impl Tensor {
                 )));
             }
         }
+        // SAFETY: `bytes` holds exactly prod(shape) * dtype.size() bytes (checked above; the library refuses a bad shape) and is only read during the call.
         unsafe { Tensor::create(dtype, shape, bytes.as_ptr() as *const c_void) }
     }
 
     /// The dtype (`accel_tensor_dtype`).
     pub fn dtype(&self) -> Result<DType> {
         let mut d = 0;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_dtype(self.raw.as_ptr(), &mut d) }, std::ptr::null())?;
         DType::from_raw(d).ok_or_else(|| Error::new(crate::Status::Unsupported, format!("unknown dtype {}", d)))
     }
@@ -207,6 +222,7 @@ impl Tensor {
     /// The number of dimensions (`accel_tensor_ndim`).
     pub fn ndim(&self) -> Result<usize> {
         let mut n = 0;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_ndim(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n)
     }
@@ -215,6 +231,7 @@ impl Tensor {
     pub fn shape(&self) -> Result<Vec<i64>> {
         let n = self.ndim()?;
         let mut v = vec![0i64; n];
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_shape(self.raw.as_ptr(), v.as_mut_ptr(), n) }, std::ptr::null())?;
         Ok(v)
     }
@@ -222,6 +239,7 @@ impl Tensor {
     /// The number of elements (`accel_tensor_numel`).
     pub fn numel(&self) -> Result<usize> {
         let mut n = 0i64;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_numel(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n as usize)
     }
@@ -229,6 +247,7 @@ impl Tensor {
     /// The number of bytes of the elements (`accel_tensor_nbytes`).
     pub fn nbytes(&self) -> Result<usize> {
         let mut n = 0usize;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_nbytes(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n)
     }
@@ -236,6 +255,7 @@ impl Tensor {
     /// The single element as f64 (`accel_tensor_item`; InvalidArgument unless numel == 1).
     pub fn item(&self) -> Result<f64> {
         let mut v = 0.0;
+        // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_item(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
         Ok(v)
     }
@@ -259,6 +279,7 @@ impl Tensor {
     pub fn copy_to<T: Element>(&self, dst: &mut [T]) -> Result<()> {
         self.expect_dtype::<T>("copy_to")?;
         check(
+            // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
             unsafe {
                 sys::accel_tensor_copy_to_host(
                     self.raw.as_ptr(),
@@ -274,6 +295,7 @@ impl Tensor {
     /// (`accel_tensor_copy_to_host_as`), e.g. bfloat16 logits read as f32.
     pub fn copy_to_as<T: Element>(&self, dst: &mut [T]) -> Result<()> {
         check(
+            // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
             unsafe {
                 sys::accel_tensor_copy_to_host_as(
                     self.raw.as_ptr(),
@@ -290,6 +312,7 @@ impl Tensor {
     /// be `nbytes()`.
     pub fn copy_to_bytes(&self, dst: &mut [u8]) -> Result<()> {
         check(
+            // SAFETY: `dst` is writable for the byte count passed with it; the library checks that count against the tensor.
             unsafe { sys::accel_tensor_copy_to_host(self.raw.as_ptr(), dst.as_mut_ptr() as *mut c_void, dst.len()) },
             std::ptr::null(),
         )

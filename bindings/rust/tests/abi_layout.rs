@@ -214,10 +214,6 @@ fn constants_match_the_header() {
     );
 }
 
-fn fmt_f64(v: f64) -> f64 {
-    v
-}
-
 #[test]
 fn init_defaults_match_the_header() {
     let t = table();
@@ -226,7 +222,7 @@ fn init_defaults_match_the_header() {
         let c = t.defaults.get(&key).unwrap_or_else(|| panic!("the probe has no default {}", key));
         // numbers compare as numbers ("65536" vs 65536.0), the rest as text
         match (c.parse::<f64>(), rust.parse::<f64>()) {
-            (Ok(a), Ok(b)) => assert_eq!(a, fmt_f64(b), "default {}", key),
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "default {}", key),
             _ => assert_eq!(c, &rust, "default {}", key),
         }
         seen.insert(key);

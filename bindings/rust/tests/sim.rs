@@ -66,10 +66,15 @@ fn gather_for_metrics_counts_each_sample_once() {
         let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions { batch_size: 2, ..Default::default() })?;
         ctx.prepare(None, None, None, Some(&loader))?;
         let mut seen = Vec::new();
+        let mut gathered = 0;
         for batch in loader.epoch_iter() {
             let batch = batch?;
+            assert_eq!(batch.inputs.shape()?, vec![2, 1], "even_batches gives every rank full batches");
+            gathered += ctx.gather(&batch.inputs)?.numel()?;
             seen.extend(f32s(&ctx.gather_for_metrics(&batch.inputs)?));
         }
+        // 2 rounds of 2 ranks x 2 rows: 8 rows, 3 of them duplicated to fill the last round
+        assert_eq!(gathered, 8);
         seen.sort_by(|a, b| a.partial_cmp(b).unwrap());
         assert_eq!(seen, vec![0.0, 1.0, 2.0, 3.0, 4.0]);
         Ok(())

@@ -463,3 +463,85 @@ fn processes_of_a_single_process_and_seed() {
     let idx = std::thread::spawn(move || ctx.process_index().unwrap()).join().unwrap();
     assert_eq!(idx, 0);
 }
+
+/// The value of `"key":` inside the JSON object `"name":{...}` of a safetensors header
+/// (a flat object per tensor: enough for accel's own files).
+fn safetensors_entry<'a>(header: &'a str, name: &str, key: &str) -> &'a str {
+    let at = header.find(&format!("\"{}\":{{", name)).unwrap_or_else(|| panic!("{} not in {}", name, header));
+    let obj = &header[at..at + header[at..].find('}').unwrap()];
+    let k = obj.find(&format!("\"{}\":", key)).unwrap_or_else(|| panic!("{} has no {}: {}", name, key, obj));
+    let v = obj[k + key.len() + 3..].trim_start();
+    let end = if v.starts_with('[') { v.find(']').unwrap() + 1 } else { v.find(|c| c == ',' || c == '}').unwrap_or(v.len()) };
+    &v[..end]
+}
+
+/// save_model's safetensors file read back: the header names every parameter with its
+/// dtype, shape and byte range, and those bytes are the parameter's values.
+#[test]
+fn save_model_round_trip_through_the_safetensors_file() {
+    let dir = temp_dir("safetensors");
+    let ctx = ctx(21);
+    let model = ctx.mlp(&MlpOptions::new(&[3, 4, 2])).unwrap();
+    let path = dir.join("m.safetensors");
+    model.save(&path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + n]).unwrap().replace(' ', "");
+    let data = &bytes[8 + n..];
+    let mut covered = 0;
+    for (i, name) in model.parameter_names().unwrap().iter().enumerate() {
+        let p = model.parameter(i).unwrap();
+        assert_eq!(safetensors_entry(&header, name, "dtype"), "\"F32\"");
+        let shape = format!("[{}]", p.shape().unwrap().iter().map(|d| d.to_string()).collect::<Vec<_>>().join(","));
+        assert_eq!(safetensors_entry(&header, name, "shape"), shape, "{}", name);
+        let range = safetensors_entry(&header, name, "data_offsets");
+        let r: Vec<usize> = range.trim_matches(|c| c == '[' || c == ']').split(',').map(|v| v.parse().unwrap()).collect();
+        let values: Vec<f32> =
+            data[r[0]..r[1]].chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(values, p.to_vec::<f32>().unwrap(), "{}", name);
+        covered += r[1] - r[0];
+    }
+    assert_eq!(covered, data.len(), "the data holds the parameters and nothing else");
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// The TorchScript success path, with the model file the suite provides
+/// (ACCEL_TEST_TORCHSCRIPT: an MLP 64 -> 10 on the digits): load, train a step, save as
+/// TorchScript and as safetensors, load the saved module back and get the same outputs.
+#[test]
+fn torchscript_load_train_and_save_round_trip() {
+    let file = match std::env::var_os("ACCEL_TEST_TORCHSCRIPT") {
+        Some(f) => std::path::PathBuf::from(f),
+        None => {
+            eprintln!("skipped: ACCEL_TEST_TORCHSCRIPT is unset (the path of a TorchScript MLP 64 -> 10)");
+            return;
+        }
+    };
+    let dir = temp_dir("torchscript");
+    let ctx = ctx(5);
+    let model = ctx.load_torchscript(&file).unwrap();
+    let (tensors, elements) = model.num_parameters().unwrap();
+    assert!(tensors >= 2 && elements > 64 * 10, "{} tensors, {} elements", tensors, elements);
+    let x: Vec<f32> = (0..4 * 64).map(|i| (i % 17) as f32 / 16.0).collect();
+    let x = Tensor::from_slice(&x, &[4, 64]).unwrap();
+    let y = Tensor::from_slice(&[0i64, 3, 7, 9], &[4]).unwrap();
+    let opt = ctx.sgd(&model, &SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
+    let before = model.parameter(0).unwrap().to_vec::<f32>().unwrap();
+    let logits = model.forward1(&x).unwrap();
+    assert_eq!(logits.shape().unwrap(), vec![4, 10]);
+    ctx.backward(&ctx.cross_entropy(&logits, &y).unwrap()).unwrap();
+    assert!(ctx.step().unwrap().stepped);
+    assert_ne!(model.parameter(0).unwrap().to_vec::<f32>().unwrap(), before, "a step changes the weights");
+    model.set_training(false).unwrap();
+    let out = model.forward1(&x).unwrap().to_vec::<f32>().unwrap();
+    let saved = dir.join("trained.pt");
+    model.save(&saved).unwrap();
+    model.save(dir.join("trained.safetensors")).unwrap();
+    let ctx2 = common::ctx(6);
+    let again = ctx2.load_torchscript(&saved).unwrap();
+    again.set_training(false).unwrap();
+    assert_eq!(again.forward1(&x).unwrap().to_vec::<f32>().unwrap(), out);
+    assert_eq!(again.parameter_names().unwrap(), model.parameter_names().unwrap());
+    std::fs::remove_dir_all(dir).ok();
+}
