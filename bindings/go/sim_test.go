@@ -349,3 +349,39 @@ func TestSimGoexit(t *testing.T) {
 		t.Fatalf("no clear message:\n%s", out)
 	}
 }
+
+// TestSimGatherForMetrics: 2 ranks, a dataset of 5, batch 2, even_batches: the last round
+// is padded with wrapped-around samples, which GatherForMetrics drops, so every sample is
+// counted exactly once; Gather keeps the duplicates.
+func TestSimGatherForMetrics(t *testing.T) {
+	var metrics, whole [2][]float32
+	rep, err := SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+		r := ctx.mustRank()
+		x := must(NewTensor([]float32{0, 1, 2, 3, 4}, 5, 1))
+		defer x.Close()
+		lo := DefaultDataLoaderOptions()
+		lo.BatchSize = 2
+		l := must(ctx.NewDataLoader(x, nil, lo))
+		defer l.Close()
+		chk(ctx.Prepare(nil, nil, nil, l))
+		return l.Each(func(b, _ *Tensor) error {
+			gm := must(ctx.GatherForMetrics(b))
+			metrics[r] = append(metrics[r], must(ToSlice[float32](gm))...)
+			gm.Close()
+			g := must(ctx.Gather(b))
+			whole[r] = append(whole[r], must(ToSlice[float32](g))...)
+			g.Close()
+			return nil
+		})
+	})
+	ok(t, err)
+	rep.Close()
+	for r := 0; r < 2; r++ {
+		if fmt.Sprint(metrics[r]) != "[0 1 2 3 4]" {
+			t.Errorf("rank %d: gather_for_metrics gave %v, want every sample once", r, metrics[r])
+		}
+		if len(whole[r]) != 8 {
+			t.Errorf("rank %d: gather gave %v, want 8 rows (duplicates kept)", r, whole[r])
+		}
+	}
+}
