@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // must panics on an error (Go cannot pass t and a multi-value call together).
@@ -726,5 +727,36 @@ func TestSaveModelRoundTrip(t *testing.T) {
 	wantErr(t, m.Save(user), ErrInvalidArgument, "accel_save_model")
 	if b, _ := os.ReadFile(user); string(b) != "mine" {
 		t.Fatal("user file changed")
+	}
+}
+
+// TestFinalizerDefersToContext: a finalizer runs on its own goroutine, while another may be
+// using the context; it only queues a context object, whose C handle the context's own
+// goroutine destroys at its next call.
+func TestFinalizerDefersToContext(t *testing.T) {
+	ctx := newCtx(t, nil)
+	var st *objState
+	func() {
+		m := must(ctx.NewMLP(DefaultMLPOptions(4, 2)))
+		st = m.st
+	}() // m is dropped
+	queued := func() bool {
+		ctx.st.mu.Lock()
+		defer ctx.st.mu.Unlock()
+		return len(ctx.st.pending) == 1 && st.userClosed && !st.destroyed
+	}
+	for i := 0; i < 100 && !queued(); i++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if !queued() {
+		t.Fatal("the finalizer did not queue the model (or destroyed it on its own goroutine)")
+	}
+	_ = must(ctx.DeviceKind()) // the context's goroutine: destroys it now
+	ctx.st.mu.Lock()
+	done := st.destroyed && len(ctx.st.pending) == 0
+	ctx.st.mu.Unlock()
+	if !done {
+		t.Fatal("the queued model was not destroyed at the context's next call")
 	}
 }
