@@ -4,12 +4,14 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 // must panics on an error (Go cannot pass t and a multi-value call together).
@@ -636,5 +638,125 @@ func TestFinalizers(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		runtime.GC()
+	}
+}
+
+// TestTorchScriptLoad loads the TorchScript MLP (64 -> 10) named by ACCEL_TEST_TORCHSCRIPT,
+// runs it and saves it back as TorchScript and as safetensors.
+func TestTorchScriptLoad(t *testing.T) {
+	path := os.Getenv("ACCEL_TEST_TORCHSCRIPT")
+	if path == "" {
+		t.Skip("ACCEL_TEST_TORCHSCRIPT is not set: no TorchScript model file to load")
+	}
+	ctx := newCtx(t, nil)
+	m, err := ctx.LoadTorchScript(path)
+	ok(t, err)
+	defer m.Close()
+	nt, ne := must2(m.NumParameters())
+	if nt < 2 || ne < 64*10 {
+		t.Fatal(nt, ne)
+	}
+	x := must(NewTensor(make([]float32, 3*64), 3, 64))
+	defer x.Close()
+	y := must(m.Forward(x))
+	defer y.Close()
+	if sh := must(y.Shape()); len(sh) != 2 || sh[0] != 3 || sh[1] != 10 {
+		t.Fatal(sh)
+	}
+	dir := t.TempDir()
+	ok(t, m.Save(filepath.Join(dir, "copy.pt")))
+	m2 := must(ctx.LoadTorchScript(filepath.Join(dir, "copy.pt")))
+	defer m2.Close()
+	y2 := must(m2.Forward(x))
+	defer y2.Close()
+	a, b := must(ToSlice[float32](y)), must(ToSlice[float32](y2))
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("reloaded model differs at %d: %v %v", i, a[i], b[i])
+		}
+	}
+}
+
+// TestSaveModelRoundTrip reads the safetensors file back (header JSON and data) and
+// compares every tensor with Parameter.
+func TestSaveModelRoundTrip(t *testing.T) {
+	ctx := newCtx(t, nil)
+	m := must(ctx.NewMLP(DefaultMLPOptions(4, 8, 3)))
+	defer m.Close()
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	ok(t, m.Save(path))
+	raw, err := os.ReadFile(path)
+	ok(t, err)
+	hl := binary.LittleEndian.Uint64(raw[:8])
+	var hdr map[string]struct {
+		DType   string  `json:"dtype"`
+		Shape   []int64 `json:"shape"`
+		Offsets [2]int  `json:"data_offsets"`
+	}
+	ok(t, json.Unmarshal(raw[8:8+hl], &hdr))
+	delete(hdr, "__metadata__") // optional free-form metadata
+	data := raw[8+hl:]
+	nt, _ := must2(m.NumParameters())
+	if len(hdr) != nt {
+		t.Fatalf("%d tensors in the file, %d parameters", len(hdr), nt)
+	}
+	for i := 0; i < nt; i++ {
+		name := must(m.ParameterName(i))
+		e, found := hdr[name]
+		if !found || e.DType != "F32" {
+			t.Fatalf("%s: %+v", name, e)
+		}
+		p := must(m.Parameter(i))
+		want := must(ToSlice[float32](p))
+		sh := must(p.Shape())
+		p.Close()
+		if fmt.Sprint(sh) != fmt.Sprint(e.Shape) || e.Offsets[1]-e.Offsets[0] != 4*len(want) {
+			t.Fatalf("%s: shape %v offsets %v, parameter %v", name, e.Shape, e.Offsets, sh)
+		}
+		for j, w := range want {
+			got := math.Float32frombits(binary.LittleEndian.Uint32(data[e.Offsets[0]+4*j:]))
+			if got != w {
+				t.Fatalf("%s[%d]: file %v, parameter %v", name, j, got, w)
+			}
+		}
+	}
+	// the file is replaced by a later save; a user's file is not
+	ok(t, m.Save(path))
+	user := filepath.Join(filepath.Dir(path), "notes.txt")
+	ok(t, os.WriteFile(user, []byte("mine"), 0o644))
+	wantErr(t, m.Save(user), ErrInvalidArgument, "accel_save_model")
+	if b, _ := os.ReadFile(user); string(b) != "mine" {
+		t.Fatal("user file changed")
+	}
+}
+
+// TestFinalizerDefersToContext: a finalizer runs on its own goroutine, while another may be
+// using the context; it only queues a context object, whose C handle the context's own
+// goroutine destroys at its next call.
+func TestFinalizerDefersToContext(t *testing.T) {
+	ctx := newCtx(t, nil)
+	var st *objState
+	func() {
+		m := must(ctx.NewMLP(DefaultMLPOptions(4, 2)))
+		st = m.st
+	}() // m is dropped
+	queued := func() bool {
+		ctx.st.mu.Lock()
+		defer ctx.st.mu.Unlock()
+		return len(ctx.st.pending) == 1 && st.userClosed && !st.destroyed
+	}
+	for i := 0; i < 100 && !queued(); i++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	if !queued() {
+		t.Fatal("the finalizer did not queue the model (or destroyed it on its own goroutine)")
+	}
+	_ = must(ctx.DeviceKind()) // the context's goroutine: destroys it now
+	ctx.st.mu.Lock()
+	done := st.destroyed && len(ctx.st.pending) == 0
+	ctx.st.mu.Unlock()
+	if !done {
+		t.Fatal("the queued model was not destroyed at the context's next call")
 	}
 }

@@ -10,6 +10,7 @@ import "C"
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -21,6 +22,32 @@ type ctxState struct {
 	closed   bool
 	borrowed bool        // a simulator rank's context: never destroyed by Go
 	pinned   []*objState // objects bound by Prepare: kept until the context closes
+	// Objects whose finalizer ran while the context was open. A finalizer runs on its own
+	// goroutine, and the ABI lets one thread at a time use a context and its objects, so
+	// the finalizer only queues the object; the goroutine that uses the context destroys
+	// it at its next call (drain), or Close does.
+	pending    []*objState
+	hasPending atomic.Bool
+}
+
+// drain destroys the objects finalized while the context was open. It runs on the
+// goroutine that uses the context, before its next call.
+func (c *ctxState) drain() {
+	if !c.hasPending.Load() {
+		return
+	}
+	c.mu.Lock()
+	c.releasePending()
+	c.mu.Unlock()
+}
+
+// releasePending destroys the queued objects. Called with c.mu held.
+func (c *ctxState) releasePending() {
+	for _, o := range c.pending {
+		o.release()
+	}
+	c.pending = nil
+	c.hasPending.Store(false)
 }
 
 // objState tracks a model, optimizer, scheduler or loader made from a context. Its C
@@ -60,13 +87,30 @@ func (c *ctxState) newObj(destroy func(), dep *objState) *objState {
 	return o
 }
 
-// closeObj is the Close (and the finalizer) of a context object.
+// close is the Close of a context object.
 func (o *objState) close() {
 	c := o.ctx
 	c.mu.Lock()
 	if !o.userClosed {
 		o.userClosed = true
 		o.release()
+	}
+	c.mu.Unlock()
+}
+
+// finalize is the finalizer of a context object: as close, but while the context is open
+// the destruction is left to the context's goroutine (see ctxState.pending).
+func (o *objState) finalize() {
+	c := o.ctx
+	c.mu.Lock()
+	if !o.userClosed {
+		o.userClosed = true
+		if c.closed {
+			o.release()
+		} else {
+			c.pending = append(c.pending, o)
+			c.hasPending.Store(true)
+		}
 	}
 	c.mu.Unlock()
 }
@@ -81,6 +125,7 @@ func (c *ctxState) invalidate(destroyCtx bool) {
 		return
 	}
 	c.closed = true
+	c.releasePending()
 	for _, o := range c.pinned {
 		o.pins--
 		o.release()
@@ -137,6 +182,7 @@ func (c *Context) handle(op string) (*C.accel_context, error) {
 	if c.st.closed {
 		return nil, errClosed(op, "context")
 	}
+	c.st.drain()
 	return c.st.h, nil
 }
 

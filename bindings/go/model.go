@@ -32,6 +32,7 @@ func (o *ctxObj) check(op, what string) error {
 	if o.st.userClosed || o.ctx.st.closed {
 		return errClosed(op, what)
 	}
+	o.ctx.st.drain()
 	return nil
 }
 
@@ -47,7 +48,7 @@ func (c *Context) wrapModel(h *C.accel_model) *Model {
 	m := &Model{h: h}
 	m.ctx = c
 	m.st = c.st.newObj(func() { C.accel_model_destroy(h) }, nil)
-	runtime.SetFinalizer(m, (*Model).Close)
+	runtime.SetFinalizer(m, func(m *Model) { m.st.finalize() })
 	return m
 }
 
@@ -266,7 +267,7 @@ func (c *Context) newOptimizer(op string, model *Model, f func(*C.accel_context,
 	o := &Optimizer{h: out}
 	o.ctx = c
 	o.st = c.st.newObj(func() { C.accel_optimizer_destroy(out) }, model.st)
-	runtime.SetFinalizer(o, (*Optimizer).Close)
+	runtime.SetFinalizer(o, func(o *Optimizer) { o.st.finalize() })
 	return o, nil
 }
 
@@ -364,7 +365,7 @@ func (c *Context) NewScheduler(opt *Optimizer, opts SchedulerOptions) (*Schedule
 	s := &Scheduler{h: out}
 	s.ctx = c
 	s.st = c.st.newObj(func() { C.accel_scheduler_destroy(out) }, opt.st)
-	runtime.SetFinalizer(s, (*Scheduler).Close)
+	runtime.SetFinalizer(s, func(s *Scheduler) { s.st.finalize() })
 	return s, nil
 }
 
@@ -451,7 +452,7 @@ func (c *Context) NewDataLoader(inputs, targets *Tensor, opts DataLoaderOptions)
 	l := &DataLoader{h: out}
 	l.ctx = c
 	l.st = c.st.newObj(func() { C.accel_dataloader_destroy(out) }, nil)
-	runtime.SetFinalizer(l, (*DataLoader).Close)
+	runtime.SetFinalizer(l, func(l *DataLoader) { l.dropBatch(); l.st.finalize() })
 	return l, nil
 }
 

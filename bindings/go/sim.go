@@ -57,21 +57,30 @@ func (r *simRun) runRank(h *C.accel_context) (status C.accel_status) {
 	C.accel_process_index(h, &rank)
 	// Runs last: the context is valid only during fn; a kept *Context now gives ErrClosed.
 	defer st.invalidate(false)
+	returned := false
 	defer func() {
 		if p := recover(); p != nil {
 			msg := fmt.Sprintf("panic: %v", p)
 			r.fail(int(rank), StatusInternal, msg)
 			status = C.ACCEL_ERR_INTERNAL
+		} else if !returned {
+			// fn called runtime.Goexit (t.Fatal, t.FailNow, t.SkipNow). A goroutine that C
+			// called cannot end: Go 1.19 then aborts with "internal lockOSThread error",
+			// and Goexit cannot be stopped. Abort with a message that says why instead.
+			panic(fmt.Sprintf("accel.SimRun: the function of rank %d called runtime.Goexit "+
+				"(t.Fatal, t.FailNow, t.Skip...): a goroutine called from C cannot exit, so the "+
+				"process stops; return an error (or panic) from a rank function instead", int(rank)))
 		}
 	}()
 	err := r.fn(ctx)
+	returned = true
 	if err == nil {
 		return C.ACCEL_OK
 	}
 	s := StatusInternal
 	var ae *Error
-	if errors.As(err, &ae) && ae.Status < 0 {
-		s = ae.Status
+	if errors.As(err, &ae) && ae.Status < 0 && ae.Status.String() != "ACCEL_ERR_UNKNOWN" {
+		s = ae.Status // a status the library knows (it refuses others as fn's bug)
 	}
 	r.fail(int(rank), s, err.Error())
 	return C.accel_status(s)
@@ -96,7 +105,9 @@ type RankResult struct {
 // invalid once fn returns (a kept pointer gives ErrClosed). An error returned by fn fails
 // that rank with fn's message (its status when it wraps an *Error, else
 // StatusInternal); a panic is recovered and fails the rank the same way ("panic: ...",
-// StatusInternal), never unwinding through C.
+// StatusInternal), never unwinding through C. fn must not call runtime.Goexit (t.Fatal,
+// t.FailNow, t.Skip... in a test): a goroutine that C called cannot exit, so that stops
+// the process, with a message naming the rank. Report failures by returning an error.
 //
 // On success the report and nil are returned. When a rank failed, the report (once the
 // world ran) and a *RankError naming the first failing rank and wrapping its *Error.

@@ -316,3 +316,72 @@ func TestCgocheck2(t *testing.T) {
 		t.Fatalf("cgocheck=2 run failed: %v\n%s", err, out)
 	}
 }
+
+// runChild runs the test named name in a child process with ACCEL_GO_CHILD=name and
+// returns its combined output and exit error.
+func runChild(t *testing.T, name string, env ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(append(os.Environ(), "ACCEL_GO_CHILD="+name), env...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// TestSimGoexit: runtime.Goexit (t.Fatal) inside a rank function cannot be survived (a
+// goroutine C called cannot exit); the process must stop with a message naming the cause
+// and the rank, not hang and not with the runtime's bare "internal lockOSThread error".
+func TestSimGoexit(t *testing.T) {
+	if os.Getenv("ACCEL_GO_CHILD") == "TestSimGoexit" {
+		SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+			if ctx.mustRank() == 1 {
+				t.Fatal("t.Fatal inside a rank") // runtime.Goexit
+			}
+			return ctx.Barrier()
+		})
+		t.Log("SimRun returned")
+		return
+	}
+	out, err := runChild(t, "TestSimGoexit")
+	if err == nil || strings.Contains(out, "SimRun returned") {
+		t.Fatalf("the child survived a Goexit in a rank: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "the function of rank 1 called runtime.Goexit") {
+		t.Fatalf("no clear message:\n%s", out)
+	}
+}
+
+// TestSimGatherForMetrics: 2 ranks, a dataset of 5, batch 2, even_batches: the last round
+// is padded with wrapped-around samples, which GatherForMetrics drops, so every sample is
+// counted exactly once; Gather keeps the duplicates.
+func TestSimGatherForMetrics(t *testing.T) {
+	var metrics, whole [2][]float32
+	rep, err := SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+		r := ctx.mustRank()
+		x := must(NewTensor([]float32{0, 1, 2, 3, 4}, 5, 1))
+		defer x.Close()
+		lo := DefaultDataLoaderOptions()
+		lo.BatchSize = 2
+		l := must(ctx.NewDataLoader(x, nil, lo))
+		defer l.Close()
+		chk(ctx.Prepare(nil, nil, nil, l))
+		return l.Each(func(b, _ *Tensor) error {
+			gm := must(ctx.GatherForMetrics(b))
+			metrics[r] = append(metrics[r], must(ToSlice[float32](gm))...)
+			gm.Close()
+			g := must(ctx.Gather(b))
+			whole[r] = append(whole[r], must(ToSlice[float32](g))...)
+			g.Close()
+			return nil
+		})
+	})
+	ok(t, err)
+	rep.Close()
+	for r := 0; r < 2; r++ {
+		if fmt.Sprint(metrics[r]) != "[0 1 2 3 4]" {
+			t.Errorf("rank %d: gather_for_metrics gave %v, want every sample once", r, metrics[r])
+		}
+		if len(whole[r]) != 8 {
+			t.Errorf("rank %d: gather gave %v, want 8 rows (duplicates kept)", r, whole[r])
+		}
+	}
+}
