@@ -421,6 +421,8 @@ class Tensor:
     def close(self) -> None:
         """Releases the tensor (accel_tensor_destroy). Idempotent. While another thread's call
         is using it, the release happens when that call returns."""
+        if self._h is None:  # already released (e.g. the finalizer after close())
+            return
         with _pin_lock:
             if self._pins:
                 self._closing = True
@@ -648,6 +650,30 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
     return Tensor._wrap(out[0])
 
 
+def _pin_all(tensors: Sequence[Tensor]) -> List[Any]:
+    """The tensors' handles, each pinned for a C call (one acquisition of the pin lock for all);
+    ClosedError, nothing pinned, when one is closed. Undo with _unpin_all."""
+    with _pin_lock:
+        for t in tensors:
+            if t._h is None or t._closing:
+                raise ClosedError("this Tensor is closed")
+        for t in tensors:
+            t._pins += 1
+        return [t._h for t in tensors]
+
+
+def _unpin_all(tensors: Sequence[Tensor]) -> None:
+    doomed = []
+    with _pin_lock:
+        for t in tensors:
+            t._pins -= 1
+            if t._closing and t._pins == 0 and t._h is not None:
+                doomed.append(t._h)
+                t._h = None
+    for h in doomed:  # closed by another thread during the call: released now
+        lib.accel_tensor_destroy(h)
+
+
 class _Args:
     """The arguments of one C call, as `with _Args(args) as c_args:`. Tensors become their handles,
     pinned for the call (see Tensor._pin); array-likes in the positions listed in `convert` become
@@ -659,19 +685,26 @@ class _Args:
     def __init__(self, args: Sequence[Any], convert: Sequence[int] = ()) -> None:
         self._pinned: List[Tensor] = []
         self._temps: List[Tensor] = []
-        self.values: List[Any] = []
+        values: List[Any] = []
+        self.values = values
         try:
+            tensors = []
             for i, a in enumerate(args):
-                if i in convert and not isinstance(a, Tensor):
+                if convert and i in convert and not isinstance(a, Tensor):
                     a = tensor(a)
                     self._temps.append(a)
                 if isinstance(a, Tensor):
-                    self.values.append(a._pin())
-                    self._pinned.append(a)
+                    tensors.append((len(values), a))
+                    values.append(None)
                 elif isinstance(a, _Child):
-                    self.values.append(a._p()[1])
+                    values.append(a._p()[1])
                 else:
-                    self.values.append(a)
+                    values.append(a)
+            if tensors:
+                handles = _pin_all([t for _, t in tensors])
+                self._pinned = [t for _, t in tensors]
+                for (i, _), h in zip(tensors, handles):
+                    values[i] = h
         except BaseException:
             self.__exit__()
             raise
@@ -680,8 +713,8 @@ class _Args:
         return self.values
 
     def __exit__(self, *exc: Any) -> None:
-        for t in self._pinned:
-            t._unpin()
+        if self._pinned:
+            _unpin_all(self._pinned)
         for t in self._temps:
             t.close()
 
@@ -865,14 +898,23 @@ class Model(_Child):
 
     def forward(self, *inputs: ArrayLike) -> Tensor:
         """accel_model_forward; the output remembers this model's Accelerator (for the losses)."""
-        out = ffi.new("accel_tensor **")
-        with self._acc._lock:
+        acc = self._acc
+        with acc._lock:
             ctx, h = self._p()
-            with _Args(inputs, convert=range(len(inputs))) as handles:
-                arr = ffi.new("accel_tensor *[]", handles or [ffi.NULL])
-                st = lib.accel_model_forward(ctx, h, arr, len(handles), out)
+            out = acc._out_a
+            if len(inputs) == 1 and type(inputs[0]) is Tensor:  # the training loop's case, kept lean
+                arr = acc._in_1
+                arr[0] = _pin_all(inputs)[0]
+                try:
+                    st = lib.accel_model_forward(ctx, h, arr, 1, out)
+                finally:
+                    _unpin_all(inputs)
+            else:
+                with _Args(inputs, convert=range(len(inputs))) as handles:
+                    arr = ffi.new("accel_tensor *[]", handles or [ffi.NULL])
+                    st = lib.accel_model_forward(ctx, h, arr, len(handles), out)
             _check(st, ctx)
-        return Tensor._wrap(out[0], self._acc)
+            return Tensor._wrap(out[0], acc)
 
     def train(self, mode: bool = True) -> "Model":
         """Training mode (dropout on, graphs recorded) or, with mode=False, evaluation mode."""
@@ -1092,16 +1134,17 @@ class DataLoader(_Child):
     def next_batch(self) -> Any:
         """The next batch of the epoch ((x, y), or x without targets), or None at the end of the
         epoch (the loader then moves to the next epoch)."""
-        xo = ffi.new("accel_tensor **")
-        yo = ffi.new("accel_tensor **")
-        self._call(lib.accel_dataloader_next, xo, yo)
-        if xo[0] == ffi.NULL:
-            return None
         acc = self._acc
-        x = Tensor._wrap(xo[0], acc)
-        if not self._has_targets:
-            return x
-        return x, Tensor._wrap(yo[0], acc)
+        with acc._lock:
+            ctx, h = self._p()
+            xo, yo = acc._out_a, acc._out_b
+            _check(lib.accel_dataloader_next(ctx, h, xo, yo), ctx)
+            if xo[0] == ffi.NULL:
+                return None
+            x = Tensor._wrap(xo[0], acc)
+            if not self._has_targets:
+                return x
+            return x, Tensor._wrap(yo[0], acc)
 
     def __iter__(self) -> Iterator[Any]:
         """One epoch of batches: (x, y), or x for a loader without targets."""
@@ -1239,6 +1282,10 @@ class Accelerator:
         self._next_key = 0
         self._prepared: List[_Child] = []
         self._step_out = ffi.new("accel_step_result *")
+        # out-parameters of the hot calls, reused: only used holding self._lock, and read at once
+        self._out_a = ffi.new("accel_tensor **")
+        self._out_b = ffi.new("accel_tensor **")
+        self._in_1 = ffi.new("accel_tensor *[1]")
         self._pending_backward = False
         self._project_dir: Optional[str] = None
         self.gradient_accumulation_steps = accumulation
@@ -1371,14 +1418,23 @@ class Accelerator:
         """accel_backward: backpropagates a scalar loss, scaled for accumulation and fp16."""
         if not isinstance(loss, Tensor):
             raise TypeError(f"backward takes an accel.Tensor (a loss), got {type(loss).__name__}")
-        self._call(lib.accel_backward, loss)
-        self._pending_backward = True
+        with self._lock:
+            ctx = self._c()
+            one = (loss,)
+            h = _pin_all(one)[0]
+            try:
+                st = lib.accel_backward(ctx, h)
+            finally:
+                _unpin_all(one)
+            _check(st, ctx)
+            self._pending_backward = True
 
     def step(self) -> StepResult:
         """accel_step: ends a micro-batch (what optimizer.step() calls)."""
         with self._lock:
+            ctx = self._c()
             r = self._step_out
-            self._call(lib.accel_step, r)
+            _check(lib.accel_step(ctx, r), ctx)
             self._pending_backward = False
             return StepResult(bool(r.stepped), bool(r.skipped), bool(r.sync_step), r.loss_scale,
                               r.optimizer_steps, r.micro_steps)
@@ -1578,13 +1634,21 @@ def _loss(fn: Callable[..., int], name: str, a: Tensor, b: ArrayLike, accelerato
                                    f"{name}: neither tensor came from a model: pass accelerator=")
     if not isinstance(a, Tensor):
         raise TypeError(f"{name}: the first argument must be an accel.Tensor (a model's output)")
-    out = ffi.new("accel_tensor **")
     with acc._lock:
         ctx = acc._c()
-        with _Args((a, b), convert=(1,)) as (ha, hb):
-            st = fn(ctx, ha, hb, out)
+        out = acc._out_a
+        if type(b) is Tensor:  # the training loop's case, kept lean
+            pair = (a, b)
+            ha, hb = _pin_all(pair)
+            try:
+                st = fn(ctx, ha, hb, out)
+            finally:
+                _unpin_all(pair)
+        else:
+            with _Args((a, b), convert=(1,)) as (ha, hb):
+                st = fn(ctx, ha, hb, out)
         _check(st, ctx)
-    return Tensor._wrap(out[0], acc)
+        return Tensor._wrap(out[0], acc)
 
 
 def cross_entropy(logits: Tensor, targets: ArrayLike, *, accelerator: Optional[Accelerator] = None) -> Tensor:
