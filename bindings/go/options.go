@@ -20,7 +20,11 @@ import (
 
 func mustInit(op string, r C.ag_res) {
 	if err := resErr(op, r); err != nil {
-		// Only a library that does not know this header's options versions fails here.
+		// Only a library that does not know this header's options versions fails here: an
+		// older or newer major version says so first, with the versions.
+		if verr := libCheck(); verr != nil {
+			panic(verr)
+		}
 		panic(err)
 	}
 }
