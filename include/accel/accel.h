@@ -364,8 +364,9 @@ ACCEL_API accel_status accel_model_load_torchscript(accel_context *ctx, const ch
 /* Releases a model. NULL is accepted. */
 ACCEL_API void accel_model_destroy(accel_model *model);
 
-/* Runs the model's forward on inputs[0..num_inputs) (borrowed; moved to the context's
- * device as needed) under the context's precision (autocast for bf16/fp16), and returns
+/* Runs the model's forward on inputs[0..num_inputs) (borrowed and only read: a tensor on
+ * another device is copied to the context's, the input itself never changes, so several
+ * threads may pass the same tensor) under the context's precision (autocast for bf16/fp16), and returns
  * the output in *out (a new tensor). In training mode the output records the autograd
  * graph for accel_backward; in evaluation mode no graph is recorded.
  * Errors: ACCEL_ERR_INVALID_ARGUMENT for wrong input count, shapes or dtypes (the message
