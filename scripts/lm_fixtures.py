@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Writes the language-model fixtures of issue 16 (tests/fixtures/lm/, format in its README.md).
+
+Run it through scripts/lm_fixtures, which makes the pinned venv (torch, transformers, peft,
+safetensors from PyPI) and sets the environment (offline, one thread, CPU). Nothing is
+fetched from a model hub: every model is built from a config with a fixed seed.
+
+For each fixture <out>/<name>/:
+  config.json, generation_config.json, model.safetensors (or model.safetensors.index.json
+  and its shards): exactly what model.save_pretrained(dir, safe_serialization=True) writes;
+  reference.safetensors: input_ids, attention_mask, labels, logits, loss and
+  grad.<parameter name> for every parameter (model.named_parameters(), so a tied lm_head
+  appears once, under the embedding's name);
+  manifest.json: the sha256 of every other file, the versions and the seeds.
+
+The output is deterministic: two runs write byte-identical files (--check verifies it
+against an existing directory). The script checks itself: each saved directory is reloaded
+with AutoModelForCausalLM.from_pretrained and must give the reference's logits bit for bit.
+"""
+
+import argparse
+import copy
+import filecmp
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+
+for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    os.environ.setdefault(var, "1")  # never the hub, even when run without the wrapper
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import torch  # noqa: E402
+import safetensors  # noqa: E402
+import safetensors.torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+# The batch: B = 3 rows of T = 12 tokens, right padding; row 1 has no padding.
+BATCH, SEQ = 3, 12
+LENGTHS = (9, 12, 5)
+PAD_ID = 0  # the id written at padding positions of input_ids (masked out; labels -100 there)
+INPUT_SEED = 1234
+# Weights: the family's own initialisation (initializer_range 0.2, so attention scores and
+# rotary positions matter), then every 1-D parameter (biases, norm weights) perturbed with
+# N(0, 0.1) so that none is all zeros or all ones. Seeds per model below.
+INIT_RANGE = 0.2
+PERTURB_STD = 0.1
+SHARD_SIZE = "40KB"  # llama-tiny-sharded: ~107 KB of weights in 3 shards
+VOCAB = 128
+
+
+def gpt2_tiny():
+    return GPT2Config(
+        vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4,
+        activation_function="gelu_new", layer_norm_epsilon=1e-5, initializer_range=INIT_RANGE,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, summary_first_dropout=0.0,
+        tie_word_embeddings=True, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
+
+
+def llama_tiny(tied):
+    return LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, rms_norm_eps=1e-6,
+        hidden_act="silu", initializer_range=INIT_RANGE, attention_dropout=0.0,
+        attention_bias=False, mlp_bias=False, tie_word_embeddings=tied,
+        bos_token_id=1, eos_token_id=2)
+
+
+# name: (model class, config, weight seed, max_shard_size or None)
+FIXTURES = {
+    "gpt2-tiny": (GPT2LMHeadModel, gpt2_tiny(), 16001, None),
+    "llama-tiny": (LlamaForCausalLM, llama_tiny(False), 16002, None),
+    "llama-tiny-tied": (LlamaForCausalLM, llama_tiny(True), 16003, None),
+    "llama-tiny-sharded": (LlamaForCausalLM, llama_tiny(False), 16002, SHARD_SIZE),  # = llama-tiny
+}
+
+
+def setup_determinism():
+    transformers.utils.logging.set_verbosity_error()  # no progress bars or notices in the output
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    torch.set_num_interop_threads(1)
+    torch.use_deterministic_algorithms(True)
+    torch.set_default_dtype(torch.float32)
+
+
+def build_model(cls, config, seed):
+    config = copy.deepcopy(config)
+    # eager attention: the textbook softmax(QK^T/sqrt(d) + mask)V, the same on every machine
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = cls(config).to(torch.float32)
+    with torch.no_grad():
+        for _, p in sorted(model.named_parameters()):
+            if p.dim() == 1:
+                p.add_(torch.randn(p.shape) * PERTURB_STD)
+    for name, module in model.named_modules():  # every dropout 0, whatever the config says
+        if isinstance(module, torch.nn.Dropout):
+            assert module.p == 0.0, f"{name}: dropout {module.p}"
+    model.eval()
+    return model
+
+
+def make_inputs():
+    g = torch.Generator().manual_seed(INPUT_SEED)
+    # ids 3..VOCAB-2: not the pad id, not the bos/eos ids of either family
+    input_ids = torch.randint(3, VOCAB - 1, (BATCH, SEQ), generator=g, dtype=torch.int64)
+    attention_mask = torch.zeros(BATCH, SEQ, dtype=torch.int64)
+    for row, n in enumerate(LENGTHS):
+        attention_mask[row, :n] = 1
+    input_ids = input_ids.masked_fill(attention_mask == 0, PAD_ID)
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    return input_ids, attention_mask, labels
+
+
+def reference(model, input_ids, attention_mask, labels):
+    model.zero_grad(set_to_none=True)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    out.loss.backward()
+    # the loss convention, recomputed by hand: shift by one, ignore -100, mean over targets
+    shift_logits = out.logits[:, :-1, :].reshape(-1, out.logits.shape[-1])
+    shift_labels = labels[:, 1:].reshape(-1)
+    keep = shift_labels != -100
+    manual = torch.nn.functional.cross_entropy(shift_logits[keep], shift_labels[keep], reduction="sum") / keep.sum()
+    assert torch.allclose(manual, out.loss, rtol=1e-6, atol=0), (manual.item(), out.loss.item())
+    tensors = {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "labels": labels,
+        "logits": out.logits.detach(),
+        "loss": out.loss.detach().reshape(()),
+    }
+    for name, p in model.named_parameters():
+        assert p.grad is not None, f"{name} has no gradient"
+        tensors["grad." + name] = p.grad.detach()
+    for k, v in tensors.items():
+        assert v.dtype in (torch.int64, torch.float32), (k, v.dtype)
+        tensors[k] = v.contiguous().clone()
+    return tensors
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def versions():
+    import peft
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "peft": peft.__version__,
+        "safetensors": safetensors.__version__,
+    }
+
+
+def saved_keys(d):
+    keys = set()
+    index = os.path.join(d, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) else ["model.safetensors"]
+    for f in files:
+        with safetensors.safe_open(os.path.join(d, f), "pt") as st:
+            keys |= set(st.keys())
+    return keys, files
+
+
+def self_check(name, d, model, ref):
+    # 1. the saved tensors are exactly the parameters (no buffers such as rotary inv_freq or
+    #    GPT-2's causal-mask bias, no tied lm_head), so grad.<name> covers every saved tensor
+    keys, files = saved_keys(d)
+    params = {n for n, _ in model.named_parameters()}
+    assert keys == params, f"{name}: saved {sorted(keys ^ params)} differ from the parameters"
+    if FIXTURES[name][3]:
+        assert len(files) >= 2, f"{name}: the index lists {len(files)} shard(s)"
+    # 2. the saved weights are the ones that produced the reference
+    reloaded = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager", dtype=torch.float32)
+    reloaded.eval()
+    with torch.no_grad():
+        logits = reloaded(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"]).logits
+    assert torch.equal(logits, ref["logits"]), f"{name}: reloaded logits differ by {(logits - ref['logits']).abs().max().item()}"
+    # 3. the default attention (sdpa) agrees closely: the reference is not an eager artefact
+    sdpa = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = sdpa(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"]).logits
+    real = ref["attention_mask"].bool()
+    assert torch.allclose(logits[real], ref["logits"][real], rtol=1e-5, atol=1e-5), name
+    # 4. padding changes nothing at the real positions: each row alone, unpadded, and with
+    #    explicit position ids 0..T-1 (the default), gives the same logits there
+    with torch.no_grad():
+        for row, n in enumerate(LENGTHS):
+            alone = reloaded(input_ids=ref["input_ids"][row:row + 1, :n]).logits[0]
+            assert torch.allclose(alone, ref["logits"][row, :n], rtol=1e-5, atol=1e-5), (name, row)
+        positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ)
+        explicit = reloaded(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], position_ids=positions).logits
+        assert torch.equal(explicit, ref["logits"]), name
+    return files
+
+
+def peft_smoke(model, input_ids, attention_mask, labels):
+    """peft works with these pins (issue 16's LoRA tests use it): a LoRA forward/backward."""
+    import warnings
+    import peft
+    with warnings.catch_warnings():  # peft 0.21 calls an API that transformers 5 deprecates
+        warnings.simplefilter("ignore", FutureWarning)
+        m = peft.get_peft_model(copy.deepcopy(model), peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+        m(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss.backward()
+    assert all(p.grad is not None for n, p in m.named_parameters() if "lora_" in n)
+
+
+def write_fixture(name, out, inputs, vers):
+    cls, config, seed, shard = FIXTURES[name]
+    model = build_model(cls, config, seed)
+    ref = reference(model, *inputs)
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    kwargs = {"max_shard_size": shard} if shard else {}
+    model.save_pretrained(d, safe_serialization=True, **kwargs)
+    safetensors.torch.save_file(ref, os.path.join(d, "reference.safetensors"))
+    files = self_check(name, d, model, ref)
+    if name == "llama-tiny":
+        peft_smoke(model, *inputs)
+    manifest = {
+        "fixture": name,
+        "generator": "scripts/lm_fixtures.py",
+        "versions": vers,
+        "seeds": {"weights": seed, "inputs": INPUT_SEED},
+        "model_class": cls.__name__,
+        "attn_implementation": "eager",
+        "max_shard_size": shard,
+        "weight_files": files,
+        "position_ids": "not given: the model's default, 0..T-1 in every row",
+        "files": {f: sha256(os.path.join(d, f)) for f in sorted(os.listdir(d))},
+    }
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+    n_params = sum(p.numel() for p in model.parameters())
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    print(f"{name:20s} {cls.__name__:17s} params {n_params:6d}  loss {ref['loss'].item():.6f}  "
+          f"{len(files)} weight file(s)  {size / 1024:.1f} KiB")
+
+
+def compare_dirs(a, b, names):
+    bad = []
+    for name in names:
+        da, db = os.path.join(a, name), os.path.join(b, name)
+        fa = sorted(os.listdir(da)) if os.path.isdir(da) else []
+        fb = sorted(os.listdir(db)) if os.path.isdir(db) else []
+        if fa != fb:
+            bad.append(f"{name}: files {fa} != {fb}")
+            continue
+        bad += [f"{name}/{f} differs" for f in fa if not filecmp.cmp(os.path.join(da, f), os.path.join(db, f), shallow=False)]
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="the fixture directory (tests/fixtures/lm)")
+    ap.add_argument("--check", action="store_true",
+                    help="write into a temporary directory and compare with --out byte for byte; write nothing")
+    ap.add_argument("--only", action="append", choices=sorted(FIXTURES), help="write only these fixtures")
+    args = ap.parse_args()
+    setup_determinism()
+    vers = versions()
+    print("lm_fixtures: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
+    inputs = make_inputs()
+    names = args.only or list(FIXTURES)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in names:
+                write_fixture(name, tmp, inputs, vers)
+            bad = compare_dirs(tmp, args.out, names)
+        if bad:
+            print("lm_fixtures: the fixtures differ from a fresh run:\n  " + "\n  ".join(bad), file=sys.stderr)
+            return 1
+        print(f"lm_fixtures: {args.out} matches a fresh run byte for byte")
+        return 0
+    os.makedirs(args.out, exist_ok=True)
+    for name in names:
+        write_fixture(name, args.out, inputs, vers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
