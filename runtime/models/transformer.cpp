@@ -1,0 +1,637 @@
+// Causal language models: config.json, loading and saving Hugging Face directories, the
+// causal-LM loss, the attention core (see transformer.h).
+#include "runtime/models/transformer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "runtime/compat.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+
+namespace accel {
+
+std::string shape_str(const torch::Tensor& t);  // model.cpp
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string dims(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+// A config.json field with a default; Format naming the file and the field when the type is wrong.
+struct Fields {
+  const json& j;
+  const std::string& what;
+
+  bool has(const char* k) const { return j.contains(k) && !j[k].is_null(); }
+  int64_t integer(const char* k, int64_t def, bool required = false) const {
+    if (!has(k)) {
+      ACCEL_CHECK(!required, Status::Format, what, ": the field '", k, "' is missing");
+      return def;
+    }
+    const json& v = j[k];
+    ACCEL_CHECK(v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()),
+                Status::Format, what, ": the field '", k, "' must be an integer, got ", v.dump());
+    const int64_t x = v.is_number_integer() ? v.get<int64_t>() : static_cast<int64_t>(v.get<double>());
+    return x;
+  }
+  int64_t positive(const char* k, int64_t def, bool required = false) const {
+    const int64_t x = integer(k, def, required);
+    ACCEL_CHECK(x >= 1 && x <= (int64_t{1} << 40), Status::Format, what, ": the field '", k,
+                "' must be a positive integer, got ", x);
+    return x;
+  }
+  double number(const char* k, double def) const {
+    if (!has(k)) return def;
+    ACCEL_CHECK(j[k].is_number(), Status::Format, what, ": the field '", k, "' must be a number, got ", j[k].dump());
+    return j[k].get<double>();
+  }
+  bool boolean(const char* k, bool def) const {
+    if (!has(k)) return def;
+    ACCEL_CHECK(j[k].is_boolean(), Status::Format, what, ": the field '", k, "' must be true or false, got ",
+                j[k].dump());
+    return j[k].get<bool>();
+  }
+  std::string string(const char* k, const std::string& def) const {
+    if (!has(k)) return def;
+    ACCEL_CHECK(j[k].is_string(), Status::Format, what, ": the field '", k, "' must be a string, got ", j[k].dump());
+    return j[k].get<std::string>();
+  }
+  double probability(const char* k) const {
+    const double p = number(k, 0.0);
+    ACCEL_CHECK(p >= 0.0 && p < 1.0, Status::Format, what, ": the field '", k, "' must be in [0, 1), got ", p);
+    return p;
+  }
+};
+
+const std::set<std::string> kActivations = {"gelu_new", "gelu_pytorch_tanh", "gelu_fast", "gelu", "relu", "silu",
+                                            "swish"};
+
+std::string st_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return "F32";
+    case torch::kBFloat16: return "BF16";
+    case torch::kHalf: return "F16";
+    default: return "";
+  }
+}
+
+torch::ScalarType torch_dtype(const std::string& st) {
+  if (st == "F32") return torch::kFloat;
+  if (st == "BF16") return torch::kBFloat16;
+  if (st == "F16") return torch::kHalf;
+  return torch::kFloat;
+}
+
+// config.json's dtype names
+std::string st_of_config(const std::string& d) {
+  if (d == "float32") return "F32";
+  if (d == "bfloat16") return "BF16";
+  if (d == "float16") return "F16";
+  return "";
+}
+
+std::string config_of_st(const std::string& st) {
+  if (st == "F32") return "float32";
+  if (st == "BF16") return "bfloat16";
+  if (st == "F16") return "float16";
+  return "";
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// config.json
+
+LMConfig parse_lm_config(const std::string& text, const std::string& what) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  ACCEL_CHECK(!j.is_discarded(), Status::Format, what, ": not valid JSON");
+  ACCEL_CHECK(j.is_object(), Status::Format, what, ": a config must be a JSON object");
+  Fields f{j, what};
+  LMConfig c;
+  c.raw = j;
+  ACCEL_CHECK(f.has("model_type"), Status::Format, what, ": the field 'model_type' is missing");
+  c.model_type = f.string("model_type", "");
+  if (c.model_type == "gpt2") {
+    c.family = LMFamily::GPT2;
+    c.vocab_size = f.positive("vocab_size", 50257, true);
+    c.max_position_embeddings = f.positive("n_positions", 1024, true);
+    c.hidden_size = f.positive("n_embd", 768, true);
+    c.num_layers = f.positive("n_layer", 12, true);
+    c.num_heads = f.positive("n_head", 12, true);
+    ACCEL_CHECK(c.hidden_size % c.num_heads == 0, Status::Format, what, ": 'n_embd' (", c.hidden_size,
+                ") must be a multiple of 'n_head' (", c.num_heads, ")");
+    c.num_kv_heads = c.num_heads;
+    c.head_dim = c.hidden_size / c.num_heads;
+    c.intermediate_size = f.has("n_inner") ? f.positive("n_inner", 0) : 4 * c.hidden_size;
+    c.activation = f.string("activation_function", "gelu_new");
+    c.layer_norm_epsilon = f.number("layer_norm_epsilon", 1e-5);
+    c.initializer_range = f.number("initializer_range", 0.02);
+    c.scale_attn_weights = f.boolean("scale_attn_weights", true);
+    c.scale_attn_by_inverse_layer_idx = f.boolean("scale_attn_by_inverse_layer_idx", false);
+    c.tie_word_embeddings = f.boolean("tie_word_embeddings", true);
+    c.embd_pdrop = f.probability("embd_pdrop");
+    c.attn_pdrop = f.probability("attn_pdrop");
+    c.resid_pdrop = f.probability("resid_pdrop");
+    ACCEL_CHECK(!f.boolean("add_cross_attention", false), Status::Unsupported, what,
+                ": 'add_cross_attention' true (an encoder-decoder GPT-2) is not supported");
+  } else if (c.model_type == "llama") {
+    c.family = LMFamily::Llama;
+    c.vocab_size = f.positive("vocab_size", 32000, true);
+    c.hidden_size = f.positive("hidden_size", 4096, true);
+    c.intermediate_size = f.positive("intermediate_size", 11008, true);
+    c.num_layers = f.positive("num_hidden_layers", 32, true);
+    c.num_heads = f.positive("num_attention_heads", 32, true);
+    c.num_kv_heads = f.has("num_key_value_heads") ? f.positive("num_key_value_heads", 0) : c.num_heads;
+    ACCEL_CHECK(c.num_heads % c.num_kv_heads == 0, Status::Format, what, ": 'num_attention_heads' (", c.num_heads,
+                ") must be a multiple of 'num_key_value_heads' (", c.num_kv_heads, ")");
+    if (f.has("head_dim")) {
+      c.head_dim = f.positive("head_dim", 0);
+    } else {
+      ACCEL_CHECK(c.hidden_size % c.num_heads == 0, Status::Format, what, ": 'hidden_size' (", c.hidden_size,
+                  ") must be a multiple of 'num_attention_heads' (", c.num_heads, ") when 'head_dim' is absent");
+      c.head_dim = c.hidden_size / c.num_heads;
+    }
+    ACCEL_CHECK(c.head_dim % 2 == 0, Status::Format, what, ": the head dimension (", c.head_dim,
+                ") must be even for rotary embeddings");
+    c.activation = f.string("hidden_act", "silu");
+    c.max_position_embeddings = f.positive("max_position_embeddings", 2048);
+    c.initializer_range = f.number("initializer_range", 0.02);
+    c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+    c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+    c.attention_bias = f.boolean("attention_bias", false);
+    c.mlp_bias = f.boolean("mlp_bias", false);
+    c.attention_dropout = f.probability("attention_dropout");
+    ACCEL_CHECK(f.integer("pretraining_tp", 1) == 1, Status::Unsupported, what,
+                ": 'pretraining_tp' other than 1 is not supported");
+    // RoPE: transformers 5 writes "rope_parameters", 4 a top-level "rope_theta" and "rope_scaling"
+    c.rope_theta = f.number("rope_theta", 10000.0);
+    for (const char* key : {"rope_parameters", "rope_scaling"}) {
+      if (!f.has(key)) continue;
+      const json& r = j[key];
+      ACCEL_CHECK(r.is_object(), Status::Format, what, ": the field '", key, "' must be an object, got ", r.dump());
+      Fields rf{r, what};
+      std::string type = rf.string("rope_type", rf.string("type", "default"));
+      ACCEL_CHECK(type == "default", Status::Unsupported, what, ": '", key, "' has rope_type '", type,
+                  "'; accel supports only the \"default\" RoPE (no scaling)");
+      if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
+    }
+    ACCEL_CHECK(c.rope_theta > 0, Status::Format, what, ": 'rope_theta' must be positive, got ", c.rope_theta);
+  } else {
+    fail(Status::Unsupported, what, ": model_type '", c.model_type, "' is not supported (supported: \"gpt2\", \"llama\")");
+  }
+  ACCEL_CHECK(kActivations.count(c.activation), Status::Unsupported, what, ": activation '", c.activation,
+              "' is not supported (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, relu, silu, swish)");
+  ACCEL_CHECK(c.initializer_range >= 0, Status::Format, what, ": 'initializer_range' must be >= 0");
+  c.dtype = f.string("dtype", f.string("torch_dtype", ""));
+  ACCEL_CHECK(c.dtype.empty() || !st_of_config(c.dtype).empty(), Status::Unsupported, what, ": dtype '", c.dtype,
+              "' is not supported (float32, bfloat16, float16)");
+  return c;
+}
+
+LMConfig read_lm_config(const std::string& path) {
+  return parse_lm_config(safetensors::read_file(path), path);
+}
+
+json lm_config_json(const LMConfig& c) {
+  json j = c.raw.is_object() ? c.raw : json::object();
+  j["model_type"] = c.model_type;
+  j["vocab_size"] = c.vocab_size;
+  j["initializer_range"] = c.initializer_range;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.family == LMFamily::GPT2) {
+    if (!j.contains("architectures")) j["architectures"] = {"GPT2LMHeadModel"};
+    j["n_positions"] = c.max_position_embeddings;
+    j["n_embd"] = c.hidden_size;
+    j["n_layer"] = c.num_layers;
+    j["n_head"] = c.num_heads;
+    j["n_inner"] = c.intermediate_size;
+    j["activation_function"] = c.activation;
+    j["layer_norm_epsilon"] = c.layer_norm_epsilon;
+    j["scale_attn_weights"] = c.scale_attn_weights;
+    j["scale_attn_by_inverse_layer_idx"] = c.scale_attn_by_inverse_layer_idx;
+    j["embd_pdrop"] = c.embd_pdrop;
+    j["attn_pdrop"] = c.attn_pdrop;
+    j["resid_pdrop"] = c.resid_pdrop;
+  } else {
+    if (!j.contains("architectures")) j["architectures"] = {"LlamaForCausalLM"};
+    j["hidden_size"] = c.hidden_size;
+    j["intermediate_size"] = c.intermediate_size;
+    j["num_hidden_layers"] = c.num_layers;
+    j["num_attention_heads"] = c.num_heads;
+    j["num_key_value_heads"] = c.num_kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["hidden_act"] = c.activation;
+    j["max_position_embeddings"] = c.max_position_embeddings;
+    j["rms_norm_eps"] = c.rms_norm_eps;
+    j["attention_bias"] = c.attention_bias;
+    j["mlp_bias"] = c.mlp_bias;
+    j["attention_dropout"] = c.attention_dropout;
+    // both spellings: transformers 5 reads rope_parameters, 4 the top-level rope_theta
+    j.erase("rope_scaling");
+    j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
+    j["rope_theta"] = c.rope_theta;
+  }
+  if (!c.dtype.empty()) j["dtype"] = c.dtype;
+  return j;
+}
+
+const LMConfig* lm_config_of(const Model& model) {
+  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  return m ? &m->config() : nullptr;
+}
+
+// ---------------------------------------------------------------------------------------
+// The shared model parts
+
+namespace lm_detail {
+
+void TransformerLM::add(const std::string& name, std::vector<int64_t> shape, size_t unit, int init, double std,
+                        torch::ScalarType dtype, const at::Generator* gen) {
+  torch::Tensor t;
+  {
+    torch::NoGradGuard ng;
+    if (!gen) {
+      t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+    } else if (init == 0) {
+      t = torch::empty(shape, torch::kFloat).normal_(0.0, std, *gen).to(dtype);
+    } else {
+      t = (init == 1 ? torch::zeros(shape, torch::kFloat) : torch::ones(shape, torch::kFloat)).to(dtype);
+    }
+  }
+  if (units_.size() <= unit) units_.resize(unit + 1);
+  units_[unit].push_back(params_.size());
+  names_.push_back(name);
+  params_.push_back(t.requires_grad_(true));
+}
+
+void TransformerLM::to(const torch::Device& device) {
+  std::vector<torch::Tensor> moved;
+  for (const auto& t : parameters())
+    moved.push_back(t.device() == device ? t : t.detach().to(device).requires_grad_(true));
+  params_ = moved;
+  set_parameters(parameter_names(), std::move(moved));
+}
+
+torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const {
+  ACCEL_CHECK(inputs.size() == 1 || inputs.size() == 2, Status::InvalidArgument,
+              "num_inputs must be 1 (input_ids) or 2 (input_ids, attention_mask) for a causal LM, got ", inputs.size());
+  const torch::Tensor& ids = inputs[0];
+  ACCEL_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) >= 1 && ids.size(1) >= 1, Status::InvalidArgument,
+              "inputs[0] (input_ids) must be [batch, seq] with batch, seq >= 1, got ",
+              ids.defined() ? shape_str(ids) : std::string("none"));
+  ACCEL_CHECK(ids.scalar_type() == torch::kLong, Status::InvalidArgument, "inputs[0] (input_ids) must be int64, got ",
+              c10::toString(ids.scalar_type()));
+  auto mm = torch::aminmax(ids);
+  const int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
+  ACCEL_CHECK(lo >= 0 && hi < cfg_.vocab_size, Status::InvalidArgument, "inputs[0] (input_ids): token id ",
+              lo < 0 ? lo : hi, " is out of range for vocab_size ", cfg_.vocab_size);
+  if (bounded)
+    ACCEL_CHECK(ids.size(1) <= cfg_.max_position_embeddings, Status::InvalidArgument, "inputs[0] (input_ids): ",
+                ids.size(1), " positions, the model has ", cfg_.max_position_embeddings);
+  if (inputs.size() == 1) return {};
+  const torch::Tensor& mask = inputs[1];
+  ACCEL_CHECK(mask.defined() && mask.sizes() == ids.sizes(), Status::InvalidArgument,
+              "inputs[1] (attention_mask) must have input_ids' shape ", shape_str(ids), ", got ",
+              mask.defined() ? shape_str(mask) : std::string("none"));
+  ACCEL_CHECK(mask.scalar_type() == torch::kLong || mask.scalar_type() == torch::kInt ||
+                  mask.scalar_type() == torch::kBool,
+              Status::InvalidArgument, "inputs[1] (attention_mask) must be int64, int32 or bool, got ",
+              c10::toString(mask.scalar_type()));
+  return mask.to(ids.device());
+}
+
+torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Generator& gen) {
+  if (!training || prob <= 0.0) return x;
+  auto keep = torch::empty_like(x).bernoulli_(1.0 - prob, gen);
+  return x * keep / (1.0 - prob);
+}
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask, double scale, double drop, bool training, at::Generator& gen) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
+  torch::Tensor kk = k, vv = v;
+  if (Hkv != H) {  // grouped-query attention: query head h uses key-value head h / (H / Hkv)
+    kk = k.repeat_interleave(H / Hkv, 1);
+    vv = v.repeat_interleave(H / Hkv, 1);
+  }
+  // fp32 math whatever the weights, with autocast off (it would cast the matmuls down)
+  struct NoAutocast {
+    c10::DeviceType type;
+    bool was;
+    explicit NoAutocast(c10::DeviceType t) : type(t), was(compat::autocast_enabled(t)) {
+      if (was) compat::set_autocast_enabled(type, false);
+    }
+    ~NoAutocast() {
+      if (was) compat::set_autocast_enabled(type, true);
+    }
+  } no_autocast(q.device().type());
+  auto scores = torch::matmul(q.to(torch::kFloat), kk.to(torch::kFloat).transpose(-1, -2)) * scale;
+  auto allowed = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
+  allowed = allowed.view({1, 1, T, T});
+  if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).view({B, 1, 1, T}));
+  // the float minimum, as transformers' eager attention: a query that sees no key attends
+  // uniformly instead of producing NaN
+  scores = scores.masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
+  auto probs = torch::softmax(scores, -1, torch::kFloat);
+  probs = dropout(probs, drop, training, gen);
+  auto out = torch::matmul(probs, vv.to(torch::kFloat));  // [B, H, T, D]
+  return out.transpose(1, 2).reshape({B, T, H * D}).to(v.scalar_type());
+}
+
+}  // namespace lm_detail
+
+// ---------------------------------------------------------------------------------------
+// Creating, loading, saving
+
+namespace {
+
+std::unique_ptr<lm_detail::TransformerLM> build(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen) {
+  ACCEL_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16, Status::InvalidArgument,
+              "a causal LM's parameters must be float32 or bfloat16, got ", c10::toString(dtype));
+  return cfg.family == LMFamily::GPT2 ? lm_detail::make_gpt2(cfg, dtype, gen) : lm_detail::make_llama(cfg, dtype, gen);
+}
+
+// Tensors that checkpoints may hold beside the parameters and that are not weights:
+// GPT-2's causal-mask buffers, Llama's rotary frequencies (older transformers saved them).
+bool is_ignored_buffer(const std::string& name) {
+  static const std::regex re(R"(^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$|^(model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq$)");
+  return std::regex_match(name, re);
+}
+
+std::string config_summary(const LMConfig& c) {
+  std::ostringstream os;
+  os << c.model_type << ", hidden " << c.hidden_size << ", " << c.num_layers << " layers, " << c.num_heads << " heads";
+  if (c.family == LMFamily::Llama) os << " (" << c.num_kv_heads << " key-value), intermediate " << c.intermediate_size;
+  os << ", vocab " << c.vocab_size;
+  return os.str();
+}
+
+}  // namespace
+
+std::unique_ptr<Model> make_causal_lm(const LMConfig& cfg, at::Generator gen) {
+  ACCEL_CHECK(gen.defined(), Status::InvalidArgument, "make_causal_lm needs a generator");
+  return build(cfg, torch::kFloat, &gen);
+}
+
+std::unique_ptr<Model> load_pretrained(const std::string& dir, torch::ScalarType dtype) {
+  ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");
+  std::error_code ec;
+  ACCEL_CHECK(fs::is_directory(dir, ec), Status::IO, "'", dir, "' is not a directory (a pretrained model is a directory "
+              "with config.json and model.safetensors)");
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  ACCEL_CHECK(fs::exists(cfg_path, ec), Status::IO, "'", dir, "' has no config.json");
+  const LMConfig cfg = read_lm_config(cfg_path);
+  auto model = build(cfg, dtype, nullptr);
+  const std::string want_st = st_of_config(cfg.dtype);
+
+  // which file holds which tensor
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  const fs::path index = fs::path(dir) / "model.safetensors.index.json";
+  std::vector<std::string> files;                  // in order
+  std::map<std::string, std::string> listed;       // tensor -> file (sharded only)
+  if (fs::exists(single, ec)) {
+    files.push_back("model.safetensors");
+  } else if (fs::exists(index, ec)) {
+    json j = json::parse(safetensors::read_file(index.string()), nullptr, false);
+    ACCEL_CHECK(!j.is_discarded() && j.is_object(), Status::Format, index.string(), ": not a JSON object");
+    ACCEL_CHECK(j.contains("weight_map") && j["weight_map"].is_object(), Status::Format, index.string(),
+                ": the field 'weight_map' is missing or not an object");
+    std::set<std::string> seen;
+    for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+      ACCEL_CHECK(it.value().is_string(), Status::Format, index.string(), ": weight_map['", it.key(),
+                  "'] must be a file name");
+      const std::string f = it.value().get<std::string>();
+      ACCEL_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..", Status::Format,
+                  index.string(), ": weight_map['", it.key(), "'] = '", f, "' is not a file name in the directory");
+      listed[it.key()] = f;
+      if (seen.insert(f).second) files.push_back(f);
+    }
+  } else {
+    fail(Status::IO, "'", dir, "' has neither model.safetensors nor model.safetensors.index.json");
+  }
+
+  std::map<std::string, size_t> slot;
+  const auto& names = model->parameter_names();
+  for (size_t i = 0; i < names.size(); ++i) slot[names[i]] = i;
+  const bool gpt2 = cfg.family == LMFamily::GPT2;
+  const std::string embed = gpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  std::vector<std::string> loaded_from(names.size());
+  torch::Tensor stored_head;  // a tied lm_head present in the files
+  std::string head_file;
+
+  torch::NoGradGuard ng;
+  for (const std::string& file : files) {
+    const std::string path = (fs::path(dir) / file).string();
+    ACCEL_CHECK(fs::exists(path, ec), Status::IO, index.string(), " lists '", file, "', which is missing from '", dir, "'");
+    const std::string bytes = safetensors::read_file(path);
+    const auto header = safetensors::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+    for (const auto& t : header.tensors) {
+      std::string name = t.name;
+      if (gpt2 && !slot.count(name) && slot.count("transformer." + name)) name = "transformer." + name;  // the hub's bare names
+      if (is_ignored_buffer(name)) continue;
+      if (!listed.empty()) {
+        auto it = listed.find(t.name);
+        ACCEL_CHECK(it != listed.end() && it->second == file, Status::Format, path, ": tensor '", t.name,
+                    "' is not listed for this file in ", index.string(),
+                    it == listed.end() ? std::string(" (not listed at all)") : " (listed in '" + it->second + "')");
+      }
+      const bool tied_head = cfg.tie_word_embeddings && name == "lm_head.weight";
+      auto it = slot.find(tied_head ? embed : name);
+      ACCEL_CHECK(it != slot.end(), Status::Format, path, ": unexpected tensor '", t.name, "' (", config_summary(cfg),
+                  " has no such parameter)");
+      const torch::Tensor& param = model->parameters()[it->second];
+      ACCEL_CHECK(t.shape == param.sizes().vec(), Status::Format, path, ": tensor '", t.name, "' has shape ", dims(t.shape),
+                  ", the config (", config_summary(cfg), ") needs ", dims(param.sizes().vec()));
+      ACCEL_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", Status::Format, path, ": tensor '", t.name,
+                  "' has dtype ", t.dtype, "; weights must be F32, BF16 or F16");
+      ACCEL_CHECK(want_st.empty() || t.dtype == want_st, Status::Format, path, ": tensor '", t.name, "' has dtype ",
+                  t.dtype, ", config.json says \"dtype\": \"", cfg.dtype, "\" (", want_st, ")");
+      auto src = torch::from_blob(const_cast<char*>(bytes.data()) + header.data_start + t.begin, t.shape,
+                                  torch::TensorOptions().dtype(torch_dtype(t.dtype)));
+      if (tied_head) {
+        stored_head = src.to(torch::kFloat).clone();
+        head_file = path;
+        continue;
+      }
+      ACCEL_CHECK(loaded_from[it->second].empty(), Status::Format, path, ": tensor '", t.name, "' is also in '",
+                  loaded_from[it->second], "'");
+      param.copy_(src.to(param.scalar_type()));
+      loaded_from[it->second] = path;
+    }
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (!loaded_from[i].empty()) continue;
+    std::string where = listed.count(names[i]) ? (fs::path(dir) / listed[names[i]]).string()
+                                               : (fs::path(dir) / files.front()).string();
+    if (listed.size() && !listed.count(names[i])) where = index.string();
+    fail(Status::Format, where, ": missing tensor '", names[i], "' (", config_summary(cfg), ")");
+  }
+  if (stored_head.defined()) {
+    const torch::Tensor& e = model->parameters()[slot[embed]];
+    ACCEL_CHECK(torch::equal(stored_head.to(e.scalar_type()), e.detach()), Status::Format, head_file,
+                ": 'lm_head.weight' differs from '", embed, "', but config.json has \"tie_word_embeddings\": true");
+  }
+  return model;
+}
+
+namespace {
+
+bool is_pretrained_file(const std::string& name) {
+  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return name == "config.json" || name == "generation_config.json" || name == "model.safetensors" ||
+         name == "model.safetensors.index.json" || std::regex_match(name, shard);
+}
+
+// A directory that holds only the files of a pretrained directory (and, unless empty is
+// enough, a config.json).
+bool is_pretrained_dir(const fs::path& dir, bool allow_empty) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
+  bool config = false, any = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool tmp = name.rfind(".", 0) == 0 && name.find(".tmp.") != std::string::npos;  // a writer's leftover
+    if (!fs::is_regular_file(it->symlink_status(ec)) || (!is_pretrained_file(name) && !tmp)) return false;
+    any = true;
+    config = config || name == "config.json";
+  }
+  return !ec && (config || (allow_empty && !any));
+}
+
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weights, const std::string& dir) {
+  const LMConfig* cfg = lm_config_of(model);
+  ACCEL_CHECK(cfg, Status::InvalidArgument, "save_pretrained: the model is not a causal LM (GPT-2 or Llama)");
+  ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");
+  const auto& names = model.parameter_names();
+  const std::vector<torch::Tensor>& src = weights.empty() ? model.parameters() : weights;
+  ACCEL_CHECK(src.size() == names.size(), Status::InvalidArgument, "save_pretrained: ", src.size(),
+              " weights for a model of ", names.size(), " parameters");
+  std::vector<torch::Tensor> host;
+  std::string st;
+  for (size_t i = 0; i < src.size(); ++i) {
+    const torch::Tensor& p = model.parameters()[i];
+    ACCEL_CHECK(src[i].defined() && src[i].sizes() == p.sizes(), Status::InvalidArgument, "save_pretrained: weight ",
+                i, " ('", names[i], "') has shape ", src[i].defined() ? shape_str(src[i]) : std::string("none"),
+                ", the parameter ", shape_str(p));
+    const std::string d = st_dtype(src[i].scalar_type());
+    ACCEL_CHECK(!d.empty(), Status::InvalidArgument, "save_pretrained: weight '", names[i], "' is ",
+                c10::toString(src[i].scalar_type()), "; float32, bfloat16 or float16 are saved");
+    ACCEL_CHECK(st.empty() || d == st, Status::InvalidArgument, "save_pretrained: the weights mix ", st, " and ", d,
+                " ('", names[i], "'); config.json records one dtype");
+    st = d;
+    host.push_back(src[i].detach().to(torch::kCPU).contiguous());
+  }
+  LMConfig out = *cfg;
+  out.dtype = config_of_st(st);
+  json cj = lm_config_json(out);
+  cj["architectures"] = {cfg->family == LMFamily::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"};
+
+  // the target: nothing, an empty directory, or an earlier pretrained directory
+  const fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
+  const fs::path parent = target.parent_path();
+  const std::string base = target.filename().string();
+  ACCEL_CHECK(!base.empty() && base != "." && base != "..", Status::InvalidArgument, "dir '", dir,
+              "' does not name a directory to write");
+  std::error_code ec;
+  const auto st_target = fs::symlink_status(target, ec);
+  if (st_target.type() != fs::file_type::not_found)
+    ACCEL_CHECK(is_pretrained_dir(target, /*allow_empty=*/true), Status::InvalidArgument, "dir '", dir, "' is ",
+                st_target.type() == fs::file_type::directory ? std::string("a directory that is not a pretrained model "
+                                                                           "(it holds other files)")
+                                                             : "a " + std::string("non-directory"),
+                ": refusing to replace it; choose a new path, or an earlier save_pretrained directory");
+  ACCEL_CHECK(fs::is_directory(parent, ec), Status::IO, "dir '", dir, "': the parent directory '", parent.string(),
+              "' does not exist");
+  const fs::path tmp = parent / ("." + base + ".tmp"), old = parent / ("." + base + ".old");
+  for (const fs::path& p : {tmp, old}) {
+    if (fs::symlink_status(p, ec).type() == fs::file_type::not_found) continue;
+    ACCEL_CHECK(is_pretrained_dir(p, /*allow_empty=*/true), Status::InvalidArgument, "save_pretrained to '", dir,
+                "' uses the temporary path '", p.string(), "', where there is something an accel save did not leave: "
+                "refusing to delete it; move it away");
+    fs::remove_all(p, ec);
+  }
+  fs::create_directory(tmp, ec);
+  ACCEL_CHECK(!ec, Status::IO, "cannot create '", tmp.string(), "': ", ec.message());
+  try {
+    std::vector<safetensors::TensorView> views;
+    for (size_t i = 0; i < host.size(); ++i)
+      views.push_back({names[i], st, host[i].sizes().vec(), host[i].data_ptr(),
+                       static_cast<size_t>(host[i].numel()) * host[i].element_size()});
+    safetensors::write_tensors_atomic((tmp / "model.safetensors").string(),
+                                      safetensors::serialize_header(views, {{"format", "pt"}}), views);
+    safetensors::write_file_atomic((tmp / "config.json").string(), cj.dump(2) + "\n");
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  if (fs::exists(target, ec)) {
+    fs::rename(target, old, ec);
+    ACCEL_CHECK(!ec, Status::IO, "cannot move the earlier '", target.string(), "' aside: ", ec.message());
+  }
+  fs::rename(tmp, target, ec);
+  ACCEL_CHECK(!ec, Status::IO, "cannot rename '", tmp.string(), "' to '", target.string(), "': ", ec.message());
+  fsync_path(parent);
+  fs::remove_all(old, ec);
+}
+
+// ---------------------------------------------------------------------------------------
+// The loss
+
+std::pair<torch::Tensor, int64_t> causal_lm_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels) {
+  ACCEL_CHECK(logits.defined() && logits.dim() == 3 && logits.size(1) >= 1, Status::InvalidArgument,
+              "causal-LM logits must be [batch, seq, vocab], got ", logits.defined() ? shape_str(logits) : "none");
+  ACCEL_CHECK(logits.is_floating_point(), Status::InvalidArgument, "causal-LM logits must be floating-point, got ",
+              c10::toString(logits.scalar_type()));
+  ACCEL_CHECK(labels.defined() && labels.dim() == 2 && labels.size(0) == logits.size(0) &&
+                  labels.size(1) == logits.size(1),
+              Status::InvalidArgument, "causal-LM labels must be [batch, seq] = [", logits.size(0), ", ",
+              logits.size(1), "], got ", labels.defined() ? shape_str(labels) : "none");
+  ACCEL_CHECK(labels.scalar_type() == torch::kLong, Status::InvalidArgument, "causal-LM labels must be int64, got ",
+              c10::toString(labels.scalar_type()));
+  const int64_t V = logits.size(2);
+  auto targets = labels.to(logits.device()).narrow(1, 1, labels.size(1) - 1).reshape({-1});
+  auto real = targets.ne(-100);
+  const int64_t count = real.sum().item<int64_t>();
+  if (count > 0) {
+    auto r = targets.masked_select(real);
+    auto mm = torch::aminmax(r);
+    const int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
+    ACCEL_CHECK(lo >= 0 && hi < V, Status::InvalidArgument, "labels: token id ", lo < 0 ? lo : hi,
+                " is out of range for ", V, " classes (and not -100, the ignored label)");
+  }
+  auto x = logits.narrow(1, 0, logits.size(1) - 1).reshape({-1, V}).to(torch::kFloat);
+  auto sum = torch::nn::functional::cross_entropy(
+      x, targets, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100).reduction(torch::kSum));
+  return {sum, count};
+}
+
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels) {
+  auto [sum, count] = causal_lm_loss_sum(logits, labels);
+  return sum / static_cast<double>(std::max<int64_t>(count, 1));
+}
+
+}  // namespace accel

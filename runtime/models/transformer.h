@@ -1,0 +1,147 @@
+// Causal language models (issue 16): GPT-2 and Llama as built-in models, created from a
+// Hugging Face config.json, loaded from and saved to Hugging Face's safetensors format and
+// names, and the causal-LM loss. docs/lm.md describes the formats and conventions.
+//
+// Files: transformer.{h,cpp} (config parsing, loading, saving, the loss, the attention core
+// both families share), gpt2.cpp, llama.cpp (one family each).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/model.h"
+
+namespace accel {
+
+enum class LMFamily { GPT2 = 0, Llama = 1 };
+
+// Every field the two families read from config.json, with transformers' defaults.
+struct LMConfig {
+  LMFamily family = LMFamily::Llama;
+  std::string model_type = "llama";  // "gpt2" or "llama"
+
+  // shared
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;           // GPT-2: n_embd
+  int64_t num_layers = 32;              // GPT-2: n_layer; Llama: num_hidden_layers
+  int64_t num_heads = 32;               // GPT-2: n_head; Llama: num_attention_heads
+  int64_t num_kv_heads = 32;            // Llama: num_key_value_heads (GPT-2: = num_heads)
+  int64_t head_dim = 128;               // Llama: head_dim or hidden/heads (GPT-2: n_embd/n_head)
+  int64_t intermediate_size = 11008;    // GPT-2: n_inner or 4 * n_embd
+  int64_t max_position_embeddings = 2048;  // GPT-2: n_positions
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = false;
+  std::string activation = "silu";      // GPT-2: activation_function; Llama: hidden_act
+  std::string dtype;                    // "dtype" (transformers 5) or "torch_dtype" (4); "" if absent
+
+  // GPT-2
+  double layer_norm_epsilon = 1e-5;
+  bool scale_attn_weights = true;
+  bool scale_attn_by_inverse_layer_idx = false;
+  double embd_pdrop = 0.0, attn_pdrop = 0.0, resid_pdrop = 0.0;
+
+  // Llama
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  bool attention_bias = false;
+  bool mlp_bias = false;
+  double attention_dropout = 0.0;
+
+  // The config.json it came from (empty when made in code): save_pretrained writes it back
+  // with the fields above updated, so fields accel does not read survive a round trip.
+  nlohmann::json raw;
+};
+
+// Parses a config.json's text; `what` names the file in errors (Status::Format naming the
+// field; Status::Unsupported for a model_type, activation or rope type accel lacks).
+LMConfig parse_lm_config(const std::string& text, const std::string& what);
+LMConfig read_lm_config(const std::string& path);
+// The config.json transformers reads for this config (architectures, model_type, fields).
+nlohmann::json lm_config_json(const LMConfig& cfg);
+
+// A GPT-2 or Llama model with random weights drawn from `gen` as transformers initialises
+// them: normal(0, initializer_range) for weights and embeddings (GPT-2's c_proj weights with
+// std initializer_range / sqrt(2 n_layer)), zeros for biases, ones for norms.
+std::unique_ptr<Model> make_causal_lm(const LMConfig& cfg, at::Generator gen);
+
+// Loads a Hugging Face directory: config.json and model.safetensors, or
+// model.safetensors.index.json with its shards. Parameters are `dtype` (kFloat or
+// kBFloat16). Every tensor is checked (Status::Format naming the tensor and the file).
+std::unique_ptr<Model> load_pretrained(const std::string& dir, torch::ScalarType dtype = torch::kFloat);
+
+// Writes config.json + model.safetensors (Hugging Face's names and layouts, in the weights'
+// dtype) to `dir` atomically. `weights` are the model's full parameters in model order (as
+// the Accelerator's unwrapped weights); empty: the model's own parameters. Refuses (Status::
+// InvalidArgument) to replace anything but nothing, an empty directory or an earlier
+// pretrained directory.
+void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weights, const std::string& dir);
+
+// The causal-LM loss: the logits at t predict labels[t + 1]; targets of -100 are ignored;
+// the mean over the real targets, in fp32 (0 when there are none). logits [B, T, V],
+// labels int64 [B, T].
+torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& labels);
+// The sum of the per-token losses (fp32 scalar) and the number of real targets, for means
+// across micro-batches and ranks.
+std::pair<torch::Tensor, int64_t> causal_lm_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels);
+
+// The config of a model made here; nullptr for other models.
+const LMConfig* lm_config_of(const Model& model);
+
+// ---------------------------------------------------------------------------------------
+// What the family files share (not an API)
+namespace lm_detail {
+
+// The base of both families: parameters, training flag, units.
+class TransformerLM : public Model {
+ public:
+  explicit TransformerLM(LMConfig cfg, at::Generator gen) : cfg_(std::move(cfg)), gen_(std::move(gen)) {}
+  const LMConfig& config() const { return cfg_; }
+  void to(const torch::Device& device) override;
+  void train(bool on) override { training_ = on; }
+  bool is_training() const override { return training_; }
+  std::vector<std::vector<size_t>> units() const override { return units_; }
+  bool gates_units() const override { return true; }
+  bool casts_weights() const override { return true; }
+
+ protected:
+  // Adds a parameter of `shape` in `dtype` to unit `unit`; `init`: 0 normal(0, std),
+  // 1 zeros, 2 ones; no generator: left uninitialised (a loader fills it).
+  void add(const std::string& name, std::vector<int64_t> shape, size_t unit, int init, double std,
+           torch::ScalarType dtype, const at::Generator* gen);
+  void finish() { set_parameters(names_, params_); }
+  const torch::Tensor& p(size_t i) const { return parameters()[i]; }
+  // Checks inputs = {input_ids [B, T]} or {input_ids, attention_mask [B, T]} (int64,
+  // ids < vocab, T <= max positions when `bounded`) and returns the mask (undefined if none).
+  torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const;
+
+  LMConfig cfg_;
+  at::Generator gen_;
+  bool training_ = true;
+  std::vector<std::string> names_;
+  std::vector<torch::Tensor> params_;
+  std::vector<std::vector<size_t>> units_;
+};
+
+// Scaled dot-product attention in fp32: q [B, H, T, D], k and v [B, Hkv, T, D] (query head h
+// uses key-value head h / (H / Hkv)); query i sees key j iff j <= i and mask[b, j] != 0
+// (mask int64 [B, T], or undefined: causal only). Returns [B, T, H * D] in v's dtype.
+// `dropout` applies to the attention probabilities (training only).
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                        const torch::Tensor& mask, double scale, double dropout, bool training, at::Generator& gen);
+
+// Inverted dropout with masks drawn from `gen` (identity when prob is 0 or not training).
+torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Generator& gen);
+
+// The families' constructors (gen nullptr: uninitialised weights for a loader).
+std::unique_ptr<TransformerLM> make_gpt2(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen);
+std::unique_ptr<TransformerLM> make_llama(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen);
+
+}  // namespace lm_detail
+
+}  // namespace accel

@@ -1,0 +1,528 @@
+// Causal language models (runtime/models/): GPT-2 and Llama against the fixtures that
+// transformers wrote (tests/fixtures/lm/README.md): logits, loss and every gradient within
+// 1e-4 relative; sharded and bf16 loading; save_pretrained round trips with Hugging Face's
+// names; a broken directory is a clear error naming the tensor, field or file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "runtime/models/transformer.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+
+namespace accel {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+const std::string kFixtures = ACCEL_LM_FIXTURES;
+
+std::string fixture(const std::string& name) { return kFixtures + "/" + name; }
+
+// A fresh temporary directory, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    const char* t = std::getenv("TMPDIR");
+    static int n = 0;
+    path_ = fs::path(t ? t : "/tmp") / ("accel_test_lm_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  // A copy of a fixture directory inside this one.
+  std::string copy_of(const std::string& name) const {
+    const fs::path to = path_ / name;
+    fs::copy(fixture(name), to, fs::copy_options::recursive);
+    return to.string();
+  }
+
+ private:
+  fs::path path_;
+};
+
+torch::ScalarType torch_dtype(const std::string& st) {
+  if (st == "F32") return torch::kFloat;
+  if (st == "BF16") return torch::kBFloat16;
+  if (st == "F16") return torch::kHalf;
+  if (st == "I64") return torch::kLong;
+  if (st == "I32") return torch::kInt;
+  ADD_FAILURE() << "dtype " << st;
+  return torch::kFloat;
+}
+
+std::string st_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return "F32";
+    case torch::kBFloat16: return "BF16";
+    case torch::kHalf: return "F16";
+    case torch::kLong: return "I64";
+    case torch::kInt: return "I32";
+    default: ADD_FAILURE() << "dtype"; return "";
+  }
+}
+
+// A safetensors file's tensors, in file order.
+std::vector<std::pair<std::string, torch::Tensor>> read_st(const std::string& path) {
+  const std::string bytes = safetensors::read_file(path);
+  const auto h = safetensors::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path);
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& t : h.tensors)
+    out.emplace_back(t.name, torch::from_blob(const_cast<char*>(bytes.data()) + h.data_start + t.begin, t.shape,
+                                              torch::TensorOptions().dtype(torch_dtype(t.dtype)))
+                                 .clone());
+  return out;
+}
+
+std::map<std::string, torch::Tensor> read_map(const std::string& path) {
+  std::map<std::string, torch::Tensor> m;
+  for (auto& [n, t] : read_st(path)) m[n] = t;
+  return m;
+}
+
+void write_st(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& ts) {
+  std::vector<torch::Tensor> keep;
+  std::vector<safetensors::TensorView> views;
+  for (const auto& [n, t] : ts) {
+    keep.push_back(t.contiguous());
+    views.push_back({n, st_dtype(t.scalar_type()), t.sizes().vec(), keep.back().data_ptr(),
+                     static_cast<size_t>(t.numel()) * t.element_size()});
+  }
+  fs::remove(path);
+  safetensors::write_file_atomic(path, safetensors::serialize(views, {{"format", "pt"}}));
+}
+
+double max_rel(const torch::Tensor& a, const torch::Tensor& ref) {
+  const double denom = ref.abs().max().item<double>();
+  return (a.to(torch::kFloat) - ref).abs().max().item<double>() / std::max(denom, 1e-30);
+}
+
+template <class F>
+void expect_error(F&& f, Status status, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error (expected status " << static_cast<int>(status) << ")";
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.status()), static_cast<int>(status)) << e.what();
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in: " << e.what();
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Parity with transformers
+
+struct Parity {
+  double logits_real = 0, logits_all = 0, loss = 0, grads = 0;
+  std::string worst_grad;
+};
+
+Parity check_fixture(const std::string& name) {
+  auto model = load_pretrained(fixture(name));
+  auto ref = read_map(fixture(name) + "/reference.safetensors");
+  const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask"), labels = ref.at("labels");
+  auto logits = model->forward({ids, mask}, ForwardMode{});
+  EXPECT_EQ(logits.sizes(), ref.at("logits").sizes());
+  Parity p;
+  auto real = mask.ne(0).unsqueeze(-1).expand_as(logits);
+  p.logits_real = max_rel(logits.masked_select(real), ref.at("logits").masked_select(real));
+  p.logits_all = max_rel(logits, ref.at("logits"));
+  auto loss = causal_lm_loss(logits, labels);
+  p.loss = max_rel(loss, ref.at("loss"));
+  loss.backward();
+  const auto& names = model->parameter_names();
+  size_t seen = 0;
+  for (size_t i = 0; i < names.size(); ++i) {
+    auto it = ref.find("grad." + names[i]);
+    EXPECT_NE(it, ref.end()) << "the reference has no gradient of " << names[i];
+    if (it == ref.end()) continue;
+    ++seen;
+    const auto g = model->parameters()[i].grad();
+    EXPECT_TRUE(g.defined()) << names[i];
+    if (!g.defined()) continue;
+    const double r = max_rel(g, it->second);
+    if (r >= p.grads) {
+      p.grads = r;
+      p.worst_grad = names[i];
+    }
+  }
+  size_t ref_grads = 0;
+  for (const auto& [n, t] : ref) ref_grads += n.rfind("grad.", 0) == 0;
+  EXPECT_EQ(seen, ref_grads) << "every reference gradient is a parameter";
+  std::printf("[ %s ] max relative difference: logits %.3g at real positions (%.3g all), loss %.3g, gradients %.3g (%s)\n",
+              name.c_str(), p.logits_real, p.logits_all, p.loss, p.grads, p.worst_grad.c_str());
+  return p;
+}
+
+class LMFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LMFixture, MatchesTransformers) {
+  const Parity p = check_fixture(GetParam());
+  EXPECT_LT(p.logits_real, 1e-4);
+  EXPECT_LT(p.logits_all, 1e-4);  // padding positions follow the same rules (README)
+  EXPECT_LT(p.loss, 1e-4);
+  EXPECT_LT(p.grads, 1e-4) << p.worst_grad;
+}
+
+TEST_P(LMFixture, SaveLoadRoundTripWithHuggingFaceNames) {
+  TempDir tmp;
+  auto model = load_pretrained(fixture(GetParam()));
+  const std::string out = (tmp.path() / "saved").string();
+  save_pretrained(*model, {}, out);
+  // the saved names are exactly the fixture's (all shards)
+  std::set<std::string> fixture_names, saved_names;
+  for (const auto& e : fs::directory_iterator(fixture(GetParam()))) {
+    const std::string f = e.path().filename().string();
+    if (f.rfind("model", 0) == 0 && e.path().extension() == ".safetensors")
+      for (auto& [n, t] : read_st(e.path().string())) fixture_names.insert(n);
+  }
+  auto saved = read_st(out + "/model.safetensors");
+  for (auto& [n, t] : saved) saved_names.insert(n);
+  EXPECT_EQ(saved_names, fixture_names);
+  // in transformers' order (named_parameters)
+  std::vector<std::string> order;
+  for (auto& [n, t] : saved) order.push_back(n);
+  EXPECT_EQ(order, model->parameter_names());
+  // bit-exact
+  auto again = load_pretrained(out);
+  ASSERT_EQ(again->parameter_names(), model->parameter_names());
+  for (size_t i = 0; i < model->parameters().size(); ++i)
+    EXPECT_TRUE(torch::equal(again->parameters()[i], model->parameters()[i])) << model->parameter_names()[i];
+  // the config reads back the same, fields accel does not read included
+  const json a = json::parse(safetensors::read_file(fixture(GetParam()) + "/config.json"));
+  const json b = json::parse(safetensors::read_file(out + "/config.json"));
+  for (auto it = a.begin(); it != a.end(); ++it) {
+    if (it.key() == "n_inner") continue;  // null in the fixture: accel writes 4 * n_embd
+    EXPECT_EQ(b.at(it.key()), it.value()) << it.key();
+  }
+  // saving again over an earlier save is allowed
+  save_pretrained(*model, {}, out);
+  EXPECT_FALSE(fs::exists(tmp.path() / ".saved.tmp"));
+  EXPECT_FALSE(fs::exists(tmp.path() / ".saved.old"));
+}
+
+TEST_P(LMFixture, LoadsAsBF16) {
+  auto f32 = load_pretrained(fixture(GetParam()));
+  auto bf = load_pretrained(fixture(GetParam()), torch::kBFloat16);
+  for (size_t i = 0; i < f32->parameters().size(); ++i) {
+    EXPECT_EQ(bf->parameters()[i].scalar_type(), torch::kBFloat16);
+    EXPECT_TRUE(torch::equal(bf->parameters()[i], f32->parameters()[i].to(torch::kBFloat16)))
+        << f32->parameter_names()[i];
+  }
+  auto ref = read_map(fixture(GetParam()) + "/reference.safetensors");
+  auto logits = bf->forward({ref.at("input_ids"), ref.at("attention_mask")}, ForwardMode{});
+  EXPECT_EQ(logits.scalar_type(), torch::kFloat);
+  const double r = max_rel(logits, ref.at("logits"));
+  std::printf("[ %s ] bf16 weights: logits within %.3g relative\n", GetParam().c_str(), r);
+  EXPECT_LT(r, 0.1);
+  auto loss = causal_lm_loss(logits, ref.at("labels"));
+  loss.backward();
+  EXPECT_TRUE(bf->parameters()[0].grad().defined());
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LMFixture,
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied", "llama-tiny-sharded"),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           for (auto& c : s)
+                             if (c == '-') c = '_';
+                           return s;
+                         });
+
+TEST(LM, ShardedLoadsAsUnsharded) {
+  auto a = load_pretrained(fixture("llama-tiny"));
+  auto b = load_pretrained(fixture("llama-tiny-sharded"));
+  ASSERT_EQ(a->parameter_names(), b->parameter_names());
+  for (size_t i = 0; i < a->parameters().size(); ++i)
+    EXPECT_TRUE(torch::equal(a->parameters()[i], b->parameters()[i])) << a->parameter_names()[i];
+}
+
+// Each row alone, without padding, gives the same logits at its real positions.
+TEST(LM, PaddingDoesNotChangeRealPositions) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny"}) {
+    auto model = load_pretrained(fixture(name));
+    auto ref = read_map(fixture(name) + "/reference.safetensors");
+    const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask");
+    torch::NoGradGuard ng;
+    auto all = model->forward({ids, mask}, ForwardMode{});
+    for (int64_t b = 0; b < ids.size(0); ++b) {
+      const int64_t len = mask[b].sum().item<int64_t>();
+      auto alone = model->forward({ids.narrow(0, b, 1).narrow(1, 0, len)}, ForwardMode{});
+      EXPECT_LT(max_rel(alone[0], all[b].narrow(0, 0, len)), 1e-5) << name << " row " << b;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Creating from a config
+
+TEST(LM, CreateFromConfigInitialisesAsTransformers) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied"}) {
+    const LMConfig cfg = read_lm_config(fixture(name) + "/config.json");
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    auto model = make_causal_lm(cfg, gen);
+    auto loaded = load_pretrained(fixture(name));
+    EXPECT_EQ(model->parameter_names(), loaded->parameter_names()) << name;
+    for (size_t i = 0; i < model->parameters().size(); ++i) {
+      const std::string& n = model->parameter_names()[i];
+      const auto& t = model->parameters()[i];
+      EXPECT_EQ(t.sizes(), loaded->parameters()[i].sizes()) << n;
+      const bool norm = n.find("ln_") != std::string::npos || n.find("norm") != std::string::npos;
+      if (norm && n.size() > 7 && n.substr(n.size() - 7) == ".weight") {
+        EXPECT_TRUE(torch::equal(t, torch::ones_like(t))) << n;
+      } else if (n.size() > 5 && n.substr(n.size() - 5) == ".bias") {
+        EXPECT_TRUE(torch::equal(t, torch::zeros_like(t))) << n;
+      } else {
+        double want = cfg.initializer_range;
+        if (n.find("c_proj.weight") != std::string::npos) want /= std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
+        EXPECT_NEAR(t.std().item<double>(), want, 0.15 * want) << n;
+        EXPECT_NEAR(t.mean().item<double>(), 0.0, 0.1 * want) << n;
+      }
+    }
+    // the same seed, the same weights
+    auto again = make_causal_lm(cfg, at::make_generator<at::CPUGeneratorImpl>(7));
+    for (size_t i = 0; i < model->parameters().size(); ++i)
+      EXPECT_TRUE(torch::equal(again->parameters()[i], model->parameters()[i]));
+    // it trains: a step of SGD lowers the loss on the fixture's batch
+    auto ref = read_map(fixture(name) + "/reference.safetensors");
+    auto loss = causal_lm_loss(model->forward({ref.at("input_ids"), ref.at("attention_mask")}, ForwardMode{}),
+                               ref.at("labels"));
+    loss.backward();
+    {
+      torch::NoGradGuard ng;
+      for (const auto& p : model->parameters()) p.sub_(p.grad() * 0.05);
+    }
+    auto loss2 = causal_lm_loss(model->forward({ref.at("input_ids"), ref.at("attention_mask")}, ForwardMode{}),
+                                ref.at("labels"));
+    EXPECT_LT(loss2.item<double>(), loss.item<double>()) << name;
+  }
+}
+
+TEST(LM, ConfigFromTransformers4) {
+  // transformers 4 wrote rope_theta at the top level and torch_dtype
+  json j = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));
+  j.erase("rope_parameters");
+  j.erase("dtype");
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = nullptr;
+  j["torch_dtype"] = "bfloat16";
+  j.erase("num_key_value_heads");
+  j.erase("head_dim");
+  const LMConfig c = parse_lm_config(j.dump(), "config.json");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.dtype, "bfloat16");
+  EXPECT_EQ(c.num_kv_heads, 4);
+  EXPECT_EQ(c.head_dim, 8);
+  const LMConfig g = read_lm_config(fixture("gpt2-tiny") + "/config.json");
+  EXPECT_EQ(g.intermediate_size, 128);  // n_inner null: 4 * n_embd
+  EXPECT_EQ(g.head_dim, 8);
+  EXPECT_EQ(g.activation, "gelu_new");
+  EXPECT_TRUE(g.tie_word_embeddings);
+}
+
+// ---------------------------------------------------------------------------------------
+// The loss
+
+TEST(LM, LossIsTheMeanOverRealTargets) {
+  torch::manual_seed(3);
+  auto logits = torch::randn({2, 4, 5});
+  auto labels = torch::tensor({1, 2, 3, -100, 4, 0, -100, -100}, torch::kLong).view({2, 4});
+  // by hand: the logits at t predict labels[t + 1]; targets -100 skipped
+  double sum = 0;
+  int n = 0;
+  auto lsm = torch::log_softmax(logits, -1);
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t + 1 < 4; ++t) {
+      const int64_t y = labels[b][t + 1].item<int64_t>();
+      if (y == -100) continue;
+      sum -= lsm[b][t][y].item<double>();
+      ++n;
+    }
+  EXPECT_EQ(n, 3);  // row 0: 2 and 3; row 1: 0
+  auto [s, count] = causal_lm_loss_sum(logits, labels);
+  EXPECT_EQ(count, 3);
+  EXPECT_NEAR(s.item<double>(), sum, 1e-5);
+  EXPECT_NEAR(causal_lm_loss(logits, labels).item<double>(), sum / n, 1e-6);
+  // no real targets: 0, not NaN
+  auto none = torch::full({1, 3}, -100, torch::kLong);
+  EXPECT_EQ(causal_lm_loss(logits.narrow(0, 0, 1).narrow(1, 0, 3), none).item<double>(), 0.0);
+  // the fixture's loss from its logits
+  auto ref = read_map(fixture("gpt2-tiny") + "/reference.safetensors");
+  EXPECT_LT(max_rel(causal_lm_loss(ref.at("logits"), ref.at("labels")), ref.at("loss")), 1e-6);
+  EXPECT_EQ(causal_lm_loss_sum(ref.at("logits"), ref.at("labels")).second, 23);
+  expect_error([&] { causal_lm_loss(logits, labels.narrow(1, 0, 3)); }, Status::InvalidArgument, {"labels"});
+  expect_error([&] { causal_lm_loss(logits, labels.clone().fill_(7)); }, Status::InvalidArgument, {"7", "out of range"});
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors: a broken copy of a fixture
+
+TEST(LMErrors, MissingTensor) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny");
+  auto ts = read_st(dir + "/model.safetensors");
+  ts.erase(std::remove_if(ts.begin(), ts.end(), [](auto& p) { return p.first == "model.layers.1.mlp.up_proj.weight"; }),
+           ts.end());
+  write_st(dir + "/model.safetensors", ts);
+  expect_error([&] { load_pretrained(dir); }, Status::Format,
+               {"missing tensor 'model.layers.1.mlp.up_proj.weight'", "model.safetensors"});
+}
+
+TEST(LMErrors, ExtraTensor) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("gpt2-tiny");
+  auto ts = read_st(dir + "/model.safetensors");
+  ts.emplace_back("transformer.h.2.ln_1.weight", torch::ones({32}));
+  write_st(dir + "/model.safetensors", ts);
+  expect_error([&] { load_pretrained(dir); }, Status::Format,
+               {"unexpected tensor 'transformer.h.2.ln_1.weight'", "model.safetensors"});
+}
+
+TEST(LMErrors, WrongShape) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny");
+  auto ts = read_st(dir + "/model.safetensors");
+  for (auto& [n, t] : ts)
+    if (n == "model.layers.0.self_attn.k_proj.weight") t = torch::zeros({32, 32});  // as if no GQA
+  write_st(dir + "/model.safetensors", ts);
+  expect_error([&] { load_pretrained(dir); }, Status::Format,
+               {"'model.layers.0.self_attn.k_proj.weight'", "[32, 32]", "[16, 32]", "model.safetensors"});
+}
+
+TEST(LMErrors, WrongDtype) {
+  for (auto dt : {torch::kHalf, torch::kInt}) {
+    TempDir tmp;
+    const std::string dir = tmp.copy_of("gpt2-tiny");
+    auto ts = read_st(dir + "/model.safetensors");
+    for (auto& [n, t] : ts)
+      if (n == "transformer.h.1.mlp.c_fc.bias") t = t.to(dt);
+    write_st(dir + "/model.safetensors", ts);
+    expect_error([&] { load_pretrained(dir); }, Status::Format,
+                 {"'transformer.h.1.mlp.c_fc.bias'", dt == torch::kHalf ? "F16" : "I32", "model.safetensors"});
+  }
+}
+
+TEST(LMErrors, TruncatedShard) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny-sharded");
+  const std::string shard = dir + "/model-00002-of-00003.safetensors";
+  fs::resize_file(shard, fs::file_size(shard) - 100);
+  expect_error([&] { load_pretrained(dir); }, Status::Format, {"model-00002-of-00003.safetensors"});
+  // a shard that the index lists and that is gone
+  fs::remove(shard);
+  expect_error([&] { load_pretrained(dir); }, Status::IO, {"model-00002-of-00003.safetensors"});
+}
+
+TEST(LMErrors, ShardMissesATensorTheIndexLists) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny-sharded");
+  const std::string shard = dir + "/model-00003-of-00003.safetensors";
+  auto ts = read_st(shard);
+  ts.erase(std::remove_if(ts.begin(), ts.end(), [](auto& p) { return p.first == "model.norm.weight"; }), ts.end());
+  write_st(shard, ts);
+  expect_error([&] { load_pretrained(dir); }, Status::Format,
+               {"missing tensor 'model.norm.weight'", "model-00003-of-00003.safetensors"});
+}
+
+TEST(LMErrors, UnsupportedModelType) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny");
+  json j = json::parse(safetensors::read_file(dir + "/config.json"));
+  j["model_type"] = "mistral";
+  safetensors::write_file_atomic(dir + "/config.json", j.dump());
+  expect_error([&] { load_pretrained(dir); }, Status::Unsupported, {"'mistral'", "gpt2", "llama", "config.json"});
+}
+
+TEST(LMErrors, UnsupportedRopeScaling) {
+  json j = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));
+  j["rope_parameters"]["rope_type"] = "linear";
+  j["rope_parameters"]["factor"] = 2.0;
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported, {"linear", "default"});
+  j = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported, {"dynamic", "rope_scaling"});
+}
+
+TEST(LMErrors, MissingOrBadConfigField) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny");
+  json j = json::parse(safetensors::read_file(dir + "/config.json"));
+  j.erase("hidden_size");
+  safetensors::write_file_atomic(dir + "/config.json", j.dump());
+  expect_error([&] { load_pretrained(dir); }, Status::Format, {"'hidden_size'", "missing", "config.json"});
+  json g = json::parse(safetensors::read_file(fixture("gpt2-tiny") + "/config.json"));
+  g.erase("n_embd");
+  expect_error([&] { parse_lm_config(g.dump(), "gpt2/config.json"); }, Status::Format, {"'n_embd'", "gpt2/config.json"});
+  g = json::parse(safetensors::read_file(fixture("gpt2-tiny") + "/config.json"));
+  g["n_head"] = "four";
+  expect_error([&] { parse_lm_config(g.dump(), "config.json"); }, Status::Format, {"'n_head'", "integer"});
+  g = json::parse(safetensors::read_file(fixture("gpt2-tiny") + "/config.json"));
+  g.erase("model_type");
+  expect_error([&] { parse_lm_config(g.dump(), "config.json"); }, Status::Format, {"'model_type'"});
+  g = json::parse(safetensors::read_file(fixture("gpt2-tiny") + "/config.json"));
+  g["activation_function"] = "quick_gelu";
+  expect_error([&] { parse_lm_config(g.dump(), "config.json"); }, Status::Unsupported, {"quick_gelu"});
+  expect_error([&] { parse_lm_config("{not json", "config.json"); }, Status::Format, {"config.json"});
+}
+
+TEST(LMErrors, TiedHeadPresentMustEqualTheEmbedding) {
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("llama-tiny-tied");
+  auto ts = read_st(dir + "/model.safetensors");
+  torch::Tensor emb;
+  for (auto& [n, t] : ts)
+    if (n == "model.embed_tokens.weight") emb = t;
+  ts.emplace_back("lm_head.weight", emb.clone());
+  write_st(dir + "/model.safetensors", ts);
+  auto m = load_pretrained(dir);  // present and equal: fine
+  EXPECT_EQ(m->parameter_names().back(), "model.norm.weight");
+  ts.back().second = emb + 1;
+  write_st(dir + "/model.safetensors", ts);
+  expect_error([&] { load_pretrained(dir); }, Status::Format, {"'lm_head.weight'", "tie_word_embeddings"});
+}
+
+TEST(LM, LoadsGPT2HubNames) {
+  // the original gpt2 checkpoints: bare names (h.0..., wte) and causal-mask buffers
+  TempDir tmp;
+  const std::string dir = tmp.copy_of("gpt2-tiny");
+  auto ts = read_st(dir + "/model.safetensors");
+  for (auto& [n, t] : ts) n = n.substr(std::string("transformer.").size());
+  ts.emplace_back("h.0.attn.bias", torch::ones({1, 1, 64, 64}));
+  write_st(dir + "/model.safetensors", ts);
+  auto a = load_pretrained(dir), b = load_pretrained(fixture("gpt2-tiny"));
+  for (size_t i = 0; i < a->parameters().size(); ++i) EXPECT_TRUE(torch::equal(a->parameters()[i], b->parameters()[i]));
+}
+
+TEST(LMErrors, SaveRefusesWhatItDidNotWrite) {
+  TempDir tmp;
+  auto model = load_pretrained(fixture("gpt2-tiny"));
+  // a fixture directory holds other files (reference.safetensors, manifest.json)
+  const std::string dir = tmp.copy_of("gpt2-tiny");
+  expect_error([&] { save_pretrained(*model, {}, dir); }, Status::InvalidArgument, {dir, "refusing"});
+  EXPECT_TRUE(fs::exists(dir + "/reference.safetensors"));
+  const std::string file = (tmp.path() / "notes.txt").string();
+  std::ofstream(file) << "mine";
+  expect_error([&] { save_pretrained(*model, {}, file); }, Status::InvalidArgument, {"notes.txt", "refusing"});
+  // an empty directory is fine; the weights given are saved (bf16 here), config says so
+  fs::create_directory(tmp.path() / "empty");
+  std::vector<torch::Tensor> w;
+  for (const auto& p : model->parameters()) w.push_back(p.detach().to(torch::kBFloat16));
+  save_pretrained(*model, w, (tmp.path() / "empty").string());
+  const LMConfig c = read_lm_config((tmp.path() / "empty/config.json").string());
+  EXPECT_EQ(c.dtype, "bfloat16");
+  auto bf = load_pretrained((tmp.path() / "empty").string(), torch::kBFloat16);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(torch::equal(bf->parameters()[i], w[i]));
+  expect_error([&] { save_pretrained(*model, {w[0]}, (tmp.path() / "x").string()); }, Status::InvalidArgument,
+               {"1 weights"});
+}
+
+}  // namespace
+}  // namespace accel
