@@ -357,6 +357,41 @@ TEST(LM, CreateFromConfigInitialisesAsTransformers) {
   }
 }
 
+TEST(LM, ConfigMadeInCode) {
+  LMConfig c;  // transformers' Llama defaults, made small
+  c.vocab_size = 64;
+  c.hidden_size = 16;
+  c.intermediate_size = 32;
+  c.num_layers = 1;
+  c.num_heads = 4;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  auto m = make_causal_lm(c, gen);
+  EXPECT_EQ(m->parameter_names().size(), 1u + 9u + 2u);
+  EXPECT_EQ(m->units().size(), 3u);
+  auto logits = m->forward({torch::randint(0, 64, {2, 5}, torch::kLong)}, ForwardMode{});
+  EXPECT_EQ(logits.sizes(), (std::vector<int64_t>{2, 5, 64}));
+  // a save of it is read back (config.json written from scratch)
+  TempDir tmp;
+  save_pretrained(*m, {}, (tmp.path() / "made").string() + "/");
+  auto again = load_pretrained((tmp.path() / "made").string());
+  for (size_t i = 0; i < m->parameters().size(); ++i) EXPECT_TRUE(torch::equal(again->parameters()[i], m->parameters()[i]));
+  const LMConfig back = read_lm_config((tmp.path() / "made/config.json").string());
+  EXPECT_EQ(back.num_kv_heads, 1);
+  EXPECT_EQ(back.head_dim, 4);
+  c.num_kv_heads = 3;
+  expect_error([&] { make_causal_lm(c, gen); }, Status::InvalidArgument, {"num_kv_heads"});
+  c.num_kv_heads = 1;
+  c.model_type = "gpt2";
+  expect_error([&] { make_causal_lm(c, gen); }, Status::InvalidArgument, {"model_type"});
+  // inputs are checked
+  expect_error([&] { m->forward({torch::full({1, 3}, 64, torch::kLong)}, ForwardMode{}); }, Status::InvalidArgument,
+               {"64", "vocab_size"});
+  expect_error([&] { m->forward({torch::zeros({1, 3}, torch::kLong), torch::ones({1, 4}, torch::kLong)}, ForwardMode{}); },
+               Status::InvalidArgument, {"attention_mask"});
+}
+
 TEST(LM, ConfigFromTransformers4) {
   // transformers 4 wrote rope_theta at the top level and torch_dtype
   json j = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));

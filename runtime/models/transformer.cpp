@@ -362,6 +362,23 @@ namespace {
 std::unique_ptr<lm_detail::TransformerLM> build(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen) {
   ACCEL_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16, Status::InvalidArgument,
               "a causal LM's parameters must be float32 or bfloat16, got ", c10::toString(dtype));
+  // a config made in code gets the checks parse_lm_config makes
+  const bool gpt2 = cfg.family == LMFamily::GPT2;
+  ACCEL_CHECK(cfg.model_type == (gpt2 ? "gpt2" : "llama"), Status::InvalidArgument, "LMConfig: model_type '",
+              cfg.model_type, "' does not match the family (", gpt2 ? "gpt2" : "llama", ")");
+  for (auto [v, n] : {std::pair<int64_t, const char*>{cfg.vocab_size, "vocab_size"}, {cfg.hidden_size, "hidden_size"},
+                      {cfg.num_layers, "num_layers"}, {cfg.num_heads, "num_heads"}, {cfg.num_kv_heads, "num_kv_heads"},
+                      {cfg.head_dim, "head_dim"}, {cfg.intermediate_size, "intermediate_size"},
+                      {cfg.max_position_embeddings, "max_position_embeddings"}})
+    ACCEL_CHECK(v >= 1 && v <= (int64_t{1} << 40), Status::InvalidArgument, "LMConfig: ", n, " must be positive, got ", v);
+  ACCEL_CHECK(cfg.num_heads % cfg.num_kv_heads == 0, Status::InvalidArgument, "LMConfig: num_heads (", cfg.num_heads,
+              ") must be a multiple of num_kv_heads (", cfg.num_kv_heads, ")");
+  ACCEL_CHECK(!gpt2 || (cfg.num_kv_heads == cfg.num_heads && cfg.head_dim * cfg.num_heads == cfg.hidden_size),
+              Status::InvalidArgument, "LMConfig: GPT-2 needs num_kv_heads = num_heads and head_dim * num_heads = hidden_size");
+  ACCEL_CHECK(gpt2 || cfg.head_dim % 2 == 0, Status::InvalidArgument, "LMConfig: head_dim must be even (rotary), got ",
+              cfg.head_dim);
+  ACCEL_CHECK(kActivations.count(cfg.activation), Status::Unsupported, "LMConfig: activation '", cfg.activation,
+              "' is not supported");
   return cfg.family == LMFamily::GPT2 ? lm_detail::make_gpt2(cfg, dtype, gen) : lm_detail::make_llama(cfg, dtype, gen);
 }
 
@@ -475,9 +492,9 @@ std::unique_ptr<Model> load_pretrained(const std::string& dir, torch::ScalarType
   }
   for (size_t i = 0; i < names.size(); ++i) {
     if (!loaded_from[i].empty()) continue;
-    std::string where = listed.count(names[i]) ? (fs::path(dir) / listed[names[i]]).string()
-                                               : (fs::path(dir) / files.front()).string();
-    if (listed.size() && !listed.count(names[i])) where = index.string();
+    const std::string where = listed.count(names[i]) ? (fs::path(dir) / listed[names[i]]).string()
+                              : files.size() == 1 && files[0] == "model.safetensors" ? single.string()
+                                                                                     : index.string();
     fail(Status::Format, where, ": missing tensor '", names[i], "' (", config_summary(cfg), ")");
   }
   if (stored_head.defined()) {
@@ -551,7 +568,8 @@ void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weigh
   cj["architectures"] = {cfg->family == LMFamily::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"};
 
   // the target: nothing, an empty directory, or an earlier pretrained directory
-  const fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
+  fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/"
   const fs::path parent = target.parent_path();
   const std::string base = target.filename().string();
   ACCEL_CHECK(!base.empty() && base != "." && base != "..", Status::InvalidArgument, "dir '", dir,
