@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <limits>
 #include <map>
-#include <regex>
 #include <set>
 
 #include "runtime/compat.h"
@@ -339,13 +338,22 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
       if (was) compat::set_autocast_enabled(type, true);
     }
   } no_autocast(q.device().type());
-  auto scores = torch::matmul(q.to(torch::kFloat), kk.to(torch::kFloat).transpose(-1, -2)) * scale;
   auto allowed = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
   allowed = allowed.view({1, 1, T, T});
   if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).view({B, 1, 1, T}));
   // the float minimum, as transformers' eager attention: a query that sees no key attends
   // uniformly instead of producing NaN
-  scores = scores.masked_fill(allowed.logical_not(), std::numeric_limits<float>::lowest());
+  const float lowest = std::numeric_limits<float>::lowest();
+#if ACCEL_TORCH_AT_LEAST(2, 1)
+  if (!training || drop <= 0.0) {  // libtorch's fused kernel (its dropout would not use `gen`)
+    auto bias = torch::zeros(allowed.sizes(), q.options().dtype(torch::kFloat)).masked_fill(allowed.logical_not(), lowest);
+    auto out = at::scaled_dot_product_attention(q.to(torch::kFloat), kk.to(torch::kFloat), vv.to(torch::kFloat), bias,
+                                                0.0, /*is_causal=*/false, scale);
+    return out.transpose(1, 2).reshape({B, T, H * D}).to(v.scalar_type());
+  }
+#endif
+  auto scores = torch::matmul(q.to(torch::kFloat), kk.to(torch::kFloat).transpose(-1, -2)) * scale;
+  scores = scores.masked_fill(allowed.logical_not(), lowest);
   auto probs = torch::softmax(scores, -1, torch::kFloat);
   probs = dropout(probs, drop, training, gen);
   auto out = torch::matmul(probs, vv.to(torch::kFloat));  // [B, H, T, D]
@@ -384,9 +392,24 @@ std::unique_ptr<lm_detail::TransformerLM> build(const LMConfig& cfg, torch::Scal
 
 // Tensors that checkpoints may hold beside the parameters and that are not weights:
 // GPT-2's causal-mask buffers, Llama's rotary frequencies (older transformers saved them).
+// (No std::regex: GCC 12 reports false maybe-uninitialized warnings inside it under ASan.)
+// True when `s` is `prefix` + decimal digits + `suffix`.
+bool digits_between(const std::string& s, const std::string& prefix, const std::string& suffix) {
+  if (s.size() <= prefix.size() + suffix.size() || s.compare(0, prefix.size(), prefix) != 0 ||
+      s.compare(s.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  for (size_t i = prefix.size(); i < s.size() - suffix.size(); ++i)
+    if (s[i] < '0' || s[i] > '9') return false;
+  return true;
+}
+
 bool is_ignored_buffer(const std::string& name) {
-  static const std::regex re(R"(^(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)$|^(model\.)?layers\.\d+\.self_attn\.rotary_emb\.inv_freq$)");
-  return std::regex_match(name, re);
+  for (const char* pre : {"h.", "transformer.h."})
+    for (const char* suf : {".attn.bias", ".attn.masked_bias"})
+      if (digits_between(name, pre, suf)) return true;
+  for (const char* pre : {"layers.", "model.layers."})
+    if (digits_between(name, pre, ".self_attn.rotary_emb.inv_freq")) return true;
+  return false;
 }
 
 std::string config_summary(const LMConfig& c) {
@@ -508,9 +531,11 @@ std::unique_ptr<Model> load_pretrained(const std::string& dir, torch::ScalarType
 namespace {
 
 bool is_pretrained_file(const std::string& name) {
-  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  // model-NNNNN-of-NNNNN.safetensors
+  const bool shard = name.size() == 32 && digits_between(name.substr(0, 11), "model-", "") &&
+                     digits_between(name.substr(11), "-of-", ".safetensors");
   return name == "config.json" || name == "generation_config.json" || name == "model.safetensors" ||
-         name == "model.safetensors.index.json" || std::regex_match(name, shard);
+         name == "model.safetensors.index.json" || shard;
 }
 
 // A directory that holds only the files of a pretrained directory (and, unless empty is

@@ -131,6 +131,7 @@ class TransformerLM : public Model {
 // Scaled dot-product attention in fp32: q [B, H, T, D], k and v [B, Hkv, T, D] (query head h
 // uses key-value head h / (H / Hkv)); query i sees key j iff j <= i and mask[b, j] != 0
 // (mask int64 [B, T], or undefined: causal only). Returns [B, T, H * D] in v's dtype.
+// libtorch's scaled_dot_product_attention where it exists (2.1+), else matmul + softmax.
 // `dropout` applies to the attention probabilities (training only).
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double scale, double dropout, bool training, at::Generator& gen);
