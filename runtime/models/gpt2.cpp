@@ -8,13 +8,6 @@ namespace accel::lm_detail {
 
 namespace {
 
-torch::Tensor activate(const std::string& act, const torch::Tensor& x) {
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return torch::gelu(x, "tanh");
-  if (act == "gelu") return torch::gelu(x);
-  if (act == "relu") return torch::relu(x);
-  return torch::silu(x);  // silu, swish
-}
-
 class GPT2 final : public TransformerLM {
  public:
   GPT2(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen)

@@ -21,13 +21,6 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
-torch::Tensor activate(const std::string& act, const torch::Tensor& x) {
-  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return torch::gelu(x, "tanh");
-  if (act == "gelu") return torch::gelu(x);
-  if (act == "relu") return torch::relu(x);
-  return torch::silu(x);
-}
-
 class Llama final : public TransformerLM {
  public:
   Llama(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen)

@@ -313,6 +313,13 @@ torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inpu
   return mask.to(ids.device());
 }
 
+torch::Tensor activate(const std::string& act, const torch::Tensor& x) {
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh" || act == "gelu_fast") return torch::gelu(x, "tanh");
+  if (act == "gelu") return torch::gelu(x);
+  if (act == "relu") return torch::relu(x);
+  return torch::silu(x);  // silu, swish (parse_lm_config refuses any other)
+}
+
 torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Generator& gen) {
   if (!training || prob <= 0.0) return x;
   auto keep = torch::empty_like(x).bernoulli_(1.0 - prob, gen);

@@ -136,6 +136,10 @@ class TransformerLM : public Model {
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double scale, double dropout, bool training, at::Generator& gen);
 
+// The activation named by config.json (gelu_new, gelu_pytorch_tanh, gelu_fast: GELU's tanh
+// approximation; gelu, relu, silu, swish).
+torch::Tensor activate(const std::string& act, const torch::Tensor& x);
+
 // Inverted dropout with masks drawn from `gen` (identity when prob is 0 or not training).
 torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Generator& gen);
 
