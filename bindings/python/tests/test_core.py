@@ -563,12 +563,13 @@ def test_close_from_another_thread_during_a_call_waits():
 
 def test_tensor_close_while_pinned_is_deferred():
     t = accel.tensor(np.ones(3, np.float32))
-    h = t._pin()  # what every C call does around its use of the handle
+    from accel._core import _pin_all, _unpin_all
+    h = _pin_all([t])[0]  # what every C call does around its use of the handle
     t.close()  # e.g. from another thread
     assert t.closed and t._h is h  # not destroyed under the call
     with pytest.raises(accel.ClosedError):
         t.numpy()
-    t._unpin()
+    _unpin_all([t])
     assert t._h is None
 
 

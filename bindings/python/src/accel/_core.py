@@ -390,32 +390,14 @@ class Tensor:
         t._closing = False
         return t
 
-    def _pin(self) -> Any:
-        """The handle, held for a C call: a close() from another thread meanwhile is deferred
-        until _unpin (the ABI: a tensor must not be destroyed while another thread uses it)."""
-        with _pin_lock:
-            h = self._h
-            if h is None or self._closing:
-                raise ClosedError("this Tensor is closed")
-            self._pins += 1
-            return h
-
-    def _unpin(self) -> None:
-        with _pin_lock:
-            self._pins -= 1
-            h = self._h if self._closing and self._pins == 0 else None
-            if h is not None:
-                self._h = None
-        if h is not None:
-            lib.accel_tensor_destroy(h)
-
     def _call(self, fn: Callable[..., int], *args: Any) -> None:
-        """fn(handle, *args) with the tensor pinned; raises the error (thread-local message)."""
-        h = self._pin()
+        """fn(handle, *args) with the tensor pinned (_pin_all); raises the error (thread-local message)."""
+        one = (self,)
+        h = _pin_all(one)[0]
         try:
             st = fn(h, *args)
         finally:
-            self._unpin()
+            _unpin_all(one)
         _check(st)
 
     def close(self) -> None:
@@ -651,8 +633,10 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
 
 
 def _pin_all(tensors: Sequence[Tensor]) -> List[Any]:
-    """The tensors' handles, each pinned for a C call (one acquisition of the pin lock for all);
-    ClosedError, nothing pinned, when one is closed. Undo with _unpin_all."""
+    """The tensors' handles, each pinned for a C call (one acquisition of the pin lock for all):
+    a close() from another thread meanwhile is deferred until _unpin_all (the ABI: a tensor must
+    not be destroyed while another thread uses it). ClosedError, nothing pinned, when one is
+    closed."""
     with _pin_lock:
         for t in tensors:
             if t._h is None or t._closing:
@@ -676,7 +660,7 @@ def _unpin_all(tensors: Sequence[Tensor]) -> None:
 
 class _Args:
     """The arguments of one C call, as `with _Args(args) as c_args:`. Tensors become their handles,
-    pinned for the call (see Tensor._pin); array-likes in the positions listed in `convert` become
+    pinned for the call (see _pin_all); array-likes in the positions listed in `convert` become
     temporary tensors, released afterwards; Model/Optimizer/Scheduler/DataLoader become their
     handles (checked open: the caller holds their Accelerator's lock); the rest pass as they are."""
 
