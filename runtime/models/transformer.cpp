@@ -17,13 +17,12 @@
 
 namespace accel {
 
-std::string shape_str(const torch::Tensor& t);  // model.cpp
-
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
 
+// A safetensors header's shape as shape_str (options.h) writes a tensor's.
 std::string dims(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
@@ -502,7 +501,7 @@ std::unique_ptr<Model> load_pretrained(const std::string& dir, torch::ScalarType
                   " has no such parameter)");
       const torch::Tensor& param = model->parameters()[it->second];
       ACCEL_CHECK(t.shape == param.sizes().vec(), Status::Format, path, ": tensor '", t.name, "' has shape ", dims(t.shape),
-                  ", the config (", config_summary(cfg), ") needs ", dims(param.sizes().vec()));
+                  ", the config (", config_summary(cfg), ") needs ", shape_str(param));
       ACCEL_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", Status::Format, path, ": tensor '", t.name,
                   "' has dtype ", t.dtype, "; weights must be F32, BF16 or F16");
       ACCEL_CHECK(want_st.empty() || t.dtype == want_st, Status::Format, path, ": tensor '", t.name, "' has dtype ",
