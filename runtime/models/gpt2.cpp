@@ -56,21 +56,30 @@ class GPT2 final : public TransformerLM {
     if (gate) gate->after(0, h);
 
     const double eps = cfg_.layer_norm_epsilon;
+    const bool ckpt = checkpoint_now();
+    const bool drops = training_ && (cfg_.attn_pdrop > 0 || cfg_.resid_pdrop > 0);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-      const size_t u = static_cast<size_t>(l) + 1, b = 2 + 12 * static_cast<size_t>(l);
+      const size_t u = static_cast<size_t>(l) + 1;
+      auto block = [this, l, B, T, E, H, D, eps, mask, wt](const torch::Tensor& hin) {
+        const auto& P = parameters();
+        const size_t b = 2 + 12 * static_cast<size_t>(l);
+        auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == wt ? t : t.to(wt); };
+        auto a = torch::layer_norm(cast(hin), {E}, P[b], P[b + 1], eps);
+        auto qkv = torch::addmm(P[b + 3], a.reshape({B * T, E}), P[b + 2]).view({B, T, 3, H, D});
+        auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2),
+             v = qkv.select(2, 2).transpose(1, 2);
+        double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
+        if (cfg_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(l + 1);
+        auto att = attention(q, k, v, mask, scale, cfg_.attn_pdrop, training_, gen_);
+        att = torch::addmm(P[b + 5], att.reshape({B * T, E}), P[b + 4]).view({B, T, E});
+        torch::Tensor h = hin + dropout(att, cfg_.resid_pdrop, training_, gen_);
+        auto m = torch::layer_norm(cast(h), {E}, P[b + 6], P[b + 7], eps);
+        m = activate(cfg_.activation, torch::addmm(P[b + 9], m.reshape({B * T, E}), P[b + 8]));
+        m = torch::addmm(P[b + 11], m, P[b + 10]).view({B, T, E});
+        return h + dropout(m, cfg_.resid_pdrop, training_, gen_);
+      };
       if (gate) gate->before(u);
-      auto a = torch::layer_norm(cast(h), {E}, P[b], P[b + 1], eps);
-      auto qkv = torch::addmm(P[b + 3], a.reshape({B * T, E}), P[b + 2]).view({B, T, 3, H, D});
-      auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2), v = qkv.select(2, 2).transpose(1, 2);
-      double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
-      if (cfg_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(l + 1);
-      auto att = attention(q, k, v, mask, scale, cfg_.attn_pdrop, training_, gen_);
-      att = torch::addmm(P[b + 5], att.reshape({B * T, E}), P[b + 4]).view({B, T, E});
-      h = h + dropout(att, cfg_.resid_pdrop, training_, gen_);
-      auto m = torch::layer_norm(cast(h), {E}, P[b + 6], P[b + 7], eps);
-      m = activate(cfg_.activation, torch::addmm(P[b + 9], m.reshape({B * T, E}), P[b + 8]));
-      m = torch::addmm(P[b + 11], m, P[b + 10]).view({B, T, E});
-      h = h + dropout(m, cfg_.resid_pdrop, training_, gen_);
+      h = ckpt ? checkpoint(block, h, unit_parameters(u), &gen_, drops) : block(h);
       if (gate) gate->after(u, h);
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1, f = 2 + 12 * static_cast<size_t>(cfg_.num_layers);

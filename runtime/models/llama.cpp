@@ -61,7 +61,6 @@ class Llama final : public TransformerLM {
                   Hkv = cfg_.num_kv_heads, D = cfg_.head_dim;
     UnitGate* gate = mode.gate;
     const auto& P = parameters();
-    const bool ab = cfg_.attention_bias, mb = cfg_.mlp_bias;
 
     // rotary tables for positions 0..T-1 (every row; see tests/fixtures/lm/README.md), fp32:
     // inv_freq[i] = 1 / theta^(2i / D); dimension i pairs with i + D/2
@@ -77,28 +76,34 @@ class Llama final : public TransformerLM {
     if (gate) gate->after(0, h);
 
     const double eps = cfg_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const bool ckpt = checkpoint_now();
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
-      size_t i = 1 + per_layer_ * static_cast<size_t>(l);
-      auto lin = [&](const torch::Tensor& x, bool bias) {
-        const torch::Tensor& w = P[i++];
-        torch::Tensor b = bias ? P[i++] : torch::Tensor();
-        return torch::linear(x.scalar_type() == w.scalar_type() ? x : x.to(w.scalar_type()), w, b);
+      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin](const torch::Tensor& hin) {
+        const auto& P = parameters();
+        const bool ab = cfg_.attention_bias, mb = cfg_.mlp_bias;
+        size_t i = 1 + per_layer_ * static_cast<size_t>(l);
+        auto lin = [&](const torch::Tensor& x, bool bias) {
+          const torch::Tensor& w = P[i++];
+          torch::Tensor b = bias ? P[i++] : torch::Tensor();
+          return torch::linear(x.scalar_type() == w.scalar_type() ? x : x.to(w.scalar_type()), w, b);
+        };
+        const size_t norm1 = i + 7 + (ab ? 4 : 0) + (mb ? 3 : 0);
+        auto x = rms_norm(hin, P[norm1], eps);
+        auto q = lin(x, ab).view({B, T, H, D}).transpose(1, 2);
+        auto k = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
+        auto v = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
+        auto qr = (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type()));
+        auto kr = (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type()));
+        auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_);
+        torch::Tensor h = hin + lin(att, ab);
+        x = rms_norm(h, P[norm1 + 1], eps);
+        auto g = lin(x, mb);
+        auto up = lin(x, mb);
+        return h + lin(activate(cfg_.activation, g) * up, mb);
       };
       if (gate) gate->before(u);
-      const size_t norm1 = i + 7 + (ab ? 4 : 0) + (mb ? 3 : 0);
-      auto x = rms_norm(h, P[norm1], eps);
-      auto q = lin(x, ab).view({B, T, H, D}).transpose(1, 2);
-      auto k = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
-      auto v = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
-      auto qr = (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type()));
-      auto kr = (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type()));
-      auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_);
-      h = h + lin(att, ab);
-      x = rms_norm(h, P[norm1 + 1], eps);
-      auto g = lin(x, mb);
-      auto up = lin(x, mb);
-      h = h + lin(activate(cfg_.activation, g) * up, mb);
+      h = ckpt ? checkpoint(block, h, unit_parameters(u), &gen_, training_ && cfg_.attention_dropout > 0) : block(h);
       if (gate) gate->after(u, h);
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1,

@@ -8,7 +8,9 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "runtime/compat.h"
@@ -252,6 +254,18 @@ const LMConfig* lm_config_of(const Model& model) {
   return m ? &m->config() : nullptr;
 }
 
+void set_gradient_checkpointing(Model& model, bool on) {
+  auto* m = dynamic_cast<lm_detail::TransformerLM*>(&model);
+  ACCEL_CHECK(m, Status::InvalidArgument,
+              "gradient checkpointing is an option of the causal LMs (GPT-2, Llama), not of this model");
+  m->set_checkpointing(on);
+}
+
+bool gradient_checkpointing(const Model& model) {
+  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  return m && m->checkpointing();
+}
+
 // ---------------------------------------------------------------------------------------
 // The shared model parts
 
@@ -364,6 +378,93 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   probs = dropout(probs, drop, training, gen);
   auto out = torch::matmul(probs, vv.to(torch::kFloat));  // [B, H, T, D]
   return out.transpose(1, 2).reshape({B, T, H * D}).to(v.scalar_type());
+}
+
+
+// ---------------------------------------------------------------------------------------
+// Gradient checkpointing
+
+namespace {
+
+// What a checkpointed block's backward needs to run its forward again.
+struct Recomputable : torch::CustomClassHolder {
+  std::function<torch::Tensor(const torch::Tensor&)> fn;
+  std::vector<torch::Tensor> params;  // the block's trainable parameters, in input order
+  at::Generator* gen = nullptr;       // the model's generator (dropout), restored for the rerun
+  torch::Tensor rng_state;            // its state before the forward (undefined: no dropout)
+  c10::DeviceType device_type = c10::DeviceType::CPU;
+  bool autocast = false;
+  c10::ScalarType autocast_dtype = torch::kBFloat16;
+};
+
+// Forward: fn(x) without a graph, keeping x. Backward: fn(x) again with a graph, under the
+// forward's autocast and random state, and its gradients with respect to x and the block's
+// parameters, returned as this node's input gradients, so they accumulate into the
+// parameters through autograd's ordinary path (DDP's and ZeRO's hooks see them as usual).
+class Recompute : public torch::autograd::Function<Recompute> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, at::TensorList params,
+                               const c10::intrusive_ptr<Recomputable>& r) {
+    (void)params;
+    ctx->save_for_backward({x});
+    ctx->saved_data["r"] = c10::IValue::make_capsule(r);
+    return r->fn(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto r = c10::static_intrusive_pointer_cast<Recomputable>(ctx->saved_data["r"].toCapsule());
+    const torch::Tensor x0 = ctx->get_saved_variables()[0];
+    const bool x_grad = x0.requires_grad();
+    torch::Tensor x = x0.detach().requires_grad_(x_grad);
+    torch::Tensor y;
+    {
+      torch::AutoGradMode grad_on(true);
+      std::optional<compat::AutocastGuard> ac;
+      if (r->autocast) ac.emplace(r->device_type, r->autocast_dtype);
+      torch::Tensor now;
+      if (r->rng_state.defined()) {
+        now = r->gen->get_state();
+        r->gen->set_state(r->rng_state);
+      }
+      y = r->fn(x);
+      if (now.defined()) r->gen->set_state(now);
+    }
+    std::vector<torch::Tensor> wrt;
+    if (x_grad) wrt.push_back(x);
+    for (const auto& p : r->params) wrt.push_back(p);
+    torch::autograd::variable_list out(2 + r->params.size());  // x, params..., the Recomputable
+    if (wrt.empty() || !y.requires_grad()) return out;
+    auto g = torch::autograd::grad({y}, wrt, {grads[0]}, /*retain_graph=*/false, /*create_graph=*/false,
+                                   /*allow_unused=*/true);
+    size_t i = 0;
+    if (x_grad) out[0] = g[i++];
+    for (size_t k = 0; k < r->params.size(); ++k) out[1 + k] = g[i++];
+    return out;
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& x,
+                         const std::vector<torch::Tensor>& params, at::Generator* gen, bool uses_rng) {
+  auto r = c10::make_intrusive<Recomputable>();
+  r->fn = std::move(fn);
+  for (const auto& p : params)
+    if (p.requires_grad()) r->params.push_back(p);
+  r->device_type = x.device().type();
+  r->autocast = compat::autocast_enabled(r->device_type);
+  if (r->autocast) r->autocast_dtype = compat::autocast_dtype(r->device_type);
+  if (uses_rng && gen) {
+    r->gen = gen;
+    r->rng_state = gen->get_state();
+  }
+  return Recompute::apply(x, at::TensorList(r->params), r);
+}
+
+std::vector<torch::Tensor> TransformerLM::unit_parameters(size_t unit) const {
+  std::vector<torch::Tensor> out;
+  for (size_t i : units_.at(unit)) out.push_back(parameters()[i]);
+  return out;
 }
 
 }  // namespace lm_detail

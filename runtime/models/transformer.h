@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -93,6 +94,11 @@ std::pair<torch::Tensor, int64_t> causal_lm_loss_sum(const torch::Tensor& logits
 // The config of a model made here; nullptr for other models.
 const LMConfig* lm_config_of(const Model& model);
 
+// Turns gradient checkpointing per transformer block on or off (InvalidArgument for a model
+// that is not a causal LM made here). Gradients are the same; activations are recomputed.
+void set_gradient_checkpointing(Model& model, bool on);
+bool gradient_checkpointing(const Model& model);
+
 // ---------------------------------------------------------------------------------------
 // What the family files share (not an API)
 namespace lm_detail {
@@ -108,6 +114,10 @@ class TransformerLM : public Model {
   std::vector<std::vector<size_t>> units() const override { return units_; }
   bool gates_units() const override { return true; }
   bool casts_weights() const override { return true; }
+  // Gradient checkpointing: each block's activations are recomputed in backward instead of
+  // kept (when training with autograd on).
+  void set_checkpointing(bool on) { checkpointing_ = on; }
+  bool checkpointing() const { return checkpointing_; }
 
  protected:
   // Adds a parameter of `shape` in `dtype` to unit `unit`; `init`: 0 normal(0, std),
@@ -119,10 +129,15 @@ class TransformerLM : public Model {
   // Checks inputs = {input_ids [B, T]} or {input_ids, attention_mask [B, T]} (int64,
   // ids < vocab, T <= max positions when `bounded`) and returns the mask (undefined if none).
   torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const;
+  // The parameters of unit `unit` (a block), in model order.
+  std::vector<torch::Tensor> unit_parameters(size_t unit) const;
+  // Whether this forward checkpoints its blocks.
+  bool checkpoint_now() const { return checkpointing_ && training_ && torch::GradMode::is_enabled(); }
 
   LMConfig cfg_;
   at::Generator gen_;
   bool training_ = true;
+  bool checkpointing_ = false;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
   std::vector<std::vector<size_t>> units_;
@@ -142,6 +157,13 @@ torch::Tensor activate(const std::string& act, const torch::Tensor& x);
 
 // Inverted dropout with masks drawn from `gen` (identity when prob is 0 or not training).
 torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Generator& gen);
+
+// Gradient checkpointing of one block: returns fn(x) recording no activations; backward runs
+// fn(x) again (under the forward's autocast and, when `uses_rng`, gen's state at the forward,
+// so dropout masks repeat) and yields the gradients of x and of `params` (those requiring
+// grad; the block's parameters fn reads).
+torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn, const torch::Tensor& x,
+                         const std::vector<torch::Tensor>& params, at::Generator* gen, bool uses_rng);
 
 // The families' constructors (gen nullptr: uninitialised weights for a loader).
 std::unique_ptr<TransformerLM> make_gpt2(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen);
