@@ -66,7 +66,7 @@ accel_status accel_backward(accel_context* ctx, const accel_tensor* loss) {
     same_context(ctx, loss->owner, "loss");
     ACCEL_CHECK(!loss->backpropagated, Status::InvalidState,
                 "the loss was already backpropagated (accel_backward runs once per loss: compute a new one)");
-    acc_of(ctx).backward(loss->t);
+    acc_of(ctx).backward(loss->t, loss->tokens);
     loss->backpropagated = true;
   });
 }

@@ -19,14 +19,7 @@ accel_status accel_dataloader_create(accel_context* ctx, const accel_tensor* inp
     NEED(inputs);
     NEED(opts);
     NEED(out);
-    const accel_dataloader_options o = read_options(opts);  // version 1 has no even_batches, split_batches
-    accel::DataLoaderConfig c;
-    c.batch_size = o.batch_size;
-    c.shuffle = o.shuffle != 0;
-    c.seed = o.seed;
-    c.drop_last = o.drop_last != 0;
-    c.even_batches = o.even_batches != 0;
-    c.split_batches = o.split_batches != 0;
+    const accel::DataLoaderConfig c = loader_config(opts);
     auto dl = std::make_shared<accel::DataLoader>(inputs->t.clone(), targets ? targets->t.clone() : torch::Tensor(), c);
     *out = new accel_dataloader{ctx, std::move(dl)};
   });

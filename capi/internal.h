@@ -31,6 +31,7 @@ struct accel_tensor {
   torch::Tensor t;
   const accel_context* owner = nullptr;  // the context whose model or loss made it (NULL: made by the caller)
   mutable bool backpropagated = false;   // accel_backward ran through it
+  int64_t tokens = -1;                   // a token-mean loss (accel_lm_forward): its real targets
 };
 struct accel_model {
   accel_context* ctx;
@@ -155,6 +156,8 @@ struct Versions<accel_dataloader_options> {
 };
 ACCEL_ONE_VERSION(accel_sim_options, ACCEL_SIM_OPTIONS);
 ACCEL_ONE_VERSION(accel_project_options, ACCEL_PROJECT_OPTIONS);
+ACCEL_ONE_VERSION(accel_lm_options, ACCEL_LM_OPTIONS);
+ACCEL_ONE_VERSION(accel_lm_data_options, ACCEL_LM_DATA_OPTIONS);
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current
 // version and covers the whole struct, and every version is longer than the one before
@@ -188,6 +191,8 @@ ACCEL_VERSION_TABLE_OK(accel_scheduler_options);
 ACCEL_VERSION_TABLE_OK(accel_dataloader_options);
 ACCEL_VERSION_TABLE_OK(accel_sim_options);
 ACCEL_VERSION_TABLE_OK(accel_project_options);
+ACCEL_VERSION_TABLE_OK(accel_lm_options);
+ACCEL_VERSION_TABLE_OK(accel_lm_data_options);
 #undef ACCEL_VERSION_TABLE_OK
 
 // The size in bytes of version `version` of T, after checking the library knows it.
@@ -280,6 +285,20 @@ inline void copy_out(const torch::Tensor& host_tensor, void* dst, size_t dst_byt
 inline std::string lowercase(std::string v) {
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v;
+}
+
+// accel_dataloader_options as the runtime's loader config, read by their version (version 1
+// has no even_batches, split_batches).
+inline accel::DataLoaderConfig loader_config(const accel_dataloader_options* opts) {
+  const accel_dataloader_options o = read_options(opts);
+  accel::DataLoaderConfig c;
+  c.batch_size = o.batch_size;
+  c.shuffle = o.shuffle != 0;
+  c.seed = o.seed;
+  c.drop_last = o.drop_last != 0;
+  c.even_batches = o.even_batches != 0;
+  c.split_batches = o.split_batches != 0;
+  return c;
 }
 
 // accel_options (NULL: defaults) as the runtime's options, read by their version.

@@ -14,6 +14,7 @@
 #include "runtime/paths.h"
 #include "runtime/accelerator.h"
 #include "runtime/comm/store.h"
+#include "runtime/models/transformer.h"
 #include "runtime/strategy/strategy.h"
 
 namespace accel {
@@ -144,6 +145,23 @@ void Accelerator::save_model(const Model& model, const std::string& path) {
   agree(status, why);  // the outcome on every process, the file there on return
 }
 
+void Accelerator::save_pretrained(const Model& model, const std::string& dir) {
+  std::vector<torch::Tensor> params = full_parameters(model);
+  Status status = Status::Ok;
+  std::string why;
+  if (comm_->rank() == 0) {
+    try {
+      const torch::ScalarType dt = lm_weights_dtype(model);
+      for (auto& p : params) p = p.to(dt);
+      accel::save_pretrained(model, params, dir);
+    } catch (const Error& e) {
+      why = e.what();
+      status = e.status();
+    }
+  }
+  agree(status, why);  // the outcome on every process, the directory there on return
+}
+
 void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
                           const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader) {
   // Check everything first: a failed prepare changes nothing.
@@ -271,7 +289,9 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
   }
   if (&model != model_.get()) return model.forward(placed, mode);
   if (strategy_->cadence() == Cadence::EveryForward) check_even_collectives();
-  fwd_rows_ = placed.empty() || placed[0].dim() == 0 ? 1 : placed[0].size(0);
+  fwd_rows_ = placed.empty() || placed[0].dim() == 0 ? 1
+              : model.sequence_inputs() && placed[0].dim() >= 2 ? placed[0].size(0) * placed[0].size(1)
+                                                              : placed[0].size(0);
   if (clock_)  // the simulator: charge the forward's estimated compute
     clock_->charge_flops(2.0 * static_cast<double>(fwd_rows_) * static_cast<double>(model.num_elements()), "forward");
   return strategy_->forward(model, placed, mode);
@@ -476,7 +496,7 @@ void Accelerator::set_seed(uint64_t seed, bool per_process) {
   torch::manual_seed(s);
 }
 
-void Accelerator::backward(const torch::Tensor& loss) {
+void Accelerator::backward(const torch::Tensor& loss, int64_t tokens) {
   ACCEL_CHECK(model_ != nullptr, Status::InvalidState, "backward before accel_prepare bound a model");
   ACCEL_CHECK(loss.defined() && loss.numel() == 1, Status::InvalidArgument, "the loss must be a tensor of one element, got ",
               loss.defined() ? shape_str(loss) : std::string("none"));
@@ -488,15 +508,27 @@ void Accelerator::backward(const torch::Tensor& loss) {
     ACCEL_CHECK(std::isfinite(v), Status::NonFinite, "the loss is ", v,
                 "; gradients are unchanged and this micro-batch is not counted");
   }
+  const int kind = tokens >= 0 ? 2 : 1;
+  const int window = accum_count_ == 0 ? 0 : window_kind_;
+  ACCEL_CHECK(window == 0 || window == kind, Status::InvalidArgument, "this accumulation window's losses were ",
+              window == 2 ? "token means (causal-LM losses)" : "plain means", "; this one is ",
+              kind == 2 ? "a token mean" : "a plain mean",
+              ": one window's gradients are either a mean over its micro-batches or over its tokens, not both");
   // The common case (a 0-d fp32 loss, no accumulation, no scaling) adds nothing to the graph.
   torch::Tensor scaled = loss;
   if (scaled.dim() != 0 || scaled.scalar_type() != torch::kFloat) scaled = scaled.to(torch::kFloat).reshape({});
-  if (opts_.gradient_accumulation_steps > 1) scaled = scaled / static_cast<double>(opts_.gradient_accumulation_steps);
+  if (kind == 2)  // the micro-batch's sum; step() divides by the global batch's tokens
+    scaled = scaled * static_cast<double>(tokens);
+  else if (opts_.gradient_accumulation_steps > 1)
+    scaled = scaled / static_cast<double>(opts_.gradient_accumulation_steps);
   if (scaler_.enabled()) scaled = scaled * scaler_.scale();
   // this micro-batch completes the gradients (the strategy communicates accordingly)
   const bool sync = accum_count_ + 1 >= opts_.gradient_accumulation_steps || end_of_data_;
   if (communicates_in_backward(strategy_->cadence(), sync)) check_even_collectives();
   strategy_->backward(scaled, sync, fwd_rows_);
+  if (accum_count_ == 0) window_tokens_ = 0;
+  window_kind_ = kind;
+  if (kind == 2) window_tokens_ += tokens;
   ++micro_steps_;
   ++accum_count_;
   sync_ = sync;
@@ -513,12 +545,30 @@ bool Accelerator::unscale_once() {
   return found_inf_;
 }
 
+bool Accelerator::finish_gradients() {
+  const bool inf = unscale_once();
+  if (window_kind_ == 2 && !tokens_applied_) {
+    // every process's tokens in this window: the gradients are sums over them, averaged over
+    // the processes by the strategy, so processes / total makes them the global mean (a
+    // strategy that does not synchronise gradients: this process's own mean)
+    int64_t total = window_tokens_;
+    double procs = 1.0;
+    if (strategy_->cadence() != Cadence::Never) {
+      comm_->all_reduce(&total, &total, 1, comm::DataType::Int64, comm::RedOp::Sum)->wait();
+      procs = static_cast<double>(comm_->size());
+    }
+    strategy_->scale_gradients(total > 0 ? procs / static_cast<double>(total) : 0.0);
+    tokens_applied_ = true;
+  }
+  return inf;
+}
+
 double Accelerator::clip_grad_norm(double max_norm) {
   ACCEL_CHECK(model_ != nullptr, Status::InvalidState, "clip_grad_norm before accel_prepare bound a model");
   ACCEL_CHECK(std::isfinite(max_norm) && max_norm > 0, Status::InvalidArgument, "max_norm must be finite and > 0, got ",
               max_norm);
   if (!pending_ || !sync_) return std::nan("");
-  unscale_once();
+  finish_gradients();
   return strategy_->clip(max_norm);
 }
 
@@ -529,7 +579,7 @@ StepResult Accelerator::step() {
   if (pending_ && sync_) {
     if (clock_) clock_->on_step(optimizer_steps_ + 1);
     r.sync_step = true;
-    if (unscale_once()) {
+    if (finish_gradients()) {
       r.skipped = true;
       scaler_.update(true);
     } else {
@@ -544,6 +594,8 @@ StepResult Accelerator::step() {
     pending_ = false;
     unscaled_ = false;
     found_inf_ = false;
+    tokens_applied_ = false;
+    window_tokens_ = 0;
   }
   r.loss_scale = scaler_.scale();
   r.optimizer_steps = optimizer_steps_;

@@ -80,7 +80,13 @@ class Accelerator {
   torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs);
   std::optional<Batch> next_batch(DataLoader& loader);
 
-  void backward(const torch::Tensor& loss);
+  // `tokens` >= 0: the loss is a mean over that many tokens (a causal-LM loss), and the step's
+  // gradients become those of the mean over every token of the global batch: each such
+  // micro-batch backpropagates its sum, and when the gradients are complete they are
+  // multiplied by processes / (the tokens of every micro-batch of every process), counted
+  // with one all-reduce. Every loss of one accumulation window is of one kind
+  // (InvalidArgument otherwise).
+  void backward(const torch::Tensor& loss, int64_t tokens = -1);
   bool sync_gradients() const { return sync_; }
   // Norm before clipping; NaN on accumulation micro-steps (nothing done).
   double clip_grad_norm(double max_norm);
@@ -95,6 +101,9 @@ class Accelerator {
   // Writes the model's weights as safetensors (the main process writes; under ZeRO every
   // process must call it).
   void save_model(const Model& model, const std::string& path);
+  // Writes a causal LM as a Hugging Face directory (runtime/models/transformer.h), in the
+  // dtype its parameters were made in; the main process writes, every process calls it.
+  void save_pretrained(const Model& model, const std::string& dir);
   int zero_stage_active() const;  // 0 unless a ZeRO engine shards the prepared model
   bool shards_parameters() const { return zero_stage_active() > 0; }
 
@@ -116,6 +125,9 @@ class Accelerator {
   // Error(status, process 0's message). A collective (a no-op on one process).
   void agree(Status status, const std::string& message);
   bool unscale_once();  // returns found_inf; unscales at most once per real step
+  // Completes the step's gradients once: unscales them, then (token-mean losses) divides by
+  // the global batch's token count. Returns found_inf.
+  bool finish_gradients();
 
   // Uneven shares (even_batches off) make the processes with more batches issue collectives
   // the others never will. Before a collective caused by a batch of `last_loader_` (DDP's
@@ -153,6 +165,9 @@ class Accelerator {
   bool pending_ = false;          // backward ran since the last step
   bool unscaled_ = false;         // gradients of this step already unscaled
   bool found_inf_ = false;
+  int window_kind_ = 0;           // this accumulation window's losses: 0 none yet, 1 plain means, 2 token means
+  int64_t window_tokens_ = 0;     // tokens of this window's token-mean losses on this process
+  bool tokens_applied_ = false;   // the global token count has divided this step's gradients
   int64_t optimizer_steps_ = 0, micro_steps_ = 0;
 };
 

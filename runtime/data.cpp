@@ -2,8 +2,12 @@
 // and batches gathered from host tensors.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "runtime/data.h"
+#include "runtime/paths.h"
+#include "runtime/safetensors.h"
 
 namespace accel {
 
@@ -114,6 +118,14 @@ DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderCo
               inputs.size(0), " samples make no full batch of ", cfg.batch_size);
 }
 
+DataLoader::DataLoader(std::shared_ptr<const SampleSource> source, DataLoaderConfig cfg)
+    : source_(std::move(source)), cfg_(cfg) {
+  ACCEL_CHECK(source_ && source_->size() >= 1, Status::InvalidArgument, "the loader has no samples");
+  ACCEL_CHECK(cfg.batch_size >= 1, Status::InvalidArgument, "batch_size must be >= 1, got ", cfg.batch_size);
+  ACCEL_CHECK(!cfg.drop_last || source_->size() >= cfg.batch_size, Status::InvalidArgument, "with drop_last, ",
+              source_->size(), " samples make no full batch of ", cfg.batch_size);
+}
+
 void DataLoader::shard(int rank, int world) {
   ACCEL_CHECK(world >= 1 && rank >= 0 && rank < world, Status::InvalidArgument, "bad shard ", rank, " of ", world);
   ACCEL_CHECK(!cfg_.split_batches || cfg_.batch_size % world == 0, Status::InvalidArgument, "split_batches needs a batch size (",
@@ -126,7 +138,7 @@ void DataLoader::shard(int rank, int world) {
 
 const std::vector<int64_t>& DataLoader::batches_per_process() {
   if (per_process_.empty()) {
-    std::vector<int64_t> order(static_cast<size_t>(inputs_.size(0)));
+    std::vector<int64_t> order(static_cast<size_t>(num_samples()));
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
     for (int r = 0; r < world_; ++r)
       per_process_.push_back(static_cast<int64_t>(
@@ -137,7 +149,7 @@ const std::vector<int64_t>& DataLoader::batches_per_process() {
 
 const std::vector<PlannedBatch>& DataLoader::plan() {
   if (plan_epoch_ != epoch_) {
-    const int64_t n = inputs_.size(0);
+    const int64_t n = num_samples();
     std::vector<int64_t> order(static_cast<size_t>(n));
     if (cfg_.shuffle) {
       auto gen = at::make_generator<at::CPUGeneratorImpl>(cfg_.seed + static_cast<uint64_t>(epoch_));
@@ -145,6 +157,26 @@ const std::vector<PlannedBatch>& DataLoader::plan() {
       std::memcpy(order.data(), perm.data_ptr<int64_t>(), order.size() * sizeof(int64_t));
     } else {
       for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+    }
+    if (cfg_.group_by_length && source_) {
+      // transformers' get_length_grouped_indices over the global batch (batch x processes):
+      // megabatches of up to 50 global batches, each sorted by length, longest first, and
+      // the longest sample of all moved to the very first position (an out-of-memory shows
+      // at once)
+      const int64_t global = cfg_.split_batches ? cfg_.batch_size : cfg_.batch_size * world_;
+      int64_t mult = std::min<int64_t>(n / (global * 4), 50);
+      if (mult == 0) mult = 1;
+      const int64_t mega = mult * global;
+      std::vector<size_t> firsts;
+      for (int64_t s = 0; s < n; s += mega) {
+        auto b = order.begin() + s, e = order.begin() + std::min(n, s + mega);
+        std::stable_sort(b, e, [&](int64_t x, int64_t y) { return source_->length(x) > source_->length(y); });
+        firsts.push_back(static_cast<size_t>(s));
+      }
+      size_t best = 0;
+      for (size_t k = 1; k < firsts.size(); ++k)
+        if (source_->length(order[firsts[k]]) > source_->length(order[firsts[best]])) best = k;
+      std::swap(order[0], order[firsts[best]]);
     }
     plan_ = shard_batches(order, cfg_.batch_size, cfg_.drop_last, rank_, world_, cfg_.split_batches, cfg_.even_batches);
     plan_epoch_ = epoch_;
@@ -177,6 +209,16 @@ std::optional<Batch> DataLoader::next(const torch::Device& device) {
   const int64_t len = static_cast<int64_t>(pb.indices.size());
   Batch b;
   b.valid = pb.valid;
+  if (source_) {
+    std::tie(b.inputs, b.targets) = source_->collate(pb.indices);
+    if (!device.is_cpu()) {
+      b.inputs = b.inputs.to(device);
+      b.targets = b.targets.to(device);
+    }
+    ++position_;
+    b.last = position_ == static_cast<int64_t>(p.size());
+    return b;
+  }
   const bool contiguous = len > 0 && pb.indices.back() - pb.indices.front() == len - 1 &&
                           std::is_sorted(pb.indices.begin(), pb.indices.end());
   if (contiguous) {
@@ -194,6 +236,154 @@ std::optional<Batch> DataLoader::next(const torch::Device& device) {
   ++position_;
   b.last = position_ == static_cast<int64_t>(p.size());
   return b;
+}
+
+// ---------------------------------------------------------------------------------------
+// Causal-LM data
+
+namespace {
+
+constexpr char kTokenMagic[8] = {'A', 'C', 'C', 'E', 'L', 'T', 'O', 'K'};
+constexpr size_t kTokenHeader = 24;
+
+template <class T>
+T get_le(const std::string& s, size_t at) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<unsigned char>(s[at + i])) << (8 * i);
+  return v;
+}
+template <class T>
+void put_le(std::string& s, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+class LMSource final : public SampleSource {
+ public:
+  LMSource(torch::Tensor tokens, std::vector<std::pair<int64_t, int64_t>> spans, LMDataConfig cfg)
+      : tokens_(std::move(tokens)), spans_(std::move(spans)), cfg_(cfg) {}
+  int64_t size() const override { return static_cast<int64_t>(spans_.size()); }
+  int64_t length(int64_t i) const override { return spans_[static_cast<size_t>(i)].second; }
+  std::pair<torch::Tensor, torch::Tensor> collate(const std::vector<int64_t>& indices) const override {
+    int64_t T = 0;
+    for (int64_t i : indices) T = std::max(T, length(i));
+    if (cfg_.pad_to_multiple_of > 1) T = (T + cfg_.pad_to_multiple_of - 1) / cfg_.pad_to_multiple_of * cfg_.pad_to_multiple_of;
+    const int64_t B = static_cast<int64_t>(indices.size());
+    auto ids = torch::full({B, T}, cfg_.pad_id, torch::kLong);
+    auto labels = torch::full({B, T}, int64_t{-100}, torch::kLong);
+    const int64_t* src = tokens_.data_ptr<int64_t>();
+    int64_t* di = ids.data_ptr<int64_t>();
+    int64_t* dl = labels.data_ptr<int64_t>();
+    for (int64_t r = 0; r < B; ++r) {
+      const auto& [start, len] = spans_[static_cast<size_t>(indices[static_cast<size_t>(r)])];
+      std::memcpy(di + r * T, src + start, static_cast<size_t>(len) * sizeof(int64_t));
+      std::memcpy(dl + r * T, src + start, static_cast<size_t>(len) * sizeof(int64_t));
+    }
+    return {ids, labels};
+  }
+
+ private:
+  torch::Tensor tokens_;                            // int64, contiguous, host
+  std::vector<std::pair<int64_t, int64_t>> spans_;  // (start, length) per sample
+  LMDataConfig cfg_;
+};
+
+}  // namespace
+
+torch::Tensor read_token_file(const std::string& path) {
+  ACCEL_CHECK(!path.empty(), Status::InvalidArgument, "path is empty");
+  const std::string raw = safetensors::read_file(path);
+  ACCEL_CHECK(raw.size() >= kTokenHeader && std::memcmp(raw.data(), kTokenMagic, 8) == 0, Status::Format, "'", path,
+              "' is not a token file (it does not start with \"ACCELTOK\" and a ", kTokenHeader, "-byte header)");
+  const uint32_t version = get_le<uint32_t>(raw, 8), width = get_le<uint32_t>(raw, 12);
+  const uint64_t count = get_le<uint64_t>(raw, 16);
+  ACCEL_CHECK(version == 1, Status::Format, "'", path, "': token file version ", version,
+              " is not known to this library (it reads version 1)");
+  ACCEL_CHECK(width == 2 || width == 4, Status::Format, "'", path, "': the token width is ", width,
+              " bytes; a token file holds 2- or 4-byte tokens");
+  const uint64_t bytes = raw.size() - kTokenHeader;
+  ACCEL_CHECK(count <= bytes / width && bytes == count * width, Status::Format, "'", path, "': the header says ", count,
+              " tokens of ", width, " bytes, the file holds ", bytes, " bytes of tokens",
+              count > bytes / width ? " (truncated)" : "");
+  auto out = torch::empty({static_cast<int64_t>(count)}, torch::kLong);
+  int64_t* d = out.data_ptr<int64_t>();
+  for (uint64_t i = 0; i < count; ++i)
+    d[i] = width == 2 ? static_cast<int64_t>(get_le<uint16_t>(raw, kTokenHeader + 2 * i))
+                      : static_cast<int64_t>(get_le<uint32_t>(raw, kTokenHeader + 4 * i));
+  return out;
+}
+
+void write_token_file(const std::string& path, const torch::Tensor& tokens, int token_bytes) {
+  ACCEL_CHECK(token_bytes == 2 || token_bytes == 4, Status::InvalidArgument, "token_bytes must be 2 or 4, got ",
+              token_bytes);
+  ACCEL_CHECK(tokens.defined() && tokens.dim() == 1, Status::InvalidArgument, "tokens must be one-dimensional, got ",
+              tokens.defined() ? shape_str(tokens) : std::string("none"));
+  ACCEL_CHECK(tokens.scalar_type() == torch::kLong || tokens.scalar_type() == torch::kInt, Status::InvalidArgument,
+              "tokens must be int64 or int32, got ", c10::toString(tokens.scalar_type()));
+  paths::check_file_target(path, paths::FileKind::TokenFile, "path");
+  const torch::Tensor t = tokens.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t n = t.numel();
+  const int64_t limit = token_bytes == 2 ? int64_t{1} << 16 : int64_t{1} << 32;
+  if (n > 0) {
+    auto mm = torch::aminmax(t);
+    const int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
+    ACCEL_CHECK(lo >= 0 && hi < limit, Status::InvalidArgument, "token ", lo < 0 ? lo : hi, " does not fit in ",
+                token_bytes, " bytes (0..", limit - 1, ")");
+  }
+  std::string out(kTokenMagic, 8);
+  out.reserve(kTokenHeader + static_cast<size_t>(n) * static_cast<size_t>(token_bytes));
+  put_le<uint32_t>(out, 1);
+  put_le<uint32_t>(out, static_cast<uint32_t>(token_bytes));
+  put_le<uint64_t>(out, static_cast<uint64_t>(n));
+  const int64_t* s = t.data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (token_bytes == 2)
+      put_le<uint16_t>(out, static_cast<uint16_t>(s[i]));
+    else
+      put_le<uint32_t>(out, static_cast<uint32_t>(s[i]));
+  }
+  safetensors::write_file_atomic(path, out);
+}
+
+std::shared_ptr<const SampleSource> make_lm_source(const torch::Tensor& tokens, const torch::Tensor& offsets,
+                                                   const LMDataConfig& cfg) {
+  ACCEL_CHECK(tokens.defined() && tokens.dim() == 1, Status::InvalidArgument, "tokens must be one-dimensional, got ",
+              tokens.defined() ? shape_str(tokens) : std::string("none"));
+  ACCEL_CHECK(tokens.scalar_type() == torch::kLong || tokens.scalar_type() == torch::kInt, Status::InvalidArgument,
+              "tokens must be int64 or int32, got ", c10::toString(tokens.scalar_type()));
+  ACCEL_CHECK(cfg.pad_to_multiple_of >= 0, Status::InvalidArgument, "pad_to_multiple_of must be >= 0, got ",
+              cfg.pad_to_multiple_of);
+  ACCEL_CHECK(cfg.max_length >= 0, Status::InvalidArgument, "max_length must be >= 0, got ", cfg.max_length);
+  torch::Tensor t = tokens.to(torch::kCPU, torch::kLong).contiguous();
+  const int64_t n = t.numel();
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  if (!offsets.defined()) {
+    ACCEL_CHECK(cfg.block_size >= 2, Status::InvalidArgument,
+                "block_size must be >= 2 (a block of tokens is one sample; the loss predicts tokens 2..block_size), "
+                "got ", cfg.block_size);
+    ACCEL_CHECK(n >= cfg.block_size, Status::InvalidArgument, n, " tokens make no block of ", cfg.block_size);
+    for (int64_t s = 0; s + cfg.block_size <= n; s += cfg.block_size) spans.emplace_back(s, cfg.block_size);
+  } else {
+    ACCEL_CHECK(offsets.dim() == 1 && offsets.numel() >= 2, Status::InvalidArgument,
+                "offsets must be [sequences + 1] (at least 2 values), got ", shape_str(offsets));
+    ACCEL_CHECK(offsets.scalar_type() == torch::kLong || offsets.scalar_type() == torch::kInt, Status::InvalidArgument,
+                "offsets must be int64 or int32, got ", c10::toString(offsets.scalar_type()));
+    ACCEL_CHECK(cfg.block_size == 0, Status::InvalidArgument,
+                "block_size is for a token stream without offsets; with offsets, set max_length instead");
+    const torch::Tensor o = offsets.to(torch::kCPU, torch::kLong).contiguous();
+    const int64_t* op = o.data_ptr<int64_t>();
+    const int64_t m = o.numel();
+    ACCEL_CHECK(op[0] == 0 && op[m - 1] == n, Status::InvalidArgument, "offsets must start at 0 and end at the ", n,
+                " tokens, got ", op[0], " ... ", op[m - 1]);
+    for (int64_t d = 0; d + 1 < m; ++d) {
+      ACCEL_CHECK(op[d + 1] >= op[d], Status::InvalidArgument, "offsets must not decrease: offsets[", d, "] = ", op[d],
+                  ", offsets[", d + 1, "] = ", op[d + 1]);
+      int64_t len = op[d + 1] - op[d];
+      if (cfg.max_length > 0) len = std::min(len, cfg.max_length);
+      if (len > 0) spans.emplace_back(op[d], len);
+    }
+    ACCEL_CHECK(!spans.empty(), Status::InvalidArgument, "every sequence is empty");
+  }
+  return std::make_shared<LMSource>(std::move(t), std::move(spans), cfg);
 }
 
 }  // namespace accel

@@ -2,7 +2,10 @@
 // (runtime/data.cpp).
 #pragma once
 
+#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/options.h"
@@ -20,6 +23,20 @@ struct DataLoaderConfig {
   // loader is prepared on a world of more than one process):
   bool even_batches = true;   // wrap around from the start so every process gets as many full batches
   bool split_batches = false; // each batch is split across processes (batch_size must divide by their number)
+  // Length-grouped sampling (a SampleSource's loaders): each epoch's order in megabatches
+  // sorted by length, longest first, as transformers' LengthGroupedSampler.
+  bool group_by_length = false;
+};
+
+// Samples that are not rows of two tensors: sequences of different lengths collated into a
+// padded batch (the language-model loaders below).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t length(int64_t i) const = 0;  // for length-grouped sampling
+  // The batch of these samples on the host: {inputs, targets}.
+  virtual std::pair<torch::Tensor, torch::Tensor> collate(const std::vector<int64_t>& indices) const = 0;
 };
 
 struct Batch {
@@ -46,11 +63,12 @@ std::vector<PlannedBatch> shard_batches(const std::vector<int64_t>& order, int64
 class DataLoader {
  public:
   DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderConfig cfg);
+  DataLoader(std::shared_ptr<const SampleSource> source, DataLoaderConfig cfg);
   // This process's batches per epoch (the same on every process with even_batches).
   int64_t num_batches();
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
-  int64_t num_samples() const { return inputs_.size(0); }
+  int64_t num_samples() const { return source_ ? source_->size() : inputs_.size(0); }
   const DataLoaderConfig& config() const { return cfg_; }
   void set_epoch(int64_t epoch);
   // Resumes at batch `position` of `epoch` (a checkpoint's data position).
@@ -67,6 +85,7 @@ class DataLoader {
   const std::vector<PlannedBatch>& plan();
 
   torch::Tensor inputs_, targets_;
+  std::shared_ptr<const SampleSource> source_;  // or samples from a source
   DataLoaderConfig cfg_;
   int rank_ = 0, world_ = 1;
   int64_t epoch_ = 0, position_ = 0;
@@ -74,5 +93,33 @@ class DataLoader {
   std::vector<int64_t> per_process_;  // batches_per_process(), computed once per sharding
   std::vector<PlannedBatch> plan_;
 };
+
+// ---------------------------------------------------------------------------------------
+// Causal-LM data (docs/lm.md, "Data")
+
+// The packed token file: "ACCELTOK", uint32 version (1), uint32 token width in bytes (2 or
+// 4), uint64 count, then the tokens as little-endian unsigned integers.
+// read_token_file returns them as int64 [count] (IO, or Format naming what is wrong);
+// write_token_file writes int64/int32 tokens (each in [0, 2^(8 width))) atomically, replacing
+// nothing but an earlier token file.
+torch::Tensor read_token_file(const std::string& path);
+void write_token_file(const std::string& path, const torch::Tensor& tokens, int token_bytes);
+
+struct LMDataConfig {
+  int64_t block_size = 0;          // no offsets: fixed blocks of this many tokens
+  int64_t max_length = 0;          // offsets: sequences are cut to this many tokens (0: whole)
+  int64_t pad_id = 0;              // the id padding positions get in input_ids
+  int64_t pad_to_multiple_of = 0;  // dynamic padding to a multiple of this (0 or 1: the longest)
+};
+
+// A causal-LM sample source over int64/int32 `tokens` [N]. Without `offsets`: the
+// non-overlapping blocks of block_size tokens (the last partial block dropped), each one
+// sample. With `offsets` (int64 [D + 1], 0 = offsets[0] <= ... <= offsets[D] = N): sequence d
+// is tokens[offsets[d], offsets[d+1]), cut to max_length; empty sequences are skipped.
+// collate gives {input_ids int64 [B, T], labels int64 [B, T]} with T the longest sequence of
+// the batch (rounded up to pad_to_multiple_of), padding on the right: input_ids pad_id and
+// labels -100 there (labels are the ids elsewhere; the loss shifts them).
+std::shared_ptr<const SampleSource> make_lm_source(const torch::Tensor& tokens, const torch::Tensor& offsets,
+                                                   const LMDataConfig& cfg);
 
 }  // namespace accel

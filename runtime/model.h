@@ -61,6 +61,9 @@ class Model {
   // Whether forward accepts bf16/fp16 parameters with fp32 inputs outside autocast (the
   // built-in MLP casts); ZeRO keeps the working copy in fp32 for models that do not.
   virtual bool casts_weights() const { return false; }
+  // Whether inputs[0] is [batch, seq] with one sample per token (a language model): the
+  // simulator's compute estimates count batch x seq rows.
+  virtual bool sequence_inputs() const { return false; }
 
  protected:
   void set_parameters(std::vector<std::string> names, std::vector<torch::Tensor> params) {

@@ -61,6 +61,8 @@ bool is_trace(const fs::path& p) {
   return head(p, start.size()) == start;
 }
 
+bool is_token_file(const fs::path& p) { return head(p, 8) == std::string("ACCELTOK", 8); }
+
 }  // namespace
 
 std::string describe(const fs::path& p) {
@@ -126,6 +128,7 @@ void check_file_target(const std::string& path, FileKind kind, const std::string
   const fs::file_status s = fs::symlink_status(p, ec);
   const char* what = kind == FileKind::Safetensors   ? "a safetensors file"
                      : kind == FileKind::TorchScript ? "a TorchScript file"
+                     : kind == FileKind::TokenFile   ? "a token file"
                                                      : "a Chrome trace";
   if (s.type() == fs::file_type::not_found) {
     ACCEL_CHECK(!p.filename().empty() && p.filename() != "." && p.filename() != "..", Status::InvalidArgument, arg,
@@ -135,6 +138,7 @@ void check_file_target(const std::string& path, FileKind kind, const std::string
   if (s.type() == fs::file_type::regular) {
     const bool same_kind = kind == FileKind::Safetensors   ? is_safetensors(p)
                            : kind == FileKind::TorchScript ? is_zip(p)
+                           : kind == FileKind::TokenFile   ? is_token_file(p)
                                                            : is_trace(p);
     ACCEL_CHECK(same_kind, Status::InvalidArgument, arg, " '", path, "' is a regular file that is not ", what,
                 ": refusing to replace it; choose a new path, or an earlier one of ", what);

@@ -7,8 +7,9 @@
 //   files a checkpoint consists of);
 // - a save's hidden temporary directory (".NAME.tmp", ".NAME.old") may replace only the
 //   leftovers of an earlier save (only checkpoint files);
-// - a single output file (accel_save_model, a simulator trace) may replace nothing or an
-//   earlier file of its format (safetensors, a TorchScript zip, a Chrome trace);
+// - a single output file (accel_save_model, a simulator trace, a token file) may replace
+//   nothing or an earlier file of its format (safetensors, a TorchScript zip, a Chrome
+//   trace, a token file);
 // - an empty path, a symbolic link, a device, a FIFO or a socket is never written.
 // Refusals throw Error(Status::InvalidArgument) naming the argument, the path and what is
 // there ("dir 'notes.txt' is a regular file, not an accel checkpoint: ...").
@@ -36,7 +37,7 @@ void check_checkpoint_target(const std::filesystem::path& target, const std::str
 // Refuses a save's temporary path when something other than a save's leftovers is there.
 void check_leftover(const std::filesystem::path& tmp, const std::filesystem::path& target);
 
-enum class FileKind { Safetensors, TorchScript, ChromeTrace };
+enum class FileKind { Safetensors, TorchScript, ChromeTrace, TokenFile };
 
 // Refuses an output file path (see the rules above). `arg` names the argument ("path").
 void check_file_target(const std::string& path, FileKind kind, const std::string& arg);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -259,10 +260,14 @@ TEST(LM, PaddingDoesNotChangeRealPositions) {
     const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask");
     torch::NoGradGuard ng;
     auto all = model->forward({ids, mask}, ForwardMode{});
+    // right padding under causal attention: without the mask, real positions are the same
+    // (the LM loaders yield no mask)
+    auto unmasked = model->forward({ids}, ForwardMode{});
     for (int64_t b = 0; b < ids.size(0); ++b) {
       const int64_t len = mask[b].sum().item<int64_t>();
       auto alone = model->forward({ids.narrow(0, b, 1).narrow(1, 0, len)}, ForwardMode{});
       EXPECT_LT(max_rel(alone[0], all[b].narrow(0, 0, len)), 1e-5) << name << " row " << b;
+      EXPECT_LT(max_rel(unmasked[b].narrow(0, 0, len), all[b].narrow(0, 0, len)), 1e-5) << name << " row " << b;
     }
   }
 }
@@ -599,6 +604,257 @@ TEST(LM, GradientCheckpointingLowersThePeak) {
     EXPECT_GT(saving, prev_saving) << "the saving grows with the sequence (T=" << T << ")";
     prev_saving = saving;
   }
+}
+
+// The loss of a causal LM is a mean over real tokens. Under accumulation and across processes
+// accel makes the step's gradient that of the mean over every real token of the global batch
+// (Accelerator::backward with a token count), not a mean of per-micro-batch means: 2 ranks x
+// 2 micro-batches with 3..40 real tokens each, against one process summing every token's loss.
+TEST(LM, TokenMeanOverTheGlobalBatch) {
+  const std::string name = "llama-tiny";
+  const LMConfig cfg = read_lm_config(fixture(name) + "/config.json");
+  // micro-batch m of rank r: 2 rows, length T, the last `pad` positions of row 1 padding
+  struct Micro {
+    torch::Tensor ids, mask, labels;
+  };
+  auto micro = [&](int r, int m) {
+    const int64_t T = 6 + 5 * (2 * r + m), pad = (2 * r + m) % 2 ? T - 3 : 1;
+    auto g = at::detail::createCPUGenerator(static_cast<uint64_t>(10 + 2 * r + m));
+    Micro b;
+    b.ids = torch::randint(0, cfg.vocab_size, {2, T}, g);
+    b.mask = torch::ones({2, T}, torch::kLong);
+    b.mask[1].narrow(0, T - pad, pad).fill_(0);
+    b.labels = b.ids.masked_fill(b.mask.eq(0), -100);
+    return b;
+  };
+  // the reference: one model, the sum of every token's loss over the total count
+  auto ref_model = load_pretrained(fixture(name));
+  torch::Tensor sum = torch::zeros({});
+  int64_t count = 0;
+  for (int r = 0; r < 2; ++r)
+    for (int m = 0; m < 2; ++m) {
+      const Micro b = micro(r, m);
+      auto [ls, n] = causal_lm_loss_sum(ref_model->forward({b.ids, b.mask}, ForwardMode{}), b.labels);
+      sum = sum + ls;
+      count += n;
+    }
+  (sum / static_cast<double>(count)).backward();
+  const double lr = 0.5;
+  for (Strategy s : {Strategy::DDP, Strategy::Zero2, Strategy::Zero3}) {
+    sim::WorldOptions wo;
+    wo.world_size = 2;
+    wo.timeout_seconds = 20;
+    sim::World world(wo);
+    std::vector<torch::Tensor> after;
+    auto rep = world.run([&](sim::Rank& rk) {
+      Options o;
+      o.device = DeviceKind::CPU;
+      o.strategy = s;
+      o.gradient_accumulation_steps = 2;
+      std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+      Accelerator acc(o, c);
+      std::shared_ptr<Model> model = load_pretrained(fixture(name));
+      SGDConfig sc;
+      sc.lr = lr;
+      auto opt = std::make_shared<Optimizer>(model, sc);
+      acc.prepare(model, opt, nullptr, nullptr);
+      for (int m = 0; m < 2; ++m) {
+        const Micro b = micro(rk.rank(), m);
+        auto [ls, n] = causal_lm_loss_sum(acc.forward(*model, {b.ids, b.mask}), b.labels);
+        acc.backward(ls / static_cast<double>(n), n);
+        acc.step();
+      }
+      auto full = acc.full_parameters(*model);
+      if (rk.rank() == 0) after = full;
+    });
+    ASSERT_TRUE(rep.ok()) << strategy_name(s) << ": " << rep.first_error();
+    double worst = 0;
+    for (size_t i = 0; i < after.size(); ++i) {
+      const auto& g = ref_model->parameters()[i].grad();
+      auto want = ref_model->parameters()[i].detach() - lr * g;
+      worst = std::max(worst, (after[i] - want).abs().max().item<double>() /
+                                  std::max(lr * g.abs().max().item<double>(), 1e-30));
+    }
+    std::printf("[ %s ] %s, 2 ranks x 2 micro-batches, %lld tokens: the step within %.3g of the global token "
+                "mean's\n", name.c_str(), strategy_name(s), static_cast<long long>(count), worst);
+    EXPECT_LT(worst, 1e-4) << strategy_name(s);
+  }
+  // one window cannot mix the two kinds of loss
+  Options o;
+  o.device = DeviceKind::CPU;
+  o.gradient_accumulation_steps = 2;
+  Accelerator acc(o);
+  std::shared_ptr<Model> model = load_pretrained(fixture(name));
+  auto opt = std::make_shared<Optimizer>(model, SGDConfig{});
+  acc.prepare(model, opt, nullptr, nullptr);
+  const Micro b = micro(0, 0);
+  auto [ls, n] = causal_lm_loss_sum(acc.forward(*model, {b.ids, b.mask}), b.labels);
+  acc.backward(ls / static_cast<double>(n), n);
+  auto plain = causal_lm_loss(acc.forward(*model, {b.ids, b.mask}), b.labels);
+  expect_error([&] { acc.backward(plain); }, Status::InvalidArgument, {"token means", "not both"});
+}
+
+// ---------------------------------------------------------------------------------------
+// Causal-LM data
+
+TEST(LMData, TokenFileRoundTripAndErrors) {
+  TempDir tmp;
+  auto toks = torch::tensor({0, 1, 65535, 42, 7}, torch::kLong);
+  for (int width : {2, 4}) {
+    const std::string path = tmp.path().string() + "/t" + std::to_string(width) + ".tok";
+    write_token_file(path, toks, width);
+    EXPECT_EQ(fs::file_size(path), 24u + 5u * static_cast<unsigned>(width));
+    EXPECT_TRUE(torch::equal(read_token_file(path), toks));
+    write_token_file(path, toks.narrow(0, 0, 2), width);  // an earlier token file is replaced
+    EXPECT_EQ(read_token_file(path).numel(), 2);
+  }
+  const std::string p4 = tmp.path().string() + "/big.tok";
+  write_token_file(p4, torch::tensor({int64_t{1} << 20}, torch::kLong), 4);
+  EXPECT_EQ(read_token_file(p4).item<int64_t>(), int64_t{1} << 20);
+  expect_error([&] { write_token_file(tmp.path().string() + "/x.tok", torch::tensor({70000}, torch::kLong), 2); },
+               Status::InvalidArgument, {"70000", "2 bytes"});
+  expect_error([&] { write_token_file(tmp.path().string() + "/x.tok", toks, 3); }, Status::InvalidArgument, {"token_bytes"});
+  // never replaces another kind of file
+  const std::string notes = tmp.path().string() + "/notes.txt";
+  std::ofstream(notes) << "mine";
+  expect_error([&] { write_token_file(notes, toks, 2); }, Status::InvalidArgument, {"not a token file"});
+  std::ifstream in(notes);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "mine");
+  // a truncated file, another kind of file, a missing one
+  const std::string p2 = tmp.path().string() + "/t2.tok";
+  write_token_file(p2, toks, 2);
+  fs::resize_file(p2, fs::file_size(p2) - 1);
+  expect_error([&] { read_token_file(p2); }, Status::Format, {"t2.tok", "truncated"});
+  expect_error([&] { read_token_file(notes); }, Status::Format, {"not a token file"});
+  expect_error([&] { read_token_file(tmp.path().string() + "/none.tok"); }, Status::IO, {"none.tok"});
+}
+
+TEST(LMData, BlocksAndDynamicPadding) {
+  auto toks = torch::arange(1, 11, torch::kLong);  // 1..10
+  // blocks of 4: [1..4], [5..8]; the rest dropped
+  LMDataConfig bc;
+  bc.block_size = 4;
+  auto blocks = make_lm_source(toks, {}, bc);
+  ASSERT_EQ(blocks->size(), 2);
+  auto [bi, bl] = blocks->collate({1, 0});
+  EXPECT_TRUE(torch::equal(bi, torch::tensor({{5, 6, 7, 8}, {1, 2, 3, 4}}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(bl, bi));
+  // sequences [1,2,3], [], [4..9], [10]: the empty one skipped; max_length 5 cuts the second
+  LMDataConfig sc;
+  sc.max_length = 5;
+  sc.pad_id = 0;
+  auto seqs = make_lm_source(toks, torch::tensor({0, 3, 3, 9, 10}, torch::kLong), sc);
+  ASSERT_EQ(seqs->size(), 3);
+  EXPECT_EQ(seqs->length(1), 5);
+  auto [ids, labels] = seqs->collate({0, 2});
+  EXPECT_TRUE(torch::equal(ids, torch::tensor({{1, 2, 3}, {10, 0, 0}}, torch::kLong)));
+  EXPECT_TRUE(torch::equal(labels, torch::tensor({{1, 2, 3}, {10, -100, -100}}, torch::kLong)));
+  sc.pad_to_multiple_of = 8;
+  sc.pad_id = 3;
+  auto [ids8, labels8] = make_lm_source(toks, torch::tensor({0, 3, 3, 9, 10}, torch::kLong), sc)->collate({0, 1});
+  EXPECT_EQ(ids8.sizes(), (std::vector<int64_t>{2, 8}));
+  EXPECT_EQ(ids8[0][5].item<int64_t>(), 3);
+  EXPECT_EQ(labels8[1][5].item<int64_t>(), -100);
+  EXPECT_EQ(labels8[1][4].item<int64_t>(), 8);
+  expect_error([&] { make_lm_source(toks, torch::tensor({0, 5, 4, 10}, torch::kLong), LMDataConfig{}); },
+               Status::InvalidArgument, {"must not decrease", "offsets[2] = 4"});
+  expect_error([&] { make_lm_source(toks, torch::tensor({0, 5, 9}, torch::kLong), LMDataConfig{}); },
+               Status::InvalidArgument, {"end at the 10 tokens"});
+  expect_error([&] { make_lm_source(toks, {}, LMDataConfig{}); }, Status::InvalidArgument, {"block_size"});
+  bc.block_size = 11;
+  expect_error([&] { make_lm_source(toks, {}, bc); }, Status::InvalidArgument, {"no block of 11"});
+}
+
+// Length-grouped sampling follows transformers' get_length_grouped_indices: megabatches of
+// min(N / (4 x global batch), 50) global batches, each sorted longest first, the longest of
+// all first; every sample once.
+TEST(LMData, GroupByLength) {
+  const int64_t N = 200, B = 4;
+  std::vector<int64_t> offs{0};
+  auto g = at::detail::createCPUGenerator(5);
+  auto lens = torch::randint(1, 60, {N}, g);
+  for (int64_t i = 0; i < N; ++i) offs.push_back(offs.back() + lens[i].item<int64_t>());
+  auto toks = torch::ones({offs.back()}, torch::kLong);
+  LMDataConfig lc;
+  auto src = make_lm_source(toks, torch::tensor(offs, torch::kLong), lc);
+  DataLoaderConfig dc;
+  dc.batch_size = B;
+  dc.shuffle = true;
+  dc.seed = 3;
+  dc.group_by_length = true;
+  DataLoader dl(src, dc);
+  std::vector<int64_t> seen;
+  int64_t first_len = -1;
+  while (auto b = dl.next(torch::kCPU)) {
+    auto l = b->targets.ne(-100).sum(1);
+    for (int64_t r = 0; r < l.size(0); ++r) seen.push_back(l[r].item<int64_t>());
+    if (first_len < 0) first_len = l.max().item<int64_t>();
+  }
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), N);
+  EXPECT_EQ(first_len, lens.max().item<int64_t>()) << "the longest sample comes first";
+  // megabatches of min(200 / 16, 50) = 12 batches = 48 samples: sorted within, but for the
+  // swapped first element
+  const size_t mega = 48;
+  for (size_t s = 0; s < seen.size(); s += mega)
+    for (size_t i = s + 2; i < std::min(seen.size(), s + mega); ++i) EXPECT_GE(seen[i - 1], seen[i]) << i;
+}
+
+// What dynamic padding saves against padding every batch to the longest sequence of the data,
+// on a skewed (log-normal) length distribution: the tokens computed, and one epoch's training
+// time of a small Llama. Length grouping saves more.
+TEST(LMData, DynamicPaddingSavesCompute) {
+  const int64_t N = 96, B = 8, maxlen = 256;
+  auto g = at::detail::createCPUGenerator(11);
+  auto lens = torch::empty({N}).log_normal_(3.2, 0.8, g).round().clamp(4, maxlen).to(torch::kLong);
+  std::vector<int64_t> offs{0};
+  for (int64_t i = 0; i < N; ++i) offs.push_back(offs.back() + lens[i].item<int64_t>());
+  auto toks = torch::randint(0, 256, {offs.back()}, g);
+  LMConfig cfg = parse_lm_config(R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 64,
+      "intermediate_size": 176, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 512})", "config");
+  struct Run {
+    const char* what;
+    int64_t pad_to, multiple;
+    bool group;
+  };
+  std::printf("  %-34s %10s %10s %9s %10s\n", "padding", "tokens", "real", "useful", "epoch ms");
+  double t_max = 0, t_dyn = 0;
+  int64_t tok_max = 0, tok_dyn = 0;
+  for (const Run& r : {Run{"to the longest of the data (256)", maxlen, 0, false}, Run{"dynamic", 0, 0, false},
+                       Run{"dynamic, multiple of 8", 0, 8, false}, Run{"dynamic, grouped by length", 0, 0, true}}) {
+    LMDataConfig lc;
+    lc.pad_to_multiple_of = r.pad_to ? r.pad_to : r.multiple;
+    DataLoaderConfig dc;
+    dc.batch_size = B;
+    dc.shuffle = true;
+    dc.seed = 1;
+    dc.group_by_length = r.group;
+    DataLoader dl(make_lm_source(toks, torch::tensor(offs, torch::kLong), lc), dc);
+    auto model = make_causal_lm(cfg, at::detail::createCPUGenerator(2));
+    int64_t total = 0, real = 0;
+    const auto t0 = std::chrono::steady_clock::now();
+    while (auto b = dl.next(torch::kCPU)) {
+      total += b->inputs.numel();
+      real += b->targets.ne(-100).sum().item<int64_t>();
+      causal_lm_loss(model->forward({b->inputs}, ForwardMode{}), b->targets).backward();
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("  %-34s %10lld %10lld %8.1f%% %10.1f\n", r.what, static_cast<long long>(total),
+                static_cast<long long>(real), 100.0 * real / total, ms);
+    EXPECT_EQ(real, offs.back());
+    if (r.pad_to) {
+      t_max = ms;
+      tok_max = total;
+    } else if (!r.group && !r.multiple) {
+      t_dyn = ms;
+      tok_dyn = total;
+    }
+  }
+  std::printf("  dynamic padding computes %.1f%% of the tokens and takes %.1f%% of the time of padding to 256\n",
+              100.0 * tok_dyn / tok_max, 100.0 * t_dyn / t_max);
+  EXPECT_LT(tok_dyn * 2, tok_max);
+  EXPECT_LT(t_dyn, t_max);
 }
 
 TEST(LMErrors, MissingTensor) {

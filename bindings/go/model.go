@@ -449,11 +449,15 @@ func (c *Context) NewDataLoader(inputs, targets *Tensor, opts DataLoaderOptions)
 	if err != nil {
 		return nil, err
 	}
+	return c.wrapLoader(out), nil
+}
+
+func (c *Context) wrapLoader(out *C.accel_dataloader) *DataLoader {
 	l := &DataLoader{h: out}
 	l.ctx = c
 	l.st = c.st.newObj(func() { C.accel_dataloader_destroy(out) }, nil)
 	runtime.SetFinalizer(l, func(l *DataLoader) { l.dropBatch(); l.st.finalize() })
-	return l, nil
+	return l
 }
 
 // NextBatch yields the next batch of the current epoch as tensors the caller owns

@@ -897,6 +897,144 @@ ACCEL_API accel_status accel_load_state(accel_context *ctx, const char *dir);
  * "" before either. The string belongs to the context and changes with the next call. */
 ACCEL_API accel_status accel_last_checkpoint(const accel_context *ctx, const char **out);
 
+/* ------------------------------------------------------------------------------------
+ * Language models: GPT-2 and Llama in Hugging Face's formats (docs/lm.md)
+ *
+ * A causal LM is an accel_model: it prepares, trains, checkpoints (accel_save_state) and
+ * reports its parameters like any other, under every strategy and precision. Its parameters
+ * carry Hugging Face's names ("model.layers.0.self_attn.q_proj.weight"); its forward takes
+ * input_ids (int64 [batch, seq]) and optionally an attention_mask (int64, int32 or bool
+ * [batch, seq]: 1 for real tokens, 0 for padding, padding on the right) and returns fp32
+ * logits [batch, seq, vocab_size]. accel_model_forward accepts the same inputs.
+ * ---------------------------------------------------------------------------------- */
+
+#define ACCEL_LM_OPTIONS_VERSION 1
+
+typedef struct accel_lm_options {
+    uint32_t version;                /* ACCEL_LM_OPTIONS_VERSION */
+    accel_dtype dtype;               /* the parameters' dtype: ACCEL_FLOAT32 (default) or
+                                        ACCEL_BFLOAT16 (half the memory; the checkpoint's
+                                        tensors are converted on load) */
+    int32_t gradient_checkpointing;  /* non-zero: each transformer block keeps only its input
+                                        in forward and recomputes its activations in backward
+                                        (the same gradients, much less activation memory,
+                                        about one more forward's time); default 0 */
+} accel_lm_options;
+
+#define ACCEL_LM_OPTIONS_INIT { ACCEL_LM_OPTIONS_VERSION, ACCEL_FLOAT32, 0 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_lm_options_init(accel_lm_options *opts, uint32_t version);
+
+/* Loads a Hugging Face causal-LM directory (as transformers' save_pretrained writes it):
+ * config.json (model_type "gpt2" or "llama") and model.safetensors, or
+ * model.safetensors.index.json and its shards. opts may be NULL (the defaults). Every tensor
+ * is checked against the config before the model exists. The model is in training mode.
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT for an empty dir or a dtype other than float32 or
+ * bfloat16; ACCEL_ERR_IO for a missing directory or file; ACCEL_ERR_FORMAT naming the file
+ * and the field or tensor for a malformed config.json, a missing, extra, misshapen or
+ * wrongly typed tensor, or a truncated shard; ACCEL_ERR_UNSUPPORTED for a model_type,
+ * activation or RoPE scaling accel does not implement. *out belongs to the caller. */
+ACCEL_API accel_status accel_model_load_pretrained(accel_context *ctx, const char *dir, const accel_lm_options *opts,
+                                                   accel_model **out);
+
+/* Creates a causal LM with random weights from a config.json: `config` names the file or a
+ * directory holding it. Weights are drawn from the context's seed as transformers
+ * initialises them (normal(0, initializer_range) weights, zero biases, unit norms). Errors as
+ * accel_model_load_pretrained's for the config. *out belongs to the caller. */
+ACCEL_API accel_status accel_model_create_lm(accel_context *ctx, const char *config, const accel_lm_options *opts,
+                                             accel_model **out);
+
+/* Writes the model's trained weights as a Hugging Face directory: config.json and
+ * model.safetensors with Hugging Face's names, in the parameters' dtype (the one given at
+ * load or create), which transformers' AutoModelForCausalLM.from_pretrained(dir) loads.
+ * With several processes every process calls it and the main process writes (under ZeRO
+ * the shards are gathered first); every process returns its outcome. The directory appears
+ * complete or not at all (written beside it, then renamed). It never destroys what it did not
+ * write: `dir` may name nothing, an empty directory or an earlier saved directory (replaced);
+ * anything else is ACCEL_ERR_INVALID_ARGUMENT, left as it is. Errors: also
+ * ACCEL_ERR_INVALID_ARGUMENT for a model that is not a causal LM; ACCEL_ERR_IO when the
+ * parent directory is missing or writing fails. */
+ACCEL_API accel_status accel_save_pretrained(accel_context *ctx, const accel_model *model, const char *dir);
+
+/* The forward of a causal LM and its loss. input_ids: int64 [batch, seq]; attention_mask:
+ * NULL or [batch, seq] (see above); labels: NULL or int64/int32 [batch, seq], usually
+ * input_ids with -100 where the mask is 0: the logits at position t predict labels[t + 1]
+ * (the shift is done here, as in transformers) and labels of -100 are ignored.
+ * *out_logits (may be NULL) receives the logits; *out_loss (may be NULL; needs labels)
+ * receives the mean cross-entropy over the real targets, fp32 (0 when there are none), and
+ * *out_tokens (may be NULL) their number. Passed to accel_backward, such a loss is a token
+ * mean: under gradient accumulation and across processes the step's gradients are those of
+ * the mean over every real target of the global batch (all micro-batches of the step on all
+ * processes), not a mean of per-micro-batch means (docs/lm.md). One step's losses are either
+ * all token means or all plain means (accel_backward: ACCEL_ERR_INVALID_ARGUMENT).
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT for a model that is not a causal LM, a wrong shape or
+ * dtype, a token id outside the vocabulary, more positions than GPT-2's n_positions, a loss
+ * asked without labels, nothing asked (out_logits and out_loss both NULL). */
+ACCEL_API accel_status accel_lm_forward(accel_context *ctx, accel_model *model, const accel_tensor *input_ids,
+                                        const accel_tensor *attention_mask, const accel_tensor *labels,
+                                        accel_tensor **out_logits, accel_tensor **out_loss, int64_t *out_tokens);
+
+/* Causal-LM data. A packed token file holds a tokenized corpus: the 8 bytes "ACCELTOK", a
+ * little-endian uint32 version (1), a uint32 token width in bytes (2 or 4), a uint64 token
+ * count, then the tokens as little-endian unsigned integers of that width (docs/lm.md). */
+
+/* Writes `tokens` (int64 or int32, one-dimensional, each in [0, 2^(8 token_bytes))) as a
+ * token file of 2- or 4-byte tokens, atomically. Like accel_save_model it replaces only
+ * nothing or an earlier token file: a directory, a link, a device or another file is
+ * ACCEL_ERR_INVALID_ARGUMENT, left as it is. Errors: also ACCEL_ERR_INVALID_ARGUMENT for a
+ * token that does not fit, a width other than 2 or 4; ACCEL_ERR_IO when writing fails. */
+ACCEL_API accel_status accel_token_file_write(const char *path, const accel_tensor *tokens, int32_t token_bytes);
+
+/* Reads a token file into a new int64 host tensor [count]. Errors: ACCEL_ERR_IO for a missing
+ * or unreadable file; ACCEL_ERR_FORMAT naming the file for another kind of file, an unknown
+ * version, a width other than 2 or 4, or a token count the file's size does not hold
+ * (truncated). *out belongs to the caller. */
+ACCEL_API accel_status accel_token_file_read(const char *path, accel_tensor **out);
+
+#define ACCEL_LM_DATA_OPTIONS_VERSION 1
+
+typedef struct accel_lm_data_options {
+    uint32_t version;            /* ACCEL_LM_DATA_OPTIONS_VERSION */
+    int64_t block_size;          /* without offsets: samples are the consecutive blocks of
+                                    this many tokens (>= 2; the last partial block is dropped) */
+    int64_t max_length;          /* with offsets: each sequence is cut to this many tokens
+                                    (0, the default: whole) */
+    int64_t pad_id;              /* the token id of padding positions in input_ids (default 0;
+                                    must be below the model's vocabulary) */
+    int64_t pad_to_multiple_of;  /* dynamic padding rounds the batch's length up to a multiple
+                                    of this (8 suits tensor cores; 0, the default: the longest
+                                    sequence of the batch) */
+    int32_t group_by_length;     /* non-zero: each epoch's order is grouped in megabatches
+                                    sorted by length (transformers' LengthGroupedSampler), so a
+                                    batch holds similar lengths and pads less */
+} accel_lm_data_options;
+
+#define ACCEL_LM_DATA_OPTIONS_INIT { ACCEL_LM_DATA_OPTIONS_VERSION, 0, 0, 0, 0, 0 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_lm_data_options_init(accel_lm_data_options *opts, uint32_t version);
+
+/* Creates a loader of causal-LM batches over `tokens` (int64 or int32 [N], copied). Without
+ * `offsets` (NULL) the samples are fixed blocks of lm_opts->block_size tokens. With `offsets`
+ * (int64 or int32 [D + 1]: 0 = offsets[0] <= ... <= offsets[D] = N) sample d is the sequence
+ * tokens[offsets[d] .. offsets[d+1]), cut to max_length; empty sequences are skipped.
+ * accel_dataloader_next yields input_ids (int64 [batch, T]) as the inputs and labels (int64
+ * [batch, T]) as the targets, with dynamic padding: T is the longest sequence of the batch
+ * (rounded up to pad_to_multiple_of), each row padded on the right with pad_id in input_ids
+ * and -100 in labels. Pass them to accel_lm_forward as input_ids and labels with no
+ * attention mask: with right padding, causal attention never lets a real token see a
+ * padding position, so the loss and gradients are those with the mask. loader_opts gives the
+ * batch size, shuffling, drop_last and the sharding across processes, as for
+ * accel_dataloader_create; the loader prepares, shards, checkpoints and resumes like one.
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT naming the field for a wrong dtype or shape, offsets
+ * that do not start at 0, decrease or do not end at N, block_size < 2 or with offsets, more
+ * block tokens than there are, no non-empty sequence, negative max_length or
+ * pad_to_multiple_of. *out belongs to the caller. */
+ACCEL_API accel_status accel_lm_dataloader_create(accel_context *ctx, const accel_tensor *tokens,
+                                                  const accel_tensor *offsets, const accel_lm_data_options *lm_opts,
+                                                  const accel_dataloader_options *loader_opts, accel_dataloader **out);
+
 #ifdef __cplusplus
 }
 #endif

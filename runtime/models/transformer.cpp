@@ -261,6 +261,12 @@ void set_gradient_checkpointing(Model& model, bool on) {
   m->set_checkpointing(on);
 }
 
+torch::ScalarType lm_weights_dtype(const Model& model) {
+  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  ACCEL_CHECK(m, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
+  return m->weights_dtype();
+}
+
 bool gradient_checkpointing(const Model& model) {
   auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
   return m && m->checkpointing();
@@ -284,6 +290,7 @@ void TransformerLM::add(const std::string& name, std::vector<int64_t> shape, siz
       t = (init == 1 ? torch::zeros(shape, torch::kFloat) : torch::ones(shape, torch::kFloat)).to(dtype);
     }
   }
+  dtype_ = dtype;
   if (units_.size() <= unit) units_.resize(unit + 1);
   units_[unit].push_back(params_.size());
   names_.push_back(name);
@@ -529,9 +536,11 @@ std::string config_summary(const LMConfig& c) {
 
 }  // namespace
 
-std::unique_ptr<Model> make_causal_lm(const LMConfig& cfg, at::Generator gen) {
+std::unique_ptr<Model> make_causal_lm(const LMConfig& cfg, at::Generator gen, torch::ScalarType dtype) {
   ACCEL_CHECK(gen.defined(), Status::InvalidArgument, "make_causal_lm needs a generator");
-  return build(cfg, torch::kFloat, &gen);
+  ACCEL_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16, Status::InvalidArgument,
+              "a causal LM's parameters are float32 or bfloat16, not ", c10::toString(dtype));
+  return build(cfg, dtype, &gen);
 }
 
 std::unique_ptr<Model> load_pretrained(const std::string& dir, torch::ScalarType dtype) {

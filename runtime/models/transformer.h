@@ -69,7 +69,8 @@ nlohmann::json lm_config_json(const LMConfig& cfg);
 // A GPT-2 or Llama model with random weights drawn from `gen` as transformers initialises
 // them: normal(0, initializer_range) for weights and embeddings (GPT-2's c_proj weights with
 // std initializer_range / sqrt(2 n_layer)), zeros for biases, ones for norms.
-std::unique_ptr<Model> make_causal_lm(const LMConfig& cfg, at::Generator gen);
+std::unique_ptr<Model> make_causal_lm(const LMConfig& cfg, at::Generator gen,
+                                      torch::ScalarType dtype = torch::kFloat);
 
 // Loads a Hugging Face directory: config.json and model.safetensors, or
 // model.safetensors.index.json with its shards. Parameters are `dtype` (kFloat or
@@ -93,6 +94,8 @@ std::pair<torch::Tensor, int64_t> causal_lm_loss_sum(const torch::Tensor& logits
 
 // The config of a model made here; nullptr for other models.
 const LMConfig* lm_config_of(const Model& model);
+// The dtype its parameters were made in (kFloat or kBFloat16).
+torch::ScalarType lm_weights_dtype(const Model& model);
 
 // Turns gradient checkpointing per transformer block on or off (InvalidArgument for a model
 // that is not a causal LM made here). Gradients are the same; activations are recomputed.
@@ -108,6 +111,8 @@ class TransformerLM : public Model {
  public:
   explicit TransformerLM(LMConfig cfg, at::Generator gen) : cfg_(std::move(cfg)), gen_(std::move(gen)) {}
   const LMConfig& config() const { return cfg_; }
+  torch::ScalarType weights_dtype() const { return dtype_; }
+  bool sequence_inputs() const override { return true; }
   void to(const torch::Device& device) override;
   void train(bool on) override { training_ = on; }
   bool is_training() const override { return training_; }
@@ -138,6 +143,7 @@ class TransformerLM : public Model {
   at::Generator gen_;
   bool training_ = true;
   bool checkpointing_ = false;
+  torch::ScalarType dtype_ = torch::kFloat;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
   std::vector<std::vector<size_t>> units_;

@@ -16,6 +16,12 @@ namespace accel {
 
 bool ParallelStrategy::unscale(const LossScaler& scaler) { return scaler.unscale(model_->parameters()); }
 
+void ParallelStrategy::scale_gradients(double f) {
+  torch::NoGradGuard ng;
+  for (const auto& p : model_->parameters())
+    if (p.grad().defined()) p.grad().mul_(f);
+}
+
 double ParallelStrategy::clip(double max_norm) {
   std::vector<torch::Tensor> grads, norms;
   for (const auto& p : model_->parameters())

@@ -81,6 +81,8 @@ class ParallelStrategy {
   virtual bool unscale(const LossScaler& scaler);
   // The global norm of the gradients, scaled down to max_norm when above.
   virtual double clip(double max_norm);
+  // Multiplies the (synchronised) gradients by f.
+  virtual void scale_gradients(double f);
   virtual void step(Optimizer& opt) { opt.step(); }
   virtual void zero_grad(Optimizer& opt) { opt.zero_grad(); }
 

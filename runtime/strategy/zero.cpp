@@ -503,6 +503,7 @@ class ZeroStrategy final : public ParallelStrategy {
     return engine_->unscale(static_cast<double>(static_cast<float>(1.0 / scaler.scale())));
   }
   double clip(double max_norm) override { return engine_->clip(max_norm); }  // the norm over every rank's shard
+  void scale_gradients(double f) override { engine_->scale_gradients(f); }
   void step(Optimizer& opt) override { engine_->step(opt); }
   void zero_grad(Optimizer& opt) override {
     (void)opt;

@@ -67,6 +67,8 @@ class ZeroEngine final : public UnitGate {
   bool unscale(double inv_scale);
   // The global norm of the (unscaled) gradient; scales it down to max_norm when above.
   double clip(double max_norm);
+  // Multiplies the gradients by f (applied when they are read, with the loss scale's).
+  void scale_gradients(double f) { grad_factor_ *= f; }
   // One optimizer step on the master chunks, then the working weights reassembled as the
   // stage requires (stages 1-2: all-gather of the updated chunks).
   void step(const Optimizer& opt);

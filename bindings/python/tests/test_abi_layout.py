@@ -109,7 +109,9 @@ def test_option_versions_and_defaults(table):
              "accel_scheduler_options": lib.accel_scheduler_options_init,
              "accel_dataloader_options": lib.accel_dataloader_options_init,
              "accel_sim_options": lib.accel_sim_options_init,
-             "accel_project_options": lib.accel_project_options_init}
+             "accel_project_options": lib.accel_project_options_init,
+             "accel_lm_options": lib.accel_lm_options_init,
+             "accel_lm_data_options": lib.accel_lm_data_options_init}
     structs = {}
     for struct, init in inits.items():
         s = ffi.new(struct + " *")

@@ -209,6 +209,36 @@ impl Context {
         Ok(Model { raw: Owned::new(out), ctx: self })
     }
 
+    /// A GPT-2 or Llama causal LM from a Hugging Face directory: config.json and
+    /// model.safetensors or a sharded index (`accel_model_load_pretrained`).
+    pub fn load_pretrained(&self, dir: impl AsRef<Path>, opts: &LmOptions) -> Result<Model<'_>> {
+        let p = path_cstring(dir.as_ref(), "dir")?;
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), the C string and options outlive the call, local out-parameter.
+        self.ck(unsafe { sys::accel_model_load_pretrained(self.raw.as_ptr(), p.as_ptr(), &o, &mut out) })?;
+        Ok(Model { raw: Owned::new(out), ctx: self })
+    }
+
+    /// A causal LM with random weights from a config.json (the file or its directory), drawn
+    /// from the context's seed as transformers initialises them (`accel_model_create_lm`).
+    pub fn create_lm(&self, config: impl AsRef<Path>, opts: &LmOptions) -> Result<Model<'_>> {
+        let p = path_cstring(config.as_ref(), "config")?;
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), the C string and options outlive the call, local out-parameter.
+        self.ck(unsafe { sys::accel_model_create_lm(self.raw.as_ptr(), p.as_ptr(), &o, &mut out) })?;
+        Ok(Model { raw: Owned::new(out), ctx: self })
+    }
+
+    /// Writes a causal LM as a Hugging Face directory that transformers loads
+    /// (`accel_save_pretrained`; a collective under several processes).
+    pub fn save_pretrained(&self, model: &Model<'_>, dir: impl AsRef<Path>) -> Result<()> {
+        let p = path_cstring(dir.as_ref(), "dir")?;
+        // SAFETY: the context and the handles passed are live (borrowed for the call); the C strings outlive the call.
+        self.ck(unsafe { sys::accel_save_pretrained(self.raw.as_ptr(), model.raw.ptr(), p.as_ptr()) })
+    }
+
     /// Writes the model's weights (`accel_save_model`): safetensors, or TorchScript for a
     /// `.pt` path and a TorchScript model.
     pub fn save_model(&self, model: &Model<'_>, path: impl AsRef<Path>) -> Result<()> {
@@ -279,6 +309,25 @@ impl Context {
         let t = targets.map_or(std::ptr::null(), |t| t.as_raw() as *const _);
         // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
         self.ck(unsafe { sys::accel_dataloader_create(self.raw.as_ptr(), inputs.as_raw(), t, &o, &mut out) })?;
+        Ok(DataLoader { raw: Owned::new(out), ctx: self })
+    }
+
+    /// Causal-LM batches (`accel_lm_dataloader_create`) over a 1-D token tensor: without
+    /// `offsets`, fixed blocks of `lm.block_size` tokens; with offsets ([sequences + 1]), one
+    /// sequence each with dynamic padding. Batches are (input_ids, labels), labels -100 at padding.
+    pub fn lm_dataloader(
+        &self,
+        tokens: &Tensor,
+        offsets: Option<&Tensor>,
+        lm: &LmDataOptions,
+        opts: &DataLoaderOptions,
+    ) -> Result<DataLoader<'_>> {
+        let l = lm.to_sys()?;
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        let off = offsets.map_or(std::ptr::null(), |t| t.as_raw() as *const _);
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
+        self.ck(unsafe { sys::accel_lm_dataloader_create(self.raw.as_ptr(), tokens.as_raw(), off, &l, &o, &mut out) })?;
         Ok(DataLoader { raw: Owned::new(out), ctx: self })
     }
 
@@ -583,6 +632,51 @@ impl<'ctx> Model<'ctx> {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         self.ctx.save_model(self, path)
     }
+
+    /// A causal LM's forward and loss (`accel_lm_forward`). `labels` (usually input_ids with
+    /// -100 where padded; shifted inside, as in transformers) gives the loss: the mean over the
+    /// real targets, a token mean for `Context::backward` (the step's gradients are those of the
+    /// mean over every real target of the global batch).
+    pub fn lm_forward(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>, labels: Option<&Tensor>)
+        -> Result<CausalLmOutput> {
+        let mut logits = std::ptr::null_mut();
+        let mut loss = std::ptr::null_mut();
+        let mut tokens = 0i64;
+        let raw = |t: Option<&Tensor>| t.map_or(std::ptr::null(), |t| t.as_raw() as *const sys::accel_tensor);
+        let want_loss = labels.is_some();
+        // SAFETY: a live context (`self`), live tensors borrowed for the call, local out-parameters.
+        self.ctx.ck(unsafe {
+            sys::accel_lm_forward(
+                self.ctx.raw.as_ptr(),
+                self.raw.ptr(),
+                input_ids.as_raw(),
+                raw(attention_mask),
+                raw(labels),
+                &mut logits,
+                if want_loss { &mut loss } else { std::ptr::null_mut() },
+                if want_loss { &mut tokens } else { std::ptr::null_mut() },
+            )
+        })?;
+        // SAFETY: on ACCEL_OK the out-parameters asked for are new tensors that belong to the caller.
+        let logits = unsafe { Tensor::from_raw(logits) }.expect("accel returned OK and NULL logits");
+        let loss = if want_loss { unsafe { Tensor::from_raw(loss) } } else { None };
+        Ok(CausalLmOutput { loss, logits, num_tokens: tokens })
+    }
+
+    /// Writes a causal LM as a Hugging Face directory (`Context::save_pretrained`).
+    pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
+        self.ctx.save_pretrained(self, dir)
+    }
+}
+
+/// What `Model::lm_forward` returns (transformers' CausalLMOutput fields).
+pub struct CausalLmOutput {
+    /// The mean loss over the real targets (None without labels).
+    pub loss: Option<Tensor>,
+    /// The logits, fp32 [batch, seq, vocab].
+    pub logits: Tensor,
+    /// The real targets the loss averages (0 without labels).
+    pub num_tokens: i64,
 }
 
 /// An optimizer (SGD, AdamW or LAMB). Keeps its model's handle alive.

@@ -80,10 +80,11 @@ pub mod sim;
 mod tensor;
 mod util;
 
-pub use context::{Batch, Batches, Context, DataLoader, Model, Optimizer, Scheduler, StepResult};
+pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Optimizer, Scheduler, StepResult};
 pub use error::{status_name, Error, Result, Status};
 pub use options::{
-    Activation, AdamWOptions, Backend, DataLoaderOptions, Device, LambOptions, MlpOptions, Options, Precision,
+    Activation, AdamWOptions, Backend, DataLoaderOptions, Device, LambOptions, LmDataOptions, LmOptions, MlpOptions,
+    Options, Precision,
     ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy,
 };
 pub use sim::{RankOutcome, SimError, SimReport};

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::error::{check, Result};
 use crate::sys;
+use crate::tensor::DType;
 use crate::util::{cstring, path_cstring};
 
 macro_rules! c_enum {
@@ -188,6 +189,64 @@ impl MlpOptions {
         o.activation = self.activation.to_raw();
         o.dropout = self.dropout;
         o.bias = self.bias as i32;
+        Ok(o)
+    }
+}
+
+/// `accel_lm_options`: how a language model is loaded or created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LmOptions {
+    /// The parameters' dtype: `DType::F32` (default) or `DType::BF16`.
+    pub dtype: DType,
+    /// Recompute each transformer block's activations in backward (less memory, same gradients).
+    pub gradient_checkpointing: bool,
+}
+
+impl Default for LmOptions {
+    /// `ACCEL_LM_OPTIONS_INIT`
+    fn default() -> LmOptions {
+        LmOptions { dtype: DType::F32, gradient_checkpointing: false }
+    }
+}
+
+impl LmOptions {
+    /// The raw struct.
+    pub fn to_sys(&self) -> Result<sys::accel_lm_options> {
+        let mut o = sys::ACCEL_LM_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+        check(unsafe { sys::accel_lm_options_init(&mut o, sys::ACCEL_LM_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.dtype = self.dtype.to_raw();
+        o.gradient_checkpointing = self.gradient_checkpointing as i32;
+        Ok(o)
+    }
+}
+
+/// `accel_lm_data_options`: how a causal-LM loader makes samples and pads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LmDataOptions {
+    /// Without offsets: fixed blocks of this many tokens (>= 2).
+    pub block_size: i64,
+    /// With offsets: each sequence cut to this many tokens (0: whole).
+    pub max_length: i64,
+    /// The id of padding positions in input_ids.
+    pub pad_id: i64,
+    /// Dynamic padding to a multiple of this (0: the longest sequence of the batch).
+    pub pad_to_multiple_of: i64,
+    /// Length-grouped sampling (transformers' LengthGroupedSampler).
+    pub group_by_length: bool,
+}
+
+impl LmDataOptions {
+    /// The raw struct.
+    pub fn to_sys(&self) -> Result<sys::accel_lm_data_options> {
+        let mut o = sys::ACCEL_LM_DATA_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+        check(unsafe { sys::accel_lm_data_options_init(&mut o, sys::ACCEL_LM_DATA_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.block_size = self.block_size;
+        o.max_length = self.max_length;
+        o.pad_id = self.pad_id;
+        o.pad_to_multiple_of = self.pad_to_multiple_of;
+        o.group_by_length = self.group_by_length as i32;
         Ok(o)
     }
 }

@@ -383,7 +383,46 @@ pub const ACCEL_PROJECT_OPTIONS_INIT: accel_project_options = accel_project_opti
     total_limit: 0,
 };
 
-// ---- Functions (81, in the header's order) ------------------------------------------
+// ---- Language models -----------------------------------------------------------------
+
+pub const ACCEL_LM_OPTIONS_VERSION: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct accel_lm_options {
+    pub version: u32,
+    pub dtype: accel_dtype,
+    pub gradient_checkpointing: i32,
+}
+
+/// `ACCEL_LM_OPTIONS_INIT`
+pub const ACCEL_LM_OPTIONS_INIT: accel_lm_options =
+    accel_lm_options { version: ACCEL_LM_OPTIONS_VERSION, dtype: ACCEL_FLOAT32, gradient_checkpointing: 0 };
+
+pub const ACCEL_LM_DATA_OPTIONS_VERSION: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct accel_lm_data_options {
+    pub version: u32,
+    pub block_size: i64,
+    pub max_length: i64,
+    pub pad_id: i64,
+    pub pad_to_multiple_of: i64,
+    pub group_by_length: i32,
+}
+
+/// `ACCEL_LM_DATA_OPTIONS_INIT`
+pub const ACCEL_LM_DATA_OPTIONS_INIT: accel_lm_data_options = accel_lm_data_options {
+    version: ACCEL_LM_DATA_OPTIONS_VERSION,
+    block_size: 0,
+    max_length: 0,
+    pad_id: 0,
+    pad_to_multiple_of: 0,
+    group_by_length: 0,
+};
+
+// ---- Functions (90, in the header's order) ------------------------------------------
 // The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel).
 
 extern "C" {
@@ -594,4 +633,40 @@ extern "C" {
     pub fn accel_save_state(ctx: *mut accel_context, dir: *const c_char) -> accel_status;
     pub fn accel_load_state(ctx: *mut accel_context, dir: *const c_char) -> accel_status;
     pub fn accel_last_checkpoint(ctx: *const accel_context, out: *mut *const c_char) -> accel_status;
+
+    pub fn accel_lm_options_init(opts: *mut accel_lm_options, version: u32) -> accel_status;
+    pub fn accel_model_load_pretrained(
+        ctx: *mut accel_context,
+        dir: *const c_char,
+        opts: *const accel_lm_options,
+        out: *mut *mut accel_model,
+    ) -> accel_status;
+    pub fn accel_model_create_lm(
+        ctx: *mut accel_context,
+        config: *const c_char,
+        opts: *const accel_lm_options,
+        out: *mut *mut accel_model,
+    ) -> accel_status;
+    pub fn accel_save_pretrained(ctx: *mut accel_context, model: *const accel_model, dir: *const c_char) -> accel_status;
+    pub fn accel_lm_forward(
+        ctx: *mut accel_context,
+        model: *mut accel_model,
+        input_ids: *const accel_tensor,
+        attention_mask: *const accel_tensor,
+        labels: *const accel_tensor,
+        out_logits: *mut *mut accel_tensor,
+        out_loss: *mut *mut accel_tensor,
+        out_tokens: *mut i64,
+    ) -> accel_status;
+    pub fn accel_token_file_write(path: *const c_char, tokens: *const accel_tensor, token_bytes: i32) -> accel_status;
+    pub fn accel_token_file_read(path: *const c_char, out: *mut *mut accel_tensor) -> accel_status;
+    pub fn accel_lm_data_options_init(opts: *mut accel_lm_data_options, version: u32) -> accel_status;
+    pub fn accel_lm_dataloader_create(
+        ctx: *mut accel_context,
+        tokens: *const accel_tensor,
+        offsets: *const accel_tensor,
+        lm_opts: *const accel_lm_data_options,
+        loader_opts: *const accel_dataloader_options,
+        out: *mut *mut accel_dataloader,
+    ) -> accel_status;
 }

@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 
 use crate::error::{check, Error, Result};
 use crate::sys;
+use crate::util::path_cstring;
 
 /// `accel_dtype`
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -250,6 +251,24 @@ impl Tensor {
         // SAFETY: the tensor is live (owned by `self`); out-parameters are locals (`v` holds `n` elements).
         check(unsafe { sys::accel_tensor_nbytes(self.raw.as_ptr(), &mut n) }, std::ptr::null())?;
         Ok(n)
+    }
+
+    /// Reads a packed token file (`accel_token_file_read`) into an int64 tensor [count].
+    pub fn read_token_file(path: impl AsRef<std::path::Path>) -> Result<Tensor> {
+        let p = path_cstring(path.as_ref(), "path")?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: the C string outlives the call; `out` is a local out-parameter.
+        check(unsafe { sys::accel_token_file_read(p.as_ptr(), &mut out) }, std::ptr::null())?;
+        // SAFETY: on ACCEL_OK `out` is a new tensor that belongs to the caller.
+        Ok(unsafe { Tensor::from_raw(out) }.expect("accel returned OK and a NULL tensor"))
+    }
+
+    /// Writes this int64/int32 1-D tensor as a packed token file of 2- or 4-byte tokens
+    /// (`accel_token_file_write`); replaces only nothing or an earlier token file.
+    pub fn write_token_file(&self, path: impl AsRef<std::path::Path>, token_bytes: i32) -> Result<()> {
+        let p = path_cstring(path.as_ref(), "path")?;
+        // SAFETY: a live tensor (`self`) and a C string that outlive the call.
+        check(unsafe { sys::accel_token_file_write(p.as_ptr(), self.as_raw(), token_bytes) }, std::ptr::null())
     }
 
     /// The single element as f64 (`accel_tensor_item`; InvalidArgument unless numel == 1).

@@ -134,6 +134,8 @@ fn struct_layouts_match_the_header() {
             version, world_size, device_memory, topology, timeout_seconds, faults, trace_path, engine_threads
         }),
         layout!(accel_project_options { version, project_dir, total_limit }),
+        layout!(accel_lm_options { version, dtype, gradient_checkpointing }),
+        layout!(accel_lm_data_options { version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length }),
     ];
     let mut seen_structs = BTreeSet::new();
     let mut seen_fields = BTreeSet::new();
@@ -198,6 +200,8 @@ fn constants_match_the_header() {
         ("accel_dataloader_options", sys::ACCEL_DATALOADER_OPTIONS_VERSION),
         ("accel_sim_options", sys::ACCEL_SIM_OPTIONS_VERSION),
         ("accel_project_options", sys::ACCEL_PROJECT_OPTIONS_VERSION),
+        ("accel_lm_options", sys::ACCEL_LM_OPTIONS_VERSION),
+        ("accel_lm_data_options", sys::ACCEL_LM_DATA_OPTIONS_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -316,6 +320,19 @@ fn init_defaults_match_the_header() {
     let p = sys::ACCEL_PROJECT_OPTIONS_INIT;
     check("accel_project_options.project_dir".into(), s(p.project_dir));
     check("accel_project_options.total_limit".into(), p.total_limit.to_string());
+    let l = sys::ACCEL_LM_OPTIONS_INIT;
+    check("accel_lm_options.dtype".into(), l.dtype.to_string());
+    check("accel_lm_options.gradient_checkpointing".into(), l.gradient_checkpointing.to_string());
+    let ld = sys::ACCEL_LM_DATA_OPTIONS_INIT;
+    for (f, v) in [
+        ("block_size", ld.block_size),
+        ("max_length", ld.max_length),
+        ("pad_id", ld.pad_id),
+        ("pad_to_multiple_of", ld.pad_to_multiple_of),
+        ("group_by_length", ld.group_by_length as i64),
+    ] {
+        check(format!("accel_lm_data_options.{}", f), v.to_string());
+    }
 
     let missing: Vec<_> = t.defaults.keys().filter(|k| !seen.contains(*k)).collect();
     assert!(missing.is_empty(), "defaults of the header not checked: {:?}", missing);
@@ -340,6 +357,12 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut d: sys::accel_dataloader_options = std::mem::zeroed();
         assert_eq!(sys::accel_dataloader_options_init(&mut d, 2), sys::ACCEL_OK);
         assert_eq!(d, sys::ACCEL_DATALOADER_OPTIONS_INIT);
+        let mut l: sys::accel_lm_options = std::mem::zeroed();
+        assert_eq!(sys::accel_lm_options_init(&mut l, 1), sys::ACCEL_OK);
+        assert_eq!(l, sys::ACCEL_LM_OPTIONS_INIT);
+        let mut ld: sys::accel_lm_data_options = std::mem::zeroed();
+        assert_eq!(sys::accel_lm_data_options_init(&mut ld, 1), sys::ACCEL_OK);
+        assert_eq!(ld, sys::ACCEL_LM_DATA_OPTIONS_INIT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -350,6 +373,8 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(accel::SchedulerOptions::default().to_sys().unwrap(), sys::ACCEL_SCHEDULER_OPTIONS_INIT);
     assert_eq!(accel::DataLoaderOptions::default().to_sys().unwrap(), sys::ACCEL_DATALOADER_OPTIONS_INIT);
     assert_eq!(accel::MlpOptions::default().to_sys().unwrap(), sys::ACCEL_MLP_OPTIONS_INIT);
+    assert_eq!(accel::LmOptions::default().to_sys().unwrap(), sys::ACCEL_LM_OPTIONS_INIT);
+    assert_eq!(accel::LmDataOptions::default().to_sys().unwrap(), sys::ACCEL_LM_DATA_OPTIONS_INIT);
     let sim = accel::SimOptions::default().to_sys().unwrap();
     let init = sys::ACCEL_SIM_OPTIONS_INIT;
     assert_eq!((sim.raw.world_size, sim.raw.timeout_seconds, sim.raw.engine_threads), (2, 60.0, 0));
@@ -384,7 +409,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 81);
+    assert_eq!(mirrored.len(), 90);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

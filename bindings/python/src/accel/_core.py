@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import weakref
-from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union,
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union, overload,
                     TYPE_CHECKING)
 
 from . import _ffi
@@ -847,7 +847,8 @@ class Model(_Child):
     _destroy = "model"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("use accel.Model.mlp(accelerator, layer_sizes) or accel.Model.load_torchscript(accelerator, path)")
+        raise TypeError("use accel.Model.mlp(accelerator, layer_sizes), accel.Model.load_torchscript(accelerator, path), "
+                        "accel.Model.from_pretrained(accelerator, dir) or accel.Model.from_config(accelerator, config)")
 
     @classmethod
     def mlp(cls, accelerator: "Accelerator", layer_sizes: Sequence[int], *,
@@ -869,6 +870,31 @@ class Model(_Child):
         """Loads a module saved by torch.jit.save (accel_model_load_torchscript)."""
         return cls._make(accelerator, lib.accel_model_load_torchscript, _cpath(path))
 
+    @staticmethod
+    def _lm_options(dtype: Union[DType, str], gradient_checkpointing: bool) -> Any:
+        opts = ffi.new("accel_lm_options *")
+        _check(lib.accel_lm_options_init(opts, lib.ACCEL_LM_OPTIONS_VERSION))
+        opts.dtype = int(_enum(DType, dtype, "dtype"))
+        opts.gradient_checkpointing = 1 if gradient_checkpointing else 0
+        return opts
+
+    @classmethod
+    def from_pretrained(cls, accelerator: "Accelerator", directory: Union[str, "os.PathLike[str]"], *,
+                        dtype: Union[DType, str] = "float32", gradient_checkpointing: bool = False) -> "Model":
+        """A GPT-2 or Llama causal LM from a Hugging Face directory (config.json and
+        model.safetensors or a sharded index), as transformers' from_pretrained
+        (accel_model_load_pretrained). dtype: "float32" or "bfloat16" parameters."""
+        opts = cls._lm_options(dtype, gradient_checkpointing)
+        return cls._make(accelerator, lib.accel_model_load_pretrained, _cpath(directory, "directory"), opts)
+
+    @classmethod
+    def from_config(cls, accelerator: "Accelerator", config: Union[str, "os.PathLike[str]"], *,
+                    dtype: Union[DType, str] = "float32", gradient_checkpointing: bool = False) -> "Model":
+        """A causal LM with random weights from a config.json (the file or its directory), drawn
+        from the Accelerator's seed as transformers initialises them (accel_model_create_lm)."""
+        opts = cls._lm_options(dtype, gradient_checkpointing)
+        return cls._make(accelerator, lib.accel_model_create_lm, _cpath(config, "config"), opts)
+
     @classmethod
     def _make(cls, acc: "Accelerator", create: Callable[..., int], *args: Any) -> "Model":
         m = object.__new__(cls)
@@ -876,9 +902,51 @@ class Model(_Child):
         m._training = True
         return m
 
-    def __call__(self, *inputs: ArrayLike) -> Tensor:
-        """model(x): the forward (see forward)."""
+    @overload
+    def __call__(self, *inputs: ArrayLike) -> Tensor: ...
+    @overload
+    def __call__(self, *, input_ids: ArrayLike, attention_mask: Optional[ArrayLike] = None,
+                 labels: Optional[ArrayLike] = None) -> "CausalLMOutput": ...
+
+    def __call__(self, *inputs: Any, **kwargs: Any) -> Any:
+        """model(x): the forward (see forward). A causal LM also takes transformers' keywords:
+        model(input_ids=..., attention_mask=..., labels=...) returns a CausalLMOutput (see lm)."""
+        if kwargs:
+            if inputs:
+                raise TypeError("pass the inputs either positionally or as input_ids=, attention_mask=, labels=")
+            return self.lm(**kwargs)
         return self.forward(*inputs)
+
+    def lm(self, input_ids: ArrayLike, attention_mask: Optional[ArrayLike] = None,
+           labels: Optional[ArrayLike] = None) -> "CausalLMOutput":
+        """A causal LM's forward and loss (accel_lm_forward): logits [batch, seq, vocab]; with
+        labels (input_ids with -100 where padded; shifted here, as in transformers) the mean
+        loss over the real targets and their number. Backpropagated with
+        Accelerator.backward, the loss is a token mean: the step's gradients are those of the
+        mean over every real target of the global batch (all micro-batches, all processes)."""
+        acc = self._acc
+        logits = ffi.new("accel_tensor **")
+        loss = ffi.new("accel_tensor **")
+        tokens = ffi.new("int64_t *")
+        args = [input_ids, attention_mask, labels]
+        with acc._lock:
+            ctx, h = self._p()
+            with _Args([a for a in args if a is not None], convert=range(3)) as handles:
+                it = iter(handles)
+                c = [next(it) if a is not None else ffi.NULL for a in args]
+                st = lib.accel_lm_forward(ctx, h, c[0], c[1], c[2], logits,
+                                          loss if labels is not None else ffi.NULL,
+                                          tokens if labels is not None else ffi.NULL)
+            _check(st, ctx)
+            out_logits = Tensor._wrap(logits[0], acc)
+            if labels is None:
+                return CausalLMOutput(None, out_logits, 0)
+            return CausalLMOutput(Tensor._wrap(loss[0], acc), out_logits, int(tokens[0]))
+
+    def save_pretrained(self, save_directory: Union[str, "os.PathLike[str]"]) -> str:
+        """Writes a causal LM as a Hugging Face directory (config.json, model.safetensors) that
+        transformers loads (accel_save_pretrained; every process calls it). Returns the path."""
+        return self._acc.save_pretrained(self, save_directory)
 
     def forward(self, *inputs: ArrayLike) -> Tensor:
         """accel_model_forward; the output remembers this model's Accelerator (for the losses)."""
@@ -961,6 +1029,13 @@ class Model(_Child):
     def save(self, path: Union[str, "os.PathLike[str]"]) -> str:
         """Writes the weights as safetensors (or TorchScript for a path ending in .pt)."""
         return self._acc.save_model(self, path)
+
+
+class CausalLMOutput(NamedTuple):
+    """What Model.lm returns (transformers' CausalLMOutput fields)."""
+    loss: Optional[Tensor]   # the mean over the real targets (None without labels)
+    logits: Tensor           # [batch, seq, vocab], fp32
+    num_tokens: int          # the real targets the loss averages (0 without labels)
 
 
 class StepResult(NamedTuple):
@@ -1101,6 +1176,16 @@ class DataLoader(_Child):
                  batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
                  even_batches: Optional[bool] = None, split_batches: Optional[bool] = None) -> None:
         """even_batches/split_batches left at None take the Accelerator's (Accelerate's arguments)."""
+        opts = self._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches)
+        with _Args((inputs, ffi.NULL if targets is None else targets), 
+                   convert=(0,) if targets is None else (0, 1)) as (x, y):
+            _Child.__init__(self, accelerator, lib.accel_dataloader_create, x, y, opts)
+        self._has_targets = targets is not None
+        self.batch_size = int(batch_size)
+
+    @staticmethod
+    def _options(accelerator: "Accelerator", batch_size: int, shuffle: bool, seed: int, drop_last: bool,
+                 even_batches: Optional[bool], split_batches: Optional[bool]) -> Any:
         opts = ffi.new("accel_dataloader_options *")
         _check(lib.accel_dataloader_options_init(opts, lib.ACCEL_DATALOADER_OPTIONS_VERSION))
         opts.batch_size = int(batch_size)
@@ -1109,11 +1194,35 @@ class DataLoader(_Child):
         opts.drop_last = 1 if drop_last else 0
         opts.even_batches = 1 if (accelerator.even_batches if even_batches is None else even_batches) else 0
         opts.split_batches = 1 if (accelerator.split_batches if split_batches is None else split_batches) else 0
-        with _Args((inputs, ffi.NULL if targets is None else targets), 
-                   convert=(0,) if targets is None else (0, 1)) as (x, y):
-            _Child.__init__(self, accelerator, lib.accel_dataloader_create, x, y, opts)
-        self._has_targets = targets is not None
-        self.batch_size = int(batch_size)
+        return opts
+
+    @classmethod
+    def for_lm(cls, accelerator: "Accelerator", tokens: ArrayLike, offsets: Optional[ArrayLike] = None, *,
+               block_size: int = 0, max_length: int = 0, pad_id: int = 0, pad_to_multiple_of: int = 0,
+               group_by_length: bool = False, batch_size: int = 1, shuffle: bool = False, seed: int = 0,
+               drop_last: bool = False, even_batches: Optional[bool] = None,
+               split_batches: Optional[bool] = None) -> "DataLoader":
+        """Causal-LM batches (accel_lm_dataloader_create) over a 1-D token array: without
+        offsets, fixed blocks of block_size tokens; with offsets ([sequences + 1], from 0 to
+        len(tokens)), one sequence each, cut to max_length and batched with dynamic padding
+        (to the longest of the batch, or a multiple of pad_to_multiple_of). Yields
+        (input_ids, labels): labels are -100 at padding; pass both to model(input_ids=...,
+        labels=...) (right padding needs no attention mask)."""
+        lm = ffi.new("accel_lm_data_options *")
+        _check(lib.accel_lm_data_options_init(lm, lib.ACCEL_LM_DATA_OPTIONS_VERSION))
+        lm.block_size = int(block_size)
+        lm.max_length = int(max_length)
+        lm.pad_id = int(pad_id)
+        lm.pad_to_multiple_of = int(pad_to_multiple_of)
+        lm.group_by_length = 1 if group_by_length else 0
+        opts = cls._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches)
+        loader = object.__new__(cls)
+        with _Args((tokens, ffi.NULL if offsets is None else offsets),
+                   convert=(0,) if offsets is None else (0, 1)) as (t, o):
+            _Child.__init__(loader, accelerator, lib.accel_lm_dataloader_create, t, o, lm, opts)
+        loader._has_targets = True
+        loader.batch_size = int(batch_size)
+        return loader
 
     def next_batch(self) -> Any:
         """The next batch of the epoch ((x, y), or x without targets), or None at the end of the
@@ -1587,6 +1696,15 @@ class Accelerator:
         with self._lock:  # the string belongs to the context: copied before the next call
             return os.fsdecode(ffi.string(self._get(lib.accel_last_checkpoint, "const char **")))
 
+    def save_pretrained(self, model: Model, save_directory: Union[str, "os.PathLike[str]"]) -> str:
+        """Writes a causal LM as a Hugging Face directory (accel_save_pretrained): config.json and
+        model.safetensors, in the parameters' dtype. A collective under several processes."""
+        if not isinstance(model, Model) or model._acc is not self:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, "save_pretrained: pass a Model made from this Accelerator")
+        path = os.fspath(save_directory)
+        self._call(lib.accel_save_pretrained, model, _cpath(path))
+        return path
+
     def save_model(self, model: Model, save_directory: Union[str, "os.PathLike[str]"]) -> str:
         """Writes the model's fp32 weights as safetensors (accel_save_model). A path ending in
         .safetensors (or .pt: TorchScript) is the file; any other path is a directory, created if
@@ -1604,6 +1722,20 @@ class Accelerator:
         if self._ctx is None:
             return "<accel.Accelerator closed>"
         return f"<accel.Accelerator process {self.process_index}/{self.num_processes} on {self.device}>"
+
+
+def write_token_file(path: Union[str, "os.PathLike[str]"], tokens: ArrayLike, token_bytes: int = 2) -> None:
+    """Writes a packed token file (accel_token_file_write): int64/int32 tokens as 2- or 4-byte
+    unsigned integers after a small header. Replaces only nothing or an earlier token file."""
+    with _Args((tokens,), convert=(0,)) as (t,):
+        _check(lib.accel_token_file_write(_cpath(path), t, int(token_bytes)))
+
+
+def read_token_file(path: Union[str, "os.PathLike[str]"]) -> Tensor:
+    """Reads a packed token file (accel_token_file_read) into an int64 host tensor."""
+    out = ffi.new("accel_tensor **")
+    _check(lib.accel_token_file_read(_cpath(path), out))
+    return Tensor._wrap(out[0])
 
 
 # ------------------------------------------------------------------------------------------

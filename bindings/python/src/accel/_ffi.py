@@ -275,6 +275,30 @@ accel_status accel_set_project(accel_context *ctx, const accel_project_options *
 accel_status accel_save_state(accel_context *ctx, const char *dir);
 accel_status accel_load_state(accel_context *ctx, const char *dir);
 accel_status accel_last_checkpoint(const accel_context *ctx, const char **out);
+#define ACCEL_LM_OPTIONS_VERSION 1
+typedef struct accel_lm_options {
+    uint32_t version;
+    accel_dtype dtype;
+    int32_t gradient_checkpointing;
+} accel_lm_options;
+accel_status accel_lm_options_init(accel_lm_options *opts, uint32_t version);
+accel_status accel_model_load_pretrained(accel_context *ctx, const char *dir, const accel_lm_options *opts, accel_model **out);
+accel_status accel_model_create_lm(accel_context *ctx, const char *config, const accel_lm_options *opts, accel_model **out);
+accel_status accel_save_pretrained(accel_context *ctx, const accel_model *model, const char *dir);
+accel_status accel_lm_forward(accel_context *ctx, accel_model *model, const accel_tensor *input_ids, const accel_tensor *attention_mask, const accel_tensor *labels, accel_tensor **out_logits, accel_tensor **out_loss, int64_t *out_tokens);
+accel_status accel_token_file_write(const char *path, const accel_tensor *tokens, int32_t token_bytes);
+accel_status accel_token_file_read(const char *path, accel_tensor **out);
+#define ACCEL_LM_DATA_OPTIONS_VERSION 1
+typedef struct accel_lm_data_options {
+    uint32_t version;
+    int64_t block_size;
+    int64_t max_length;
+    int64_t pad_id;
+    int64_t pad_to_multiple_of;
+    int32_t group_by_length;
+} accel_lm_data_options;
+accel_status accel_lm_data_options_init(accel_lm_data_options *opts, uint32_t version);
+accel_status accel_lm_dataloader_create(accel_context *ctx, const accel_tensor *tokens, const accel_tensor *offsets, const accel_lm_data_options *lm_opts, const accel_dataloader_options *loader_opts, accel_dataloader **out);
 """
 
 ffi = FFI()

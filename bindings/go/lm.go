@@ -1,0 +1,245 @@
+package accel
+
+/*
+#include "shim.h"
+
+static ag_res ag_lm_options_init(accel_lm_options *o) { return ag_fail(accel_lm_options_init(o, ACCEL_LM_OPTIONS_VERSION)); }
+static ag_res ag_lm_data_options_init(accel_lm_data_options *o) { return ag_fail(accel_lm_data_options_init(o, ACCEL_LM_DATA_OPTIONS_VERSION)); }
+static ag_res ag_token_file_write(const char *p, const accel_tensor *t, int32_t w) { return ag_fail(accel_token_file_write(p, t, w)); }
+static ag_res ag_token_file_read(const char *p, accel_tensor **out) { return ag_fail(accel_token_file_read(p, out)); }
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+)
+
+// ---- language models (GPT-2, Llama in Hugging Face's formats) ----
+
+// LMOptions says how a language model is loaded or created (accel_lm_options).
+type LMOptions struct {
+	DType                 DType // the parameters' dtype: Float32 (default) or BFloat16
+	GradientCheckpointing bool  // recompute each block's activations in backward (less memory)
+}
+
+// DefaultLMOptions returns the library's defaults.
+func DefaultLMOptions() LMOptions {
+	var c C.accel_lm_options
+	mustInit("accel_lm_options_init", C.ag_lm_options_init(&c))
+	return LMOptions{DType: DType(c.dtype), GradientCheckpointing: c.gradient_checkpointing != 0}
+}
+
+func (o *LMOptions) toC() C.accel_lm_options {
+	var c C.accel_lm_options
+	mustInit("accel_lm_options_init", C.ag_lm_options_init(&c))
+	if o == nil {
+		return c
+	}
+	c.dtype = C.accel_dtype(o.DType)
+	c.gradient_checkpointing = 0
+	if o.GradientCheckpointing {
+		c.gradient_checkpointing = 1
+	}
+	return c
+}
+
+// LoadPretrained loads a GPT-2 or Llama causal LM from a Hugging Face directory:
+// config.json and model.safetensors or a sharded index (accel_model_load_pretrained).
+// opts nil: the defaults.
+func (c *Context) LoadPretrained(dir string, opts *LMOptions) (*Model, error) {
+	return c.newLM("accel_model_load_pretrained", dir, opts, true)
+}
+
+// NewLM creates a causal LM with random weights from a config.json (the file or its
+// directory), drawn from the context's seed as transformers initialises them
+// (accel_model_create_lm).
+func (c *Context) NewLM(config string, opts *LMOptions) (*Model, error) {
+	return c.newLM("accel_model_create_lm", config, opts, false)
+}
+
+func (c *Context) newLM(op, path string, opts *LMOptions, pretrained bool) (*Model, error) {
+	h, err := c.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	co := opts.toC()
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var out *C.accel_model
+	if pretrained {
+		err = c.err(op, C.accel_model_load_pretrained(h, cs, &co, &out))
+	} else {
+		err = c.err(op, C.accel_model_create_lm(h, cs, &co, &out))
+	}
+	runtime.KeepAlive(c)
+	if err != nil {
+		return nil, err
+	}
+	return c.wrapModel(out), nil
+}
+
+// SavePretrained writes a causal LM as a Hugging Face directory (config.json,
+// model.safetensors) that transformers loads (accel_save_pretrained; every process calls it).
+func (m *Model) SavePretrained(dir string) error {
+	const op = "accel_save_pretrained"
+	h, err := m.handle(op)
+	if err != nil {
+		return err
+	}
+	cs := C.CString(dir)
+	defer C.free(unsafe.Pointer(cs))
+	err = m.ctx.err(op, C.accel_save_pretrained(m.ctx.st.h, h, cs))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// CausalLMOutput is what LMForward returns (transformers' CausalLMOutput fields).
+type CausalLMOutput struct {
+	Loss      *Tensor // the mean over the real targets; nil without labels
+	Logits    *Tensor // fp32 [batch, seq, vocab]
+	NumTokens int64   // the real targets Loss averages (0 without labels)
+}
+
+// LMForward runs a causal LM's forward and loss (accel_lm_forward). mask and labels may be
+// nil. labels (usually inputIDs with -100 where padded; shifted inside, as in transformers)
+// give the loss, a token mean for Backward: the step's gradients are those of the mean over
+// every real target of the global batch.
+func (m *Model) LMForward(inputIDs, mask, labels *Tensor) (CausalLMOutput, error) {
+	const op = "accel_lm_forward"
+	var res CausalLMOutput
+	h, err := m.handle(op)
+	if err != nil {
+		return res, err
+	}
+	if inputIDs == nil {
+		return res, errArg(op, "inputIDs is nil")
+	}
+	ih, err := inputIDs.handle(op)
+	if err != nil {
+		return res, err
+	}
+	mh, err := mask.handle(op)
+	if err != nil {
+		return res, err
+	}
+	lh, err := labels.handle(op)
+	if err != nil {
+		return res, err
+	}
+	var logits, loss *C.accel_tensor
+	var tokens C.int64_t
+	if labels != nil {
+		err = m.ctx.err(op, C.accel_lm_forward(m.ctx.st.h, h, ih, mh, lh, &logits, &loss, &tokens))
+	} else {
+		err = m.ctx.err(op, C.accel_lm_forward(m.ctx.st.h, h, ih, mh, lh, &logits, nil, nil))
+	}
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(inputIDs)
+	runtime.KeepAlive(mask)
+	runtime.KeepAlive(labels)
+	if err != nil {
+		return res, err
+	}
+	res.Logits = wrapTensor(logits)
+	res.Loss = wrapTensor(loss)
+	res.NumTokens = int64(tokens)
+	return res, nil
+}
+
+// ---- causal-LM data ----
+
+// WriteTokenFile writes int64/int32 tokens (a 1-D tensor) as a packed token file of 2- or
+// 4-byte tokens (accel_token_file_write); it replaces only nothing or an earlier token file.
+func WriteTokenFile(path string, tokens *Tensor, tokenBytes int) error {
+	const op = "accel_token_file_write"
+	if tokens == nil {
+		return errArg(op, "tokens is nil")
+	}
+	th, err := tokens.handle(op)
+	if err != nil {
+		return err
+	}
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	err = resErr(op, C.ag_token_file_write(cs, th, C.int32_t(tokenBytes)))
+	runtime.KeepAlive(tokens)
+	return err
+}
+
+// ReadTokenFile reads a packed token file into an int64 tensor [count] (accel_token_file_read).
+func ReadTokenFile(path string) (*Tensor, error) {
+	const op = "accel_token_file_read"
+	cs := C.CString(path)
+	defer C.free(unsafe.Pointer(cs))
+	var out *C.accel_tensor
+	if err := resErr(op, C.ag_token_file_read(cs, &out)); err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
+}
+
+// LMDataOptions says how a causal-LM loader makes samples and pads them (accel_lm_data_options).
+type LMDataOptions struct {
+	BlockSize       int64 // without offsets: fixed blocks of this many tokens (>= 2)
+	MaxLength       int64 // with offsets: each sequence cut to this many tokens (0: whole)
+	PadID           int64 // the id of padding positions in input_ids
+	PadToMultipleOf int64 // dynamic padding to a multiple of this (0: the longest of the batch)
+	GroupByLength   bool  // length-grouped sampling (transformers' LengthGroupedSampler)
+}
+
+// DefaultLMDataOptions returns the library's defaults.
+func DefaultLMDataOptions() LMDataOptions {
+	var c C.accel_lm_data_options
+	mustInit("accel_lm_data_options_init", C.ag_lm_data_options_init(&c))
+	return LMDataOptions{BlockSize: int64(c.block_size), MaxLength: int64(c.max_length), PadID: int64(c.pad_id),
+		PadToMultipleOf: int64(c.pad_to_multiple_of), GroupByLength: c.group_by_length != 0}
+}
+
+func (o *LMDataOptions) toC() C.accel_lm_data_options {
+	var c C.accel_lm_data_options
+	mustInit("accel_lm_data_options_init", C.ag_lm_data_options_init(&c))
+	c.block_size = C.int64_t(o.BlockSize)
+	c.max_length = C.int64_t(o.MaxLength)
+	c.pad_id = C.int64_t(o.PadID)
+	c.pad_to_multiple_of = C.int64_t(o.PadToMultipleOf)
+	c.group_by_length = 0
+	if o.GroupByLength {
+		c.group_by_length = 1
+	}
+	return c
+}
+
+// NewLMDataLoader makes a loader of causal-LM batches (accel_lm_dataloader_create) over a
+// 1-D token tensor: offsets nil gives fixed blocks of lm.BlockSize tokens; offsets
+// ([sequences + 1]) one sequence each, with dynamic padding. NextBatch yields (input_ids,
+// labels), labels -100 at padding: pass both to LMForward (no mask needed).
+func (c *Context) NewLMDataLoader(tokens, offsets *Tensor, lm LMDataOptions, opts DataLoaderOptions) (*DataLoader, error) {
+	const op = "accel_lm_dataloader_create"
+	h, err := c.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	if tokens == nil {
+		return nil, errArg(op, "tokens is nil")
+	}
+	th, err := tokens.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	oh, err := offsets.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	cl := lm.toC()
+	co := opts.toC()
+	var out *C.accel_dataloader
+	err = c.err(op, C.accel_lm_dataloader_create(h, th, oh, &cl, &co, &out))
+	runtime.KeepAlive(c)
+	runtime.KeepAlive(tokens)
+	runtime.KeepAlive(offsets)
+	if err != nil {
+		return nil, err
+	}
+	return c.wrapLoader(out), nil
+}

@@ -1,0 +1,159 @@
+package accel
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func lmFixture(name string) string {
+	return filepath.Join("..", "..", "tests", "fixtures", "lm", name)
+}
+
+// lmBatch: two rows of 6 tokens (vocab 128), the last 2 positions of row 1 padding; 8 real targets.
+func lmBatch(t *testing.T) (ids, mask, labels *Tensor) {
+	t.Helper()
+	i := []int64{5, 17, 3, 99, 42, 7, 11, 2, 64, 8, 0, 0}
+	m := []int64{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0}
+	l := make([]int64, len(i))
+	for k := range i {
+		l[k] = i[k]
+		if m[k] == 0 {
+			l[k] = -100
+		}
+	}
+	return must(NewTensor(i, 2, 6)), must(NewTensor(m, 2, 6)), must(NewTensor(l, 2, 6))
+}
+
+func TestLMTrainSaveReload(t *testing.T) {
+	ctx := newCtx(t, nil)
+	opts := DefaultLMOptions()
+	opts.GradientCheckpointing = true
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), &opts))
+	if name := must(m.ParameterName(0)); name != "model.embed_tokens.weight" {
+		t.Fatal(name)
+	}
+	ao := DefaultAdamWOptions()
+	ao.LR = 1e-2
+	opt := must(ctx.NewAdamW(m, &ao))
+	ok(t, ctx.Prepare(m, opt, nil, nil))
+	ids, mask, labels := lmBatch(t)
+	var losses []float64
+	for i := 0; i < 5; i++ {
+		out := must(m.LMForward(ids, mask, labels))
+		if out.NumTokens != 8 {
+			t.Fatalf("%d real targets, want 8", out.NumTokens)
+		}
+		if s := must(out.Logits.Shape()); !reflect.DeepEqual(s, []int64{2, 6, 128}) {
+			t.Fatal(s)
+		}
+		losses = append(losses, must(out.Loss.Item()))
+		ok(t, ctx.Backward(out.Loss))
+		r := must(ctx.Step())
+		if !r.Stepped {
+			t.Fatal("no step")
+		}
+	}
+	if losses[4] >= losses[0] {
+		t.Fatalf("the loss did not fall: %v", losses)
+	}
+	dir := filepath.Join(t.TempDir(), "trained")
+	ok(t, m.SavePretrained(dir))
+	ok(t, m.SetTraining(false))
+	mine := must(m.LMForward(ids, mask, nil))
+	if mine.Loss != nil || mine.NumTokens != 0 {
+		t.Fatal("a loss without labels")
+	}
+	back := must(ctx.LoadPretrained(dir, nil))
+	ok(t, back.SetTraining(false))
+	again := must(back.LMForward(ids, mask, nil))
+	if !reflect.DeepEqual(must(ToSlice[float32](mine.Logits)), must(ToSlice[float32](again.Logits))) {
+		t.Fatal("the reloaded model's logits differ")
+	}
+}
+
+func TestLMFromConfigAndErrors(t *testing.T) {
+	ctx := newCtx(t, nil)
+	opts := LMOptions{DType: BFloat16}
+	m := must(ctx.NewLM(lmFixture("gpt2-tiny"), &opts))
+	dir := filepath.Join(t.TempDir(), "out")
+	ok(t, m.SavePretrained(dir))
+	cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	ok(t, err)
+	if !strings.Contains(string(cfg), `"dtype": "bfloat16"`) {
+		t.Fatal(string(cfg))
+	}
+	_, err = ctx.LoadPretrained(filepath.Join(t.TempDir(), "nothing"), nil)
+	wantErr(t, err, ErrIO, "accel_model_load_pretrained")
+	_, err = ctx.LoadPretrained(lmFixture("gpt2-tiny"), &LMOptions{DType: Int64})
+	wantErr(t, err, ErrInvalidArgument, "dtype")
+	bad := must(NewTensor([]int64{1, 100000}, 1, 2))
+	_, err = m.LMForward(bad, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "out of range")
+	_, err = m.LMForward(nil, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "inputIDs is nil")
+	user := filepath.Join(t.TempDir(), "notes.txt")
+	ok(t, os.WriteFile(user, []byte("mine"), 0o644))
+	wantErr(t, m.SavePretrained(user), ErrInvalidArgument, "refusing")
+	if b, _ := os.ReadFile(user); string(b) != "mine" {
+		t.Fatal("user file changed")
+	}
+	mlp := must(ctx.NewMLP(DefaultMLPOptions(2, 2)))
+	_, err = mlp.LMForward(must(NewTensor([]int64{1, 0}, 1, 2)), nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "not a causal LM")
+}
+
+func TestTokenFileAndLMLoader(t *testing.T) {
+	ctx := newCtx(t, nil)
+	var toks, offs []int64
+	offs = append(offs, 0)
+	for s := int64(0); s < 30; s++ {
+		for k := int64(0); k < 2+s%10; k++ {
+			toks = append(toks, (s*7+k)%128)
+		}
+		offs = append(offs, int64(len(toks)))
+	}
+	path := filepath.Join(t.TempDir(), "corpus.tok")
+	ok(t, WriteTokenFile(path, must(NewTensor(toks, int64(len(toks)))), 2))
+	back := must(ReadTokenFile(path))
+	if !reflect.DeepEqual(must(ToSlice[int64](back)), toks) {
+		t.Fatal("the token file read back differs")
+	}
+	lm := DefaultLMDataOptions()
+	lm.PadToMultipleOf = 4
+	lo := DefaultDataLoaderOptions()
+	lo.BatchSize = 8
+	loader := must(ctx.NewLMDataLoader(back, must(NewTensor(offs, int64(len(offs)))), lm, lo))
+	m := must(ctx.LoadPretrained(lmFixture("gpt2-tiny"), nil))
+	ao := DefaultAdamWOptions()
+	opt := must(ctx.NewAdamW(m, &ao))
+	ok(t, ctx.Prepare(m, opt, nil, loader))
+	real := 0
+	for {
+		ids, labels, err := loader.NextBatch()
+		ok(t, err)
+		if ids == nil {
+			break
+		}
+		if s := must(ids.Shape()); s[1]%4 != 0 {
+			t.Fatal(s)
+		}
+		for _, v := range must(ToSlice[int64](labels)) {
+			if v != -100 {
+				real++
+			}
+		}
+		out := must(m.LMForward(ids, nil, labels))
+		ok(t, ctx.Backward(out.Loss))
+		must(ctx.Step())
+	}
+	if real != len(toks) {
+		t.Fatalf("%d real tokens, want %d", real, len(toks))
+	}
+	_, err := ReadTokenFile(filepath.Join(t.TempDir(), "none.tok"))
+	wantErr(t, err, ErrIO, "accel_token_file_read")
+	_, err = ctx.NewLMDataLoader(back, must(NewTensor([]int64{0, 5, 3}, 3)), lm, lo)
+	wantErr(t, err, ErrInvalidArgument, "offsets")
+}

@@ -1,0 +1,173 @@
+"""Language models through the Python binding: Hugging Face directories in and out, the
+forward with its loss against transformers' fixtures (tests/fixtures/lm), the token-mean loss
+across ranks, and the errors."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import accel
+
+from conftest import REPO
+
+FIXTURES = os.path.join(REPO, "tests", "fixtures", "lm")
+
+
+def reference(name):
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    return safetensors_numpy.load_file(os.path.join(FIXTURES, name, "reference.safetensors"))
+
+
+@pytest.mark.parametrize("name", ["gpt2-tiny", "llama-tiny"])
+def test_forward_matches_transformers(acc, name):
+    ref = reference(name)
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, name))
+    names = model.parameter_names()
+    assert names[0] in ("transformer.wte.weight", "model.embed_tokens.weight")
+    out = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], labels=ref["labels"])
+    assert isinstance(out, accel.CausalLMOutput)
+    logits = out.logits.numpy()
+    assert logits.shape == ref["logits"].shape and logits.dtype == np.float32
+    scale = np.abs(ref["logits"]).max()
+    assert np.abs(logits - ref["logits"]).max() / scale < 1e-4
+    assert abs(out.loss.item() - float(ref["loss"])) / abs(float(ref["loss"])) < 1e-4
+    # the loss averages the real targets: labels[:, 1:] that are not -100
+    assert out.num_tokens == int((ref["labels"][:, 1:] != -100).sum())
+    # without labels: logits only
+    plain = model.lm(ref["input_ids"], ref["attention_mask"])
+    assert plain.loss is None and plain.num_tokens == 0
+    np.testing.assert_array_equal(plain.logits.numpy(), logits)
+
+
+def test_train_save_and_reload(acc, tmp_path):
+    ref = reference("llama-tiny")
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny"), gradient_checkpointing=True)
+    opt = accel.AdamW(model, lr=1e-2)
+    model, opt = acc.prepare(model, opt)
+    losses = []
+    for _ in range(5):
+        out = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], labels=ref["labels"])
+        losses.append(out.loss.item())
+        acc.backward(out.loss)
+        opt.step()
+    assert losses[-1] < losses[0]
+    saved = model.save_pretrained(tmp_path / "trained")
+    assert sorted(os.listdir(saved)) == ["config.json", "model.safetensors"]
+    cfg = json.loads((tmp_path / "trained" / "config.json").read_text())
+    assert cfg["model_type"] == "llama" and cfg["architectures"] == ["LlamaForCausalLM"]
+    model.eval()
+    mine = model.lm(ref["input_ids"], ref["attention_mask"]).logits.numpy()
+    back = accel.Model.from_pretrained(acc, saved)
+    back.eval()
+    np.testing.assert_array_equal(back.lm(ref["input_ids"], ref["attention_mask"]).logits.numpy(), mine)
+    # saving again replaces its own directory
+    model.save_pretrained(tmp_path / "trained")
+
+
+def test_from_config_and_bf16(acc, tmp_path):
+    shutil.copy(os.path.join(FIXTURES, "gpt2-tiny", "config.json"), tmp_path / "config.json")
+    model = accel.Model.from_config(acc, tmp_path, dtype="bfloat16")
+    assert model.num_parameters > 0
+    model.save_pretrained(tmp_path / "out")
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert cfg["dtype"] == "bfloat16"
+    st = pytest.importorskip("safetensors.numpy")
+    header_len = int.from_bytes((tmp_path / "out" / "model.safetensors").read_bytes()[:8], "little")
+    header = json.loads((tmp_path / "out" / "model.safetensors").read_bytes()[8:8 + header_len])
+    assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}
+    del st
+
+
+def test_token_mean_across_ranks_and_micro_batches():
+    ref = reference("gpt2-tiny")
+    ids, mask, labels = ref["input_ids"], ref["attention_mask"], ref["labels"]
+
+    def fn(acc):
+        model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny"))
+        opt = accel.SGD(model, lr=0.1)
+        model, opt = acc.prepare(model, opt)
+        r = acc.process_index
+        # rank r, micro-batch m: one row of the fixture's batch (rows have different lengths)
+        counts = []
+        for m in range(2):
+            row = (2 * r + m) % ids.shape[0]
+            out = model(input_ids=ids[row:row + 1], attention_mask=mask[row:row + 1], labels=labels[row:row + 1])
+            counts.append(out.num_tokens)
+            acc.backward(out.loss)
+            opt.step()
+        return counts, model.parameters()[0]
+
+    report = accel.sim.run(fn, world_size=2, strategy="ddp", gradient_accumulation_steps=2)
+    (c0, w0), (c1, w1) = report.results
+    np.testing.assert_array_equal(w0, w1)
+    assert sum(c0) + sum(c1) > 0
+
+
+def test_errors(acc, tmp_path):
+    with pytest.raises(accel.IOError, match="not a directory"):
+        accel.Model.from_pretrained(acc, tmp_path / "missing")
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    cfg = json.loads(open(os.path.join(FIXTURES, "gpt2-tiny", "config.json")).read())
+    cfg["model_type"] = "mamba"
+    (bad / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(accel.UnsupportedError, match="mamba"):
+        accel.Model.from_config(acc, bad / "config.json")
+    with pytest.raises(accel.InvalidArgumentError, match="dtype"):
+        accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny"), dtype="int64")
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny"))
+    keep = tmp_path / "notes.txt"
+    keep.write_text("mine")
+    with pytest.raises(accel.InvalidArgumentError, match="refusing"):
+        model.save_pretrained(keep)
+    assert keep.read_text() == "mine"
+    with pytest.raises(accel.InvalidArgumentError, match="out of range"):
+        model(input_ids=np.array([[1, 100000]], dtype=np.int64))
+    with pytest.raises(accel.InvalidArgumentError, match="shape"):
+        model(input_ids=np.array([[1, 2]], dtype=np.int64), labels=np.array([[1, 2, 3]], dtype=np.int64))
+    mlp = accel.Model.mlp(acc, [4, 2])
+    with pytest.raises(accel.InvalidArgumentError, match="not a causal LM"):
+        mlp.lm(np.array([[1, 2]], dtype=np.int64))
+    with pytest.raises(accel.InvalidArgumentError, match="not a causal LM"):
+        mlp.save_pretrained(tmp_path / "mlp")
+
+
+def test_token_file_and_lm_loader(acc, tmp_path):
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(2, 30, 40)
+    tokens = rng.integers(0, 128, int(lengths.sum()))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    path = tmp_path / "corpus.tok"
+    accel.write_token_file(path, tokens, token_bytes=2)
+    assert path.stat().st_size == 24 + 2 * len(tokens)
+    back = accel.read_token_file(path).numpy()
+    np.testing.assert_array_equal(back, tokens)
+    loader = accel.DataLoader.for_lm(acc, back, offsets, batch_size=8, pad_to_multiple_of=8, shuffle=True, seed=1)
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny"))
+    opt = accel.AdamW(model, lr=1e-2)
+    model, opt, loader = acc.prepare(model, opt, loader)
+    seen = 0
+    for ids, labels in loader:
+        i, l = ids.numpy(), labels.numpy()
+        assert i.shape[1] % 8 == 0 and i.shape == l.shape
+        assert (i[l == -100] == 0).all() and (i[l != -100] == l[l != -100]).all()
+        real = (l != -100).sum(axis=1)
+        assert i.shape[1] - 8 < real.max() <= i.shape[1]
+        seen += int(real.sum())
+        out = model(input_ids=ids, labels=labels)
+        assert out.num_tokens == int(((l[:, 1:]) != -100).sum())
+        acc.backward(out.loss)
+        opt.step()
+    assert seen == len(tokens)
+    blocks = accel.DataLoader.for_lm(acc, tokens, block_size=16, batch_size=4)
+    ids, labels = blocks.next_batch()
+    np.testing.assert_array_equal(ids.numpy(), tokens[:64].reshape(4, 16))
+    bad = offsets.copy()
+    bad[1], bad[2] = bad[2], bad[1]
+    with pytest.raises(accel.InvalidArgumentError, match="must not decrease"):
+        accel.DataLoader.for_lm(acc, tokens, bad)
+    with pytest.raises(accel.FormatError, match="not a token file"):
+        (tmp_path / "notes.txt").write_text("mine")
+        accel.read_token_file(tmp_path / "notes.txt")

@@ -1,0 +1,150 @@
+//! Language models through the Rust binding: a Hugging Face directory in, training with the
+//! token-mean loss, a directory out that loads back to the same logits, and the errors.
+mod common;
+
+use std::path::PathBuf;
+
+use accel::{AdamWOptions, DType, LmDataOptions, LmOptions, MlpOptions, Status, Tensor};
+use common::{ctx, temp_dir};
+
+/// The error of a call that must fail (the Ok types need not be Debug).
+fn err<T>(r: accel::Result<T>) -> accel::Error {
+    match r {
+        Ok(_) => panic!("the call succeeded; an error was expected"),
+        Err(e) => e,
+    }
+}
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lm").join(name)
+}
+
+/// Two rows of 6 tokens; row 1 has 2 padding positions (mask 0, label -100).
+fn batch() -> (Tensor, Tensor, Tensor, i64) {
+    let ids: Vec<i64> = vec![5, 17, 3, 99, 42, 7, 11, 2, 64, 8, 0, 0]; // vocab_size 128
+    let mask: Vec<i64> = vec![1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0];
+    let labels: Vec<i64> = ids.iter().zip(&mask).map(|(&i, &m)| if m == 1 { i } else { -100 }).collect();
+    // targets are labels[:, 1:]: 5 in row 0, 3 in row 1
+    (
+        Tensor::from_slice(&ids, &[2, 6]).unwrap(),
+        Tensor::from_slice(&mask, &[2, 6]).unwrap(),
+        Tensor::from_slice(&labels, &[2, 6]).unwrap(),
+        8,
+    )
+}
+
+#[test]
+fn load_train_save_and_reload() {
+    let ctx = ctx(1);
+    let opts = LmOptions { gradient_checkpointing: true, ..LmOptions::default() };
+    let model = ctx.load_pretrained(fixture("llama-tiny"), &opts).unwrap();
+    let (n, _) = model.num_parameters().unwrap();
+    assert_eq!(model.parameter_name(0).unwrap(), "model.embed_tokens.weight");
+    assert!(n > 10);
+    let opt = ctx.adamw(&model, &AdamWOptions { lr: 1e-2, ..Default::default() }).unwrap();
+    ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
+    let (ids, mask, labels, targets) = batch();
+    let mut losses = Vec::new();
+    for _ in 0..5 {
+        let out = model.lm_forward(&ids, Some(&mask), Some(&labels)).unwrap();
+        assert_eq!(out.num_tokens, targets);
+        assert_eq!(out.logits.shape().unwrap(), vec![2, 6, 128]);
+        let loss = out.loss.expect("labels give a loss");
+        losses.push(loss.item().unwrap());
+        ctx.backward(&loss).unwrap();
+        assert!(ctx.step().unwrap().stepped);
+    }
+    assert!(losses[4] < losses[0], "{:?}", losses);
+    let dir = temp_dir("lm").join("trained");
+    model.save_pretrained(&dir).unwrap();
+    assert!(dir.join("config.json").is_file() && dir.join("model.safetensors").is_file());
+    model.set_training(false).unwrap();
+    let mine = model.lm_forward(&ids, Some(&mask), None).unwrap();
+    assert!(mine.loss.is_none() && mine.num_tokens == 0);
+    let back = ctx.load_pretrained(&dir, &LmOptions::default()).unwrap();
+    back.set_training(false).unwrap();
+    let again = back.lm_forward(&ids, Some(&mask), None).unwrap();
+    assert_eq!(mine.logits.to_vec::<f32>().unwrap(), again.logits.to_vec::<f32>().unwrap());
+}
+
+#[test]
+fn create_from_config_in_bf16() {
+    let ctx = ctx(2);
+    let opts = LmOptions { dtype: DType::BF16, ..LmOptions::default() };
+    let model = ctx.create_lm(fixture("gpt2-tiny").join("config.json"), &opts).unwrap();
+    let (ids, mask, labels, _) = batch();
+    let out = model.lm_forward(&ids, Some(&mask), Some(&labels)).unwrap();
+    let l = out.loss.unwrap().item().unwrap();
+    assert!(l.is_finite() && l > 0.0, "loss {}", l);
+    let dir = temp_dir("lm-bf16").join("out");
+    ctx.save_pretrained(&model, &dir).unwrap();
+    let cfg = std::fs::read_to_string(dir.join("config.json")).unwrap();
+    assert!(cfg.contains("\"dtype\": \"bfloat16\""), "{}", cfg);
+}
+
+#[test]
+fn errors_name_the_problem() {
+    let ctx = ctx(3);
+    let e = err(ctx.load_pretrained(temp_dir("lm-missing").join("nothing"), &LmOptions::default()));
+    assert_eq!(e.status, Status::Io);
+    let e = err(ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions { dtype: DType::I64, ..Default::default() }));
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("dtype"), "{}", e.message);
+    let model = ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default()).unwrap();
+    let bad = Tensor::from_slice(&[1i64, 100000], &[1, 2]).unwrap();
+    let e = err(model.lm_forward(&bad, None, None));
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("out of range"), "{}", e.message);
+    let file = temp_dir("lm-file").join("notes.txt");
+    std::fs::write(&file, "mine").unwrap();
+    let e = err(model.save_pretrained(&file));
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+    let mlp = ctx.mlp(&MlpOptions::new(&[2, 2])).unwrap();
+    let ids = Tensor::from_slice(&[1i64, 0], &[1, 2]).unwrap();
+    assert_eq!(err(mlp.lm_forward(&ids, None, None)).status, Status::InvalidArgument);
+}
+
+#[test]
+fn token_file_and_lm_loader() {
+    let ctx = ctx(4);
+    // 30 sequences of 2..=11 tokens
+    let mut tokens = Vec::new();
+    let mut offsets = vec![0i64];
+    for s in 0..30i64 {
+        let len = 2 + s % 10;
+        for k in 0..len {
+            tokens.push((s * 7 + k) % 128);
+        }
+        offsets.push(tokens.len() as i64);
+    }
+    let path = temp_dir("tok").join("corpus.tok");
+    Tensor::from_slice(&tokens, &[tokens.len() as i64]).unwrap().write_token_file(&path, 2).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 24 + 2 * tokens.len() as u64);
+    let back = Tensor::read_token_file(&path).unwrap();
+    assert_eq!(back.to_vec::<i64>().unwrap(), tokens);
+    let off = Tensor::from_slice(&offsets, &[offsets.len() as i64]).unwrap();
+    let lm = LmDataOptions { pad_to_multiple_of: 4, ..Default::default() };
+    let opts = accel::DataLoaderOptions { batch_size: 8, ..Default::default() };
+    let mut loader = ctx.lm_dataloader(&back, Some(&off), &lm, &opts).unwrap();
+    let model = ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default()).unwrap();
+    let opt = ctx.adamw(&model, &AdamWOptions::default()).unwrap();
+    ctx.prepare(Some(&model), Some(&opt), None, Some(&loader)).unwrap();
+    let mut real = 0usize;
+    for batch in loader.epoch_iter() {
+        let batch = batch.unwrap();
+        let labels = batch.targets.as_ref().unwrap();
+        let shape = batch.inputs.shape().unwrap();
+        assert_eq!(shape[1] % 4, 0);
+        real += labels.to_vec::<i64>().unwrap().iter().filter(|&&v| v != -100).count();
+        let out = model.lm_forward(&batch.inputs, None, Some(labels)).unwrap();
+        ctx.backward(out.loss.as_ref().unwrap()).unwrap();
+        ctx.step().unwrap();
+    }
+    assert_eq!(real, tokens.len());
+    let e = err(Tensor::read_token_file(temp_dir("tok2").join("none.tok")));
+    assert_eq!(e.status, Status::Io);
+    let bad = Tensor::from_slice(&[0i64, 5, 3], &[3]).unwrap();
+    let e = err(ctx.lm_dataloader(&back, Some(&bad), &LmDataOptions::default(), &opts));
+    assert_eq!(e.status, Status::InvalidArgument);
+}

@@ -1,0 +1,166 @@
+// The C ABI: language models (GPT-2, Llama) in Hugging Face's formats.
+#include <filesystem>
+
+#include "capi/internal.h"
+#include "runtime/models/transformer.h"
+
+using namespace accel::capi;
+
+namespace {
+
+// The parameters' dtype an accel_lm_options asks for.
+torch::ScalarType lm_dtype(const accel_lm_options& o) {
+  const int d = raw(o.dtype);
+  ACCEL_CHECK(d == ACCEL_FLOAT32 || d == ACCEL_BFLOAT16, Status::InvalidArgument,
+              "dtype must be ACCEL_FLOAT32 or ACCEL_BFLOAT16 for a language model's parameters, got ", d);
+  return d == ACCEL_FLOAT32 ? torch::kFloat : torch::kBFloat16;
+}
+
+accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, const accel_lm_options& o) {
+  accel::set_gradient_checkpointing(*m, o.gradient_checkpointing != 0);
+  return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
+}
+
+}  // namespace
+
+extern "C" {
+
+accel_status accel_lm_options_init(accel_lm_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_lm_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_model_load_pretrained(accel_context* ctx, const char* dir, const accel_lm_options* opts,
+                                         accel_model** out) {
+  return guard(ctx, "accel_model_load_pretrained", [&] {
+    NEED(ctx);
+    NEED(dir);
+    NEED(out);
+    ACCEL_CHECK(dir[0] != '\0', Status::InvalidArgument, "dir is empty");
+    const accel_lm_options o = read_options(opts);
+    *out = lm_handle(ctx, accel::load_pretrained(dir, lm_dtype(o)), o);
+  });
+}
+
+accel_status accel_model_create_lm(accel_context* ctx, const char* config, const accel_lm_options* opts,
+                                   accel_model** out) {
+  return guard(ctx, "accel_model_create_lm", [&] {
+    NEED(ctx);
+    NEED(config);
+    NEED(out);
+    ACCEL_CHECK(config[0] != '\0', Status::InvalidArgument, "config is empty");
+    const accel_lm_options o = read_options(opts);
+    const torch::ScalarType dtype = lm_dtype(o);
+    std::error_code ec;
+    std::string path = config;
+    if (std::filesystem::is_directory(path, ec)) path = (std::filesystem::path(path) / "config.json").string();
+    const accel::LMConfig cfg = accel::read_lm_config(path);
+    *out = lm_handle(ctx, accel::make_causal_lm(cfg, acc_of(ctx).generator(), dtype), o);
+  });
+}
+
+accel_status accel_save_pretrained(accel_context* ctx, const accel_model* model, const char* dir) {
+  return guard(ctx, "accel_save_pretrained", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(dir);
+    same_context(ctx, model->ctx, "model");
+    ACCEL_CHECK(dir[0] != '\0', Status::InvalidArgument, "dir is empty");
+    ACCEL_CHECK(accel::lm_config_of(*model->impl), Status::InvalidArgument,
+                "the model is not a causal LM (GPT-2 or Llama): save it with accel_save_model");
+    acc_of(ctx).save_pretrained(*model->impl, dir);
+  });
+}
+
+accel_status accel_lm_forward(accel_context* ctx, accel_model* model, const accel_tensor* input_ids,
+                              const accel_tensor* attention_mask, const accel_tensor* labels, accel_tensor** out_logits,
+                              accel_tensor** out_loss, int64_t* out_tokens) {
+  return guard(ctx, "accel_lm_forward", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(input_ids);
+    same_context(ctx, model->ctx, "model");
+    same_context(ctx, input_ids->owner, "input_ids");
+    ACCEL_CHECK(accel::lm_config_of(*model->impl), Status::InvalidArgument,
+                "the model is not a causal LM (GPT-2 or Llama): use accel_model_forward");
+    ACCEL_CHECK(out_logits || out_loss || out_tokens, Status::InvalidArgument,
+                "out_logits, out_loss and out_tokens are all NULL: nothing to compute");
+    ACCEL_CHECK(labels || (!out_loss && !out_tokens), Status::InvalidArgument,
+                "labels is NULL: the loss and its token count need labels (input_ids with -100 where padded)");
+    std::vector<torch::Tensor> ins{input_ids->t};
+    if (attention_mask) {
+      same_context(ctx, attention_mask->owner, "attention_mask");
+      ins.push_back(attention_mask->t);
+    }
+    torch::Tensor labs;
+    if (labels) {
+      same_context(ctx, labels->owner, "labels");
+      labs = labels->t;
+      ACCEL_CHECK(labs.sizes() == input_ids->t.sizes(), Status::InvalidArgument, "labels must have input_ids' shape ",
+                  accel::shape_str(input_ids->t), ", got ", accel::shape_str(labs));
+      ACCEL_CHECK(labs.scalar_type() == torch::kLong || labs.scalar_type() == torch::kInt, Status::InvalidArgument,
+                  "labels must be int64 or int32, got ", c10::toString(labs.scalar_type()));
+    }
+    torch::Tensor logits = acc_of(ctx).forward(*model->impl, ins);
+    accel_tensor* loss = nullptr;
+    int64_t tokens = 0;
+    if (labels) {
+      auto [sum, n] = accel::causal_lm_loss_sum(logits, labs.to(logits.device(), torch::kLong));
+      tokens = n;
+      if (out_loss) {
+        loss = wrap(sum / static_cast<double>(std::max<int64_t>(n, 1)), ctx);
+        loss->tokens = n;
+      }
+    }
+    if (out_logits) *out_logits = wrap(std::move(logits), ctx);
+    if (out_loss) *out_loss = loss;
+    if (out_tokens) *out_tokens = tokens;
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Causal-LM data
+
+accel_status accel_token_file_write(const char* path, const accel_tensor* tokens, int32_t token_bytes) {
+  return guard(nullptr, "accel_token_file_write", [&] {
+    NEED(path);
+    NEED(tokens);
+    accel::write_token_file(path, tokens->t, token_bytes);
+  });
+}
+
+accel_status accel_token_file_read(const char* path, accel_tensor** out) {
+  return guard(nullptr, "accel_token_file_read", [&] {
+    NEED(path);
+    NEED(out);
+    *out = wrap(accel::read_token_file(path));
+  });
+}
+
+accel_status accel_lm_data_options_init(accel_lm_data_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_lm_data_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_lm_dataloader_create(accel_context* ctx, const accel_tensor* tokens, const accel_tensor* offsets,
+                                        const accel_lm_data_options* lm_opts,
+                                        const accel_dataloader_options* loader_opts, accel_dataloader** out) {
+  return guard(ctx, "accel_lm_dataloader_create", [&] {
+    NEED(ctx);
+    NEED(tokens);
+    NEED(lm_opts);
+    NEED(loader_opts);
+    NEED(out);
+    const accel_lm_data_options o = read_options(lm_opts);
+    accel::LMDataConfig lc;
+    lc.block_size = o.block_size;
+    lc.max_length = o.max_length;
+    lc.pad_id = o.pad_id;
+    lc.pad_to_multiple_of = o.pad_to_multiple_of;
+    accel::DataLoaderConfig c = loader_config(loader_opts);
+    c.group_by_length = o.group_by_length != 0;
+    auto src = accel::make_lm_source(tokens->t, offsets ? offsets->t : torch::Tensor(), lc);
+    auto dl = std::make_shared<accel::DataLoader>(std::move(src), c);
+    *out = new accel_dataloader{ctx, std::move(dl)};
+  });
+}
+
+}  // extern "C"
