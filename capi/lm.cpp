@@ -118,6 +118,72 @@ accel_status accel_lm_forward(accel_context* ctx, accel_model* model, const acce
 }
 
 // ---------------------------------------------------------------------------------------
+// LoRA
+
+accel_status accel_lora_options_init(accel_lora_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_lora_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_model_add_lora(accel_context* ctx, accel_model* model, const accel_lora_options* opts) {
+  return guard(ctx, "accel_model_add_lora", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(opts);
+    same_context(ctx, model->ctx, "model");
+    ACCEL_CHECK(!acc_of(ctx).prepared(model->impl.get()), Status::InvalidState,
+                "the model is prepared: add LoRA adapters before accel_prepare (and before creating its optimizer)");
+    const accel_lora_options o = read_options(opts);
+    accel::LoraConfig c;
+    c.r = o.r;
+    c.alpha = o.alpha;
+    c.dropout = o.dropout;
+    c.use_rslora = o.use_rslora != 0;
+    if (o.target_modules) {
+      std::string list = o.target_modules, item;
+      ACCEL_CHECK(!list.empty(), Status::InvalidArgument,
+                  "target_modules is empty (NULL gives PEFT's default for the model family)");
+      for (size_t a = 0; a <= list.size();) {
+        const size_t b = std::min(list.find(',', a), list.size());
+        item = list.substr(a, b - a);
+        while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+        while (!item.empty() && item.back() == ' ') item.pop_back();
+        ACCEL_CHECK(!item.empty(), Status::InvalidArgument, "target_modules '", list, "' has an empty name");
+        c.target_modules.push_back(item);
+        a = b + 1;
+      }
+    }
+    accel::add_lora(*model->impl, c, acc_of(ctx).generator());
+  });
+}
+
+accel_status accel_model_load_adapter(accel_context* ctx, accel_model* model, const char* dir) {
+  return guard(ctx, "accel_model_load_adapter", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(dir);
+    same_context(ctx, model->ctx, "model");
+    ACCEL_CHECK(dir[0] != '\0', Status::InvalidArgument, "dir is empty");
+    ACCEL_CHECK(!acc_of(ctx).prepared(model->impl.get()), Status::InvalidState,
+                "the model is prepared: load an adapter before accel_prepare (and before creating its optimizer)");
+    accel::load_adapter(*model->impl, dir);
+  });
+}
+
+accel_status accel_save_adapter(accel_context* ctx, const accel_model* model, const char* dir) {
+  return guard(ctx, "accel_save_adapter", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(dir);
+    same_context(ctx, model->ctx, "model");
+    ACCEL_CHECK(dir[0] != '\0', Status::InvalidArgument, "dir is empty");
+    ACCEL_CHECK(accel::lm_config_of(*model->impl), Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
+    ACCEL_CHECK(accel::lora_config_of(*model->impl), Status::InvalidArgument,
+                "the model has no LoRA adapters (accel_model_add_lora or accel_model_load_adapter first)");
+    acc_of(ctx).save_adapter(*model->impl, dir);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
 // Causal-LM data
 
 accel_status accel_token_file_write(const char* path, const accel_tensor* tokens, int32_t token_bytes) {

@@ -152,8 +152,24 @@ void Accelerator::save_pretrained(const Model& model, const std::string& dir) {
   if (comm_->rank() == 0) {
     try {
       const torch::ScalarType dt = lm_weights_dtype(model);
+      if (lora_config_of(model)) params = merged_weights(model, params);  // the adapters merged in
       for (auto& p : params) p = p.to(dt);
       accel::save_pretrained(model, params, dir);
+    } catch (const Error& e) {
+      why = e.what();
+      status = e.status();
+    }
+  }
+  agree(status, why);  // the outcome on every process, the directory there on return
+}
+
+void Accelerator::save_adapter(const Model& model, const std::string& dir) {
+  std::vector<torch::Tensor> params = full_parameters(model);
+  Status status = Status::Ok;
+  std::string why;
+  if (comm_->rank() == 0) {
+    try {
+      accel::save_adapter(model, params, dir);
     } catch (const Error& e) {
       why = e.what();
       status = e.status();

@@ -71,6 +71,7 @@ class Accelerator {
   void prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,
                const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader);
   bool prepared(const DataLoader* loader) const;
+  bool prepared(const Model* model) const { return model && model == model_.get(); }
   // Real processes: every process publishes what it is about to prepare (strategy,
   // precision, accumulation, model shapes, optimizer, loader) in the world's store and checks
   // that the others publish the same, so a mismatch is an error naming the processes and the
@@ -104,6 +105,8 @@ class Accelerator {
   // Writes a causal LM as a Hugging Face directory (runtime/models/transformer.h), in the
   // dtype its parameters were made in; the main process writes, every process calls it.
   void save_pretrained(const Model& model, const std::string& dir);
+  // Writes a LoRA model's adapters in PEFT's format (a collective like save_pretrained).
+  void save_adapter(const Model& model, const std::string& dir);
   int zero_stage_active() const;  // 0 unless a ZeRO engine shards the prepared model
   bool shards_parameters() const { return zero_stage_active() > 0; }
 

@@ -13,6 +13,14 @@ For each fixture <out>/<name>/:
   appears once, under the embedding's name);
   manifest.json: the sha256 of every other file, the versions and the seeds.
 
+For each LoRA fixture <out>/<base>-lora/ (issue 16 item 4): a PEFT adapter on the base
+fixture, with random A and B (init_lora_weights=False, so the adapter changes the logits):
+  adapter_config.json, adapter_model.safetensors: exactly what PeftModel.save_pretrained writes;
+  reference.safetensors: the batch, the logits and loss with the adapter, and grad.<key> for
+  every adapter tensor under its saved key;
+  merged.safetensors: the base weights with the adapter merged (merge_and_unload);
+  manifest.json as above.
+
 The output is deterministic: two runs write byte-identical files (--check verifies it
 against an existing directory). The script checks itself: each saved directory is reloaded
 with AutoModelForCausalLM.from_pretrained and must give the reference's logits bit for bit.
@@ -144,6 +152,81 @@ def reference(model, input_ids, attention_mask, labels):
     return tensors
 
 
+# name: (base fixture, target modules, r, lora_alpha, seed). GPT-2's Conv1D layers take
+# fan_in_fan_out (PEFT's flag for weights stored [in, out]).
+LORA_FIXTURES = {
+    "gpt2-tiny-lora": ("gpt2-tiny", ["c_attn", "c_proj", "c_fc"], 4, 8, 17001),
+    "llama-tiny-lora": ("llama-tiny", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                        4, 8, 17002),
+}
+
+
+def write_lora_fixture(name, out, inputs, vers):
+    import warnings
+    import peft
+    base_name, targets, r, alpha, seed = LORA_FIXTURES[name]
+    cls, config, base_seed, _ = FIXTURES[base_name]
+    model = build_model(cls, config, base_seed)
+    torch.manual_seed(seed)
+    cfg = peft.LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules=targets, init_lora_weights=False,
+                          fan_in_fan_out=base_name.startswith("gpt2"), task_type="CAUSAL_LM")
+    with warnings.catch_warnings():  # peft 0.21 calls an API that transformers 5 deprecates
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        m = peft.get_peft_model(model, cfg)
+    m.eval()
+    input_ids, attention_mask, labels = inputs
+    m.zero_grad(set_to_none=True)
+    res = m(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    res.loss.backward()
+    ref = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels,
+           "logits": res.logits.detach().contiguous().clone(), "loss": res.loss.detach().reshape(()).clone()}
+    for n, p in m.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None, n
+            key = n.replace(".default", "")  # the key PeftModel.save_pretrained writes
+            ref["grad." + key] = p.grad.detach().contiguous().clone()
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    m.save_pretrained(d, safe_serialization=True)
+    cfg_path = os.path.join(d, "adapter_config.json")
+    with open(cfg_path) as f:
+        ac = json.load(f)
+    ac["base_model_name_or_path"] = "../" + base_name  # relative to the adapter: no hub, no absolute path
+    with open(cfg_path, "w") as f:
+        json.dump(ac, f, indent=2, sort_keys=True)
+        f.write("\n")
+    with safetensors.safe_open(os.path.join(d, "adapter_model.safetensors"), "pt") as st:
+        keys = set(st.keys())
+    assert keys == {k[len("grad."):] for k in ref if k.startswith("grad.")}, sorted(keys)
+    safetensors.torch.save_file(ref, os.path.join(d, "reference.safetensors"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        merged = m.merge_and_unload()
+    merged_weights = {n: p.detach().contiguous().clone() for n, p in merged.named_parameters()}
+    safetensors.torch.save_file(merged_weights, os.path.join(d, "merged.safetensors"))
+    # self-check: peft reloads the adapter onto a fresh base and gives the logits bit for bit
+    fresh = build_model(cls, config, base_seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        again = peft.PeftModel.from_pretrained(fresh, d).eval()
+    with torch.no_grad():
+        logits = again(input_ids=input_ids, attention_mask=attention_mask).logits
+    assert torch.equal(logits, ref["logits"]), f"{name}: reloaded adapter logits differ"
+    manifest = {
+        "fixture": name, "generator": "scripts/lm_fixtures.py", "versions": vers, "base": base_name,
+        "seeds": {"adapter": seed, "base": base_seed, "inputs": INPUT_SEED},
+        "lora": {"r": r, "lora_alpha": alpha, "target_modules": targets, "init_lora_weights": False},
+        "files": {f: sha256(os.path.join(d, f)) for f in sorted(os.listdir(d))},
+    }
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+    n = sum(t.numel() for k, t in ref.items() if k.startswith("grad."))
+    print(f"{name:20s} PEFT LoRA r={r} alpha={alpha}  {len(keys)} tensors, {n} params  loss {ref['loss'].item():.6f}")
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -268,17 +351,25 @@ def main():
     ap.add_argument("--out", required=True, help="the fixture directory (tests/fixtures/lm)")
     ap.add_argument("--check", action="store_true",
                     help="write into a temporary directory and compare with --out byte for byte; write nothing")
-    ap.add_argument("--only", action="append", choices=sorted(FIXTURES), help="write only these fixtures")
+    ap.add_argument("--only", action="append", choices=sorted(FIXTURES) + sorted(LORA_FIXTURES),
+                    help="write only these fixtures")
     args = ap.parse_args()
     setup_determinism()
     vers = versions()
     print("lm_fixtures: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
     inputs = make_inputs()
-    names = args.only or list(FIXTURES)
+    names = args.only or list(FIXTURES) + list(LORA_FIXTURES)
+
+    def write(name, out):
+        if name in LORA_FIXTURES:
+            write_lora_fixture(name, out, inputs, vers)
+        else:
+            write_fixture(name, out, inputs, vers)
+
     if args.check:
         with tempfile.TemporaryDirectory() as tmp:
             for name in names:
-                write_fixture(name, tmp, inputs, vers)
+                write(name, tmp)
             bad = compare_dirs(tmp, args.out, names)
         if bad:
             print("lm_fixtures: the fixtures differ from a fresh run:\n  " + "\n  ".join(bad), file=sys.stderr)
@@ -287,7 +378,7 @@ def main():
         return 0
     os.makedirs(args.out, exist_ok=True)
     for name in names:
-        write_fixture(name, args.out, inputs, vers)
+        write(name, args.out)
     return 0
 
 

@@ -7,6 +7,11 @@ Run through scripts/lm_reverse_check, which makes the directories with
 and runs this script with the lm venv's python (scripts/lm_fixtures makes it).
 
 Usage: lm_reverse_check.py DIR
+Also, for each DIR/<fixture>-adapter/ (a LoRA adapter accel trained and saved in PEFT's
+format, accel's logits in DIR/<fixture>-adapter.reference.safetensors): peft's
+PeftModel.from_pretrained loads it onto tests/fixtures/lm/<fixture> and must give accel's
+logits within the same bound; DIR/<fixture>-lora-merged (the merged plain directory) is
+checked with transformers like the others.
 For each DIR/<fixture>/ holding accel_reference.safetensors (input_ids, attention_mask,
 logits: accel's, after a few SGD steps): AutoModelForCausalLM.from_pretrained(DIR/<fixture>)
 offline, eager attention, fp32, eval mode; its logits on the same inputs are compared with
@@ -50,6 +55,27 @@ def check(d):
     return type(model).__name__, rel, rel_all
 
 
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "lm")
+
+
+def check_adapter(root, name):
+    import warnings
+    import peft
+    base_name = name[:-len("-adapter")]
+    ref = safetensors.torch.load_file(os.path.join(root, name + ".reference.safetensors"))
+    base = AutoModelForCausalLM.from_pretrained(os.path.join(FIXTURES, base_name), attn_implementation="eager",
+                                                dtype=torch.float32)
+    with warnings.catch_warnings():  # peft 0.21 calls an API that transformers 5 deprecates
+        warnings.simplefilter("ignore", FutureWarning)
+        model = peft.PeftModel.from_pretrained(base, os.path.join(root, name)).eval()
+    with torch.no_grad():
+        logits = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"]).logits
+    want = ref["logits"]
+    real = ref["attention_mask"].bool().unsqueeze(-1).expand_as(want)
+    a, b = logits[real], want[real]
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
 def main():
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -77,6 +103,23 @@ def main():
         print(f"[ {name} ] {cls} from accel's directory: logits max relative difference "
               f"{rel:.3g} at real positions ({rel_all:.3g} all) {'ok' if ok else 'FAILED'} (bound {BOUND:g})")
     print(f"lm_reverse_check: {len(names) - failed}/{len(names)} models match accel's logits")
+    # LoRA adapters accel wrote: peft loads each onto its base fixture
+    adapters = sorted(n for n in os.listdir(root) if n.endswith("-adapter") and os.path.isdir(os.path.join(root, n)))
+    for name in adapters:
+        try:
+            rel = check_adapter(root, name)
+        except Exception as e:
+            print(f"[ {name} ] FAILED: {type(e).__name__}: {e}")
+            failed += 1
+            continue
+        ok = rel <= BOUND
+        failed += not ok
+        print(f"[ {name} ] peft.PeftModel.from_pretrained(fixture, accel's adapter): logits max relative difference "
+              f"{rel:.3g} at real positions {'ok' if ok else 'FAILED'} (bound {BOUND:g})")
+    if not adapters:
+        print(f"lm_reverse_check: no <fixture>-adapter directories under {root}", file=sys.stderr)
+        return 1
+    print(f"lm_reverse_check: {len(adapters)} adapters checked with peft")
     return 1 if failed else 0
 
 

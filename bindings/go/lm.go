@@ -4,6 +4,7 @@ package accel
 #include "shim.h"
 
 static ag_res ag_lm_options_init(accel_lm_options *o) { return ag_fail(accel_lm_options_init(o, ACCEL_LM_OPTIONS_VERSION)); }
+static ag_res ag_lora_options_init(accel_lora_options *o) { return ag_fail(accel_lora_options_init(o, ACCEL_LORA_OPTIONS_VERSION)); }
 static ag_res ag_lm_data_options_init(accel_lm_data_options *o) { return ag_fail(accel_lm_data_options_init(o, ACCEL_LM_DATA_OPTIONS_VERSION)); }
 static ag_res ag_token_file_write(const char *p, const accel_tensor *t, int32_t w) { return ag_fail(accel_token_file_write(p, t, w)); }
 static ag_res ag_token_file_read(const char *p, accel_tensor **out) { return ag_fail(accel_token_file_read(p, out)); }
@@ -12,6 +13,7 @@ import "C"
 
 import (
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -90,6 +92,79 @@ func (m *Model) SavePretrained(dir string) error {
 	cs := C.CString(dir)
 	defer C.free(unsafe.Pointer(cs))
 	err = m.ctx.err(op, C.accel_save_pretrained(m.ctx.st.h, h, cs))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// LoRAOptions are PEFT's LoraConfig fields (accel_lora_options).
+type LoRAOptions struct {
+	R             int32
+	Alpha         float64
+	Dropout       float64
+	TargetModules []string // module names ("q_proj", "v_proj"), or {"all-linear"}; nil: PEFT's default for the family
+	UseRSLoRA     bool
+}
+
+// DefaultLoRAOptions returns the library's defaults (r 8, alpha 8).
+func DefaultLoRAOptions() LoRAOptions {
+	var c C.accel_lora_options
+	mustInit("accel_lora_options_init", C.ag_lora_options_init(&c))
+	return LoRAOptions{R: int32(c.r), Alpha: float64(c.alpha), Dropout: float64(c.dropout), UseRSLoRA: c.use_rslora != 0}
+}
+
+// AddLoRA adds LoRA adapters (accel_model_add_lora): the base weights freeze and the model's
+// parameters become the adapters. Call it before NewAdamW/NewSGD and before Prepare.
+func (m *Model) AddLoRA(opts LoRAOptions) error {
+	const op = "accel_model_add_lora"
+	h, err := m.handle(op)
+	if err != nil {
+		return err
+	}
+	var c C.accel_lora_options
+	mustInit("accel_lora_options_init", C.ag_lora_options_init(&c))
+	c.r = C.int32_t(opts.R)
+	c.alpha = C.double(opts.Alpha)
+	c.dropout = C.double(opts.Dropout)
+	c.use_rslora = 0
+	if opts.UseRSLoRA {
+		c.use_rslora = 1
+	}
+	if len(opts.TargetModules) > 0 {
+		cs := C.CString(strings.Join(opts.TargetModules, ","))
+		defer C.free(unsafe.Pointer(cs))
+		c.target_modules = cs
+	}
+	err = m.ctx.err(op, C.accel_model_add_lora(m.ctx.st.h, h, &c))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// LoadAdapter loads a PEFT LoRA adapter directory onto this base model
+// (accel_model_load_adapter), as peft.PeftModel.from_pretrained(base, dir).
+func (m *Model) LoadAdapter(dir string) error {
+	const op = "accel_model_load_adapter"
+	h, err := m.handle(op)
+	if err != nil {
+		return err
+	}
+	cs := C.CString(dir)
+	defer C.free(unsafe.Pointer(cs))
+	err = m.ctx.err(op, C.accel_model_load_adapter(m.ctx.st.h, h, cs))
+	runtime.KeepAlive(m)
+	return err
+}
+
+// SaveAdapter writes the adapters as a PEFT adapter directory (accel_save_adapter; every
+// process calls it).
+func (m *Model) SaveAdapter(dir string) error {
+	const op = "accel_save_adapter"
+	h, err := m.handle(op)
+	if err != nil {
+		return err
+	}
+	cs := C.CString(dir)
+	defer C.free(unsafe.Pointer(cs))
+	err = m.ctx.err(op, C.accel_save_adapter(m.ctx.st.h, h, cs))
 	runtime.KeepAlive(m)
 	return err
 }

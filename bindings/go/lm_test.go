@@ -157,3 +157,39 @@ func TestTokenFileAndLMLoader(t *testing.T) {
 	_, err = ctx.NewLMDataLoader(back, must(NewTensor([]int64{0, 5, 3}, 3)), lm, lo)
 	wantErr(t, err, ErrInvalidArgument, "offsets")
 }
+
+func TestLoRATrainSaveReload(t *testing.T) {
+	ctx := newCtx(t, nil)
+	m := must(ctx.LoadPretrained(lmFixture("gpt2-tiny"), nil))
+	lo := DefaultLoRAOptions()
+	lo.R = 2
+	lo.TargetModules = []string{"c_attn", "c_fc"}
+	ok(t, m.AddLoRA(lo))
+	if n, _ := must2(m.NumParameters()); n != 8 {
+		t.Fatalf("%d parameters, want the 8 adapters", n)
+	}
+	ao := DefaultAdamWOptions()
+	ao.LR = 1e-2
+	opt := must(ctx.NewAdamW(m, &ao))
+	ok(t, ctx.Prepare(m, opt, nil, nil))
+	ids, mask, labels := lmBatch(t)
+	for i := 0; i < 3; i++ {
+		out := must(m.LMForward(ids, mask, labels))
+		ok(t, ctx.Backward(out.Loss))
+		must(ctx.Step())
+	}
+	dir := filepath.Join(t.TempDir(), "adapter")
+	ok(t, m.SaveAdapter(dir))
+	ok(t, m.SetTraining(false))
+	mine := must(ToSlice[float32](must(m.LMForward(ids, mask, nil)).Logits))
+	back := must(ctx.LoadPretrained(lmFixture("gpt2-tiny"), nil))
+	ok(t, back.LoadAdapter(dir))
+	ok(t, back.SetTraining(false))
+	if !reflect.DeepEqual(must(ToSlice[float32](must(back.LMForward(ids, mask, nil)).Logits)), mine) {
+		t.Fatal("the reloaded adapter's logits differ")
+	}
+	wantErr(t, m.AddLoRA(lo), ErrInvalidState, "prepared")
+	other := must(ctx.LoadPretrained(lmFixture("gpt2-tiny"), nil))
+	lo.TargetModules = []string{"q_proj"}
+	wantErr(t, other.AddLoRA(lo), ErrInvalidArgument, "matches no module")
+}

@@ -975,6 +975,62 @@ ACCEL_API accel_status accel_lm_forward(accel_context *ctx, accel_model *model, 
                                         const accel_tensor *attention_mask, const accel_tensor *labels,
                                         accel_tensor **out_logits, accel_tensor **out_loss, int64_t *out_tokens);
 
+/* LoRA: low-rank adapters on a causal LM's linear modules, in PEFT's format (docs/lm.md,
+ * "LoRA"). Each adapted module computes W x + (alpha / r) B A dropout(x); the base weights
+ * are frozen: the model's parameters (what optimizers, strategies, checkpoints and
+ * accel_model_parameter see) become the adapters, named "<module>.lora_A.weight" and
+ * "<module>.lora_B.weight", so the base weights get no gradients and no optimizer state. */
+
+#define ACCEL_LORA_OPTIONS_VERSION 1
+
+typedef struct accel_lora_options {
+    uint32_t version;            /* ACCEL_LORA_OPTIONS_VERSION */
+    int32_t r;                   /* the adapters' rank, >= 1 (default 8) */
+    double alpha;                /* the scale is alpha / r, finite and > 0 (default 8) */
+    double dropout;              /* dropout on the adapters' input in training, [0, 1) (default 0) */
+    const char *target_modules;  /* comma-separated module names, matched as PEFT matches them (a
+                                    module whose name equals one or ends with "." and one):
+                                    "q_proj,k_proj,v_proj,o_proj" or "gate_proj,up_proj,down_proj"
+                                    (Llama), "c_attn,c_proj,c_fc" (GPT-2), or "all-linear" (every
+                                    linear module of the blocks); NULL (default): PEFT's default
+                                    for the family (Llama: q_proj,v_proj; GPT-2: c_attn) */
+    int32_t use_rslora;          /* non-zero: the scale is alpha / sqrt(r) (rank-stabilised LoRA) */
+} accel_lora_options;
+
+#define ACCEL_LORA_OPTIONS_INIT { ACCEL_LORA_OPTIONS_VERSION, 8, 8.0, 0.0, NULL, 0 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_lora_options_init(accel_lora_options *opts, uint32_t version);
+
+/* Adds LoRA adapters to a causal LM: A drawn from the context's seed as nn.Linear's weights
+ * (uniform in +-1/sqrt(in_features)), B zero (PEFT's default), so the model starts as the
+ * base. Call it before creating the optimizer and before accel_prepare (afterwards:
+ * ACCEL_ERR_INVALID_STATE). Errors: ACCEL_ERR_INVALID_ARGUMENT for a model that is not a
+ * causal LM or already has adapters, r < 1, alpha or dropout out of range, an empty name in
+ * target_modules, a name that matches no module (the message lists the family's modules). */
+ACCEL_API accel_status accel_model_add_lora(accel_context *ctx, accel_model *model, const accel_lora_options *opts);
+
+/* Loads a PEFT LoRA adapter directory (adapter_config.json and adapter_model.safetensors, as
+ * peft's save_pretrained writes them) onto a causal LM without adapters: its r, lora_alpha,
+ * lora_dropout, target_modules and use_rslora, then its tensors (PEFT's key names,
+ * "base_model.model.<module>.lora_A.weight"). The base is the caller's: the config's
+ * base_model_name_or_path is not read. Before the optimizer and accel_prepare, as
+ * accel_model_add_lora. Errors: ACCEL_ERR_IO for a missing directory or file;
+ * ACCEL_ERR_FORMAT naming the file for bad JSON, a missing, extra or misshapen tensor;
+ * ACCEL_ERR_UNSUPPORTED for another peft_type, DoRA, biases, modules_to_save, rank or alpha
+ * patterns, layers_to_transform, a regular expression as target_modules; the model is left
+ * without adapters on any error. */
+ACCEL_API accel_status accel_model_load_adapter(accel_context *ctx, accel_model *model, const char *dir);
+
+/* Writes the model's trained adapters as a PEFT adapter directory (adapter_config.json,
+ * adapter_model.safetensors in fp32) that peft.PeftModel.from_pretrained(base, dir) loads.
+ * A collective like accel_save_pretrained (shards gathered, the main process writes), with
+ * its rules for what it may replace (nothing, an empty directory or an earlier adapter
+ * directory). accel_save_pretrained on a model with adapters writes the base weights with the
+ * adapters merged in (W + scale B A), a plain pretrained directory. Errors:
+ * ACCEL_ERR_INVALID_ARGUMENT for a model without adapters; as accel_save_pretrained's. */
+ACCEL_API accel_status accel_save_adapter(accel_context *ctx, const accel_model *model, const char *dir);
+
 /* Causal-LM data. A packed token file holds a tokenized corpus: the 8 bytes "ACCELTOK", a
  * little-endian uint32 version (1), a uint32 token width in bytes (2 or 4), a uint64 token
  * count, then the tokens as little-endian unsigned integers of that width (docs/lm.md). */

@@ -44,59 +44,61 @@ class GPT2 final : public TransformerLM {
     const torch::Tensor& ids = inputs[0];
     const int64_t B = ids.size(0), T = ids.size(1), E = cfg_.hidden_size, H = cfg_.num_heads, D = cfg_.head_dim;
     UnitGate* gate = mode.gate;
-    const auto& P = parameters();
+    const auto& P = params_;
     const torch::ScalarType wt = P[0].scalar_type();
     auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == wt ? t : t.to(wt); };
 
-    if (gate) gate->before(0);
+    gate_before(gate, 0);
     // positions 0..T-1 for every row (transformers' default; see tests/fixtures/lm/README.md)
     auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
     torch::Tensor h = torch::embedding(P[0], ids) + torch::embedding(P[1], pos).unsqueeze(0);
     h = dropout(h, cfg_.embd_pdrop, training_, gen_);
-    if (gate) gate->after(0, h);
+    gate_after(gate, 0, h);
 
     const double eps = cfg_.layer_norm_epsilon;
     const bool ckpt = checkpoint_now();
-    const bool drops = training_ && (cfg_.attn_pdrop > 0 || cfg_.resid_pdrop > 0);
+    const bool drops = training_ && (cfg_.attn_pdrop > 0 || cfg_.resid_pdrop > 0 || lora_dropout() > 0);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
       auto block = [this, l, B, T, E, H, D, eps, mask, wt](const torch::Tensor& hin) {
-        const auto& P = parameters();
+        const auto& P = params_;
         const size_t b = 2 + 12 * static_cast<size_t>(l);
         auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == wt ? t : t.to(wt); };
         auto a = torch::layer_norm(cast(hin), {E}, P[b], P[b + 1], eps);
-        auto qkv = torch::addmm(P[b + 3], a.reshape({B * T, E}), P[b + 2]).view({B, T, 3, H, D});
+        // the block's Conv1D modules, in block_modules() order: c_attn, attn.c_proj, c_fc, mlp.c_proj
+        auto conv = [&](const torch::Tensor& x2, size_t w, size_t mod) {
+          return with_lora(torch::addmm(P[w + 1], x2, P[w]), x2, l, mod);
+        };
+        auto qkv = conv(a.reshape({B * T, E}), b + 2, 0).view({B, T, 3, H, D});
         auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2),
              v = qkv.select(2, 2).transpose(1, 2);
         double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
         if (cfg_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(l + 1);
         auto att = attention(q, k, v, mask, scale, cfg_.attn_pdrop, training_, gen_);
-        att = torch::addmm(P[b + 5], att.reshape({B * T, E}), P[b + 4]).view({B, T, E});
+        att = conv(att.reshape({B * T, E}), b + 4, 1).view({B, T, E});
         torch::Tensor h = hin + dropout(att, cfg_.resid_pdrop, training_, gen_);
         auto m = torch::layer_norm(cast(h), {E}, P[b + 6], P[b + 7], eps);
-        m = activate(cfg_.activation, torch::addmm(P[b + 9], m.reshape({B * T, E}), P[b + 8]));
-        m = torch::addmm(P[b + 11], m, P[b + 10]).view({B, T, E});
+        m = activate(cfg_.activation, conv(m.reshape({B * T, E}), b + 8, 2));
+        m = conv(m, b + 10, 3).view({B, T, E});
         return h + dropout(m, cfg_.resid_pdrop, training_, gen_);
       };
-      if (gate) gate->before(u);
-      h = ckpt ? checkpoint(block, h, unit_parameters(u), &gen_, drops) : block(h);
-      if (gate) gate->after(u, h);
+      gate_before(gate, u);
+      h = ckpt ? checkpoint(block, h, block_trainables(l), &gen_, drops) : block(h);
+      gate_after(gate, u, h);
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1, f = 2 + 12 * static_cast<size_t>(cfg_.num_layers);
-    if (gate) gate->before(last);
+    gate_before(gate, last);
     h = torch::layer_norm(cast(h), {E}, P[f], P[f + 1], eps);
     torch::Tensor logits;
     if (cfg_.tie_word_embeddings) {
-      if (gate) gate->before(0);  // the head is the embedding (unit 0)
+      gate_before(gate, 0);  // the head is the embedding (unit 0)
       logits = torch::matmul(h, P[0].t());
     } else {
       logits = torch::matmul(h, P[f + 2].t());
     }
     logits = logits.to(torch::kFloat);
-    if (gate) {
-      if (cfg_.tie_word_embeddings) gate->after(0, logits);
-      gate->after(last, logits);
-    }
+    if (cfg_.tie_word_embeddings) gate_after(gate, 0, logits);
+    gate_after(gate, last, logits);
     return logits;
   }
 };

@@ -60,7 +60,7 @@ class Llama final : public TransformerLM {
     const int64_t B = ids.size(0), T = ids.size(1), H = cfg_.num_heads,
                   Hkv = cfg_.num_kv_heads, D = cfg_.head_dim;
     UnitGate* gate = mode.gate;
-    const auto& P = parameters();
+    const auto& P = params_;
 
     // rotary tables for positions 0..T-1 (every row; see tests/fixtures/lm/README.md), fp32:
     // inv_freq[i] = 1 / theta^(2i / D); dimension i pairs with i + D/2
@@ -71,22 +71,24 @@ class Llama final : public TransformerLM {
     auto emb = torch::cat({freqs, freqs}, -1);  // [T, D]
     auto cos = emb.cos().view({1, 1, T, D}), sin = emb.sin().view({1, 1, T, D});
 
-    if (gate) gate->before(0);
+    gate_before(gate, 0);
     torch::Tensor h = torch::embedding(P[0], ids);
-    if (gate) gate->after(0, h);
+    gate_after(gate, 0, h);
 
     const double eps = cfg_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(D));
     const bool ckpt = checkpoint_now();
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
       auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin](const torch::Tensor& hin) {
-        const auto& P = parameters();
+        const auto& P = params_;
         const bool ab = cfg_.attention_bias, mb = cfg_.mlp_bias;
         size_t i = 1 + per_layer_ * static_cast<size_t>(l);
+        size_t m = 0;  // the block's linear module, in block_modules() order: q k v o gate up down
         auto lin = [&](const torch::Tensor& x, bool bias) {
           const torch::Tensor& w = P[i++];
           torch::Tensor b = bias ? P[i++] : torch::Tensor();
-          return torch::linear(x.scalar_type() == w.scalar_type() ? x : x.to(w.scalar_type()), w, b);
+          torch::Tensor y = torch::linear(x.scalar_type() == w.scalar_type() ? x : x.to(w.scalar_type()), w, b);
+          return with_lora(y, x, l, m++);
         };
         const size_t norm1 = i + 7 + (ab ? 4 : 0) + (mb ? 3 : 0);
         auto x = rms_norm(hin, P[norm1], eps);
@@ -102,26 +104,24 @@ class Llama final : public TransformerLM {
         auto up = lin(x, mb);
         return h + lin(activate(cfg_.activation, g) * up, mb);
       };
-      if (gate) gate->before(u);
-      h = ckpt ? checkpoint(block, h, unit_parameters(u), &gen_, training_ && cfg_.attention_dropout > 0) : block(h);
-      if (gate) gate->after(u, h);
+      gate_before(gate, u);
+      h = ckpt ? checkpoint(block, h, block_trainables(l), &gen_, training_ && (cfg_.attention_dropout > 0 || lora_dropout() > 0)) : block(h);
+      gate_after(gate, u, h);
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1,
                  f = 1 + per_layer_ * static_cast<size_t>(cfg_.num_layers);
-    if (gate) gate->before(last);
+    gate_before(gate, last);
     h = rms_norm(h, P[f], eps);
     torch::Tensor logits;
     if (cfg_.tie_word_embeddings) {
-      if (gate) gate->before(0);  // the head is the embedding (unit 0)
+      gate_before(gate, 0);  // the head is the embedding (unit 0)
       logits = torch::matmul(h, P[0].t());
     } else {
       logits = torch::matmul(h, P[f + 1].t());
     }
     logits = logits.to(torch::kFloat);
-    if (gate) {
-      if (cfg_.tie_word_embeddings) gate->after(0, logits);
-      gate->after(last, logits);
-    }
+    if (cfg_.tie_word_embeddings) gate_after(gate, 0, logits);
+    gate_after(gate, last, logits);
     return logits;
   }
 

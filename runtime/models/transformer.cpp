@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
@@ -254,6 +255,42 @@ const LMConfig* lm_config_of(const Model& model) {
   return m ? &m->config() : nullptr;
 }
 
+void add_lora(Model& model, const LoraConfig& cfg, at::Generator gen) {
+  auto* m = dynamic_cast<lm_detail::TransformerLM*>(&model);
+  ACCEL_CHECK(m, Status::InvalidArgument, "LoRA adapters go on the causal LMs (GPT-2, Llama), not on this model");
+  m->enable_lora(cfg, gen);
+}
+
+const LoraConfig* lora_config_of(const Model& model) {
+  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  return m && m->lora() ? &m->lora()->cfg : nullptr;
+}
+
+std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<torch::Tensor>& lora) {
+  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  ACCEL_CHECK(m, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
+  std::vector<torch::Tensor> out;
+  for (const auto& w : m->base_weights()) out.push_back(w.detach().to(torch::kCPU, torch::kFloat, false, true));
+  const auto* L = m->lora();
+  if (!L) return out;
+  const std::vector<torch::Tensor>& vals = lora.empty() ? L->params : lora;
+  ACCEL_CHECK(vals.size() == L->params.size(), Status::InvalidArgument, "merged_weights: ", vals.size(),
+              " adapter tensors for ", L->params.size());
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < m->base_names().size(); ++i) index[m->base_names()[i]] = i;
+  const std::string suffix = ".lora_A.weight";
+  torch::NoGradGuard ng;
+  for (size_t k = 0; k + 1 < vals.size(); k += 2) {
+    const std::string& an = L->names[k];
+    const std::string module = an.substr(0, an.size() - suffix.size());
+    auto A = vals[k].detach().to(torch::kCPU, torch::kFloat), B = vals[k + 1].detach().to(torch::kCPU, torch::kFloat);
+    auto delta = torch::matmul(B, A) * L->scale;  // [out, in]
+    torch::Tensor& w = out[index.at(module + ".weight")];
+    w.add_(m->conv1d() ? delta.t() : delta);
+  }
+  return out;
+}
+
 void set_gradient_checkpointing(Model& model, bool on) {
   auto* m = dynamic_cast<lm_detail::TransformerLM*>(&model);
   ACCEL_CHECK(m, Status::InvalidArgument,
@@ -298,11 +335,23 @@ void TransformerLM::add(const std::string& name, std::vector<int64_t> shape, siz
 }
 
 void TransformerLM::to(const torch::Device& device) {
-  std::vector<torch::Tensor> moved;
-  for (const auto& t : parameters())
-    moved.push_back(t.device() == device ? t : t.detach().to(device).requires_grad_(true));
-  params_ = moved;
-  set_parameters(parameter_names(), std::move(moved));
+  auto move = [&](torch::Tensor& t, bool trainable) {
+    if (t.defined() && t.device() != device) t = t.detach().to(device).requires_grad_(trainable);
+  };
+  for (auto& t : params_) move(t, !lora_);
+  if (!lora_) {
+    set_parameters(names_, params_);
+    return;
+  }
+  for (auto& t : lora_->A) move(t, true);
+  for (auto& t : lora_->B) move(t, true);
+  lora_->params.clear();
+  for (size_t k = 0; k < lora_->A.size(); ++k)
+    if (lora_->A[k].defined()) {
+      lora_->params.push_back(lora_->A[k]);
+      lora_->params.push_back(lora_->B[k]);
+    }
+  set_parameters(lora_->names, lora_->params);
 }
 
 torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const {
@@ -468,10 +517,119 @@ torch::Tensor checkpoint(std::function<torch::Tensor(const torch::Tensor&)> fn, 
   return Recompute::apply(x, at::TensorList(r->params), r);
 }
 
-std::vector<torch::Tensor> TransformerLM::unit_parameters(size_t unit) const {
+std::vector<torch::Tensor> TransformerLM::block_trainables(int64_t layer) const {
   std::vector<torch::Tensor> out;
-  for (size_t i : units_.at(unit)) out.push_back(parameters()[i]);
+  if (lora_) {
+    for (size_t i : lora_->units.at(static_cast<size_t>(layer))) out.push_back(lora_->params[i]);
+  } else {
+    for (size_t i : units_.at(static_cast<size_t>(layer) + 1)) out.push_back(params_[i]);
+  }
   return out;
+}
+
+void TransformerLM::gate_before(UnitGate* g, size_t u) const {
+  if (!g) return;
+  if (!lora_) return g->before(u);
+  if (u >= 1 && u <= static_cast<size_t>(cfg_.num_layers)) g->before(u - 1);
+}
+
+void TransformerLM::gate_after(UnitGate* g, size_t u, const torch::Tensor& out) const {
+  if (!g) return;
+  if (!lora_) return g->after(u, out);
+  if (u >= 1 && u <= static_cast<size_t>(cfg_.num_layers)) g->after(u - 1, out);
+}
+
+std::vector<std::string> TransformerLM::block_modules() const {
+  if (cfg_.family == LMFamily::GPT2) return {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  return {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+          "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+}
+
+std::string TransformerLM::block_prefix(int64_t layer) const {
+  return (cfg_.family == LMFamily::GPT2 ? "transformer.h." : "model.layers.") + std::to_string(layer) + ".";
+}
+
+torch::Tensor TransformerLM::with_lora(const torch::Tensor& y, const torch::Tensor& x, int64_t layer, size_t module) {
+  if (!lora_) return y;
+  const size_t slot = static_cast<size_t>(layer) * lora_->per_block + module;
+  const torch::Tensor& A = lora_->A[slot];
+  if (!A.defined()) return y;
+  // as PEFT: x in the adapter's dtype, dropout, B(A(x)) * scale, back to the result's dtype
+  torch::Tensor xin = x.scalar_type() == A.scalar_type() ? x : x.to(A.scalar_type());
+  xin = dropout(xin, lora_->cfg.dropout, training_, gen_);
+  torch::Tensor d = torch::matmul(torch::matmul(xin, A.t()), lora_->B[slot].t()) * lora_->scale;
+  return y + (d.scalar_type() == y.scalar_type() ? d : d.to(y.scalar_type()));
+}
+
+void TransformerLM::disable_lora() {
+  lora_.reset();
+  for (auto& p : params_) p.requires_grad_(true);
+  set_parameters(names_, params_);
+}
+
+void TransformerLM::enable_lora(const LoraConfig& c, at::Generator& gen) {
+  ACCEL_CHECK(!lora_, Status::InvalidArgument, "the model has LoRA adapters already");
+  ACCEL_CHECK(c.r >= 1, Status::InvalidArgument, "LoRA r must be >= 1, got ", c.r);
+  ACCEL_CHECK(std::isfinite(c.alpha) && c.alpha > 0, Status::InvalidArgument, "LoRA alpha must be finite and > 0, got ",
+              c.alpha);
+  ACCEL_CHECK(std::isfinite(c.dropout) && c.dropout >= 0 && c.dropout < 1, Status::InvalidArgument,
+              "LoRA dropout must be in [0, 1), got ", c.dropout);
+  const std::vector<std::string> mods = block_modules();
+  std::vector<std::string> targets = c.target_modules;
+  if (targets.empty())
+    targets = cfg_.family == LMFamily::GPT2 ? std::vector<std::string>{"c_attn"}
+                                            : std::vector<std::string>{"q_proj", "v_proj"};
+  const bool all_linear = targets.size() == 1 && targets[0] == "all-linear";
+  for (const auto& t : targets)
+    ACCEL_CHECK(!t.empty(), Status::InvalidArgument, "LoRA target_modules holds an empty name");
+  Lora L;
+  L.cfg = c;
+  L.cfg.target_modules = targets;
+  L.targets = targets;
+  L.per_block = mods.size();
+  L.scale = c.use_rslora ? c.alpha / std::sqrt(static_cast<double>(c.r)) : c.alpha / static_cast<double>(c.r);
+  const size_t nl = static_cast<size_t>(cfg_.num_layers);
+  L.A.resize(nl * mods.size());
+  L.B.resize(nl * mods.size());
+  L.units.resize(nl);
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
+  std::set<std::string> used;
+  torch::NoGradGuard ng;
+  for (size_t l = 0; l < nl; ++l)
+    for (size_t m = 0; m < mods.size(); ++m) {
+      const std::string full = block_prefix(static_cast<int64_t>(l)) + mods[m];
+      bool hit = all_linear;
+      for (const auto& t : targets)
+        if (full == t || (full.size() > t.size() && full.compare(full.size() - t.size(), t.size(), t) == 0 &&
+                          full[full.size() - t.size() - 1] == '.')) {
+          hit = true;
+          used.insert(t);
+        }
+      if (!hit) continue;
+      const torch::Tensor& w = params_[index.at(full + ".weight")];
+      const int64_t in = conv1d() ? w.size(0) : w.size(1), out = conv1d() ? w.size(1) : w.size(0);
+      const double bound = 1.0 / std::sqrt(static_cast<double>(in));  // kaiming_uniform(a=sqrt(5)), as nn.Linear
+      const size_t slot = l * mods.size() + m;
+      L.A[slot] = torch::empty({c.r, in}, torch::kFloat).uniform_(-bound, bound, gen).to(w.device()).requires_grad_(true);
+      L.B[slot] = torch::zeros({out, c.r}, torch::TensorOptions().dtype(torch::kFloat).device(w.device())).requires_grad_(true);
+      L.units[l].push_back(L.params.size());
+      L.names.push_back(full + ".lora_A.weight");
+      L.params.push_back(L.A[slot]);
+      L.units[l].push_back(L.params.size());
+      L.names.push_back(full + ".lora_B.weight");
+      L.params.push_back(L.B[slot]);
+    }
+  if (!all_linear)
+    for (const auto& t : targets) {
+      std::string known;
+      for (const auto& m : mods) known += (known.empty() ? "" : ", ") + m.substr(m.find('.') + 1);
+      ACCEL_CHECK(used.count(t), Status::InvalidArgument, "LoRA target module '", t, "' matches no module of this ",
+                  cfg_.model_type, " model (its linear modules: ", known, ", or all-linear)");
+    }
+  for (auto& p : params_) p.requires_grad_(false);
+  lora_ = std::move(L);
+  set_parameters(lora_->names, lora_->params);
 }
 
 }  // namespace lm_detail
@@ -680,18 +838,102 @@ void fsync_path(const fs::path& p) {
 
 }  // namespace
 
-void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weights, const std::string& dir) {
-  const LMConfig* cfg = lm_config_of(model);
-  ACCEL_CHECK(cfg, Status::InvalidArgument, "save_pretrained: the model is not a causal LM (GPT-2 or Llama)");
+namespace {
+
+// Writes a directory atomically: `write(tmp)` fills a hidden temporary directory beside it,
+// which then replaces `dir`. Only nothing, an empty directory or an earlier directory of this
+// kind (`ours`) is replaced, and the temporary paths may hold only such leftovers: anything
+// else is refused (InvalidArgument), so a save never deletes what it did not write.
+void write_dir_atomically(const std::string& dir, const std::string& fn, const std::string& kind,
+                          bool (*ours)(const fs::path&, bool), const std::function<void(const fs::path&)>& write) {
   ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");
-  const auto& names = model.parameter_names();
-  const std::vector<torch::Tensor>& src = weights.empty() ? model.parameters() : weights;
+  fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/"
+  const fs::path parent = target.parent_path();
+  const std::string base = target.filename().string();
+  ACCEL_CHECK(!base.empty() && base != "." && base != "..", Status::InvalidArgument, "dir '", dir,
+              "' does not name a directory to write");
+  std::error_code ec;
+  const auto st_target = fs::symlink_status(target, ec);
+  if (st_target.type() != fs::file_type::not_found)
+    ACCEL_CHECK(ours(target, /*allow_empty=*/true), Status::InvalidArgument, "dir '", dir, "' is ",
+                st_target.type() == fs::file_type::directory ? "a directory that is not a " + kind + " (it holds other files)"
+                                                             : std::string("a non-directory"),
+                ": refusing to replace it; choose a new path, or an earlier ", fn, " directory");
+  ACCEL_CHECK(fs::is_directory(parent, ec), Status::IO, "dir '", dir, "': the parent directory '", parent.string(),
+              "' does not exist");
+  const fs::path tmp = parent / ("." + base + ".tmp"), old = parent / ("." + base + ".old");
+  for (const fs::path& p : {tmp, old}) {
+    if (fs::symlink_status(p, ec).type() == fs::file_type::not_found) continue;
+    ACCEL_CHECK(ours(p, /*allow_empty=*/true), Status::InvalidArgument, fn, " to '", dir, "' uses the temporary path '",
+                p.string(), "', where there is something an accel save did not leave: refusing to delete it; move it away");
+    fs::remove_all(p, ec);
+  }
+  fs::create_directory(tmp, ec);
+  ACCEL_CHECK(!ec, Status::IO, "cannot create '", tmp.string(), "': ", ec.message());
+  try {
+    write(tmp);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  if (fs::exists(target, ec)) {
+    fs::rename(target, old, ec);
+    ACCEL_CHECK(!ec, Status::IO, "cannot move the earlier '", target.string(), "' aside: ", ec.message());
+  }
+  fs::rename(tmp, target, ec);
+  ACCEL_CHECK(!ec, Status::IO, "cannot rename '", tmp.string(), "' to '", target.string(), "': ", ec.message());
+  fsync_path(parent);
+  fs::remove_all(old, ec);
+}
+
+// A directory holding only a PEFT adapter's files as accel writes them (and, unless empty is
+// enough, adapter_config.json).
+bool is_adapter_dir(const fs::path& dir, bool allow_empty) {
+  std::error_code ec;
+  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
+  bool config = false, any = false;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const bool tmp = name.rfind(".", 0) == 0 && name.find(".tmp.") != std::string::npos;
+    const bool file = name == "adapter_config.json" || name == "adapter_model.safetensors";
+    if (!fs::is_regular_file(it->symlink_status(ec)) || (!file && !tmp)) return false;
+    any = true;
+    config = config || name == "adapter_config.json";
+  }
+  return !ec && (config || (allow_empty && !any));
+}
+
+void write_safetensors_file(const fs::path& path, const std::vector<std::string>& names,
+                            const std::vector<torch::Tensor>& host, const std::string& st) {
+  std::vector<safetensors::TensorView> views;
+  for (size_t i = 0; i < host.size(); ++i)
+    views.push_back({names[i], st, host[i].sizes().vec(), host[i].data_ptr(),
+                     static_cast<size_t>(host[i].numel()) * host[i].element_size()});
+  safetensors::write_tensors_atomic(path.string(), safetensors::serialize_header(views, {{"format", "pt"}}), views);
+}
+
+const lm_detail::TransformerLM& lm_of(const Model& model, const char* fn) {
+  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  ACCEL_CHECK(m, Status::InvalidArgument, fn, ": the model is not a causal LM (GPT-2 or Llama)");
+  return *m;
+}
+
+}  // namespace
+
+void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weights, const std::string& dir) {
+  const auto& lm = lm_of(model, "save_pretrained");
+  const LMConfig* cfg = &lm.config();
+  ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");
+  const auto& names = lm.base_names();
+  const std::vector<torch::Tensor>& base = lm.base_weights();
+  const std::vector<torch::Tensor>& src = weights.empty() ? base : weights;
   ACCEL_CHECK(src.size() == names.size(), Status::InvalidArgument, "save_pretrained: ", src.size(),
-              " weights for a model of ", names.size(), " parameters");
+              " weights for a model of ", names.size(), " weights");
   std::vector<torch::Tensor> host;
   std::string st;
   for (size_t i = 0; i < src.size(); ++i) {
-    const torch::Tensor& p = model.parameters()[i];
+    const torch::Tensor& p = base[i];
     ACCEL_CHECK(src[i].defined() && src[i].sizes() == p.sizes(), Status::InvalidArgument, "save_pretrained: weight ",
                 i, " ('", names[i], "') has shape ", src[i].defined() ? shape_str(src[i]) : std::string("none"),
                 ", the parameter ", shape_str(p));
@@ -707,54 +949,157 @@ void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weigh
   out.dtype = config_of_st(st);
   json cj = lm_config_json(out);
   cj["architectures"] = {cfg->family == LMFamily::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"};
-
-  // the target: nothing, an empty directory, or an earlier pretrained directory
-  fs::path target = fs::absolute(fs::path(dir)).lexically_normal();
-  if (target.filename().empty()) target = target.parent_path();  // "out/"
-  const fs::path parent = target.parent_path();
-  const std::string base = target.filename().string();
-  ACCEL_CHECK(!base.empty() && base != "." && base != "..", Status::InvalidArgument, "dir '", dir,
-              "' does not name a directory to write");
-  std::error_code ec;
-  const auto st_target = fs::symlink_status(target, ec);
-  if (st_target.type() != fs::file_type::not_found)
-    ACCEL_CHECK(is_pretrained_dir(target, /*allow_empty=*/true), Status::InvalidArgument, "dir '", dir, "' is ",
-                st_target.type() == fs::file_type::directory ? std::string("a directory that is not a pretrained model "
-                                                                           "(it holds other files)")
-                                                             : "a " + std::string("non-directory"),
-                ": refusing to replace it; choose a new path, or an earlier save_pretrained directory");
-  ACCEL_CHECK(fs::is_directory(parent, ec), Status::IO, "dir '", dir, "': the parent directory '", parent.string(),
-              "' does not exist");
-  const fs::path tmp = parent / ("." + base + ".tmp"), old = parent / ("." + base + ".old");
-  for (const fs::path& p : {tmp, old}) {
-    if (fs::symlink_status(p, ec).type() == fs::file_type::not_found) continue;
-    ACCEL_CHECK(is_pretrained_dir(p, /*allow_empty=*/true), Status::InvalidArgument, "save_pretrained to '", dir,
-                "' uses the temporary path '", p.string(), "', where there is something an accel save did not leave: "
-                "refusing to delete it; move it away");
-    fs::remove_all(p, ec);
-  }
-  fs::create_directory(tmp, ec);
-  ACCEL_CHECK(!ec, Status::IO, "cannot create '", tmp.string(), "': ", ec.message());
-  try {
-    std::vector<safetensors::TensorView> views;
-    for (size_t i = 0; i < host.size(); ++i)
-      views.push_back({names[i], st, host[i].sizes().vec(), host[i].data_ptr(),
-                       static_cast<size_t>(host[i].numel()) * host[i].element_size()});
-    safetensors::write_tensors_atomic((tmp / "model.safetensors").string(),
-                                      safetensors::serialize_header(views, {{"format", "pt"}}), views);
+  write_dir_atomically(dir, "save_pretrained", "pretrained model", is_pretrained_dir, [&](const fs::path& tmp) {
+    write_safetensors_file(tmp / "model.safetensors", names, host, st);
     safetensors::write_file_atomic((tmp / "config.json").string(), cj.dump(2) + "\n");
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// LoRA adapters in PEFT's format
+
+namespace {
+const std::string kPeftPrefix = "base_model.model.";
+}  // namespace
+
+void save_adapter(const Model& model, const std::vector<torch::Tensor>& lora, const std::string& dir) {
+  const auto& lm = lm_of(model, "save_adapter");
+  const auto* L = lm.lora();
+  ACCEL_CHECK(L, Status::InvalidArgument, "save_adapter: the model has no LoRA adapters (add them first)");
+  const std::vector<torch::Tensor>& vals = lora.empty() ? L->params : lora;
+  ACCEL_CHECK(vals.size() == L->params.size(), Status::InvalidArgument, "save_adapter: ", vals.size(),
+              " adapter tensors for ", L->params.size());
+  std::vector<std::string> keys;
+  std::vector<torch::Tensor> host;
+  for (size_t i = 0; i < vals.size(); ++i) {
+    ACCEL_CHECK(vals[i].sizes() == L->params[i].sizes(), Status::InvalidArgument, "save_adapter: '", L->names[i],
+                "' has shape ", shape_str(vals[i]), ", the adapter ", shape_str(L->params[i]));
+    keys.push_back(kPeftPrefix + L->names[i]);
+    host.push_back(vals[i].detach().to(torch::kCPU, torch::kFloat).contiguous());
+  }
+  // the targets as PEFT writes them after resolving "all-linear": the adapted modules' names
+  std::vector<std::string> targets = L->targets;
+  if (targets.size() == 1 && targets[0] == "all-linear") {
+    targets.clear();
+    for (const auto& m : lm.block_modules()) {
+      const std::string shortname = m.substr(m.find('.') + 1);
+      if (std::find(targets.begin(), targets.end(), shortname) == targets.end()) targets.push_back(shortname);
+    }
+  }
+  json cfg = {{"peft_type", "LORA"},
+              {"task_type", "CAUSAL_LM"},
+              {"r", L->cfg.r},
+              {"lora_alpha", L->cfg.alpha},
+              {"lora_dropout", L->cfg.dropout},
+              {"target_modules", targets},
+              {"fan_in_fan_out", lm.conv1d()},
+              {"bias", "none"},
+              {"use_rslora", L->cfg.use_rslora},
+              {"use_dora", false},
+              {"modules_to_save", nullptr},
+              {"layers_to_transform", nullptr},
+              {"rank_pattern", json::object()},
+              {"alpha_pattern", json::object()},
+              {"init_lora_weights", true},
+              {"inference_mode", true},
+              {"base_model_name_or_path", nullptr}};
+  write_dir_atomically(dir, "save_adapter", "PEFT adapter", is_adapter_dir, [&](const fs::path& tmp) {
+    write_safetensors_file(tmp / "adapter_model.safetensors", keys, host, "F32");
+    safetensors::write_file_atomic((tmp / "adapter_config.json").string(), cfg.dump(2) + "\n");
+  });
+}
+
+void load_adapter(Model& model, const std::string& dir) {
+  auto* lm = dynamic_cast<lm_detail::TransformerLM*>(&model);
+  ACCEL_CHECK(lm, Status::InvalidArgument, "load_adapter: the model is not a causal LM (GPT-2 or Llama)");
+  ACCEL_CHECK(!lm->lora(), Status::InvalidArgument, "load_adapter: the model has LoRA adapters already");
+  ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");
+  std::error_code ec;
+  ACCEL_CHECK(fs::is_directory(dir, ec), Status::IO, "'", dir, "' is not a directory (a PEFT adapter is a directory "
+              "with adapter_config.json and adapter_model.safetensors)");
+  const std::string cpath = (fs::path(dir) / "adapter_config.json").string();
+  const std::string wpath = (fs::path(dir) / "adapter_model.safetensors").string();
+  ACCEL_CHECK(fs::exists(cpath, ec), Status::IO, "'", dir, "' has no adapter_config.json");
+  ACCEL_CHECK(fs::exists(wpath, ec), Status::IO, "'", dir, "' has no adapter_model.safetensors");
+  json j = json::parse(safetensors::read_file(cpath), nullptr, false);
+  ACCEL_CHECK(!j.is_discarded() && j.is_object(), Status::Format, cpath, ": not a JSON object");
+  auto str = [&](const char* k, const std::string& dflt) {
+    if (!j.contains(k) || j[k].is_null()) return dflt;
+    ACCEL_CHECK(j[k].is_string(), Status::Format, cpath, ": the field '", k, "' must be a string");
+    return j[k].get<std::string>();
+  };
+  auto num = [&](const char* k, double dflt) {
+    if (!j.contains(k) || j[k].is_null()) return dflt;
+    ACCEL_CHECK(j[k].is_number(), Status::Format, cpath, ": the field '", k, "' must be a number");
+    return j[k].get<double>();
+  };
+  auto flag = [&](const char* k) {
+    if (!j.contains(k) || j[k].is_null()) return false;
+    ACCEL_CHECK(j[k].is_boolean(), Status::Format, cpath, ": the field '", k, "' must be true or false");
+    return j[k].get<bool>();
+  };
+  auto empty = [&](const char* k) {
+    return !j.contains(k) || j[k].is_null() || ((j[k].is_object() || j[k].is_array()) && j[k].empty());
+  };
+  const std::string type = str("peft_type", "");
+  ACCEL_CHECK(type == "LORA", Status::Unsupported, cpath, ": peft_type '", type, "' is not supported (LORA is)");
+  ACCEL_CHECK(!flag("use_dora"), Status::Unsupported, cpath, ": use_dora (DoRA) is not supported");
+  ACCEL_CHECK(str("bias", "none") == "none", Status::Unsupported, cpath, ": bias '", str("bias", "none"),
+              "' is not supported (none is)");
+  for (const char* k : {"modules_to_save", "rank_pattern", "alpha_pattern", "layers_to_transform"})
+    ACCEL_CHECK(empty(k), Status::Unsupported, cpath, ": '", k, "' is not supported (it must be null or empty)");
+  LoraConfig c;
+  const double r = num("r", 8);
+  ACCEL_CHECK(r >= 1 && r == std::floor(r), Status::Format, cpath, ": r must be a positive integer, got ", r);
+  c.r = static_cast<int64_t>(r);
+  c.alpha = num("lora_alpha", 8);
+  c.dropout = num("lora_dropout", 0.0);
+  c.use_rslora = flag("use_rslora");
+  if (j.contains("target_modules") && !j["target_modules"].is_null()) {
+    const json& t = j["target_modules"];
+    if (t.is_string()) {
+      ACCEL_CHECK(t.get<std::string>() == "all-linear", Status::Unsupported, cpath,
+                  ": target_modules as a regular expression is not supported (a list of names, or \"all-linear\")");
+      c.target_modules = {"all-linear"};
+    } else {
+      ACCEL_CHECK(t.is_array(), Status::Format, cpath, ": target_modules must be a list of module names");
+      for (const auto& v : t) {
+        ACCEL_CHECK(v.is_string(), Status::Format, cpath, ": target_modules must be a list of module names");
+        c.target_modules.push_back(v.get<std::string>());
+      }
+    }
+  }
+  // the tensors, checked before the model changes
+  const std::string bytes = safetensors::read_file(wpath);
+  const auto header = safetensors::parse(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), wpath);
+  auto gen = at::detail::createCPUGenerator(0);  // A's initial values are replaced below
+  lm->enable_lora(c, gen);
+  try {
+    const auto* L = lm->lora();
+    std::map<std::string, size_t> slot;
+    for (size_t i = 0; i < L->names.size(); ++i) slot[kPeftPrefix + L->names[i]] = i;
+    std::vector<bool> seen(L->names.size(), false);
+    torch::NoGradGuard ng;
+    for (const auto& t : header.tensors) {
+      auto it = slot.find(t.name);
+      ACCEL_CHECK(it != slot.end(), Status::Format, wpath, ": unexpected tensor '", t.name,
+                  "' (the config's target_modules give no such adapter)");
+      const torch::Tensor& p = L->params[it->second];
+      ACCEL_CHECK(t.shape == p.sizes().vec(), Status::Format, wpath, ": tensor '", t.name, "' has shape ", dims(t.shape),
+                  ", r = ", c.r, " and the model need ", shape_str(p));
+      ACCEL_CHECK(t.dtype == "F32" || t.dtype == "BF16" || t.dtype == "F16", Status::Format, wpath, ": tensor '",
+                  t.name, "' has dtype ", t.dtype, "; adapters must be F32, BF16 or F16");
+      auto src = torch::from_blob(const_cast<char*>(bytes.data()) + header.data_start + t.begin, t.shape,
+                                  torch::TensorOptions().dtype(torch_dtype(t.dtype)));
+      p.copy_(src.to(p.scalar_type()));
+      seen[it->second] = true;
+    }
+    for (size_t i = 0; i < seen.size(); ++i)
+      ACCEL_CHECK(seen[i], Status::Format, wpath, ": missing tensor '", kPeftPrefix + L->names[i], "'");
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    lm->disable_lora();
     throw;
   }
-  if (fs::exists(target, ec)) {
-    fs::rename(target, old, ec);
-    ACCEL_CHECK(!ec, Status::IO, "cannot move the earlier '", target.string(), "' aside: ", ec.message());
-  }
-  fs::rename(tmp, target, ec);
-  ACCEL_CHECK(!ec, Status::IO, "cannot rename '", tmp.string(), "' to '", target.string(), "': ", ec.message());
-  fsync_path(parent);
-  fs::remove_all(old, ec);
 }
 
 // ---------------------------------------------------------------------------------------

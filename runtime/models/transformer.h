@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -92,6 +93,40 @@ torch::Tensor causal_lm_loss(const torch::Tensor& logits, const torch::Tensor& l
 // across micro-batches and ranks.
 std::pair<torch::Tensor, int64_t> causal_lm_loss_sum(const torch::Tensor& logits, const torch::Tensor& labels);
 
+// LoRA (docs/lm.md, "LoRA"): low-rank adapters y = W x + (alpha / r) B A dropout(x) on chosen
+// linear modules, the base weights frozen. PEFT's names and formats.
+struct LoraConfig {
+  int64_t r = 8;
+  double alpha = 8.0;
+  double dropout = 0.0;
+  // module names matched as PEFT does (a module's full name equals one or ends with "." +
+  // one), or {"all-linear"}: every linear module of the blocks; empty: PEFT's default for the
+  // family (Llama: q_proj, v_proj; GPT-2: c_attn)
+  std::vector<std::string> target_modules;
+  bool use_rslora = false;  // scale alpha / sqrt(r) instead of alpha / r
+};
+
+// Adds LoRA adapters to a causal LM (InvalidArgument for another model, a second call, bad
+// values or targets that match no module). A = U(-1/sqrt(in), 1/sqrt(in)) from `gen`, B = 0,
+// as PEFT's default. The model's parameters become the adapters (A, B per module, named
+// "<module>.lora_A.weight"): optimizers, strategies and checkpoints see only them; the base
+// weights are frozen (no gradients, no optimizer state).
+void add_lora(Model& model, const LoraConfig& cfg, at::Generator gen);
+// The adapters' config, or nullptr without LoRA.
+const LoraConfig* lora_config_of(const Model& model);
+// Loads a PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) onto a
+// causal LM without adapters: add_lora with its config, then its tensors (Format naming the
+// file and tensor for a missing, extra or misshapen one; Unsupported for DoRA, biases,
+// modules_to_save, rank or alpha patterns, layers_to_transform).
+void load_adapter(Model& model, const std::string& dir);
+// Writes `lora` (the adapter values in parameter order; empty: the model's own) as a PEFT
+// adapter directory that peft.PeftModel.from_pretrained loads. The same rules as
+// save_pretrained for what it may replace.
+void save_adapter(const Model& model, const std::vector<torch::Tensor>& lora, const std::string& dir);
+// The base weights (base order, fp32 copies) with the adapters `lora` merged in:
+// W + scale B A (GPT-2's Conv1D: its transpose). Without LoRA: the base weights.
+std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<torch::Tensor>& lora);
+
 // The config of a model made here; nullptr for other models.
 const LMConfig* lm_config_of(const Model& model);
 // The dtype its parameters were made in (kFloat or kBFloat16).
@@ -116,13 +151,36 @@ class TransformerLM : public Model {
   void to(const torch::Device& device) override;
   void train(bool on) override { training_ = on; }
   bool is_training() const override { return training_; }
-  std::vector<std::vector<size_t>> units() const override { return units_; }
+  std::vector<std::vector<size_t>> units() const override { return lora_ ? lora_->units : units_; }
   bool gates_units() const override { return true; }
   bool casts_weights() const override { return true; }
   // Gradient checkpointing: each block's activations are recomputed in backward instead of
   // kept (when training with autograd on).
   void set_checkpointing(bool on) { checkpointing_ = on; }
   bool checkpointing() const { return checkpointing_; }
+  // The base weights and their Hugging Face names (the parameters unless LoRA is on).
+  const std::vector<torch::Tensor>& base_weights() const { return params_; }
+  const std::vector<std::string>& base_names() const { return names_; }
+
+  // LoRA (add_lora): per block, one slot per linear module in block_modules() order.
+  struct Lora {
+    LoraConfig cfg;
+    double scale = 1.0;
+    std::vector<std::string> targets;  // the resolved target_modules
+    std::vector<torch::Tensor> A, B;   // per slot (layer * modules + module); undefined: not adapted
+    std::vector<std::string> names;    // the parameters: "<module>.lora_A.weight", "<module>.lora_B.weight"
+    std::vector<torch::Tensor> params;
+    std::vector<std::vector<size_t>> units;  // one per block
+    size_t per_block = 0;                    // block_modules().size()
+  };
+  const Lora* lora() const { return lora_ ? &*lora_ : nullptr; }
+  void enable_lora(const LoraConfig& cfg, at::Generator& gen);
+  void disable_lora();  // drops the adapters, the base weights trainable again
+  // The block's linear modules (relative to block_prefix) and whether they are GPT-2's
+  // Conv1D (weights [in, out]).
+  std::vector<std::string> block_modules() const;
+  std::string block_prefix(int64_t layer) const;
+  bool conv1d() const { return cfg_.family == LMFamily::GPT2; }
 
  protected:
   // Adds a parameter of `shape` in `dtype` to unit `unit`; `init`: 0 normal(0, std),
@@ -134,8 +192,15 @@ class TransformerLM : public Model {
   // Checks inputs = {input_ids [B, T]} or {input_ids, attention_mask [B, T]} (int64,
   // ids < vocab, T <= max positions when `bounded`) and returns the mask (undefined if none).
   torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const;
-  // The parameters of unit `unit` (a block), in model order.
-  std::vector<torch::Tensor> unit_parameters(size_t unit) const;
+  // The trainable parameters of block `layer` (its weights, or its adapters under LoRA).
+  std::vector<torch::Tensor> block_trainables(int64_t layer) const;
+  // The ZeRO-3 gate around base unit u (0 embeddings, 1..L blocks, L+1 final norm and head);
+  // under LoRA the units are the blocks' adapters (block l: unit l) and the rest is frozen.
+  void gate_before(UnitGate* g, size_t u) const;
+  void gate_after(UnitGate* g, size_t u, const torch::Tensor& out) const;
+  // y plus the LoRA term of module `module` of block `layer` for input x (y unchanged without one).
+  torch::Tensor with_lora(const torch::Tensor& y, const torch::Tensor& x, int64_t layer, size_t module);
+  double lora_dropout() const { return lora_ ? lora_->cfg.dropout : 0.0; }
   // Whether this forward checkpoints its blocks.
   bool checkpoint_now() const { return checkpointing_ && training_ && torch::GradMode::is_enabled(); }
 
@@ -144,6 +209,7 @@ class TransformerLM : public Model {
   bool training_ = true;
   bool checkpointing_ = false;
   torch::ScalarType dtype_ = torch::kFloat;
+  std::optional<Lora> lora_;
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
   std::vector<std::vector<size_t>> units_;

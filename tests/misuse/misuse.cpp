@@ -1821,6 +1821,140 @@ void language_models() {
   });
 }
 
+void lora() {
+  options_init("accel_lora_options_init", accel_lora_options_init, ACCEL_LORA_OPTIONS_VERSION);
+  auto base = [](Env& e, accel_context* c = nullptr) {
+    accel_model* m = nullptr;
+    ok(accel_model_load_pretrained(c ? c : e.a.ctx, g_lm_fixture.c_str(), nullptr, &m), "accel_model_load_pretrained");
+    return m;
+  };
+  const std::string fn = "accel_model_add_lora";
+  auto add_with = [base](std::function<void(accel_lora_options&)> f) {
+    return [base, f](Env& e) {
+      accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+      f(o);
+      return R(accel_model_add_lora(e.a.ctx, base(e), &o), e.a.ctx);
+    };
+  };
+  null_case(fn, "ctx", [base](Env& e) {
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    return R(accel_model_add_lora(nullptr, base(e), &o));
+  });
+  null_case(fn, "model", [](Env& e) {
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    return R(accel_model_add_lora(e.a.ctx, nullptr, &o), e.a.ctx);
+  });
+  null_case(fn, "opts", [base](Env& e) { return R(accel_model_add_lora(e.a.ctx, base(e), nullptr), e.a.ctx); });
+  for (int32_t r : {0, -1})
+    add(fn, "r=" + str(r), ARG, {"r must be", str(r)}, add_with([r](accel_lora_options& o) { o.r = r; }));
+  for (double a : {0.0, -1.0, kNaN, kInf})
+    add(fn, "alpha=" + str(a), ARG, {"alpha"}, add_with([a](accel_lora_options& o) { o.alpha = a; }));
+  for (double d : {-0.1, 1.0, kNaN})
+    add(fn, "dropout=" + str(d), ARG, {"dropout"}, add_with([d](accel_lora_options& o) { o.dropout = d; }));
+  add(fn, "target_modules=\"\"", ARG, {"target_modules", "empty"},
+      add_with([](accel_lora_options& o) { o.target_modules = ""; }));
+  add(fn, "target_modules=\"c_attn,,c_fc\"", ARG, {"empty name"},
+      add_with([](accel_lora_options& o) { o.target_modules = "c_attn,,c_fc"; }));
+  add(fn, "target_modules=q_proj on GPT-2", ARG, {"q_proj", "matches no module", "c_attn"},
+      add_with([](accel_lora_options& o) { o.target_modules = "q_proj"; }));
+  add(fn, "opts.version=0", ARG, {"version", "0"}, add_with([](accel_lora_options& o) { o.version = 0; }));
+  add(fn, "an MLP", ARG, {"causal LMs"}, [](Env& e) {
+    accel_mlp_options mo = ACCEL_MLP_OPTIONS_INIT;
+    mo.layer_sizes = kSizes;
+    mo.num_layer_sizes = 3;
+    accel_model* mlp = nullptr;
+    ok(accel_model_create_mlp(e.a.ctx, &mo, &mlp), "accel_model_create_mlp");
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    return R(accel_model_add_lora(e.a.ctx, mlp, &o), e.a.ctx);
+  });
+  add(fn, "twice", ARG, {"already"}, [base](Env& e) {
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    accel_model* m = base(e);
+    ok(accel_model_add_lora(e.a.ctx, m, &o), "accel_model_add_lora");
+    return R(accel_model_add_lora(e.a.ctx, m, &o), e.a.ctx);
+  });
+  add(fn, "a prepared model", STATE, {"prepared"}, [](Env& e) {
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    return R(accel_model_add_lora(e.a.ctx, e.a.model, &o), e.a.ctx);
+  });
+  add(fn, "a model of another context", ARG, {"another context"}, [base](Env& e) {
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    return R(accel_model_add_lora(e.a.ctx, base(e, e.other().ctx), &o), e.a.ctx);
+  });
+
+  const std::string la = "accel_model_load_adapter";
+  const std::string adapter = fs::path(g_lm_fixture).parent_path() / "gpt2-tiny-lora";
+  null_case(la, "ctx", [base, adapter](Env& e) { return R(accel_model_load_adapter(nullptr, base(e), adapter.c_str())); });
+  null_case(la, "model", [adapter](Env& e) { return R(accel_model_load_adapter(e.a.ctx, nullptr, adapter.c_str()), e.a.ctx); });
+  null_case(la, "dir", [base](Env& e) { return R(accel_model_load_adapter(e.a.ctx, base(e), nullptr), e.a.ctx); });
+  add(la, "dir=\"\"", ARG, {"dir", "empty"}, [base](Env& e) { return R(accel_model_load_adapter(e.a.ctx, base(e), ""), e.a.ctx); });
+  add(la, "a missing directory", IO, {"missing"}, [base](Env& e) {
+    return R(accel_model_load_adapter(e.a.ctx, base(e), "missing"), e.a.ctx);
+  });
+  auto edited = [adapter](const std::function<void(json&)>& f) {
+    fs::create_directory("ad");
+    fs::copy_file(fs::path(adapter) / "adapter_model.safetensors", "ad/adapter_model.safetensors");
+    json j = json::parse(read_file((fs::path(adapter) / "adapter_config.json").string()));
+    f(j);
+    write_file("ad/adapter_config.json", j.dump());
+  };
+  add(la, "use_dora", UNSUPPORTED, {"DoRA"}, [base, edited](Env& e) {
+    edited([](json& j) { j["use_dora"] = true; });
+    return R(accel_model_load_adapter(e.a.ctx, base(e), "ad"), e.a.ctx);
+  });
+  add(la, "a rank the tensors do not have", FORMAT, {"adapter_model.safetensors", "shape"}, [base, edited](Env& e) {
+    edited([](json& j) { j["r"] = 6; });
+    accel_model* m = base(e);
+    R r(accel_model_load_adapter(e.a.ctx, m, "ad"), e.a.ctx);
+    size_t n = 0;
+    ok(accel_model_num_parameters(m, &n, nullptr), "accel_model_num_parameters");
+    e.expect(n == 28, "the failed load left adapters (" + str(n) + " parameter tensors)");
+    return r;
+  });
+  add(la, "a truncated adapter_model.safetensors", FORMAT, {"adapter_model.safetensors"}, [base, edited](Env& e) {
+    edited([](json&) {});
+    fs::resize_file("ad/adapter_model.safetensors", fs::file_size("ad/adapter_model.safetensors") - 10);
+    return R(accel_model_load_adapter(e.a.ctx, base(e), "ad"), e.a.ctx);
+  });
+  add(la, "an adapter for Llama on GPT-2", FORMAT, {"unexpected tensor"}, [base, adapter, edited](Env& e) {
+    const std::string llama = (fs::path(adapter).parent_path() / "llama-tiny-lora").string();
+    edited([](json&) {});
+    fs::copy_file(fs::path(llama) / "adapter_model.safetensors", "ad/adapter_model.safetensors",
+                  fs::copy_options::overwrite_existing);
+    return R(accel_model_load_adapter(e.a.ctx, base(e), "ad"), e.a.ctx);
+  });
+  add(la, "a prepared model", STATE, {"prepared"}, [adapter](Env& e) {
+    return R(accel_model_load_adapter(e.a.ctx, e.a.model, adapter.c_str()), e.a.ctx);
+  });
+
+  const std::string sa = "accel_save_adapter";
+  auto with_lora = [base](Env& e) {
+    accel_model* m = base(e);
+    accel_lora_options o = ACCEL_LORA_OPTIONS_INIT;
+    ok(accel_model_add_lora(e.a.ctx, m, &o), "accel_model_add_lora");
+    return m;
+  };
+  null_case(sa, "ctx", [with_lora](Env& e) { return R(accel_save_adapter(nullptr, with_lora(e), "ad")); });
+  null_case(sa, "model", [](Env& e) { return R(accel_save_adapter(e.a.ctx, nullptr, "ad"), e.a.ctx); });
+  null_case(sa, "dir", [with_lora](Env& e) { return R(accel_save_adapter(e.a.ctx, with_lora(e), nullptr), e.a.ctx); });
+  add(sa, "dir=\"\"", ARG, {"dir", "empty"}, [with_lora](Env& e) { return R(accel_save_adapter(e.a.ctx, with_lora(e), ""), e.a.ctx); });
+  add(sa, "no adapters", ARG, {"no LoRA adapters"}, [base](Env& e) { return R(accel_save_adapter(e.a.ctx, base(e), "ad"), e.a.ctx); });
+  add(sa, "an MLP", ARG, {"not a causal LM"}, [](Env& e) { return R(accel_save_adapter(e.a.ctx, e.a.model, "ad"), e.a.ctx); });
+  add(sa, "dir=a user's file", ARG, {"notes.txt", "refusing"}, [with_lora](Env& e) {
+    write_file("notes.txt", kNotes);
+    R r(accel_save_adapter(e.a.ctx, with_lora(e), "notes.txt"), e.a.ctx);
+    e.expect(read_file("notes.txt") == kNotes, "notes.txt was changed");
+    return r;
+  });
+  add(sa, "dir=a pretrained model directory", ARG, {"not a PEFT adapter"}, [with_lora](Env& e) {
+    fs::create_directory("pre");
+    write_file("pre/config.json", "{}");
+    R r(accel_save_adapter(e.a.ctx, with_lora(e), "pre"), e.a.ctx);
+    e.expect(read_file("pre/config.json") == "{}", "pre/config.json was changed");
+    return r;
+  });
+}
+
 void lm_data() {
   // token files
   const std::string tw = "accel_token_file_write", tr = "accel_token_file_read";
@@ -1971,6 +2105,7 @@ void register_cases() {
   simulator();
   checkpoints();
   language_models();
+  lora();
   lm_data();
 }
 

@@ -171,3 +171,43 @@ def test_token_file_and_lm_loader(acc, tmp_path):
     with pytest.raises(accel.FormatError, match="not a token file"):
         (tmp_path / "notes.txt").write_text("mine")
         accel.read_token_file(tmp_path / "notes.txt")
+
+
+def test_lora_matches_peft_and_round_trips(acc, tmp_path):
+    ref = reference("llama-tiny-lora")
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny"))
+    model.load_adapter(os.path.join(FIXTURES, "llama-tiny-lora"))
+    names = model.parameter_names()
+    assert len(names) == 28 and all(".lora_A." in n or ".lora_B." in n for n in names)
+    model.eval()
+    out = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], labels=ref["labels"])
+    scale = np.abs(ref["logits"]).max()
+    assert np.abs(out.logits.numpy() - ref["logits"]).max() / scale < 1e-4
+    model.train()
+    opt = accel.AdamW(model, lr=1e-2)
+    model, opt = acc.prepare(model, opt)
+    for _ in range(3):
+        o = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], labels=ref["labels"])
+        acc.backward(o.loss)
+        opt.step()
+    model.eval()
+    mine = model.lm(ref["input_ids"], ref["attention_mask"]).logits.numpy()
+    saved = model.save_adapter(tmp_path / "adapter")
+    cfg = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert cfg["peft_type"] == "LORA" and cfg["r"] == 4 and cfg["lora_alpha"] == 8
+    back = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny")).load_adapter(saved)
+    back.eval()
+    np.testing.assert_array_equal(back.lm(ref["input_ids"], ref["attention_mask"]).logits.numpy(), mine)
+    merged = model.save_pretrained(tmp_path / "merged")
+    plain = accel.Model.from_pretrained(acc, merged)
+    plain.eval()
+    assert len(plain.parameter_names()) == 21  # embeddings, 2 x 9 block weights, norm, head
+    got = plain.lm(ref["input_ids"], ref["attention_mask"]).logits.numpy()
+    assert np.abs(got - mine).max() / np.abs(mine).max() < 1e-5
+    fresh = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny"))
+    fresh.add_lora(r=2, lora_alpha=4, target_modules=["c_attn", "c_fc"])
+    assert len(fresh.parameter_names()) == 8
+    with pytest.raises(accel.InvalidArgumentError, match="matches no module"):
+        accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny")).add_lora(target_modules="q_proj")
+    with pytest.raises(accel.InvalidArgumentError, match="no LoRA adapters"):
+        plain.save_adapter(tmp_path / "none")

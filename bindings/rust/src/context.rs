@@ -663,6 +663,28 @@ impl<'ctx> Model<'ctx> {
         Ok(CausalLmOutput { loss, logits, num_tokens: tokens })
     }
 
+    /// Adds LoRA adapters (`accel_model_add_lora`): the base weights freeze and the model's
+    /// parameters become the adapters. Before creating the optimizer and before `prepare`.
+    pub fn add_lora(&self, opts: &LoraOptions) -> Result<()> {
+        let (o, _names) = opts.to_sys()?;
+        // SAFETY: a live context and model (borrowed for the call); `o` and the names it points to outlive it.
+        self.ctx.ck(unsafe { sys::accel_model_add_lora(self.ctx.raw.as_ptr(), self.raw.ptr(), &o) })
+    }
+
+    /// Loads a PEFT LoRA adapter directory onto this base model (`accel_model_load_adapter`).
+    pub fn load_adapter(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let p = path_cstring(dir.as_ref(), "dir")?;
+        // SAFETY: a live context and model (borrowed for the call); the C string outlives it.
+        self.ctx.ck(unsafe { sys::accel_model_load_adapter(self.ctx.raw.as_ptr(), self.raw.ptr(), p.as_ptr()) })
+    }
+
+    /// Writes the adapters as a PEFT adapter directory (`accel_save_adapter`; a collective).
+    pub fn save_adapter(&self, dir: impl AsRef<Path>) -> Result<()> {
+        let p = path_cstring(dir.as_ref(), "dir")?;
+        // SAFETY: a live context and model (borrowed for the call); the C string outlives it.
+        self.ctx.ck(unsafe { sys::accel_save_adapter(self.ctx.raw.as_ptr(), self.raw.ptr(), p.as_ptr()) })
+    }
+
     /// Writes a causal LM as a Hugging Face directory (`Context::save_pretrained`).
     pub fn save_pretrained(&self, dir: impl AsRef<Path>) -> Result<()> {
         self.ctx.save_pretrained(self, dir)

@@ -221,6 +221,41 @@ impl LmOptions {
     }
 }
 
+/// `accel_lora_options` (PEFT's LoraConfig): rank, alpha, dropout, target modules.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraOptions {
+    pub r: i32,
+    pub alpha: f64,
+    pub dropout: f64,
+    /// Module names ("q_proj", "v_proj") or `["all-linear"]`; empty: PEFT's default for the family.
+    pub target_modules: Vec<String>,
+    pub use_rslora: bool,
+}
+
+impl Default for LoraOptions {
+    /// `ACCEL_LORA_OPTIONS_INIT`
+    fn default() -> LoraOptions {
+        LoraOptions { r: 8, alpha: 8.0, dropout: 0.0, target_modules: Vec::new(), use_rslora: false }
+    }
+}
+
+impl LoraOptions {
+    /// The raw struct and the C string its `target_modules` points into (keep it alive).
+    pub fn to_sys(&self) -> Result<(sys::accel_lora_options, Option<CString>)> {
+        let mut o = sys::ACCEL_LORA_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+        check(unsafe { sys::accel_lora_options_init(&mut o, sys::ACCEL_LORA_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.r = self.r;
+        o.alpha = self.alpha;
+        o.dropout = self.dropout;
+        o.use_rslora = self.use_rslora as i32;
+        let names =
+            if self.target_modules.is_empty() { None } else { Some(cstring(&self.target_modules.join(","), "target_modules")?) };
+        o.target_modules = names.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        Ok((o, names))
+    }
+}
+
 /// `accel_lm_data_options`: how a causal-LM loader makes samples and pads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LmDataOptions {

@@ -422,7 +422,30 @@ pub const ACCEL_LM_DATA_OPTIONS_INIT: accel_lm_data_options = accel_lm_data_opti
     group_by_length: 0,
 };
 
-// ---- Functions (90, in the header's order) ------------------------------------------
+pub const ACCEL_LORA_OPTIONS_VERSION: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct accel_lora_options {
+    pub version: u32,
+    pub r: i32,
+    pub alpha: f64,
+    pub dropout: f64,
+    pub target_modules: *const c_char,
+    pub use_rslora: i32,
+}
+
+/// `ACCEL_LORA_OPTIONS_INIT`
+pub const ACCEL_LORA_OPTIONS_INIT: accel_lora_options = accel_lora_options {
+    version: ACCEL_LORA_OPTIONS_VERSION,
+    r: 8,
+    alpha: 8.0,
+    dropout: 0.0,
+    target_modules: std::ptr::null(),
+    use_rslora: 0,
+};
+
+// ---- Functions (94, in the header's order) ------------------------------------------
 // The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel).
 
 extern "C" {
@@ -658,6 +681,11 @@ extern "C" {
         out_loss: *mut *mut accel_tensor,
         out_tokens: *mut i64,
     ) -> accel_status;
+    pub fn accel_lora_options_init(opts: *mut accel_lora_options, version: u32) -> accel_status;
+    pub fn accel_model_add_lora(ctx: *mut accel_context, model: *mut accel_model, opts: *const accel_lora_options)
+        -> accel_status;
+    pub fn accel_model_load_adapter(ctx: *mut accel_context, model: *mut accel_model, dir: *const c_char) -> accel_status;
+    pub fn accel_save_adapter(ctx: *mut accel_context, model: *const accel_model, dir: *const c_char) -> accel_status;
     pub fn accel_token_file_write(path: *const c_char, tokens: *const accel_tensor, token_bytes: i32) -> accel_status;
     pub fn accel_token_file_read(path: *const c_char, out: *mut *mut accel_tensor) -> accel_status;
     pub fn accel_lm_data_options_init(opts: *mut accel_lm_data_options, version: u32) -> accel_status;

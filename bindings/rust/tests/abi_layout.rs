@@ -135,6 +135,7 @@ fn struct_layouts_match_the_header() {
         }),
         layout!(accel_project_options { version, project_dir, total_limit }),
         layout!(accel_lm_options { version, dtype, gradient_checkpointing }),
+        layout!(accel_lora_options { version, r, alpha, dropout, target_modules, use_rslora }),
         layout!(accel_lm_data_options { version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length }),
     ];
     let mut seen_structs = BTreeSet::new();
@@ -202,6 +203,7 @@ fn constants_match_the_header() {
         ("accel_project_options", sys::ACCEL_PROJECT_OPTIONS_VERSION),
         ("accel_lm_options", sys::ACCEL_LM_OPTIONS_VERSION),
         ("accel_lm_data_options", sys::ACCEL_LM_DATA_OPTIONS_VERSION),
+        ("accel_lora_options", sys::ACCEL_LORA_OPTIONS_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -323,6 +325,12 @@ fn init_defaults_match_the_header() {
     let l = sys::ACCEL_LM_OPTIONS_INIT;
     check("accel_lm_options.dtype".into(), l.dtype.to_string());
     check("accel_lm_options.gradient_checkpointing".into(), l.gradient_checkpointing.to_string());
+    let lo = sys::ACCEL_LORA_OPTIONS_INIT;
+    check("accel_lora_options.r".into(), lo.r.to_string());
+    check("accel_lora_options.alpha".into(), lo.alpha.to_string());
+    check("accel_lora_options.dropout".into(), lo.dropout.to_string());
+    check("accel_lora_options.target_modules".into(), s(lo.target_modules));
+    check("accel_lora_options.use_rslora".into(), lo.use_rslora.to_string());
     let ld = sys::ACCEL_LM_DATA_OPTIONS_INIT;
     for (f, v) in [
         ("block_size", ld.block_size),
@@ -363,6 +371,9 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut ld: sys::accel_lm_data_options = std::mem::zeroed();
         assert_eq!(sys::accel_lm_data_options_init(&mut ld, 1), sys::ACCEL_OK);
         assert_eq!(ld, sys::ACCEL_LM_DATA_OPTIONS_INIT);
+        let mut lr: sys::accel_lora_options = std::mem::zeroed();
+        assert_eq!(sys::accel_lora_options_init(&mut lr, 1), sys::ACCEL_OK);
+        assert_eq!(lr, sys::ACCEL_LORA_OPTIONS_INIT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -375,6 +386,8 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(accel::MlpOptions::default().to_sys().unwrap(), sys::ACCEL_MLP_OPTIONS_INIT);
     assert_eq!(accel::LmOptions::default().to_sys().unwrap(), sys::ACCEL_LM_OPTIONS_INIT);
     assert_eq!(accel::LmDataOptions::default().to_sys().unwrap(), sys::ACCEL_LM_DATA_OPTIONS_INIT);
+    let (lora, names) = accel::LoraOptions::default().to_sys().unwrap();
+    assert!(lora == sys::ACCEL_LORA_OPTIONS_INIT && names.is_none());
     let sim = accel::SimOptions::default().to_sys().unwrap();
     let init = sys::ACCEL_SIM_OPTIONS_INIT;
     assert_eq!((sim.raw.world_size, sim.raw.timeout_seconds, sim.raw.engine_threads), (2, 60.0, 0));
@@ -409,7 +422,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 90);
+    assert_eq!(mirrored.len(), 94);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

@@ -4,7 +4,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use accel::{AdamWOptions, DType, LmDataOptions, LmOptions, MlpOptions, Status, Tensor};
+use accel::{AdamWOptions, DType, LmDataOptions, LmOptions, LoraOptions, MlpOptions, Status, Tensor};
 use common::{ctx, temp_dir};
 
 /// The error of a call that must fail (the Ok types need not be Debug).
@@ -147,4 +147,35 @@ fn token_file_and_lm_loader() {
     let bad = Tensor::from_slice(&[0i64, 5, 3], &[3]).unwrap();
     let e = err(ctx.lm_dataloader(&back, Some(&bad), &LmDataOptions::default(), &opts));
     assert_eq!(e.status, Status::InvalidArgument);
+}
+
+#[test]
+fn lora_train_save_and_reload() {
+    let ctx = ctx(5);
+    let model = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
+    let opts = LoraOptions { r: 2, alpha: 4.0, target_modules: vec!["q_proj".into(), "v_proj".into()], ..Default::default() };
+    model.add_lora(&opts).unwrap();
+    let (n, _) = model.num_parameters().unwrap();
+    assert_eq!(n, 8);
+    assert_eq!(model.parameter_name(0).unwrap(), "model.layers.0.self_attn.q_proj.lora_A.weight");
+    let opt = ctx.adamw(&model, &AdamWOptions { lr: 1e-2, ..Default::default() }).unwrap();
+    ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
+    let (ids, mask, labels, _) = batch();
+    for _ in 0..3 {
+        let out = model.lm_forward(&ids, Some(&mask), Some(&labels)).unwrap();
+        ctx.backward(out.loss.as_ref().unwrap()).unwrap();
+        ctx.step().unwrap();
+    }
+    let dir = temp_dir("lora").join("adapter");
+    model.save_adapter(&dir).unwrap();
+    model.set_training(false).unwrap();
+    let mine = model.lm_forward(&ids, Some(&mask), None).unwrap().logits.to_vec::<f32>().unwrap();
+    let back = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
+    back.load_adapter(&dir).unwrap();
+    back.set_training(false).unwrap();
+    assert_eq!(back.lm_forward(&ids, Some(&mask), None).unwrap().logits.to_vec::<f32>().unwrap(), mine);
+    let bad = LoraOptions { target_modules: vec!["c_attn".into()], ..Default::default() };
+    let other = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
+    assert_eq!(other.add_lora(&bad).unwrap_err().status, Status::InvalidArgument);
+    assert_eq!(model.add_lora(&opts).unwrap_err().status, Status::InvalidState);
 }

@@ -943,6 +943,39 @@ class Model(_Child):
                 return CausalLMOutput(None, out_logits, 0)
             return CausalLMOutput(Tensor._wrap(loss[0], acc), out_logits, int(tokens[0]))
 
+    def add_lora(self, r: int = 8, lora_alpha: float = 8.0, lora_dropout: float = 0.0,
+                 target_modules: Union[str, Sequence[str], None] = None, use_rslora: bool = False) -> "Model":
+        """Adds LoRA adapters (accel_model_add_lora; PEFT's LoraConfig names): the base weights
+        freeze and the model's parameters become the adapters. target_modules: names such as
+        ["q_proj", "v_proj"], or "all-linear"; None: PEFT's default for the family. Call it
+        before making the optimizer and before prepare. Returns the model."""
+        opts = ffi.new("accel_lora_options *")
+        _check(lib.accel_lora_options_init(opts, lib.ACCEL_LORA_OPTIONS_VERSION))
+        opts.r = int(r)
+        opts.alpha = float(lora_alpha)
+        opts.dropout = float(lora_dropout)
+        opts.use_rslora = 1 if use_rslora else 0
+        keep = ffi.NULL
+        if target_modules is not None:
+            names = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+            keep = ffi.new("char[]", _cpath(",".join(names), "target_modules"))
+        opts.target_modules = keep
+        self._call(lib.accel_model_add_lora, opts)
+        return self
+
+    def load_adapter(self, directory: Union[str, "os.PathLike[str]"]) -> "Model":
+        """Loads a PEFT LoRA adapter directory onto this base model (accel_model_load_adapter),
+        as peft.PeftModel.from_pretrained(base, directory). Returns the model."""
+        self._call(lib.accel_model_load_adapter, _cpath(directory, "directory"))
+        return self
+
+    def save_adapter(self, save_directory: Union[str, "os.PathLike[str]"]) -> str:
+        """Writes the LoRA adapters as a PEFT adapter directory (accel_save_adapter; every
+        process calls it). Returns the path."""
+        path = os.fspath(save_directory)
+        self._call(lib.accel_save_adapter, _cpath(path))
+        return path
+
     def save_pretrained(self, save_directory: Union[str, "os.PathLike[str]"]) -> str:
         """Writes a causal LM as a Hugging Face directory (config.json, model.safetensors) that
         transformers loads (accel_save_pretrained; every process calls it). Returns the path."""

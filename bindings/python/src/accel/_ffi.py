@@ -286,6 +286,19 @@ accel_status accel_model_load_pretrained(accel_context *ctx, const char *dir, co
 accel_status accel_model_create_lm(accel_context *ctx, const char *config, const accel_lm_options *opts, accel_model **out);
 accel_status accel_save_pretrained(accel_context *ctx, const accel_model *model, const char *dir);
 accel_status accel_lm_forward(accel_context *ctx, accel_model *model, const accel_tensor *input_ids, const accel_tensor *attention_mask, const accel_tensor *labels, accel_tensor **out_logits, accel_tensor **out_loss, int64_t *out_tokens);
+#define ACCEL_LORA_OPTIONS_VERSION 1
+typedef struct accel_lora_options {
+    uint32_t version;
+    int32_t r;
+    double alpha;
+    double dropout;
+    const char *target_modules;
+    int32_t use_rslora;
+} accel_lora_options;
+accel_status accel_lora_options_init(accel_lora_options *opts, uint32_t version);
+accel_status accel_model_add_lora(accel_context *ctx, accel_model *model, const accel_lora_options *opts);
+accel_status accel_model_load_adapter(accel_context *ctx, accel_model *model, const char *dir);
+accel_status accel_save_adapter(accel_context *ctx, const accel_model *model, const char *dir);
 accel_status accel_token_file_write(const char *path, const accel_tensor *tokens, int32_t token_bytes);
 accel_status accel_token_file_read(const char *path, accel_tensor **out);
 #define ACCEL_LM_DATA_OPTIONS_VERSION 1
