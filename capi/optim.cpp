@@ -59,6 +59,33 @@ accel_status accel_optimizer_create_lamb(accel_context* ctx, accel_model* model,
   });
 }
 
+accel_status accel_adafactor_options_init(accel_adafactor_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_adafactor_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_optimizer_create_adafactor(accel_context* ctx, accel_model* model,
+                                              const accel_adafactor_options* opts, accel_optimizer** out) {
+  return guard(ctx, "accel_optimizer_create_adafactor", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    same_context(ctx, model->ctx, "model");
+    const accel_adafactor_options o = read_options(opts);
+    accel::AdafactorConfig c;
+    c.lr = o.lr;
+    c.eps1 = o.eps1;
+    c.eps2 = o.eps2;
+    c.clip_threshold = o.clip_threshold;
+    c.decay_rate = o.decay_rate;
+    c.beta1 = o.beta1;
+    c.weight_decay = o.weight_decay;
+    c.scale_parameter = o.scale_parameter != 0;
+    c.relative_step = o.relative_step != 0;
+    c.warmup_init = o.warmup_init != 0;
+    *out = new accel_optimizer{model, std::make_shared<accel::Optimizer>(model->impl, c)};
+  });
+}
+
 void accel_optimizer_destroy(accel_optimizer* optimizer) { delete optimizer; }
 
 accel_status accel_optimizer_lr(const accel_optimizer* optimizer, double* out) {

@@ -478,7 +478,8 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
         Loaded of = load_tensors(dir, files, "optimizer.safetensors");
         for (const auto& k : kinds)
           for (size_t i = 0; i < params.size(); ++i)
-            if (of.by_name.count(k + "/" + names[i])) full[k][i] = of.tensor(k + "/" + names[i], params[i].sizes().vec());
+            if (of.by_name.count(k + "/" + names[i]))
+              full[k][i] = of.tensor(k + "/" + names[i], opt_->state_shape(k, params[i].sizes().vec()));
       }
     } else {  // "sharded": reassemble every parameter from the ranges the old processes held
       std::vector<std::vector<std::pair<int64_t, int64_t>>> covered(params.size());

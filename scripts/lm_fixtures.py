@@ -18,8 +18,12 @@ fixture, with random A and B (init_lora_weights=False, so the adapter changes th
   adapter_config.json, adapter_model.safetensors: exactly what PeftModel.save_pretrained writes;
   reference.safetensors: the batch, the logits and loss with the adapter, and grad.<key> for
   every adapter tensor under its saved key;
-  merged.safetensors: the base weights with the adapter merged (merge_and_unload);
+  (reference.safetensors also holds merged_logits: the logits of merge_and_unload's model)
   manifest.json as above.
+
+<out>/adafactor/adafactor.safetensors (issue 16 item 6): transformers' Adafactor under three
+configurations, 10 steps on llama-tiny's weights with its reference gradients every step;
+the weights of layer 0 and the final norm after step 10 as "<config>/10/<parameter>".
 
 The output is deterministic: two runs write byte-identical files (--check verifies it
 against an existing directory). The script checks itself: each saved directory is reloaded
@@ -200,12 +204,13 @@ def write_lora_fixture(name, out, inputs, vers):
     with safetensors.safe_open(os.path.join(d, "adapter_model.safetensors"), "pt") as st:
         keys = set(st.keys())
     assert keys == {k[len("grad."):] for k in ref if k.startswith("grad.")}, sorted(keys)
-    safetensors.torch.save_file(ref, os.path.join(d, "reference.safetensors"))
+    os.remove(os.path.join(d, "README.md"))  # peft's model card template: not needed
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        merged = m.merge_and_unload()
-    merged_weights = {n: p.detach().contiguous().clone() for n, p in merged.named_parameters()}
-    safetensors.torch.save_file(merged_weights, os.path.join(d, "merged.safetensors"))
+        merged = copy.deepcopy(m).merge_and_unload().eval()
+    with torch.no_grad():
+        ref["merged_logits"] = merged(input_ids=input_ids, attention_mask=attention_mask).logits.contiguous().clone()
+    safetensors.torch.save_file(ref, os.path.join(d, "reference.safetensors"))
     # self-check: peft reloads the adapter onto a fresh base and gives the logits bit for bit
     fresh = build_model(cls, config, base_seed)
     with warnings.catch_warnings():
@@ -225,6 +230,56 @@ def write_lora_fixture(name, out, inputs, vers):
         f.write("\n")
     n = sum(t.numel() for k, t in ref.items() if k.startswith("grad."))
     print(f"{name:20s} PEFT LoRA r={r} alpha={alpha}  {len(keys)} tensors, {n} params  loss {ref['loss'].item():.6f}")
+
+
+# Adafactor (issue 16 item 6): transformers' Adafactor run for 10 steps on llama-tiny's
+# weights, each step with the fixture's reference gradients, under these configurations.
+ADAFACTOR_CONFIGS = {
+    "relative": {},  # transformers' defaults: relative step, parameter scaling, no momentum
+    "warmup": {"warmup_init": True},
+    "manual": {"lr": 1e-2, "relative_step": False, "scale_parameter": False, "beta1": 0.9, "weight_decay": 0.01,
+               "clip_threshold": 0.5, "decay_rate": -0.6},
+}
+ADAFACTOR_STEPS = (10,)
+ADAFACTOR_KEEP = ("model.layers.0.", "model.norm.")  # the weights recorded (every one is updated)
+
+
+def write_adafactor_fixture(name, out, inputs, vers):
+    from transformers.optimization import Adafactor
+    cls, config, seed, _ = FIXTURES["llama-tiny"]
+    ref = safetensors.torch.load_file(os.path.join(out, "llama-tiny", "reference.safetensors")) \
+        if os.path.exists(os.path.join(out, "llama-tiny", "reference.safetensors")) else None
+    base = build_model(cls, config, seed)
+    if ref is None:
+        ref = reference(base, *inputs)
+    tensors = {}
+    for cfg_name, kwargs in ADAFACTOR_CONFIGS.items():
+        model = build_model(cls, config, seed)
+        params = dict(model.named_parameters())
+        opt = Adafactor(list(params.values()), **kwargs)
+        for step in range(1, max(ADAFACTOR_STEPS) + 1):
+            for n, p in params.items():
+                p.grad = ref["grad." + n].clone()
+            opt.step()
+            if step in ADAFACTOR_STEPS:
+                for n, p in params.items():
+                    if n.startswith(ADAFACTOR_KEEP):  # a matrix of each kind and the vectors: small
+                        tensors[f"{cfg_name}/{step}/{n}"] = p.detach().contiguous().clone()
+    d = os.path.join(out, name)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    safetensors.torch.save_file(tensors, os.path.join(d, "adafactor.safetensors"))
+    manifest = {
+        "fixture": name, "generator": "scripts/lm_fixtures.py", "versions": vers, "base": "llama-tiny",
+        "what": "transformers.optimization.Adafactor on llama-tiny's weights; every step's gradients are "
+                "llama-tiny/reference.safetensors' grad.<name>; weights after the listed steps",
+        "configs": ADAFACTOR_CONFIGS, "steps": list(ADAFACTOR_STEPS),
+        "files": {f: sha256(os.path.join(d, f)) for f in sorted(os.listdir(d))},
+    }
+    with open(os.path.join(d, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=False)
+        f.write("\n")
+    print(f"{name:20s} Adafactor, {len(ADAFACTOR_CONFIGS)} configurations x steps {ADAFACTOR_STEPS}")
 
 
 def sha256(path):
@@ -351,17 +406,19 @@ def main():
     ap.add_argument("--out", required=True, help="the fixture directory (tests/fixtures/lm)")
     ap.add_argument("--check", action="store_true",
                     help="write into a temporary directory and compare with --out byte for byte; write nothing")
-    ap.add_argument("--only", action="append", choices=sorted(FIXTURES) + sorted(LORA_FIXTURES),
+    ap.add_argument("--only", action="append", choices=sorted(FIXTURES) + sorted(LORA_FIXTURES) + ["adafactor"],
                     help="write only these fixtures")
     args = ap.parse_args()
     setup_determinism()
     vers = versions()
     print("lm_fixtures: " + ", ".join(f"{k} {v}" for k, v in vers.items()))
     inputs = make_inputs()
-    names = args.only or list(FIXTURES) + list(LORA_FIXTURES)
+    names = args.only or list(FIXTURES) + list(LORA_FIXTURES) + ["adafactor"]
 
     def write(name, out):
-        if name in LORA_FIXTURES:
+        if name == "adafactor":
+            write_adafactor_fixture(name, out, inputs, vers)
+        elif name in LORA_FIXTURES:
             write_lora_fixture(name, out, inputs, vers)
         else:
             write_fixture(name, out, inputs, vers)

@@ -763,17 +763,19 @@ TEST(LoRA, MatchesPeft) {
     // only the adapters are trainable: the base weights get no gradient
     auto* lm = dynamic_cast<const lm_detail::TransformerLM*>(model.get());
     for (const auto& w : lm->base_weights()) EXPECT_FALSE(w.requires_grad());
-    // merging gives merge_and_unload's weights
-    auto merged = merged_weights(*model, {});
-    auto want = read_map(fixture(name) + "/merged.safetensors");
-    double dm = 0;
-    for (size_t i = 0; i < merged.size(); ++i) dm = std::max(dm, max_rel(merged[i], want.at(lm->base_names()[i])));
+    // merging gives merge_and_unload's model: a plain directory with its logits
+    TempDir tmp;
+    save_pretrained(*model, merged_weights(*model, {}), (tmp.path() / "merged").string());
+    auto plain = load_pretrained((tmp.path() / "merged").string());
+    torch::NoGradGuard ng;
+    const double dm = max_rel(plain->forward({ref.at("input_ids"), ref.at("attention_mask")}, ForwardMode{}),
+                              ref.at("merged_logits"));
     std::printf("[ %s ] max relative difference from PEFT: logits %.3g, loss %.3g, adapter gradients %.3g (%zu), "
-                "merged weights %.3g\n", name.c_str(), dl, dloss, dg, grads, dm);
+                "merged model's logits %.3g\n", name.c_str(), dl, dloss, dg, grads, dm);
     EXPECT_LT(dl, 1e-4);
     EXPECT_LT(dloss, 1e-4);
     EXPECT_LT(dg, 1e-4);
-    EXPECT_LT(dm, 1e-6);
+    EXPECT_LT(dm, 1e-4);
   }
 }
 
@@ -927,6 +929,148 @@ TEST(LoRAErrors, AdapterFilesThatLie) {
   add_lora(*m, bad, at::detail::createCPUGenerator(1));
   EXPECT_EQ(m->parameters().size(), 8u);  // q_proj and v_proj of 2 layers, A and B each
   expect_error([&] { add_lora(*m, bad, at::detail::createCPUGenerator(1)); }, Status::InvalidArgument, {"already"});
+}
+
+// ---------------------------------------------------------------------------------------
+// Adafactor against transformers' (tests/fixtures/lm/adafactor: 10 steps on llama-tiny with
+// its reference gradients every step, three configurations)
+
+TEST(Adafactor, MatchesTransformersOver10Steps) {
+  auto ref = read_map(fixture("llama-tiny") + "/reference.safetensors");
+  auto want = read_map(fixture("adafactor") + "/adafactor.safetensors");
+  struct Cfg {
+    std::string name;
+    AdafactorConfig c;
+  };
+  AdafactorConfig relative, warmup, manual;
+  warmup.warmup_init = true;
+  manual.lr = 1e-2;
+  manual.relative_step = false;
+  manual.scale_parameter = false;
+  manual.beta1 = 0.9;
+  manual.weight_decay = 0.01;
+  manual.clip_threshold = 0.5;
+  manual.decay_rate = -0.6;
+  for (const Cfg& k : {Cfg{"relative", relative}, Cfg{"warmup", warmup}, Cfg{"manual", manual}}) {
+    std::shared_ptr<Model> model = load_pretrained(fixture("llama-tiny"));
+    Optimizer opt(model, k.c);
+    opt.bind();
+    const auto& names = model->parameter_names();
+    for (int step = 0; step < 10; ++step) {
+      for (size_t i = 0; i < names.size(); ++i) model->parameters()[i].mutable_grad() = ref.at("grad." + names[i]).clone();
+      opt.step();
+    }
+    double worst = 0;
+    std::string where;
+    size_t compared = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      auto it = want.find(k.name + "/10/" + names[i]);  // the fixture keeps layer 0 and the final norm
+      if (it == want.end()) continue;
+      ++compared;
+      const double d = max_rel(model->parameters()[i].detach(), it->second);
+      if (d > worst) {
+        worst = d;
+        where = names[i];
+      }
+    }
+    // the state: rows + columns per matrix, the whole vector for a vector
+    int64_t state = 0, weights = 0;
+    const auto rows = opt.state("exp_avg_sq_row"), cols = opt.state("exp_avg_sq_col"), full = opt.state("exp_avg_sq");
+    for (size_t i = 0; i < names.size(); ++i) {
+      const auto& p = model->parameters()[i];
+      weights += p.numel();
+      if (p.dim() == 2) {
+        ASSERT_TRUE(rows[i].defined() && cols[i].defined() && !full[i].defined()) << names[i];
+        EXPECT_EQ(rows[i].numel() + cols[i].numel(), p.size(0) + p.size(1));
+        state += rows[i].numel() + cols[i].numel();
+      } else {
+        ASSERT_TRUE(full[i].defined() && !rows[i].defined()) << names[i];
+        state += full[i].numel();
+      }
+    }
+    std::printf("[ adafactor %s ] 10 steps: weights within %.3g of transformers' (worst %s of %zu); second-moment state %lld "
+                "numbers for %lld weights\n", k.name.c_str(), worst, where.c_str(), compared, static_cast<long long>(state),
+                static_cast<long long>(weights));
+    EXPECT_EQ(compared, 10u) << "layer 0's 9 weights and the final norm";
+    EXPECT_LT(worst, 1e-5) << k.name << " " << where;
+  }
+  AdafactorConfig bad;
+  bad.lr = 1e-3;  // with relative_step
+  expect_error([&] { validate(bad); }, Status::InvalidArgument, {"relative_step"});
+  bad = AdafactorConfig{};
+  bad.decay_rate = 0.5;
+  expect_error([&] { validate(bad); }, Status::InvalidArgument, {"decay_rate"});
+}
+
+// Under DDP on 2 simulated ranks, one process's trajectory; a checkpoint resumes it exactly;
+// ZeRO refuses it (its updates need whole-tensor RMS).
+TEST(Adafactor, DDPAndCheckpointResume) {
+  auto ref = read_map(fixture("llama-tiny") + "/reference.safetensors");
+  const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask"), labels = ref.at("labels");
+  AdafactorConfig c;
+  c.beta1 = 0.9;
+  auto train = [&](Accelerator& acc, Model& model, int steps) {
+    for (int s = 0; s < steps; ++s) {
+      acc.backward(causal_lm_loss(acc.forward(model, {ids, mask}), labels));
+      acc.step();
+    }
+  };
+  // one process: 4 steps, save, 4 steps
+  TempDir tmp;
+  std::vector<torch::Tensor> straight;
+  {
+    Options o;
+    o.device = DeviceKind::CPU;
+    Accelerator acc(o);
+    std::shared_ptr<Model> model = load_pretrained(fixture("llama-tiny"));
+    auto opt = std::make_shared<Optimizer>(model, c);
+    acc.prepare(model, opt, nullptr, nullptr);
+    train(acc, *model, 4);
+    acc.save_state((tmp.path() / "ckpt").string());
+    train(acc, *model, 4);
+    straight = acc.full_parameters(*model);
+  }
+  {
+    Options o;
+    o.device = DeviceKind::CPU;
+    Accelerator acc(o);
+    std::shared_ptr<Model> model = load_pretrained(fixture("llama-tiny"));
+    auto opt = std::make_shared<Optimizer>(model, c);
+    acc.prepare(model, opt, nullptr, nullptr);
+    acc.load_state((tmp.path() / "ckpt").string());
+    train(acc, *model, 4);
+    auto resumed = acc.full_parameters(*model);
+    for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], straight[i])) << i;
+  }
+  for (Strategy s : {Strategy::DDP, Strategy::Zero2}) {
+    sim::WorldOptions wo;
+    wo.world_size = 2;
+    wo.timeout_seconds = 20;
+    sim::World world(wo);
+    std::vector<torch::Tensor> after;
+    auto rep = world.run([&](sim::Rank& rk) {
+      Options o;
+      o.device = DeviceKind::CPU;
+      o.strategy = s;
+      std::shared_ptr<comm::Communicator> cm(&rk.comm(), [](comm::Communicator*) {});
+      Accelerator acc(o, cm);
+      std::shared_ptr<Model> model = load_pretrained(fixture("llama-tiny"));
+      auto opt = std::make_shared<Optimizer>(model, c);
+      acc.prepare(model, opt, nullptr, nullptr);
+      train(acc, *model, 8);
+      if (rk.rank() == 0) after = acc.full_parameters(*model);
+    });
+    if (s == Strategy::Zero2) {
+      EXPECT_FALSE(rep.ok());
+      EXPECT_NE(rep.first_error().find("Adafactor"), std::string::npos) << rep.first_error();
+      continue;
+    }
+    ASSERT_TRUE(rep.ok()) << rep.first_error();
+    double worst = 0;
+    for (size_t i = 0; i < after.size(); ++i) worst = std::max(worst, max_rel(after[i], straight[i]));
+    std::printf("[ adafactor ] DDP on 2 ranks: 8 steps within %.3g of one process's\n", worst);
+    EXPECT_LT(worst, 1e-5);
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ package accel
 #include "shim.h"
 
 static ag_res ag_lm_options_init(accel_lm_options *o) { return ag_fail(accel_lm_options_init(o, ACCEL_LM_OPTIONS_VERSION)); }
+static ag_res ag_adafactor_options_init(accel_adafactor_options *o) { return ag_fail(accel_adafactor_options_init(o, ACCEL_ADAFACTOR_OPTIONS_VERSION)); }
 static ag_res ag_lora_options_init(accel_lora_options *o) { return ag_fail(accel_lora_options_init(o, ACCEL_LORA_OPTIONS_VERSION)); }
 static ag_res ag_lm_data_options_init(accel_lm_data_options *o) { return ag_fail(accel_lm_data_options_init(o, ACCEL_LM_DATA_OPTIONS_VERSION)); }
 static ag_res ag_token_file_write(const char *p, const accel_tensor *t, int32_t w) { return ag_fail(accel_token_file_write(p, t, w)); }
@@ -317,4 +318,39 @@ func (c *Context) NewLMDataLoader(tokens, offsets *Tensor, lm LMDataOptions, opt
 		return nil, err
 	}
 	return c.wrapLoader(out), nil
+}
+
+// ---- Adafactor ----
+
+// AdafactorOptions is accel_adafactor_options (transformers' Adafactor; Beta1 0 is no first
+// moment; LR 0 with RelativeStep).
+type AdafactorOptions struct {
+	LR, Eps1, Eps2, ClipThreshold, DecayRate, Beta1, WeightDecay float64
+	ScaleParameter, RelativeStep, WarmupInit                  bool
+}
+
+// DefaultAdafactorOptions returns the library's defaults (transformers' Adafactor defaults).
+func DefaultAdafactorOptions() AdafactorOptions {
+	var c C.accel_adafactor_options
+	mustInit("accel_adafactor_options_init", C.ag_adafactor_options_init(&c))
+	return AdafactorOptions{float64(c.lr), float64(c.eps1), float64(c.eps2), float64(c.clip_threshold),
+		float64(c.decay_rate), float64(c.beta1), float64(c.weight_decay), c.scale_parameter != 0,
+		c.relative_step != 0, c.warmup_init != 0}
+}
+
+// NewAdafactor makes Adafactor over the model's parameters (accel_optimizer_create_adafactor;
+// not under ZeRO). opts nil: the defaults.
+func (c *Context) NewAdafactor(model *Model, opts *AdafactorOptions) (*Optimizer, error) {
+	return c.newOptimizer("accel_optimizer_create_adafactor", model, func(h *C.accel_context, m *C.accel_model, out **C.accel_optimizer) C.accel_status {
+		if opts == nil {
+			return C.accel_optimizer_create_adafactor(h, m, nil, out)
+		}
+		var co C.accel_adafactor_options
+		mustInit("accel_adafactor_options_init", C.ag_adafactor_options_init(&co))
+		co.lr, co.eps1, co.eps2 = C.double(opts.LR), C.double(opts.Eps1), C.double(opts.Eps2)
+		co.clip_threshold, co.decay_rate = C.double(opts.ClipThreshold), C.double(opts.DecayRate)
+		co.beta1, co.weight_decay = C.double(opts.Beta1), C.double(opts.WeightDecay)
+		co.scale_parameter, co.relative_step, co.warmup_init = cbool(opts.ScaleParameter), cbool(opts.RelativeStep), cbool(opts.WarmupInit)
+		return C.accel_optimizer_create_adafactor(h, m, &co, out)
+	})
 }

@@ -193,3 +193,30 @@ func TestLoRATrainSaveReload(t *testing.T) {
 	lo.TargetModules = []string{"q_proj"}
 	wantErr(t, other.AddLoRA(lo), ErrInvalidArgument, "matches no module")
 }
+
+func TestAdafactor(t *testing.T) {
+	ctx := newCtx(t, nil)
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))
+	o := DefaultAdafactorOptions()
+	if !o.RelativeStep || !o.ScaleParameter || o.DecayRate != -0.8 {
+		t.Fatalf("defaults %+v", o)
+	}
+	o.LR, o.RelativeStep, o.ScaleParameter = 1e-2, false, false
+	opt := must(ctx.NewAdafactor(m, &o))
+	ok(t, ctx.Prepare(m, opt, nil, nil))
+	ids, mask, labels := lmBatch(t)
+	var losses []float64
+	for i := 0; i < 4; i++ {
+		out := must(m.LMForward(ids, mask, labels))
+		losses = append(losses, must(out.Loss.Item()))
+		ok(t, ctx.Backward(out.Loss))
+		must(ctx.Step())
+	}
+	if losses[3] >= losses[0] {
+		t.Fatalf("the loss did not fall: %v", losses)
+	}
+	bad := DefaultAdafactorOptions()
+	bad.LR = 1e-3
+	_, err := ctx.NewAdafactor(must(ctx.LoadPretrained(lmFixture("gpt2-tiny"), nil)), &bad)
+	wantErr(t, err, ErrInvalidArgument, "relative_step")
+}

@@ -1091,6 +1091,46 @@ ACCEL_API accel_status accel_lm_dataloader_create(accel_context *ctx, const acce
                                                   const accel_tensor *offsets, const accel_lm_data_options *lm_opts,
                                                   const accel_dataloader_options *loader_opts, accel_dataloader **out);
 
+/* ------------------------------------------------------------------------------------
+ * Adafactor (an optimizer for any model; here because it came with the language models)
+ * ---------------------------------------------------------------------------------- */
+
+#define ACCEL_ADAFACTOR_OPTIONS_VERSION 1
+
+typedef struct accel_adafactor_options {
+    uint32_t version;        /* ACCEL_ADAFACTOR_OPTIONS_VERSION */
+    double lr;               /* the step size with relative_step off (> 0); must be 0 with
+                                relative_step (transformers' lr=None) */
+    double eps1;             /* added to the squared gradient (default 1e-30) */
+    double eps2;             /* the least parameter RMS scale_parameter uses (default 1e-3) */
+    double clip_threshold;   /* updates are divided by max(1, RMS(update) / this) (default 1) */
+    double decay_rate;       /* beta2 at step t is 1 - t^decay_rate, < 0 (default -0.8) */
+    double beta1;            /* first-moment decay in [0, 1); 0 (default): none */
+    double weight_decay;     /* decoupled, times the step size (default 0) */
+    int32_t scale_parameter; /* non-zero (default): the step size is scaled by the parameter's RMS */
+    int32_t relative_step;   /* non-zero (default): step size min(1e-2, 1/sqrt(step)) instead of lr */
+    int32_t warmup_init;     /* non-zero: with relative_step, min(1e-6 * step, 1/sqrt(step)) */
+} accel_adafactor_options;
+
+#define ACCEL_ADAFACTOR_OPTIONS_INIT \
+    { ACCEL_ADAFACTOR_OPTIONS_VERSION, 0.0, 1e-30, 1e-3, 1.0, -0.8, 0.0, 0.0, 1, 1, 0 }
+
+/* Fills *opts with the defaults of `version` (transformers' Adafactor defaults). */
+ACCEL_API accel_status accel_adafactor_options_init(accel_adafactor_options *opts, uint32_t version);
+
+/* Creates Adafactor over the model's parameters, exactly as transformers' Adafactor: the
+ * second moments of a parameter of 2 or more dimensions are kept as row and column means
+ * (rows + columns numbers instead of one per weight; a vector keeps them whole), updates are
+ * clipped by their RMS, and the step size is lr or relative to the step and the parameter's
+ * RMS. Its state checkpoints as the other optimizers' ("exp_avg_sq_row", "exp_avg_sq_col",
+ * "exp_avg_sq", "exp_avg"). A scheduler needs relative_step off. Not shardable by ZeRO
+ * (its updates need whole-tensor RMS): accel_prepare under ZeRO is ACCEL_ERR_UNSUPPORTED;
+ * DDP and one process work. Errors: ACCEL_ERR_INVALID_ARGUMENT naming the field for lr with
+ * relative_step, lr <= 0 without it, warmup_init without relative_step, a negative eps,
+ * clip_threshold <= 0, decay_rate >= 0, beta1 outside [0, 1), weight_decay < 0. */
+ACCEL_API accel_status accel_optimizer_create_adafactor(accel_context *ctx, accel_model *model,
+                                                        const accel_adafactor_options *opts, accel_optimizer **out);
+
 #ifdef __cplusplus
 }
 #endif

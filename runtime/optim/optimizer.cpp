@@ -111,10 +111,31 @@ void validate_adam_like(const C& c) {
   domain::non_negative("weight_decay", c.weight_decay);
 }
 void validate(const AdamWConfig& c) { validate_adam_like(c); }
+void validate(const AdafactorConfig& c) {
+  if (c.relative_step) {
+    ACCEL_CHECK(c.lr == 0, Status::InvalidArgument, "Adafactor: lr ", c.lr,
+                " with relative_step: the step size is relative (set lr 0, or turn relative_step off)");
+  } else {
+    domain::positive("lr", c.lr);
+    ACCEL_CHECK(!c.warmup_init, Status::InvalidArgument, "Adafactor: warmup_init needs relative_step");
+  }
+  domain::non_negative("eps1", c.eps1);
+  domain::non_negative("eps2", c.eps2);
+  domain::positive("clip_threshold", c.clip_threshold);
+  ACCEL_CHECK(std::isfinite(c.decay_rate) && c.decay_rate < 0, Status::InvalidArgument,
+              "Adafactor: decay_rate must be finite and < 0 (beta2 at step t is 1 - t^decay_rate), got ", c.decay_rate);
+  domain::half_open("beta1", c.beta1, 0, 1);
+  domain::non_negative("weight_decay", c.weight_decay);
+}
 void validate(const LAMBConfig& c) { validate_adam_like(c); }
 
 Optimizer::Optimizer(std::shared_ptr<Model> model, LAMBConfig cfg)
     : model_(std::move(model)), lamb_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
+  validate(cfg);
+}
+
+Optimizer::Optimizer(std::shared_ptr<Model> model, AdafactorConfig cfg)
+    : model_(std::move(model)), adafactor_(cfg), base_lr_(cfg.lr), lr_(cfg.lr) {
   validate(cfg);
 }
 
@@ -138,6 +159,7 @@ void Optimizer::bind() {
 void Optimizer::step() {
   ACCEL_CHECK(bound_, Status::InvalidState, "the optimizer is not prepared");
   if (lamb_) return lamb_step();
+  if (adafactor_) return adafactor_step();
   torch::NoGradGuard ng;
   const auto& params = model_->parameters();
   // as libtorch's optimizers: a parameter without a gradient is left alone, and its state
@@ -163,12 +185,38 @@ void Optimizer::step() {
 
 std::vector<std::string> Optimizer::state_kinds() const {
   if (adamw_) return {"exp_avg", "exp_avg_sq"};
+  if (adafactor_) {
+    if (adafactor_->beta1 > 0) return {"exp_avg", "exp_avg_sq", "exp_avg_sq_row", "exp_avg_sq_col"};
+    return {"exp_avg_sq", "exp_avg_sq_row", "exp_avg_sq_col"};
+  }
   if (lamb_) return {"m", "v"};
   if (sgd_->momentum != 0) return {"momentum_buffer"};
   return {};
 }
 
+std::vector<std::string> Optimizer::kinds_of(size_t i) const {
+  if (!adafactor_) return state_kinds();
+  std::vector<std::string> k;
+  if (adafactor_->beta1 > 0) k.push_back("exp_avg");
+  if (model_->parameters()[i].dim() >= 2) {
+    k.push_back("exp_avg_sq_row");
+    k.push_back("exp_avg_sq_col");
+  } else {
+    k.push_back("exp_avg_sq");
+  }
+  return k;
+}
+
+std::vector<int64_t> Optimizer::state_shape(const std::string& kind, const std::vector<int64_t>& shape) const {
+  std::vector<int64_t> s = shape;
+  if (kind == "exp_avg_sq_row" && !s.empty()) s.pop_back();
+  if (kind == "exp_avg_sq_col" && s.size() >= 2) s.erase(s.end() - 2);
+  return s;
+}
+
 torch::Tensor Optimizer::ParamState::*Optimizer::slot_of(const std::string& kind) {
+  if (kind == "exp_avg_sq_row") return &Optimizer::ParamState::row;
+  if (kind == "exp_avg_sq_col") return &Optimizer::ParamState::col;
   if (kind == "exp_avg" || kind == "m") return &Optimizer::ParamState::exp_avg;
   if (kind == "exp_avg_sq" || kind == "v") return &Optimizer::ParamState::exp_avg_sq;
   if (kind == "momentum_buffer") return &Optimizer::ParamState::momentum;
@@ -185,18 +233,18 @@ std::vector<torch::Tensor> Optimizer::state(const std::string& kind) const {
 
 int64_t Optimizer::state_steps() const {
   if (lamb_) return lamb_steps_;
-  if (!adamw_ || !bound_) return 0;
+  if ((!adamw_ && !adafactor_) || !bound_) return 0;
   for (const auto& st : state_)  // the first parameter's count that has one (libtorch's AdamW)
-    if (st.exp_avg.defined()) return st.steps;
+    if (st.exp_avg.defined() || st.exp_avg_sq.defined() || st.row.defined()) return st.steps;
   return 0;
 }
 
 void Optimizer::restore(const std::map<std::string, std::vector<torch::Tensor>>& state, int64_t steps) {
   ACCEL_CHECK(bound_, Status::InvalidState, "restore of an optimizer that is not prepared");
   const auto& params = model_->parameters();
-  const std::vector<std::string> kinds = state_kinds();
   if (lamb_) lamb_steps_ = steps;
   for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<std::string> kinds = kinds_of(i);
     ParamState& st = state_[i];
     // a parameter's state is all of its kinds or none (it had no update yet)
     bool complete = !kinds.empty();
@@ -211,10 +259,11 @@ void Optimizer::restore(const std::map<std::string, std::vector<torch::Tensor>>&
     for (const auto& k : kinds) {
       const torch::Tensor& t = state.at(k)[i];
       torch::Tensor& cur = st.*slot_of(k);
-      if (cur.defined() && cur.sizes() == params[i].sizes())
-        cur.copy_(t.reshape(params[i].sizes()));  // into the existing state: no new memory
+      const std::vector<int64_t> shape = state_shape(k, params[i].sizes().vec());
+      if (cur.defined() && cur.sizes().vec() == shape)
+        cur.copy_(t.reshape(shape));  // into the existing state: no new memory
       else
-        cur = t.to(params[i].device(), lamb_ ? torch::kFloat : params[i].scalar_type()).reshape(params[i].sizes()).clone();
+        cur = t.to(params[i].device(), lamb_ || adafactor_ ? torch::kFloat : params[i].scalar_type()).reshape(shape).clone();
     }
     st.steps = steps;
   }
@@ -248,6 +297,58 @@ void Optimizer::lamb_step() {
   }
 }
 
+void Optimizer::adafactor_step() {
+  const AdafactorConfig& c = *adafactor_;
+  torch::NoGradGuard ng;
+  const auto& params = model_->parameters();
+  auto rms = [](const torch::Tensor& t) { return t.norm(2).item<double>() / std::sqrt(static_cast<double>(t.numel())); };
+  for (size_t i = 0; i < params.size(); ++i) {
+    const torch::Tensor& p = params[i];
+    if (!p.grad().defined()) continue;
+    const torch::Tensor g = p.grad().to(torch::kFloat);
+    ParamState& st = state_[i];
+    const bool factored = p.dim() >= 2;
+    if (st.steps == 0) {
+      if (c.beta1 > 0) st.exp_avg = torch::zeros_like(g);
+      if (factored) {
+        st.row = torch::zeros(state_shape("exp_avg_sq_row", g.sizes().vec()), g.options());
+        st.col = torch::zeros(state_shape("exp_avg_sq_col", g.sizes().vec()), g.options());
+      } else {
+        st.exp_avg_sq = torch::zeros_like(g);
+      }
+    }
+    torch::Tensor w = p.detach();
+    const bool cast = w.scalar_type() != torch::kFloat;
+    if (cast) w = w.to(torch::kFloat);
+    const double step = static_cast<double>(++st.steps);
+    // the step size: transformers' _get_lr, with the parameter's RMS before this update
+    double rel = lr_;
+    if (c.relative_step) rel = std::min(c.warmup_init ? 1e-6 * step : 1e-2, 1.0 / std::sqrt(step));
+    const double lr = (c.scale_parameter ? std::max(c.eps2, rms(w)) : 1.0) * rel;
+    const double beta2t = 1.0 - std::pow(step, c.decay_rate);
+    torch::Tensor update = g * g + c.eps1;
+    if (factored) {
+      st.row.mul_(beta2t).add_(update.mean(-1), 1.0 - beta2t);
+      st.col.mul_(beta2t).add_(update.mean(-2), 1.0 - beta2t);
+      auto r = (st.row / st.row.mean(-1, /*keepdim=*/true)).rsqrt_().unsqueeze(-1);
+      auto col = st.col.unsqueeze(-2).rsqrt();
+      update = torch::mul(r, col).mul_(g);
+    } else {
+      st.exp_avg_sq.mul_(beta2t).add_(update, 1.0 - beta2t);
+      update = st.exp_avg_sq.rsqrt().mul_(g);
+    }
+    update.div_(std::max(rms(update) / c.clip_threshold, 1.0));
+    update.mul_(lr);
+    if (c.beta1 > 0) {
+      st.exp_avg.mul_(c.beta1).add_(update, 1.0 - c.beta1);
+      update = st.exp_avg;
+    }
+    if (c.weight_decay != 0) w.add_(w, -c.weight_decay * lr);
+    w.add_(-update);
+    if (cast) p.detach().copy_(w);
+  }
+}
+
 void Optimizer::zero_grad() {
   for (const auto& p : model_->parameters()) {
     if (p.grad().defined()) p.mutable_grad().reset();
@@ -278,6 +379,9 @@ double schedule_factor(const SchedulerConfig& c, int64_t step) {
 
 Scheduler::Scheduler(std::shared_ptr<Optimizer> opt, SchedulerConfig cfg) : opt_(std::move(opt)), cfg_(cfg) {
   validate(cfg_);
+  ACCEL_CHECK(!opt_->adafactor_config() || !opt_->adafactor_config()->relative_step, Status::InvalidArgument,
+              "Adafactor with relative_step sets its own step size: a scheduler has no lr to schedule (create it "
+              "with an lr and relative_step off)");
   opt_->set_lr(opt_->base_lr() * schedule_factor(cfg_, 0));
 }
 

@@ -1034,6 +1034,46 @@ void optimizers() {
                                        ACCEL_ADAMW_OPTIONS_INIT);
   optimizer_cases<accel_lamb_options>("accel_optimizer_create_lamb", accel_optimizer_create_lamb,
                                       ACCEL_LAMB_OPTIONS_INIT);
+  // Adafactor: the fields' domains checked from a configuration with a manual lr
+  options_init("accel_adafactor_options_init", accel_adafactor_options_init, ACCEL_ADAFACTOR_OPTIONS_VERSION);
+  {
+    const std::string fn = "accel_optimizer_create_adafactor";
+    auto call = [](int ctx_kind, int model_kind, bool null_out) {
+      return [=](Env& e) {
+        accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+        accel_model* m = model_kind == 0 ? nullptr : model_kind == 1 ? e.a.model : e.other().model;
+        return with_out<accel_optimizer*>(
+            e, [&](auto* out) { return R(accel_optimizer_create_adafactor(c, m, nullptr, null_out ? nullptr : out), c); });
+      };
+    };
+    null_case(fn, "ctx", call(0, 1, false));
+    null_case(fn, "model", call(1, 0, false));
+    null_case(fn, "out", call(1, 1, true));
+    add(fn, "model of another context", ARG, {"another context"}, call(1, 2, false));
+    using O = accel_adafactor_options;
+    const auto t = target<O>(
+        fn, "opts",
+        [] {
+          O o = ACCEL_ADAFACTOR_OPTIONS_INIT;
+          o.lr = 1e-2;
+          o.relative_step = 0;
+          return o;
+        },
+        [](Env& e, const O& o) {
+          return with_out<accel_optimizer*>(
+              e, [&](auto* out) { return R(accel_optimizer_create_adafactor(e.a.ctx, e.a.model, &o, out), e.a.ctx); });
+        });
+    t.versions();
+    t.field("lr", &O::lr, plus(kNonFinite, {0, -1}));
+    t.field("eps1", &O::eps1, plus(kNonFinite, {-1}));
+    t.field("eps2", &O::eps2, plus(kNonFinite, {-1}));
+    t.field("clip_threshold", &O::clip_threshold, plus(kNonFinite, {0, -1}));
+    t.field("decay_rate", &O::decay_rate, plus(kNonFinite, {0, 0.5}));
+    t.field("beta1", &O::beta1, plus(kNonFinite, {-0.1, 1, 1.5}));
+    t.field("weight_decay", &O::weight_decay, plus(kNonFinite, {-1}));
+    t.bad("lr=0.01 with relative_step", {"relative_step", "lr"}, [](O& o) { o.relative_step = 1; });
+    t.bad("warmup_init without relative_step", {"warmup_init"}, [](O& o) { o.warmup_init = 1; });
+  }
   destroy_null("accel_optimizer_destroy", [] { accel_optimizer_destroy(nullptr); });
   getter("accel_optimizer_lr", "optimizer", accel_optimizer_lr,
          [](Env& e) -> const accel_optimizer* { return e.a.opt; });

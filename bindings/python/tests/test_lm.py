@@ -211,3 +211,24 @@ def test_lora_matches_peft_and_round_trips(acc, tmp_path):
         accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny")).add_lora(target_modules="q_proj")
     with pytest.raises(accel.InvalidArgumentError, match="no LoRA adapters"):
         plain.save_adapter(tmp_path / "none")
+
+
+def test_adafactor(acc):
+    ref = reference("llama-tiny")
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny"))
+    opt = accel.Adafactor(model, lr=1e-2, relative_step=False, scale_parameter=False, beta1=0.9)
+    sched = accel.get_constant_schedule_with_warmup(opt, num_warmup_steps=1)
+    model, opt, sched = acc.prepare(model, opt, sched)
+    losses = []
+    for _ in range(4):
+        out = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], labels=ref["labels"])
+        losses.append(out.loss.item())
+        acc.backward(out.loss)
+        opt.step()
+    assert losses[-1] < losses[0]
+    other = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "gpt2-tiny"))
+    with pytest.raises(accel.InvalidArgumentError, match="relative_step"):
+        accel.Adafactor(other, lr=1e-3)
+    relative = accel.Adafactor(other)  # transformers' defaults: relative step sizes
+    with pytest.raises(accel.InvalidArgumentError, match="relative_step"):
+        accel.get_constant_schedule_with_warmup(relative, num_warmup_steps=1)

@@ -293,6 +293,15 @@ impl Context {
         Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
     }
 
+    /// Adafactor over the model's parameters (`accel_optimizer_create_adafactor`; not under ZeRO).
+    pub fn adafactor<'c>(&'c self, model: &Model<'c>, opts: &AdafactorOptions) -> Result<Optimizer<'c>> {
+        let o = opts.to_sys()?;
+        let mut out = std::ptr::null_mut();
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
+        self.ck(unsafe { sys::accel_optimizer_create_adafactor(self.raw.as_ptr(), model.raw.ptr(), &o, &mut out) })?;
+        Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
+    }
+
     /// A learning-rate scheduler for `optimizer` (`accel_scheduler_create`).
     pub fn scheduler<'c>(&'c self, optimizer: &Optimizer<'c>, opts: &SchedulerOptions) -> Result<Scheduler<'c>> {
         let o = opts.to_sys()?;

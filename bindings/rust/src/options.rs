@@ -382,6 +382,60 @@ impl LambOptions {
     }
 }
 
+/// `accel_adafactor_options` (transformers' Adafactor defaults; `beta1` 0 is no first moment,
+/// `lr` 0 with `relative_step`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdafactorOptions {
+    pub lr: f64,
+    pub eps1: f64,
+    pub eps2: f64,
+    pub clip_threshold: f64,
+    pub decay_rate: f64,
+    pub beta1: f64,
+    pub weight_decay: f64,
+    pub scale_parameter: bool,
+    pub relative_step: bool,
+    pub warmup_init: bool,
+}
+
+impl Default for AdafactorOptions {
+    /// `ACCEL_ADAFACTOR_OPTIONS_INIT`
+    fn default() -> AdafactorOptions {
+        AdafactorOptions {
+            lr: 0.0,
+            eps1: 1e-30,
+            eps2: 1e-3,
+            clip_threshold: 1.0,
+            decay_rate: -0.8,
+            beta1: 0.0,
+            weight_decay: 0.0,
+            scale_parameter: true,
+            relative_step: true,
+            warmup_init: false,
+        }
+    }
+}
+
+impl AdafactorOptions {
+    /// The raw struct: the library's defaults of this version, then every field.
+    pub fn to_sys(&self) -> Result<sys::accel_adafactor_options> {
+        let mut o = sys::ACCEL_ADAFACTOR_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+        check(unsafe { sys::accel_adafactor_options_init(&mut o, sys::ACCEL_ADAFACTOR_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.lr = self.lr;
+        o.eps1 = self.eps1;
+        o.eps2 = self.eps2;
+        o.clip_threshold = self.clip_threshold;
+        o.decay_rate = self.decay_rate;
+        o.beta1 = self.beta1;
+        o.weight_decay = self.weight_decay;
+        o.scale_parameter = self.scale_parameter as i32;
+        o.relative_step = self.relative_step as i32;
+        o.warmup_init = self.warmup_init as i32;
+        Ok(o)
+    }
+}
+
 /// `accel_scheduler_options`
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerOptions {

@@ -445,7 +445,40 @@ pub const ACCEL_LORA_OPTIONS_INIT: accel_lora_options = accel_lora_options {
     use_rslora: 0,
 };
 
-// ---- Functions (94, in the header's order) ------------------------------------------
+pub const ACCEL_ADAFACTOR_OPTIONS_VERSION: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct accel_adafactor_options {
+    pub version: u32,
+    pub lr: f64,
+    pub eps1: f64,
+    pub eps2: f64,
+    pub clip_threshold: f64,
+    pub decay_rate: f64,
+    pub beta1: f64,
+    pub weight_decay: f64,
+    pub scale_parameter: i32,
+    pub relative_step: i32,
+    pub warmup_init: i32,
+}
+
+/// `ACCEL_ADAFACTOR_OPTIONS_INIT`
+pub const ACCEL_ADAFACTOR_OPTIONS_INIT: accel_adafactor_options = accel_adafactor_options {
+    version: ACCEL_ADAFACTOR_OPTIONS_VERSION,
+    lr: 0.0,
+    eps1: 1e-30,
+    eps2: 1e-3,
+    clip_threshold: 1.0,
+    decay_rate: -0.8,
+    beta1: 0.0,
+    weight_decay: 0.0,
+    scale_parameter: 1,
+    relative_step: 1,
+    warmup_init: 0,
+};
+
+// ---- Functions (96, in the header's order) ------------------------------------------
 // The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel).
 
 extern "C" {
@@ -688,6 +721,13 @@ extern "C" {
     pub fn accel_save_adapter(ctx: *mut accel_context, model: *const accel_model, dir: *const c_char) -> accel_status;
     pub fn accel_token_file_write(path: *const c_char, tokens: *const accel_tensor, token_bytes: i32) -> accel_status;
     pub fn accel_token_file_read(path: *const c_char, out: *mut *mut accel_tensor) -> accel_status;
+    pub fn accel_adafactor_options_init(opts: *mut accel_adafactor_options, version: u32) -> accel_status;
+    pub fn accel_optimizer_create_adafactor(
+        ctx: *mut accel_context,
+        model: *mut accel_model,
+        opts: *const accel_adafactor_options,
+        out: *mut *mut accel_optimizer,
+    ) -> accel_status;
     pub fn accel_lm_data_options_init(opts: *mut accel_lm_data_options, version: u32) -> accel_status;
     pub fn accel_lm_dataloader_create(
         ctx: *mut accel_context,

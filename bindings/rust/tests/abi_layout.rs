@@ -135,6 +135,10 @@ fn struct_layouts_match_the_header() {
         }),
         layout!(accel_project_options { version, project_dir, total_limit }),
         layout!(accel_lm_options { version, dtype, gradient_checkpointing }),
+        layout!(accel_adafactor_options {
+            version, lr, eps1, eps2, clip_threshold, decay_rate, beta1, weight_decay, scale_parameter, relative_step,
+            warmup_init
+        }),
         layout!(accel_lora_options { version, r, alpha, dropout, target_modules, use_rslora }),
         layout!(accel_lm_data_options { version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length }),
     ];
@@ -204,6 +208,7 @@ fn constants_match_the_header() {
         ("accel_lm_options", sys::ACCEL_LM_OPTIONS_VERSION),
         ("accel_lm_data_options", sys::ACCEL_LM_DATA_OPTIONS_VERSION),
         ("accel_lora_options", sys::ACCEL_LORA_OPTIONS_VERSION),
+        ("accel_adafactor_options", sys::ACCEL_ADAFACTOR_OPTIONS_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -325,6 +330,21 @@ fn init_defaults_match_the_header() {
     let l = sys::ACCEL_LM_OPTIONS_INIT;
     check("accel_lm_options.dtype".into(), l.dtype.to_string());
     check("accel_lm_options.gradient_checkpointing".into(), l.gradient_checkpointing.to_string());
+    let af = sys::ACCEL_ADAFACTOR_OPTIONS_INIT;
+    for (f, v) in [
+        ("lr", af.lr.to_string()),
+        ("eps1", format!("{:e}", af.eps1)),
+        ("eps2", af.eps2.to_string()),
+        ("clip_threshold", af.clip_threshold.to_string()),
+        ("decay_rate", af.decay_rate.to_string()),
+        ("beta1", af.beta1.to_string()),
+        ("weight_decay", af.weight_decay.to_string()),
+        ("scale_parameter", af.scale_parameter.to_string()),
+        ("relative_step", af.relative_step.to_string()),
+        ("warmup_init", af.warmup_init.to_string()),
+    ] {
+        check(format!("accel_adafactor_options.{}", f), v);
+    }
     let lo = sys::ACCEL_LORA_OPTIONS_INIT;
     check("accel_lora_options.r".into(), lo.r.to_string());
     check("accel_lora_options.alpha".into(), lo.alpha.to_string());
@@ -374,6 +394,9 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut lr: sys::accel_lora_options = std::mem::zeroed();
         assert_eq!(sys::accel_lora_options_init(&mut lr, 1), sys::ACCEL_OK);
         assert_eq!(lr, sys::ACCEL_LORA_OPTIONS_INIT);
+        let mut af: sys::accel_adafactor_options = std::mem::zeroed();
+        assert_eq!(sys::accel_adafactor_options_init(&mut af, 1), sys::ACCEL_OK);
+        assert_eq!(af, sys::ACCEL_ADAFACTOR_OPTIONS_INIT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -386,6 +409,7 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(accel::MlpOptions::default().to_sys().unwrap(), sys::ACCEL_MLP_OPTIONS_INIT);
     assert_eq!(accel::LmOptions::default().to_sys().unwrap(), sys::ACCEL_LM_OPTIONS_INIT);
     assert_eq!(accel::LmDataOptions::default().to_sys().unwrap(), sys::ACCEL_LM_DATA_OPTIONS_INIT);
+    assert_eq!(accel::AdafactorOptions::default().to_sys().unwrap(), sys::ACCEL_ADAFACTOR_OPTIONS_INIT);
     let (lora, names) = accel::LoraOptions::default().to_sys().unwrap();
     assert!(lora == sys::ACCEL_LORA_OPTIONS_INIT && names.is_none());
     let sim = accel::SimOptions::default().to_sys().unwrap();
@@ -422,7 +446,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 94);
+    assert_eq!(mirrored.len(), 96);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

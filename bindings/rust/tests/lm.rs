@@ -4,7 +4,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use accel::{AdamWOptions, DType, LmDataOptions, LmOptions, LoraOptions, MlpOptions, Status, Tensor};
+use accel::{AdafactorOptions, AdamWOptions, DType, LmDataOptions, LmOptions, LoraOptions, MlpOptions, Status, Tensor};
 use common::{ctx, temp_dir};
 
 /// The error of a call that must fail (the Ok types need not be Debug).
@@ -178,4 +178,27 @@ fn lora_train_save_and_reload() {
     let other = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
     assert_eq!(other.add_lora(&bad).unwrap_err().status, Status::InvalidArgument);
     assert_eq!(model.add_lora(&opts).unwrap_err().status, Status::InvalidState);
+}
+
+#[test]
+fn adafactor_trains() {
+    let ctx = ctx(6);
+    let model = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
+    let opts = AdafactorOptions { lr: 1e-2, relative_step: false, scale_parameter: false, ..Default::default() };
+    let opt = ctx.adafactor(&model, &opts).unwrap();
+    ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
+    let (ids, mask, labels, _) = batch();
+    let mut losses = Vec::new();
+    for _ in 0..4 {
+        let out = model.lm_forward(&ids, Some(&mask), Some(&labels)).unwrap();
+        let loss = out.loss.unwrap();
+        losses.push(loss.item().unwrap());
+        ctx.backward(&loss).unwrap();
+        ctx.step().unwrap();
+    }
+    assert!(losses[3] < losses[0], "{:?}", losses);
+    let bad = AdafactorOptions { lr: 1e-3, ..Default::default() };
+    let e = err(ctx.adafactor(&model, &bad));
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("relative_step"), "{}", e.message);
 }

@@ -15,7 +15,7 @@ libaccel is loaded on first use (ACCEL_LIBRARY, then pkg-config, then the system
 """
 
 from . import sim
-from ._core import (Accelerator, Activation, AdamW, Backend, CausalLMOutput, ClosedError, CommunicationError, DataLoader,
+from ._core import (Accelerator, Activation, Adafactor, AdamW, Backend, CausalLMOutput, ClosedError, CommunicationError, DataLoader,
                     Device, DType, Error, FormatError, InternalError, InvalidArgumentError, InvalidStateError,
                     IOError, LAMB, LibraryNotFoundError, LibraryVersionError, Model, NonFiniteError, Optimizer,
                     OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler, SGD, Status, StepResult, Strategy,
@@ -29,7 +29,7 @@ from .sim import RankOutcome, SimReport
 __version__ = "0.1.0"
 
 __all__ = [
-    "Accelerator", "Activation", "AdamW", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
+    "Accelerator", "Activation", "Adafactor", "AdamW", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
     "DType", "Error", "FormatError", "InternalError", "InvalidArgumentError", "InvalidStateError", "IOError",
     "LAMB", "LibraryNotFoundError", "LibraryVersionError", "Model", "NonFiniteError", "Optimizer",
     "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",

@@ -1093,9 +1093,9 @@ class Optimizer(_Child):
             raise TypeError(f"an optimizer takes an accel.Model, got {type(model).__name__}")
         opts = ffi.new(f"accel_{kind}_options *")
         init = {"sgd": lib.accel_sgd_options_init, "adamw": lib.accel_adamw_options_init,
-                "lamb": lib.accel_lamb_options_init,}[kind]
+                "lamb": lib.accel_lamb_options_init, "adafactor": lib.accel_adafactor_options_init,}[kind]
         create = {"sgd": lib.accel_optimizer_create_sgd, "adamw": lib.accel_optimizer_create_adamw,
-                  "lamb": lib.accel_optimizer_create_lamb,}[kind]
+                  "lamb": lib.accel_optimizer_create_lamb, "adafactor": lib.accel_optimizer_create_adafactor,}[kind]
         _check(init(opts, getattr(lib, f"ACCEL_{kind.upper()}_OPTIONS_VERSION")))
         for k, v in fields.items():
             setattr(opts, k, v)
@@ -1144,6 +1144,23 @@ class LAMB(Optimizer):
                  eps: float = 1e-6, weight_decay: float = 0.01) -> None:
         self._create(model, "lamb", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
                                      "eps": float(eps), "weight_decay": float(weight_decay)})
+
+
+class Adafactor(Optimizer):
+    """Adafactor (accel_optimizer_create_adafactor) with transformers' Adafactor arguments and
+    defaults: factored second moments, relative step sizes unless lr is given with
+    relative_step=False. Not under ZeRO (prepare raises UnsupportedError)."""
+
+    def __init__(self, model: Model, lr: Optional[float] = None, eps: Tuple[float, float] = (1e-30, 1e-3),
+                 clip_threshold: float = 1.0, decay_rate: float = -0.8, beta1: Optional[float] = None,
+                 weight_decay: float = 0.0, scale_parameter: bool = True, relative_step: bool = True,
+                 warmup_init: bool = False) -> None:
+        self._create(model, "adafactor", {
+            "lr": 0.0 if lr is None else float(lr), "eps1": float(eps[0]), "eps2": float(eps[1]),
+            "clip_threshold": float(clip_threshold), "decay_rate": float(decay_rate),
+            "beta1": 0.0 if beta1 is None else float(beta1), "weight_decay": float(weight_decay),
+            "scale_parameter": 1 if scale_parameter else 0, "relative_step": 1 if relative_step else 0,
+            "warmup_init": 1 if warmup_init else 0})
 
 
 class Scheduler(_Child):

@@ -286,6 +286,22 @@ accel_status accel_model_load_pretrained(accel_context *ctx, const char *dir, co
 accel_status accel_model_create_lm(accel_context *ctx, const char *config, const accel_lm_options *opts, accel_model **out);
 accel_status accel_save_pretrained(accel_context *ctx, const accel_model *model, const char *dir);
 accel_status accel_lm_forward(accel_context *ctx, accel_model *model, const accel_tensor *input_ids, const accel_tensor *attention_mask, const accel_tensor *labels, accel_tensor **out_logits, accel_tensor **out_loss, int64_t *out_tokens);
+#define ACCEL_ADAFACTOR_OPTIONS_VERSION 1
+typedef struct accel_adafactor_options {
+    uint32_t version;
+    double lr;
+    double eps1;
+    double eps2;
+    double clip_threshold;
+    double decay_rate;
+    double beta1;
+    double weight_decay;
+    int32_t scale_parameter;
+    int32_t relative_step;
+    int32_t warmup_init;
+} accel_adafactor_options;
+accel_status accel_adafactor_options_init(accel_adafactor_options *opts, uint32_t version);
+accel_status accel_optimizer_create_adafactor(accel_context *ctx, accel_model *model, const accel_adafactor_options *opts, accel_optimizer **out);
 #define ACCEL_LORA_OPTIONS_VERSION 1
 typedef struct accel_lora_options {
     uint32_t version;
