@@ -736,6 +736,64 @@ TEST(LM, TokenMeanOverTheGlobalBatch) {
   expect_error([&] { acc.backward(plain); }, Status::InvalidArgument, {"token means", "not both"});
 }
 
+// ZeRO-3 gathers a transformer block's weights just before its forward and releases them
+// after (runtime/strategy/zero.cpp: one unit per block), so an evaluation forward on 4
+// simulated ranks raises the rank's memory by about one block's full weights above its shards,
+// where DDP holds every weight all the time.
+TEST(LM, Zero3GathersOneBlockAtATime) {
+  LMConfig cfg = parse_lm_config(R"({"model_type": "llama", "vocab_size": 64, "hidden_size": 128,
+      "intermediate_size": 512, "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "max_position_embeddings": 64})", "config");
+  auto probe = make_causal_lm(cfg, at::detail::createCPUGenerator(1));
+  int64_t total = 0, block = 0;
+  for (const auto& p : probe->parameters()) total += p.numel() * 4;
+  const auto units = probe->units();
+  for (size_t i : units[1]) block += probe->parameters()[i].numel() * 4;
+  const int W = 4;
+  std::printf("  weights %.2f MiB, one block %.2f MiB, a rank's share of the weights %.2f MiB\n", total / 1048576.0,
+              block / 1048576.0, total / W / 1048576.0);
+  std::printf("  strategy  resident before  forward's rise (MiB, eval, batch 1 x 4 tokens)\n");
+  for (Strategy s : {Strategy::DDP, Strategy::Zero3}) {
+    sim::WorldOptions wo;
+    wo.world_size = W;
+    wo.timeout_seconds = 30;
+    sim::World world(wo);
+    std::vector<uint64_t> resident(W), rise(W);
+    auto rep = world.run([&](sim::Rank& rk) {
+      Options o;
+      o.device = DeviceKind::CPU;
+      o.strategy = s;
+      std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+      Accelerator acc(o, c);
+      std::shared_ptr<Model> model = make_causal_lm(cfg, at::detail::createCPUGenerator(1));
+      auto opt = std::make_shared<Optimizer>(model, SGDConfig{});
+      acc.prepare(model, opt, nullptr, nullptr);
+      model->train(false);
+      auto ids = torch::randint(0, 64, {1, 4}, at::detail::createCPUGenerator(2));
+      acc.forward(*model, {ids});  // warm-up: libtorch's first-use allocations
+      const auto& budget = rk.world().budget();
+      rk.comm().barrier();
+      if (rk.rank() == 0) budget->reset_peaks();
+      rk.comm().barrier();
+      const uint64_t before = budget->current(rk.rank());
+      acc.forward(*model, {ids});
+      resident[static_cast<size_t>(rk.rank())] = before;
+      rise[static_cast<size_t>(rk.rank())] = budget->peak(rk.rank()) - before;
+    });
+    ASSERT_TRUE(rep.ok()) << rep.first_error();
+    std::printf("  %-8s  %15.2f  %14.2f\n", strategy_name(s), resident[0] / 1048576.0, rise[0] / 1048576.0);
+    if (s == Strategy::Zero3) {
+      // what stays is the shards (a quarter of the weights, and of their gradients: ZeRO-3
+      // allocates its gradient shard at prepare); a forward adds one block, not the model
+      EXPECT_LT(resident[0], static_cast<uint64_t>(2 * total / W + block / 2));
+      EXPECT_GT(rise[0], static_cast<uint64_t>(block * 9 / 10));
+      EXPECT_LT(rise[0], static_cast<uint64_t>(block * 2));
+    } else {
+      EXPECT_GT(resident[0], static_cast<uint64_t>(total));
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // LoRA against PEFT (tests/fixtures/lm/*-lora: adapters with random A and B)
 
