@@ -93,6 +93,12 @@ GUARDED(accel_lamb_options);
 #ifdef ACCEL_PROJECT_OPTIONS_VERSION
 GUARDED(accel_project_options);
 #endif
+#ifdef ACCEL_LM_OPTIONS_VERSION
+GUARDED(accel_lm_options);
+GUARDED(accel_lora_options);
+GUARDED(accel_lm_data_options);
+GUARDED(accel_adafactor_options);
+#endif
 
 /* init(&opts, VERSION) into a guarded struct: ACCEL_OK, the version stored, nothing
  * written after the struct; versions 0 and 1000 and a NULL struct refused. Leaves the
@@ -224,6 +230,50 @@ static void check_options_init(void) {
         CHECK_INIT(p, accel_project_options_init, ACCEL_PROJECT_OPTIONS_VERSION);
         SAME(p.opts, p0, project_dir);
         SAME(p.opts, p0, total_limit);
+    }
+#endif
+#ifdef ACCEL_LM_OPTIONS_VERSION /* v5: language models, LoRA, LM data, Adafactor */
+    {
+        guarded_accel_lm_options m;
+        const accel_lm_options m0 = ACCEL_LM_OPTIONS_INIT;
+        CHECK_INIT(m, accel_lm_options_init, ACCEL_LM_OPTIONS_VERSION);
+        SAME(m.opts, m0, dtype);
+        SAME(m.opts, m0, gradient_checkpointing);
+    }
+    {
+        guarded_accel_lora_options r;
+        const accel_lora_options r0 = ACCEL_LORA_OPTIONS_INIT;
+        CHECK_INIT(r, accel_lora_options_init, ACCEL_LORA_OPTIONS_VERSION);
+        SAME(r.opts, r0, r);
+        SAME(r.opts, r0, alpha);
+        SAME(r.opts, r0, dropout);
+        SAME(r.opts, r0, target_modules);
+        SAME(r.opts, r0, use_rslora);
+    }
+    {
+        guarded_accel_lm_data_options d;
+        const accel_lm_data_options d0 = ACCEL_LM_DATA_OPTIONS_INIT;
+        CHECK_INIT(d, accel_lm_data_options_init, ACCEL_LM_DATA_OPTIONS_VERSION);
+        SAME(d.opts, d0, block_size);
+        SAME(d.opts, d0, max_length);
+        SAME(d.opts, d0, pad_id);
+        SAME(d.opts, d0, pad_to_multiple_of);
+        SAME(d.opts, d0, group_by_length);
+    }
+    {
+        guarded_accel_adafactor_options a;
+        const accel_adafactor_options a0 = ACCEL_ADAFACTOR_OPTIONS_INIT;
+        CHECK_INIT(a, accel_adafactor_options_init, ACCEL_ADAFACTOR_OPTIONS_VERSION);
+        SAME(a.opts, a0, lr);
+        SAME(a.opts, a0, eps1);
+        SAME(a.opts, a0, eps2);
+        SAME(a.opts, a0, clip_threshold);
+        SAME(a.opts, a0, decay_rate);
+        SAME(a.opts, a0, beta1);
+        SAME(a.opts, a0, weight_decay);
+        SAME(a.opts, a0, scale_parameter);
+        SAME(a.opts, a0, relative_step);
+        SAME(a.opts, a0, warmup_init);
     }
 #endif
 }
