@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""lm_step: causal-LM training throughput, accel against PyTorch eager + transformers.
+
+The same configuration runs on both sides: a model made from one config.json (random
+weights), AdamW (lr 1e-4), batches of random token ids with labels = the ids, the same
+precision and intra-op thread count. accel's side is build/bench/lm_step_c (the C ABI:
+accel_lm_forward, accel_backward, accel_step); PyTorch's is bench/peers/lm_step_peer.py
+(AutoModelForCausalLM.from_config, torch.optim.AdamW, transformers' loss) in the lm venv that
+scripts/lm_fixtures makes (torch 2.15.0, transformers 5.24.0 from PyPI). Each side runs in a
+process of its own: W untimed steps, then N timed ones; its figure for the round is the median
+step. Rounds alternate the sides (the first side rotates), and a side's figure is the median
+of its rounds. tokens_vs_pytorch = accel's tokens per second / PyTorch's (target >= 1).
+
+  bench/lm_step.py [--build-dir build] [--python PY] [--rounds 3] [--steps 3] [--warmup 1]
+                   [--threads N] [--quick] [--model gpt2-small|llama-tiny ...]
+
+Prints one JSON line per configuration ("bench":"lm_step") on stdout; progress on stderr.
+"""
+import argparse
+import json
+import os
+import pathlib
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# name: (config.json, batch, seq, precisions)
+MODELS = {
+    # GPT-2 small's shape (124M parameters): transformers' GPT2Config defaults, no dropout
+    "gpt2-small": ({"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
+                    "n_head": 12, "activation_function": "gelu_new", "resid_pdrop": 0.0, "embd_pdrop": 0.0,
+                    "attn_pdrop": 0.0, "layer_norm_epsilon": 1e-5, "initializer_range": 0.02,
+                    "tie_word_embeddings": True},
+                   1, 128, ("no", "bf16")),
+    # a tiny Llama (GQA, SwiGLU, RoPE): about 5M parameters
+    "llama-tiny": ({"model_type": "llama", "vocab_size": 8192, "hidden_size": 256, "intermediate_size": 704,
+                    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4,
+                    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                    "initializer_range": 0.02, "tie_word_embeddings": False,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+                   8, 128, ("no",)),
+}
+
+
+def log(msg):
+    print(f"lm_step: {msg}", file=sys.stderr, flush=True)
+
+
+def default_python():
+    cache = os.environ.get("ACCEL_CACHE") or os.path.join(os.environ.get("XDG_CACHE_HOME") or
+                                                          os.path.expanduser("~/.cache"), "accel")
+    return os.path.join(cache, "lm-venv", "bin", "python")
+
+
+def run(cmd):
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build-dir", default=os.environ.get("ACCEL_BUILD_DIR", "build"))
+    ap.add_argument("--python", default=default_python(), help="a Python with torch and transformers (the lm venv)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--quick", action="store_true", help="1 round of 2 steps")
+    ap.add_argument("--model", action="append", choices=sorted(MODELS))
+    a, _ = ap.parse_known_args()  # scripts/bench passes its own extra arguments to every benchmark
+    if a.quick:
+        a.rounds, a.steps = 1, 2
+    exe = pathlib.Path(a.build_dir) / "bench" / "lm_step_c"
+    if not exe.exists():
+        log(f"{exe} is missing (ninja -C {a.build_dir})")
+        return 1
+    if not os.path.exists(a.python):
+        log(f"no Python with torch and transformers at {a.python}: scripts/lm_fixtures makes the lm venv "
+            "(or pass --python)")
+        return 1
+    failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.model or list(MODELS):
+            cfg, batch, seq, precisions = MODELS[name]
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            for precision in precisions:
+                common = [path, "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--warmup",
+                          str(a.warmup), "--threads", str(a.threads), "--precision", precision]
+                sides = {"accel": [str(exe)] + common,
+                         "pytorch": [a.python, str(ROOT / "bench" / "peers" / "lm_step_peer.py")] + common}
+                per = {"accel": [], "pytorch": []}
+                info = {}
+                try:
+                    for r in range(a.rounds):
+                        order = ["accel", "pytorch"] if r % 2 == 0 else ["pytorch", "accel"]
+                        for side in order:
+                            res = run(sides[side])
+                            info[side] = res
+                            per[side].append(statistics.median(res["step_ms"]))
+                            log(f"{name} {precision} round {r + 1}/{a.rounds} {side}: {per[side][-1]:.1f} ms/step")
+                except RuntimeError as e:
+                    log(str(e))
+                    failed += 1
+                    continue
+                tokens = batch * seq
+                accel_ms, torch_ms = statistics.median(per["accel"]), statistics.median(per["pytorch"])
+                print(json.dumps({
+                    "bench": "lm_step", "model": name, "params": info["accel"]["params"], "batch": batch, "seq": seq,
+                    "precision": precision, "threads": a.threads, "optimizer": "adamw", "rounds": a.rounds,
+                    "steps": a.steps, "accel_step_ms": round(accel_ms, 2), "pytorch_step_ms": round(torch_ms, 2),
+                    "accel_tokens_per_s": round(tokens * 1e3 / accel_ms, 1),
+                    "pytorch_tokens_per_s": round(tokens * 1e3 / torch_ms, 1),
+                    "tokens_vs_pytorch": round(torch_ms / accel_ms, 3),
+                    "same_params": info["accel"]["params"] == info["pytorch"]["params"],
+                    "torch": info["pytorch"]["torch"], "transformers": info["pytorch"]["transformers"],
+                    "machine": platform.machine(), "cpus": os.cpu_count()}), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
