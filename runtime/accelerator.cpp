@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -123,20 +124,13 @@ std::vector<torch::Tensor> Accelerator::full_parameters(const Model& model) {
   return out;
 }
 
-void Accelerator::save_model(const Model& model, const std::string& path) {
-  const bool script = path.size() >= 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
-  ACCEL_CHECK(!script || model.from_torchscript(), Status::Unsupported, "only a model loaded from TorchScript exports as ",
-              "TorchScript ('", path, "'); save the built-in MLP as .safetensors");
-  std::vector<torch::Tensor> params = full_parameters(model);
+void Accelerator::write_on_main(const Model& model, const std::function<void(std::vector<torch::Tensor>&)>& write) {
+  std::vector<torch::Tensor> params = full_parameters(model);  // a collective under ZeRO
   Status status = Status::Ok;
   std::string why;
   if (comm_->rank() == 0) {
     try {
-      paths::check_file_target(path, script ? paths::FileKind::TorchScript : paths::FileKind::Safetensors, "path");
-      if (script)
-        model.export_torchscript(params, path);
-      else
-        save_safetensors(model.parameter_names(), params, path);
+      write(params);
     } catch (const Error& e) {
       why = e.what();
       status = e.status();
@@ -145,37 +139,30 @@ void Accelerator::save_model(const Model& model, const std::string& path) {
   agree(status, why);  // the outcome on every process, the file there on return
 }
 
+void Accelerator::save_model(const Model& model, const std::string& path) {
+  const bool script = path.size() >= 3 && path.compare(path.size() - 3, 3, ".pt") == 0;
+  ACCEL_CHECK(!script || model.from_torchscript(), Status::Unsupported, "only a model loaded from TorchScript exports as ",
+              "TorchScript ('", path, "'); save the built-in MLP as .safetensors");
+  write_on_main(model, [&](std::vector<torch::Tensor>& params) {
+    paths::check_file_target(path, script ? paths::FileKind::TorchScript : paths::FileKind::Safetensors, "path");
+    if (script)
+      model.export_torchscript(params, path);
+    else
+      save_safetensors(model.parameter_names(), params, path);
+  });
+}
+
 void Accelerator::save_pretrained(const Model& model, const std::string& dir) {
-  std::vector<torch::Tensor> params = full_parameters(model);
-  Status status = Status::Ok;
-  std::string why;
-  if (comm_->rank() == 0) {
-    try {
-      const torch::ScalarType dt = lm_weights_dtype(model);
-      if (lora_config_of(model)) params = merged_weights(model, params);  // the adapters merged in
-      for (auto& p : params) p = p.to(dt);
-      accel::save_pretrained(model, params, dir);
-    } catch (const Error& e) {
-      why = e.what();
-      status = e.status();
-    }
-  }
-  agree(status, why);  // the outcome on every process, the directory there on return
+  write_on_main(model, [&](std::vector<torch::Tensor>& params) {
+    const torch::ScalarType dt = lm_weights_dtype(model);
+    if (lora_config_of(model)) params = merged_weights(model, params);  // the adapters merged in
+    for (auto& p : params) p = p.to(dt);
+    accel::save_pretrained(model, params, dir);
+  });
 }
 
 void Accelerator::save_adapter(const Model& model, const std::string& dir) {
-  std::vector<torch::Tensor> params = full_parameters(model);
-  Status status = Status::Ok;
-  std::string why;
-  if (comm_->rank() == 0) {
-    try {
-      accel::save_adapter(model, params, dir);
-    } catch (const Error& e) {
-      why = e.what();
-      status = e.status();
-    }
-  }
-  agree(status, why);  // the outcome on every process, the directory there on return
+  write_on_main(model, [&](std::vector<torch::Tensor>& params) { accel::save_adapter(model, params, dir); });
 }
 
 void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared_ptr<Optimizer>& opt,

@@ -4,6 +4,7 @@
 // to its strategy (runtime/strategy/).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -127,6 +128,9 @@ class Accelerator {
   // Process 0's outcome on every process: with `status` not Ok there, every process throws
   // Error(status, process 0's message). A collective (a no-op on one process).
   void agree(Status status, const std::string& message);
+  // A save of the model's whole parameters: gathers them (a collective under ZeRO), runs
+  // write(params) on the main process, and gives every process its outcome.
+  void write_on_main(const Model& model, const std::function<void(std::vector<torch::Tensor>&)>& write);
   bool unscale_once();  // returns found_inf; unscales at most once per real step
   // Completes the step's gradients once: unscales them, then (token-mean losses) divides by
   // the global batch's token count. Returns found_inf.

@@ -125,6 +125,26 @@ void expect_error(F&& f, Status status, const std::vector<std::string>& parts) {
   }
 }
 
+// Runs fn(acc, rank) on `world` simulated ranks, each with a CPU Accelerator of strategy s
+// and `accumulation` gradient accumulation steps (seed 1).
+sim::RunReport on_ranks(int world, Strategy s, int64_t accumulation,
+                        const std::function<void(Accelerator&, sim::Rank&)>& fn) {
+  sim::WorldOptions wo;
+  wo.world_size = world;
+  wo.timeout_seconds = 30;
+  sim::World w(wo);
+  return w.run([&](sim::Rank& rk) {
+    Options o;
+    o.seed = 1;
+    o.device = DeviceKind::CPU;
+    o.strategy = s;
+    o.gradient_accumulation_steps = accumulation;
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Accelerator acc(o, c);
+    fn(acc, rk);
+  });
+}
+
 // ---------------------------------------------------------------------------------------
 // Parity with transformers
 
@@ -284,18 +304,8 @@ TEST(LM, OneStepUnderEveryStrategy) {
     auto base = load_pretrained(fixture(name));
     for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
     for (bool ckpt : {false, true}) {
-      sim::WorldOptions wo;
-      wo.world_size = 2;
-      wo.timeout_seconds = 20;
-      sim::World world(wo);
       std::vector<torch::Tensor> after;
-      auto rep = world.run([&](sim::Rank& rk) {
-        Options o;
-        o.seed = 1;
-        o.device = DeviceKind::CPU;
-        o.strategy = s;
-        std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
-        Accelerator acc(o, c);
+      auto rep = on_ranks(2, s, 1, [&](Accelerator& acc, sim::Rank& rk) {
         std::shared_ptr<Model> model = load_pretrained(fixture(name));
         set_gradient_checkpointing(*model, ckpt);
         SGDConfig sc;
@@ -683,18 +693,8 @@ TEST(LM, TokenMeanOverTheGlobalBatch) {
   (sum / static_cast<double>(count)).backward();
   const double lr = 0.5;
   for (Strategy s : {Strategy::DDP, Strategy::Zero2, Strategy::Zero3}) {
-    sim::WorldOptions wo;
-    wo.world_size = 2;
-    wo.timeout_seconds = 20;
-    sim::World world(wo);
     std::vector<torch::Tensor> after;
-    auto rep = world.run([&](sim::Rank& rk) {
-      Options o;
-      o.device = DeviceKind::CPU;
-      o.strategy = s;
-      o.gradient_accumulation_steps = 2;
-      std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
-      Accelerator acc(o, c);
+    auto rep = on_ranks(2, s, 2, [&](Accelerator& acc, sim::Rank& rk) {
       std::shared_ptr<Model> model = load_pretrained(fixture(name));
       SGDConfig sc;
       sc.lr = lr;
@@ -754,17 +754,8 @@ TEST(LM, Zero3GathersOneBlockAtATime) {
               block / 1048576.0, total / W / 1048576.0);
   std::printf("  strategy  resident before  forward's rise (MiB, eval, batch 1 x 4 tokens)\n");
   for (Strategy s : {Strategy::DDP, Strategy::Zero3}) {
-    sim::WorldOptions wo;
-    wo.world_size = W;
-    wo.timeout_seconds = 30;
-    sim::World world(wo);
     std::vector<uint64_t> resident(W), rise(W);
-    auto rep = world.run([&](sim::Rank& rk) {
-      Options o;
-      o.device = DeviceKind::CPU;
-      o.strategy = s;
-      std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
-      Accelerator acc(o, c);
+    auto rep = on_ranks(W, s, 1, [&](Accelerator& acc, sim::Rank& rk) {
       std::shared_ptr<Model> model = make_causal_lm(cfg, at::detail::createCPUGenerator(1));
       auto opt = std::make_shared<Optimizer>(model, SGDConfig{});
       acc.prepare(model, opt, nullptr, nullptr);
@@ -878,18 +869,9 @@ TEST(LoRA, TrainsUnderEveryStrategyWithALowerPeak) {
   for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
     uint64_t peaks[2] = {0, 0};
     for (int lora = 0; lora < 2; ++lora) {
-      sim::WorldOptions wo;
-      wo.world_size = 2;
-      wo.timeout_seconds = 30;
-      sim::World world(wo);
       std::vector<std::vector<torch::Tensor>> adapters(2);
       bool base_moved = false;
-      auto rep = world.run([&](sim::Rank& rk) {
-        Options o;
-        o.device = DeviceKind::CPU;
-        o.strategy = s;
-        std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
-        Accelerator acc(o, c);
+      auto rep = on_ranks(2, s, 1, [&](Accelerator& acc, sim::Rank& rk) {
         std::shared_ptr<Model> model = make_causal_lm(cfg, at::detail::createCPUGenerator(5));
         LoraConfig lc;
         lc.r = 4;
@@ -1101,17 +1083,8 @@ TEST(Adafactor, DDPAndCheckpointResume) {
     for (size_t i = 0; i < resumed.size(); ++i) EXPECT_TRUE(torch::equal(resumed[i], straight[i])) << i;
   }
   for (Strategy s : {Strategy::DDP, Strategy::Zero2}) {
-    sim::WorldOptions wo;
-    wo.world_size = 2;
-    wo.timeout_seconds = 20;
-    sim::World world(wo);
     std::vector<torch::Tensor> after;
-    auto rep = world.run([&](sim::Rank& rk) {
-      Options o;
-      o.device = DeviceKind::CPU;
-      o.strategy = s;
-      std::shared_ptr<comm::Communicator> cm(&rk.comm(), [](comm::Communicator*) {});
-      Accelerator acc(o, cm);
+    auto rep = on_ranks(2, s, 1, [&](Accelerator& acc, sim::Rank& rk) {
       std::shared_ptr<Model> model = load_pretrained(fixture("llama-tiny"));
       auto opt = std::make_shared<Optimizer>(model, c);
       acc.prepare(model, opt, nullptr, nullptr);

@@ -812,20 +812,25 @@ bool is_pretrained_file(const std::string& name) {
          name == "model.safetensors.index.json" || shard;
 }
 
-// A directory that holds only the files of a pretrained directory (and, unless empty is
-// enough, a config.json).
-bool is_pretrained_dir(const fs::path& dir, bool allow_empty) {
+// A directory that holds only regular files `file_ok` accepts (and writers' ".NAME.tmp.*"
+// leftovers) and, unless empty is enough, `required`.
+bool holds_only(const fs::path& dir, bool allow_empty, bool (*file_ok)(const std::string&), const char* required) {
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
-  bool config = false, any = false;
+  bool found = false, any = false;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const bool tmp = name.rfind(".", 0) == 0 && name.find(".tmp.") != std::string::npos;  // a writer's leftover
-    if (!fs::is_regular_file(it->symlink_status(ec)) || (!is_pretrained_file(name) && !tmp)) return false;
+    if (!fs::is_regular_file(it->symlink_status(ec)) || (!file_ok(name) && !tmp)) return false;
     any = true;
-    config = config || name == "config.json";
+    found = found || name == required;
   }
-  return !ec && (config || (allow_empty && !any));
+  return !ec && (found || (allow_empty && !any));
+}
+
+// A directory of a pretrained model's files only (and, unless empty is enough, config.json).
+bool is_pretrained_dir(const fs::path& dir, bool allow_empty) {
+  return holds_only(dir, allow_empty, is_pretrained_file, "config.json");
 }
 
 void fsync_path(const fs::path& p) {
@@ -887,21 +892,13 @@ void write_dir_atomically(const std::string& dir, const std::string& fn, const s
   fs::remove_all(old, ec);
 }
 
-// A directory holding only a PEFT adapter's files as accel writes them (and, unless empty is
+// A directory of a PEFT adapter's files as accel writes them only (and, unless empty is
 // enough, adapter_config.json).
+bool is_adapter_file(const std::string& name) {
+  return name == "adapter_config.json" || name == "adapter_model.safetensors";
+}
 bool is_adapter_dir(const fs::path& dir, bool allow_empty) {
-  std::error_code ec;
-  if (!fs::is_directory(fs::symlink_status(dir, ec))) return false;
-  bool config = false, any = false;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    const bool tmp = name.rfind(".", 0) == 0 && name.find(".tmp.") != std::string::npos;
-    const bool file = name == "adapter_config.json" || name == "adapter_model.safetensors";
-    if (!fs::is_regular_file(it->symlink_status(ec)) || (!file && !tmp)) return false;
-    any = true;
-    config = config || name == "adapter_config.json";
-  }
-  return !ec && (config || (allow_empty && !any));
+  return holds_only(dir, allow_empty, is_adapter_file, "adapter_config.json");
 }
 
 void write_safetensors_file(const fs::path& path, const std::vector<std::string>& names,
