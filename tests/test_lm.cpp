@@ -577,10 +577,12 @@ TEST(LM, GradientCheckpointingGivesTheSameGradients) {
     std::string name;
     bool dropout;
     bool bf16;
+    bool lora = false;  // LoRA adapters (with dropout when `dropout`): the blocks' trainables are the adapters
   };
   for (const Case& c : {Case{"gpt2-tiny", false, false}, Case{"llama-tiny", false, false},
                         Case{"llama-tiny-tied", false, false}, Case{"gpt2-tiny", true, false},
-                        Case{"llama-tiny", true, false}, Case{"llama-tiny", false, true}}) {
+                        Case{"llama-tiny", true, false}, Case{"llama-tiny", false, true},
+                        Case{"llama-tiny", true, false, true}, Case{"gpt2-tiny", false, false, true}}) {
     auto ref = read_map(fixture(c.name) + "/reference.safetensors");
     LMConfig cfg = read_lm_config(fixture(c.name) + "/config.json");
     if (c.dropout) cfg.embd_pdrop = cfg.attn_pdrop = cfg.resid_pdrop = cfg.attention_dropout = 0.1;
@@ -589,6 +591,15 @@ TEST(LM, GradientCheckpointingGivesTheSameGradients) {
     for (bool ckpt : {false, true}) {
       auto gen = at::detail::createCPUGenerator(7);
       auto model = make_causal_lm(cfg, gen);
+      if (c.lora) {
+        LoraConfig lc;
+        lc.r = 2;
+        lc.target_modules = {"all-linear"};
+        lc.dropout = c.dropout ? 0.1 : 0.0;
+        add_lora(*model, lc, at::detail::createCPUGenerator(8));
+        torch::NoGradGuard ng;  // B away from zero, so the adapters change the output
+        for (const auto& p : model->parameters()) p.normal_(0.0, 0.1, at::detail::createCPUGenerator(9));
+      }
       set_gradient_checkpointing(*model, ckpt);
       EXPECT_EQ(gradient_checkpointing(*model), ckpt);
       torch::Tensor loss;
@@ -612,8 +623,9 @@ TEST(LM, GradientCheckpointingGivesTheSameGradients) {
       const double scale = std::max(grads[0][i].abs().max().item<double>(), 1e-30);
       worst = std::max(worst, (grads[0][i] - grads[1][i]).abs().max().item<double>() / scale);
     }
-    std::printf("[ %s%s%s ] checkpointed gradients within %.3g (loss %.9g vs %.9g)\n", c.name.c_str(),
-                c.dropout ? ", dropout 0.1" : "", c.bf16 ? ", bf16 autocast" : "", worst, losses[0], losses[1]);
+    std::printf("[ %s%s%s%s ] checkpointed gradients within %.3g (loss %.9g vs %.9g)\n", c.name.c_str(),
+                c.lora ? ", LoRA" : "", c.dropout ? ", dropout 0.1" : "", c.bf16 ? ", bf16 autocast" : "", worst,
+                losses[0], losses[1]);
     EXPECT_EQ(losses[0], losses[1]) << c.name;
     EXPECT_LT(worst, 1e-6) << c.name << (c.dropout ? " dropout" : "") << (c.bf16 ? " bf16" : "");
   }
