@@ -160,6 +160,7 @@ ACCEL_ONE_VERSION(accel_lm_options, ACCEL_LM_OPTIONS);
 ACCEL_ONE_VERSION(accel_lm_data_options, ACCEL_LM_DATA_OPTIONS);
 ACCEL_ONE_VERSION(accel_lora_options, ACCEL_LORA_OPTIONS);
 ACCEL_ONE_VERSION(accel_adafactor_options, ACCEL_ADAFACTOR_OPTIONS);
+ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current
 // version and covers the whole struct, and every version is longer than the one before
@@ -197,6 +198,7 @@ ACCEL_VERSION_TABLE_OK(accel_lm_options);
 ACCEL_VERSION_TABLE_OK(accel_lm_data_options);
 ACCEL_VERSION_TABLE_OK(accel_lora_options);
 ACCEL_VERSION_TABLE_OK(accel_adafactor_options);
+ACCEL_VERSION_TABLE_OK(accel_generate_options);
 #undef ACCEL_VERSION_TABLE_OK
 
 // The size in bytes of version `version` of T, after checking the library knows it.

@@ -117,6 +117,36 @@ accel_status accel_lm_forward(accel_context* ctx, accel_model* model, const acce
   });
 }
 
+accel_status accel_generate_options_init(accel_generate_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_generate_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_lm_generate(accel_context* ctx, accel_model* model, const accel_tensor* input_ids,
+                               const accel_generate_options* opts, accel_tensor** out) {
+  return guard(ctx, "accel_lm_generate", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(input_ids);
+    NEED(out);
+    same_context(ctx, model->ctx, "model");
+    same_context(ctx, input_ids->owner, "input_ids");
+    const accel::LMConfig* cfg = accel::lm_config_of(*model->impl);
+    ACCEL_CHECK(cfg, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
+    const accel_generate_options o = read_options(opts);
+    accel::GenerateConfig g;
+    g.max_new_tokens = o.max_new_tokens;
+    g.temperature = o.temperature;
+    g.top_k = o.top_k;
+    g.eos_token_id = o.eos_token_id;
+    g.seed = o.seed;
+    g.use_cache = o.use_cache != 0;
+    accel::Accelerator& acc = acc_of(ctx);
+    accel::Model& m = *model->impl;
+    auto fwd = [&](const torch::Tensor& ids, accel::lm_detail::KVCache* cache) { return acc.forward(m, {ids}, cache); };
+    *out = wrap(accel::generate(fwd, input_ids->t, g, *cfg));
+  });
+}
+
 // ---------------------------------------------------------------------------------------
 // LoRA
 

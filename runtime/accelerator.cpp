@@ -272,7 +272,7 @@ bool Accelerator::prepared(const DataLoader* loader) const {
   return false;
 }
 
-torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor>& inputs) {
+torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor>& inputs, lm_detail::KVCache* cache) {
   torch::Device target = model.parameters().empty() ? device_ : model.parameters().front().device();
   std::vector<torch::Tensor> placed;
   placed.reserve(inputs.size());
@@ -282,6 +282,7 @@ torch::Tensor Accelerator::forward(Model& model, const std::vector<torch::Tensor
   }
   ForwardMode mode;
   mode.emulate_fp16 = emulate_fp16();
+  mode.cache = cache;
   std::optional<torch::NoGradGuard> no_grad;
   if (!model.is_training()) no_grad.emplace();
   std::optional<compat::AutocastGuard> autocast;

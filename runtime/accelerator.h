@@ -79,7 +79,8 @@ class Accelerator {
   // fields on every process instead of a hang or garbage in the first collective.
   void agree_on_configuration(const Model* m, const Optimizer* o, const DataLoader* l);
 
-  torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs);
+  // `cache`: a causal LM's KV cache (generation; runtime/models/transformer.h).
+  torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs, lm_detail::KVCache* cache = nullptr);
   std::optional<Batch> next_batch(DataLoader& loader);
 
   // `tokens` >= 0: the loss is a mean over that many tokens (a causal-LM loss), and the step's

@@ -23,9 +23,16 @@ class UnitGate {
   virtual void after(size_t unit, const torch::Tensor& out) = 0;
 };
 
+namespace lm_detail {
+struct KVCache;
+}
+
 struct ForwardMode {
   bool emulate_fp16 = false;  // round activations/weights/gradients through fp16
   UnitGate* gate = nullptr;   // when set, models that report gates_units() call it per unit
+  // A causal LM's keys and values of the positions before inputs[0] (generation): the
+  // forward attends to them, appends its own, and its positions continue after them.
+  lm_detail::KVCache* cache = nullptr;
 };
 
 class Model {

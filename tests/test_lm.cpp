@@ -798,6 +798,76 @@ TEST(LM, Zero3GathersOneBlockAtATime) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Generation with a KV cache
+
+TEST(LMGenerate, CacheGivesTheFullForwardsLogitsAndTokens) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied"}) {
+    auto model = load_pretrained(fixture(name));
+    model->train(false);
+    const LMConfig cfg = *lm_config_of(*model);
+    auto fwd = [&](const torch::Tensor& ids, lm_detail::KVCache* cache) {
+      ForwardMode m;
+      m.cache = cache;
+      return model->forward({ids}, m);
+    };
+    auto prompt = torch::randint(3, 120, {2, 5}, at::detail::createCPUGenerator(3));
+    // the cache's logits, step by step, are the full forward's at each position
+    torch::NoGradGuard ng;
+    auto full = model->forward({prompt}, ForwardMode{});
+    lm_detail::KVCache cache;
+    auto first = fwd(prompt.narrow(1, 0, 3), &cache);
+    cache.length += 3;
+    auto rest = fwd(prompt.narrow(1, 3, 2), &cache);
+    EXPECT_LT(max_rel(torch::cat({first, rest}, 1), full), 1e-5) << name;
+    GenerateConfig g;
+    g.max_new_tokens = 12;
+    auto with = generate(fwd, prompt, g, cfg);
+    g.use_cache = false;
+    auto without = generate(fwd, prompt, g, cfg);
+    EXPECT_EQ(with.sizes(), (std::vector<int64_t>{2, 17}));
+    EXPECT_TRUE(torch::equal(with, without)) << name;
+    EXPECT_TRUE(torch::equal(with.narrow(1, 0, 5), prompt));
+    // greedy: every new token is the argmax of the full forward on what came before
+    auto again = model->forward({with.narrow(1, 0, 16)}, ForwardMode{});
+    EXPECT_TRUE(torch::equal(again.narrow(1, 4, 12).argmax(-1), with.narrow(1, 5, 12))) << name;
+    // sampling: the seed decides; top_k 1 is greedy
+    g.use_cache = true;
+    g.temperature = 0.8;
+    g.top_k = 10;
+    g.seed = 5;
+    auto s1 = generate(fwd, prompt, g, cfg), s2 = generate(fwd, prompt, g, cfg);
+    EXPECT_TRUE(torch::equal(s1, s2));
+    g.top_k = 1;
+    EXPECT_TRUE(torch::equal(generate(fwd, prompt, g, cfg), with)) << name;
+    // eos: a finished row repeats it, and generation stops when every row has finished
+    g = GenerateConfig{};
+    g.max_new_tokens = 12;
+    g.eos_token_id = with[0][7].item<int64_t>();
+    auto e = generate(fwd, prompt, g, cfg);
+    EXPECT_LE(e.size(1), 17);
+    for (int64_t j = 8; j < e.size(1); ++j) EXPECT_EQ(e[0][j].item<int64_t>(), g.eos_token_id) << name << " " << j;
+    std::printf("[ %s ] greedy continuation with and without the KV cache: %s\n", name,
+                torch::equal(with, without) ? "identical" : "DIFFERENT");
+  }
+  auto model = load_pretrained(fixture("gpt2-tiny"));
+  auto fwd = [&](const torch::Tensor& ids, lm_detail::KVCache* cache) {
+    ForwardMode m;
+    m.cache = cache;
+    return model->forward({ids}, m);
+  };
+  const LMConfig cfg = *lm_config_of(*model);
+  auto prompt = torch::ones({1, 60}, torch::kLong);
+  GenerateConfig g;
+  g.max_new_tokens = 10;
+  expect_error([&] { generate(fwd, prompt, g, cfg); }, Status::InvalidArgument, {"n_positions", "64"});
+  g.max_new_tokens = 0;
+  expect_error([&] { generate(fwd, prompt, g, cfg); }, Status::InvalidArgument, {"max_new_tokens"});
+  g = GenerateConfig{};
+  g.temperature = -1;
+  expect_error([&] { generate(fwd, prompt.narrow(1, 0, 2), g, cfg); }, Status::InvalidArgument, {"temperature"});
+}
+
+// ---------------------------------------------------------------------------------------
 // LoRA against PEFT (tests/fixtures/lm/*-lora: adapters with random A and B)
 
 TEST(LoRA, MatchesPeft) {

@@ -4,6 +4,7 @@ package accel
 #include "shim.h"
 
 static ag_res ag_lm_options_init(accel_lm_options *o) { return ag_fail(accel_lm_options_init(o, ACCEL_LM_OPTIONS_VERSION)); }
+static ag_res ag_generate_options_init(accel_generate_options *o) { return ag_fail(accel_generate_options_init(o, ACCEL_GENERATE_OPTIONS_VERSION)); }
 static ag_res ag_adafactor_options_init(accel_adafactor_options *o) { return ag_fail(accel_adafactor_options_init(o, ACCEL_ADAFACTOR_OPTIONS_VERSION)); }
 static ag_res ag_lora_options_init(accel_lora_options *o) { return ag_fail(accel_lora_options_init(o, ACCEL_LORA_OPTIONS_VERSION)); }
 static ag_res ag_lm_data_options_init(accel_lm_data_options *o) { return ag_fail(accel_lm_data_options_init(o, ACCEL_LM_DATA_OPTIONS_VERSION)); }
@@ -95,6 +96,56 @@ func (m *Model) SavePretrained(dir string) error {
 	err = m.ctx.err(op, C.accel_save_pretrained(m.ctx.st.h, h, cs))
 	runtime.KeepAlive(m)
 	return err
+}
+
+// GenerateOptions says how a causal LM continues prompts (accel_generate_options).
+type GenerateOptions struct {
+	MaxNewTokens int64
+	Temperature  float64 // 0: greedy; > 0: sampling
+	TopK         int64   // sampling among the k most likely tokens (0: all)
+	EOSTokenID   int64   // a row that emits it has finished; -1: never
+	Seed         uint64
+	UseCache     bool
+}
+
+// DefaultGenerateOptions returns the library's defaults (32 greedy tokens, the KV cache).
+func DefaultGenerateOptions() GenerateOptions {
+	var c C.accel_generate_options
+	mustInit("accel_generate_options_init", C.ag_generate_options_init(&c))
+	return GenerateOptions{int64(c.max_new_tokens), float64(c.temperature), int64(c.top_k), int64(c.eos_token_id),
+		uint64(c.seed), c.use_cache != 0}
+}
+
+// Generate continues the prompts inputIDs ([batch, seq], int64, no padding) (accel_lm_generate)
+// and returns the prompts followed by the new tokens. opts nil: the defaults. Call
+// SetTraining(false) first (dropout).
+func (m *Model) Generate(inputIDs *Tensor, opts *GenerateOptions) (*Tensor, error) {
+	const op = "accel_lm_generate"
+	h, err := m.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	if inputIDs == nil {
+		return nil, errArg(op, "inputIDs is nil")
+	}
+	ih, err := inputIDs.handle(op)
+	if err != nil {
+		return nil, err
+	}
+	var c C.accel_generate_options
+	mustInit("accel_generate_options_init", C.ag_generate_options_init(&c))
+	if opts != nil {
+		c.max_new_tokens, c.temperature, c.top_k = C.int64_t(opts.MaxNewTokens), C.double(opts.Temperature), C.int64_t(opts.TopK)
+		c.eos_token_id, c.seed, c.use_cache = C.int64_t(opts.EOSTokenID), C.uint64_t(opts.Seed), cbool(opts.UseCache)
+	}
+	var out *C.accel_tensor
+	err = m.ctx.err(op, C.accel_lm_generate(m.ctx.st.h, h, ih, &c, &out))
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(inputIDs)
+	if err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
 }
 
 // LoRAOptions are PEFT's LoraConfig fields (accel_lora_options).

@@ -220,3 +220,24 @@ func TestAdafactor(t *testing.T) {
 	_, err := ctx.NewAdafactor(must(ctx.LoadPretrained(lmFixture("gpt2-tiny"), nil)), &bad)
 	wantErr(t, err, ErrInvalidArgument, "relative_step")
 }
+
+func TestGenerate(t *testing.T) {
+	ctx := newCtx(t, nil)
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))
+	ok(t, m.SetTraining(false))
+	prompt := must(NewTensor([]int64{5, 17, 3, 99}, 1, 4))
+	o := DefaultGenerateOptions()
+	o.MaxNewTokens = 6
+	out := must(m.Generate(prompt, &o))
+	if s := must(out.Shape()); !reflect.DeepEqual(s, []int64{1, 10}) {
+		t.Fatal(s)
+	}
+	o.UseCache = false
+	again := must(m.Generate(prompt, &o))
+	if !reflect.DeepEqual(must(ToSlice[int64](out)), must(ToSlice[int64](again))) {
+		t.Fatal("the KV cache changed the tokens")
+	}
+	o.MaxNewTokens = 0
+	_, err := m.Generate(prompt, &o)
+	wantErr(t, err, ErrInvalidArgument, "max_new_tokens")
+}

@@ -40,7 +40,9 @@ class GPT2 final : public TransformerLM {
   }
 
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
-    const torch::Tensor mask = check_inputs(inputs, /*bounded=*/true);
+    KVCache* cache = mode.cache;
+    const int64_t past = cache ? cache->length : 0;
+    const torch::Tensor mask = check_inputs(inputs, /*bounded=*/true, past);
     const torch::Tensor& ids = inputs[0];
     const int64_t B = ids.size(0), T = ids.size(1), E = cfg_.hidden_size, H = cfg_.num_heads, D = cfg_.head_dim;
     UnitGate* gate = mode.gate;
@@ -49,8 +51,8 @@ class GPT2 final : public TransformerLM {
     auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == wt ? t : t.to(wt); };
 
     gate_before(gate, 0);
-    // positions 0..T-1 for every row (transformers' default; see tests/fixtures/lm/README.md)
-    auto pos = torch::arange(T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
+    // positions past..past+T-1 for every row (transformers' default; see tests/fixtures/lm/README.md)
+    auto pos = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
     torch::Tensor h = torch::embedding(P[0], ids) + torch::embedding(P[1], pos).unsqueeze(0);
     h = dropout(h, cfg_.embd_pdrop, training_, gen_);
     gate_after(gate, 0, h);
@@ -60,7 +62,7 @@ class GPT2 final : public TransformerLM {
     const bool drops = training_ && (cfg_.attn_pdrop > 0 || cfg_.resid_pdrop > 0 || lora_dropout() > 0);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
-      auto block = [this, l, B, T, E, H, D, eps, mask, wt](const torch::Tensor& hin) {
+      auto block = [this, l, B, T, E, H, D, eps, mask, wt, cache](const torch::Tensor& hin) {
         const auto& P = params_;
         const size_t b = 2 + 12 * static_cast<size_t>(l);
         auto cast = [&](const torch::Tensor& t) { return t.scalar_type() == wt ? t : t.to(wt); };
@@ -72,6 +74,7 @@ class GPT2 final : public TransformerLM {
         auto qkv = conv(a.reshape({B * T, E}), b + 2, 0).view({B, T, 3, H, D});
         auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2),
              v = qkv.select(2, 2).transpose(1, 2);
+        if (cache) std::tie(k, v) = cache_append(*cache, l, k, v);
         double scale = cfg_.scale_attn_weights ? 1.0 / std::sqrt(static_cast<double>(D)) : 1.0;
         if (cfg_.scale_attn_by_inverse_layer_idx) scale /= static_cast<double>(l + 1);
         auto att = attention(q, k, v, mask, scale, cfg_.attn_pdrop, training_, gen_);
@@ -83,7 +86,7 @@ class GPT2 final : public TransformerLM {
         return h + dropout(m, cfg_.resid_pdrop, training_, gen_);
       };
       gate_before(gate, u);
-      h = ckpt ? checkpoint(block, h, block_trainables(l), &gen_, drops) : block(h);
+      h = ckpt && !cache ? checkpoint(block, h, block_trainables(l), &gen_, drops) : block(h);
       gate_after(gate, u, h);
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1, f = 2 + 12 * static_cast<size_t>(cfg_.num_layers);

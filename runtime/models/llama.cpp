@@ -59,15 +59,17 @@ class Llama final : public TransformerLM {
     const torch::Tensor& ids = inputs[0];
     const int64_t B = ids.size(0), T = ids.size(1), H = cfg_.num_heads,
                   Hkv = cfg_.num_kv_heads, D = cfg_.head_dim;
+    KVCache* cache = mode.cache;
+    const int64_t past = cache ? cache->length : 0;
     UnitGate* gate = mode.gate;
     const auto& P = params_;
 
-    // rotary tables for positions 0..T-1 (every row; see tests/fixtures/lm/README.md), fp32:
+    // rotary tables for positions past..past+T-1 (every row; see tests/fixtures/lm/README.md), fp32:
     // inv_freq[i] = 1 / theta^(2i / D); dimension i pairs with i + D/2
     auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(ids.device());
     auto inv_freq = 1.0 / torch::pow(cfg_.rope_theta, torch::arange(0, D, 2, torch::TensorOptions().dtype(torch::kLong))
                                                            .to(torch::kFloat) / static_cast<double>(D));
-    auto freqs = torch::outer(torch::arange(T, f32), inv_freq.to(ids.device()));
+    auto freqs = torch::outer(torch::arange(past, past + T, f32), inv_freq.to(ids.device()));
     auto emb = torch::cat({freqs, freqs}, -1);  // [T, D]
     auto cos = emb.cos().view({1, 1, T, D}), sin = emb.sin().view({1, 1, T, D});
 
@@ -79,7 +81,7 @@ class Llama final : public TransformerLM {
     const bool ckpt = checkpoint_now();
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
-      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin](const torch::Tensor& hin) {
+      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin, cache](const torch::Tensor& hin) {
         const auto& P = params_;
         const bool ab = cfg_.attention_bias, mb = cfg_.mlp_bias;
         size_t i = 1 + per_layer_ * static_cast<size_t>(l);
@@ -97,6 +99,7 @@ class Llama final : public TransformerLM {
         auto v = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
         auto qr = (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type()));
         auto kr = (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type()));
+        if (cache) std::tie(kr, v) = cache_append(*cache, l, kr, v);
         auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_);
         torch::Tensor h = hin + lin(att, ab);
         x = rms_norm(h, P[norm1 + 1], eps);
@@ -105,7 +108,7 @@ class Llama final : public TransformerLM {
         return h + lin(activate(cfg_.activation, g) * up, mb);
       };
       gate_before(gate, u);
-      h = ckpt ? checkpoint(block, h, block_trainables(l), &gen_, training_ && (cfg_.attention_dropout > 0 || lora_dropout() > 0)) : block(h);
+      h = ckpt && !cache ? checkpoint(block, h, block_trainables(l), &gen_, training_ && (cfg_.attention_dropout > 0 || lora_dropout() > 0)) : block(h);
       gate_after(gate, u, h);
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1,

@@ -250,6 +250,54 @@ json lm_config_json(const LMConfig& c) {
   return j;
 }
 
+torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, lm_detail::KVCache*)>& forward,
+                       const torch::Tensor& ids, const GenerateConfig& c, const LMConfig& model_cfg) {
+  ACCEL_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) >= 1 && ids.size(1) >= 1, Status::InvalidArgument,
+              "input_ids must be [batch, seq] with batch, seq >= 1, got ", ids.defined() ? shape_str(ids) : "none");
+  ACCEL_CHECK(ids.scalar_type() == torch::kLong, Status::InvalidArgument, "input_ids must be int64, got ",
+              c10::toString(ids.scalar_type()));
+  ACCEL_CHECK(c.max_new_tokens >= 1, Status::InvalidArgument, "max_new_tokens must be >= 1, got ", c.max_new_tokens);
+  ACCEL_CHECK(std::isfinite(c.temperature) && c.temperature >= 0, Status::InvalidArgument,
+              "temperature must be finite and >= 0 (0: greedy), got ", c.temperature);
+  ACCEL_CHECK(c.top_k >= 0, Status::InvalidArgument, "top_k must be >= 0 (0: every token), got ", c.top_k);
+  ACCEL_CHECK(c.eos_token_id >= -1 && c.eos_token_id < model_cfg.vocab_size, Status::InvalidArgument,
+              "eos_token_id must be -1 (none) or a token id below ", model_cfg.vocab_size, ", got ", c.eos_token_id);
+  if (model_cfg.family == LMFamily::GPT2)
+    ACCEL_CHECK(ids.size(1) + c.max_new_tokens <= model_cfg.max_position_embeddings, Status::InvalidArgument,
+                "the prompt's ", ids.size(1), " tokens and max_new_tokens ", c.max_new_tokens, " exceed n_positions ",
+                model_cfg.max_position_embeddings);
+  torch::NoGradGuard ng;
+  auto gen = at::detail::createCPUGenerator(c.seed);
+  torch::Tensor out = ids.to(torch::kCPU).contiguous();
+  torch::Tensor done = torch::zeros({ids.size(0)}, torch::kBool);
+  lm_detail::KVCache cache;
+  torch::Tensor next_input = out;
+  for (int64_t step = 0; step < c.max_new_tokens; ++step) {
+    torch::Tensor logits = c.use_cache ? forward(next_input, &cache) : forward(out, nullptr);
+    if (c.use_cache) cache.length += next_input.size(1);
+    torch::Tensor last = logits.select(1, logits.size(1) - 1).to(torch::kCPU, torch::kFloat);  // [B, V]
+    torch::Tensor tok;
+    if (c.temperature == 0) {
+      tok = last.argmax(-1);
+    } else {
+      torch::Tensor l = last / c.temperature;
+      if (c.top_k > 0 && c.top_k < l.size(-1)) {
+        auto kth = std::get<0>(l.topk(c.top_k, -1)).select(-1, c.top_k - 1).unsqueeze(-1);
+        l = l.masked_fill(l < kth, -std::numeric_limits<float>::infinity());
+      }
+      tok = torch::multinomial(torch::softmax(l, -1), 1, false, gen).squeeze(-1);
+    }
+    if (c.eos_token_id >= 0) {
+      tok = torch::where(done, torch::full_like(tok, c.eos_token_id), tok);
+      done = done.logical_or(tok.eq(c.eos_token_id));
+    }
+    out = torch::cat({out, tok.unsqueeze(1)}, 1);
+    next_input = tok.unsqueeze(1).to(ids.device());
+    if (c.eos_token_id >= 0 && done.all().item<bool>()) break;
+  }
+  return out;
+}
+
 const LMConfig* lm_config_of(const Model& model) {
   auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
   return m ? &m->config() : nullptr;
@@ -354,7 +402,24 @@ void TransformerLM::to(const torch::Device& device) {
   set_parameters(lora_->names, lora_->params);
 }
 
-torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const {
+std::pair<torch::Tensor, torch::Tensor> TransformerLM::cache_append(KVCache& cache, int64_t layer, const torch::Tensor& k,
+                                                                     const torch::Tensor& v) {
+  const size_t l = static_cast<size_t>(layer);
+  if (cache.k.size() <= l) {
+    cache.k.resize(l + 1);
+    cache.v.resize(l + 1);
+  }
+  if (cache.k[l].defined()) {
+    cache.k[l] = torch::cat({cache.k[l], k}, 2);
+    cache.v[l] = torch::cat({cache.v[l], v}, 2);
+  } else {
+    cache.k[l] = k.contiguous();
+    cache.v[l] = v.contiguous();
+  }
+  return {cache.k[l], cache.v[l]};
+}
+
+torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded, int64_t past) const {
   ACCEL_CHECK(inputs.size() == 1 || inputs.size() == 2, Status::InvalidArgument,
               "num_inputs must be 1 (input_ids) or 2 (input_ids, attention_mask) for a causal LM, got ", inputs.size());
   const torch::Tensor& ids = inputs[0];
@@ -368,8 +433,8 @@ torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inpu
   ACCEL_CHECK(lo >= 0 && hi < cfg_.vocab_size, Status::InvalidArgument, "inputs[0] (input_ids): token id ",
               lo < 0 ? lo : hi, " is out of range for vocab_size ", cfg_.vocab_size);
   if (bounded)
-    ACCEL_CHECK(ids.size(1) <= cfg_.max_position_embeddings, Status::InvalidArgument, "inputs[0] (input_ids): ",
-                ids.size(1), " positions, the model has ", cfg_.max_position_embeddings);
+    ACCEL_CHECK(past + ids.size(1) <= cfg_.max_position_embeddings, Status::InvalidArgument, "inputs[0] (input_ids): ",
+                past + ids.size(1), " positions, the model has ", cfg_.max_position_embeddings);
   if (inputs.size() == 1) return {};
   const torch::Tensor& mask = inputs[1];
   ACCEL_CHECK(mask.defined() && mask.sizes() == ids.sizes(), Status::InvalidArgument,
@@ -397,7 +462,7 @@ torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Ge
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double scale, double drop, bool training, at::Generator& gen) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), S = k.size(2);
   torch::Tensor kk = k, vv = v;
   if (Hkv != H) {  // grouped-query attention: query head h uses key-value head h / (H / Hkv)
     kk = k.repeat_interleave(H / Hkv, 1);
@@ -414,9 +479,9 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
       if (was) compat::set_autocast_enabled(type, true);
     }
   } no_autocast(q.device().type());
-  auto allowed = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril();
-  allowed = allowed.view({1, 1, T, T});
-  if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).view({B, 1, 1, T}));
+  auto allowed = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril(S - T);
+  allowed = allowed.view({1, 1, T, S});
+  if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).view({B, 1, 1, S}));
   // the float minimum, as transformers' eager attention: a query that sees no key attends
   // uniformly instead of producing NaN
   const float lowest = std::numeric_limits<float>::lowest();

@@ -127,6 +127,22 @@ void save_adapter(const Model& model, const std::vector<torch::Tensor>& lora, co
 // W + scale B A (GPT-2's Conv1D: its transpose). Without LoRA: the base weights.
 std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<torch::Tensor>& lora);
 
+// Text generation (docs/lm.md, "Generation"): greedy or sampled continuations of prompts.
+struct GenerateConfig {
+  int64_t max_new_tokens = 32;
+  double temperature = 0.0;  // 0: greedy; > 0: sampling from softmax(logits / temperature)
+  int64_t top_k = 0;         // sampling among the k most likely tokens (0: all)
+  int64_t eos_token_id = -1; // a row that emits it is finished (it then repeats it); -1: none
+  uint64_t seed = 0;         // the sampling generator's seed
+  bool use_cache = true;     // the KV cache (off: every step runs the whole sequence again)
+};
+// `forward(ids, cache)` runs the model on ids [B, t] after the positions `cache` holds (nullptr:
+// from position 0) and returns the logits [B, t, V]. Returns the prompts `ids` [B, T] (int64,
+// no padding) followed by the new tokens: [B, T + n], n <= max_new_tokens (fewer when every
+// row has emitted eos_token_id).
+torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, lm_detail::KVCache*)>& forward,
+                       const torch::Tensor& ids, const GenerateConfig& cfg, const LMConfig& model_cfg);
+
 // The config of a model made here; nullptr for other models.
 const LMConfig* lm_config_of(const Model& model);
 // The dtype its parameters were made in (kFloat or kBFloat16).
@@ -140,6 +156,12 @@ bool gradient_checkpointing(const Model& model);
 // ---------------------------------------------------------------------------------------
 // What the family files share (not an API)
 namespace lm_detail {
+
+// The keys and values of every layer for the positions seen so far ([B, Hkv, length, D]).
+struct KVCache {
+  std::vector<torch::Tensor> k, v;
+  int64_t length = 0;
+};
 
 // The base of both families: parameters, training flag, units.
 class TransformerLM : public Model {
@@ -191,7 +213,10 @@ class TransformerLM : public Model {
   const torch::Tensor& p(size_t i) const { return parameters()[i]; }
   // Checks inputs = {input_ids [B, T]} or {input_ids, attention_mask [B, T]} (int64,
   // ids < vocab, T <= max positions when `bounded`) and returns the mask (undefined if none).
-  torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded) const;
+  torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded, int64_t past = 0) const;
+  // Appends layer `layer`'s new keys and values to the cache and returns all of them.
+  static std::pair<torch::Tensor, torch::Tensor> cache_append(KVCache& cache, int64_t layer, const torch::Tensor& k,
+                                                              const torch::Tensor& v);
   // The trainable parameters of block `layer` (its weights, or its adapters under LoRA).
   std::vector<torch::Tensor> block_trainables(int64_t layer) const;
   // The ZeRO-3 gate around base unit u (0 embeddings, 1..L blocks, L+1 final norm and head);
@@ -215,9 +240,10 @@ class TransformerLM : public Model {
   std::vector<std::vector<size_t>> units_;
 };
 
-// Scaled dot-product attention in fp32: q [B, H, T, D], k and v [B, Hkv, T, D] (query head h
-// uses key-value head h / (H / Hkv)); query i sees key j iff j <= i and mask[b, j] != 0
-// (mask int64 [B, T], or undefined: causal only). Returns [B, T, H * D] in v's dtype.
+// Scaled dot-product attention in fp32: q [B, H, T, D], k and v [B, Hkv, S, D] with S >= T
+// (the last T keys are the queries' own positions, the first S - T cached ones; query head h
+// uses key-value head h / (H / Hkv)); query i sees key j iff j <= i + S - T and mask[b, j] != 0
+// (mask int64 [B, S], or undefined: causal only). Returns [B, T, H * D] in v's dtype.
 // libtorch's scaled_dot_product_attention where it exists (2.1+), else matmul + softmax.
 // `dropout` applies to the attention probabilities (training only).
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -98,6 +98,7 @@ GUARDED(accel_lm_options);
 GUARDED(accel_lora_options);
 GUARDED(accel_lm_data_options);
 GUARDED(accel_adafactor_options);
+GUARDED(accel_generate_options);
 #endif
 
 /* init(&opts, VERSION) into a guarded struct: ACCEL_OK, the version stored, nothing
@@ -274,6 +275,17 @@ static void check_options_init(void) {
         SAME(a.opts, a0, scale_parameter);
         SAME(a.opts, a0, relative_step);
         SAME(a.opts, a0, warmup_init);
+    }
+    {
+        guarded_accel_generate_options gg;
+        const accel_generate_options g0 = ACCEL_GENERATE_OPTIONS_INIT;
+        CHECK_INIT(gg, accel_generate_options_init, ACCEL_GENERATE_OPTIONS_VERSION);
+        SAME(gg.opts, g0, max_new_tokens);
+        SAME(gg.opts, g0, temperature);
+        SAME(gg.opts, g0, top_k);
+        SAME(gg.opts, g0, eos_token_id);
+        SAME(gg.opts, g0, seed);
+        SAME(gg.opts, g0, use_cache);
     }
 #endif
 }

@@ -1861,6 +1861,51 @@ void language_models() {
   });
 }
 
+void generation() {
+  options_init("accel_generate_options_init", accel_generate_options_init, ACCEL_GENERATE_OPTIONS_VERSION);
+  const std::string fn = "accel_lm_generate";
+  static const int64_t prompt_v[] = {1, 2, 3, 4};
+  auto gpt2 = [](Env& e) {
+    accel_model* m = nullptr;
+    ok(accel_model_load_pretrained(e.a.ctx, g_lm_fixture.c_str(), nullptr, &m), "accel_model_load_pretrained");
+    return m;
+  };
+  auto prompt = [] { return tensor(ACCEL_INT64, {1, 4}, prompt_v); };
+  null_case(fn, "ctx", [gpt2, prompt](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(nullptr, gpt2(e), prompt(), nullptr, out)); });
+  });
+  null_case(fn, "model", [prompt](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(e.a.ctx, nullptr, prompt(), nullptr, out), e.a.ctx); });
+  });
+  null_case(fn, "input_ids", [gpt2](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(e.a.ctx, gpt2(e), nullptr, nullptr, out), e.a.ctx); });
+  });
+  null_case(fn, "out", [gpt2, prompt](Env& e) { return R(accel_lm_generate(e.a.ctx, gpt2(e), prompt(), nullptr, nullptr), e.a.ctx); });
+  add(fn, "an MLP", ARG, {"not a causal LM"}, [prompt](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(e.a.ctx, e.a.model, prompt(), nullptr, out), e.a.ctx); });
+  });
+  using O = accel_generate_options;
+  const auto t = target<O>(
+      fn, "opts", [] { return O(ACCEL_GENERATE_OPTIONS_INIT); },
+      [gpt2, prompt](Env& e, const O& o) {
+        return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(e.a.ctx, gpt2(e), prompt(), &o, out), e.a.ctx); });
+      });
+  t.versions();
+  t.field<int64_t>("max_new_tokens", &O::max_new_tokens, {0, -1});
+  t.field("temperature", &O::temperature, plus(kNonFinite, {-1}));
+  t.field<int64_t>("top_k", &O::top_k, {-1});
+  t.field<int64_t>("eos_token_id", &O::eos_token_id, {-2, 128});
+  t.bad("max_new_tokens=61 (past n_positions 64)", {"n_positions", "64"}, [](O& o) { o.max_new_tokens = 61; });
+  static const int64_t past_vocab[] = {1, 128};
+  add(fn, "a token id past the vocabulary", ARG, {"128", "vocab_size"}, [gpt2](Env& e) {
+    accel_tensor* ids = tensor(ACCEL_INT64, {1, 2}, past_vocab);
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(e.a.ctx, gpt2(e), ids, nullptr, out), e.a.ctx); });
+  });
+  add(fn, "input_ids float", ARG, {"input_ids", "int64"}, [gpt2](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate(e.a.ctx, gpt2(e), floats({1, 4}), nullptr, out), e.a.ctx); });
+  });
+}
+
 void lora() {
   options_init("accel_lora_options_init", accel_lora_options_init, ACCEL_LORA_OPTIONS_VERSION);
   auto base = [](Env& e, accel_context* c = nullptr) {
@@ -2145,6 +2190,7 @@ void register_cases() {
   simulator();
   checkpoints();
   language_models();
+  generation();
   lora();
   lm_data();
 }

@@ -113,7 +113,8 @@ def test_option_versions_and_defaults(table):
              "accel_lm_options": lib.accel_lm_options_init,
              "accel_lm_data_options": lib.accel_lm_data_options_init,
              "accel_lora_options": lib.accel_lora_options_init,
-             "accel_adafactor_options": lib.accel_adafactor_options_init}
+             "accel_adafactor_options": lib.accel_adafactor_options_init,
+             "accel_generate_options": lib.accel_generate_options_init}
     structs = {}
     for struct, init in inits.items():
         s = ffi.new(struct + " *")

@@ -232,3 +232,20 @@ def test_adafactor(acc):
     relative = accel.Adafactor(other)  # transformers' defaults: relative step sizes
     with pytest.raises(accel.InvalidArgumentError, match="relative_step"):
         accel.get_constant_schedule_with_warmup(relative, num_warmup_steps=1)
+
+
+def test_generate(acc):
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny")).eval()
+    prompt = np.array([[5, 17, 3, 99], [7, 8, 9, 10]], dtype=np.int64)
+    out = model.generate(prompt, max_new_tokens=6).numpy()
+    assert out.shape == (2, 10) and (out[:, :4] == prompt).all()
+    again = model.generate(prompt, max_new_tokens=6, use_cache=False).numpy()
+    np.testing.assert_array_equal(out, again)
+    # greedy: the last token is the argmax of the logits before it
+    logits = model.lm(out[:, :9]).logits.numpy()
+    np.testing.assert_array_equal(logits[:, -1].argmax(-1), out[:, 9])
+    sampled = model.generate(prompt, max_new_tokens=6, temperature=0.7, top_k=5, seed=3).numpy()
+    np.testing.assert_array_equal(sampled, model.generate(prompt, max_new_tokens=6, temperature=0.7, top_k=5,
+                                                          seed=3).numpy())
+    with pytest.raises(accel.InvalidArgumentError, match="max_new_tokens"):
+        model.generate(prompt, max_new_tokens=0)

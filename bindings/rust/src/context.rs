@@ -672,6 +672,16 @@ impl<'ctx> Model<'ctx> {
         Ok(CausalLmOutput { loss, logits, num_tokens: tokens })
     }
 
+    /// Continues the prompts `input_ids` ([batch, seq], int64, no padding) (`accel_lm_generate`):
+    /// the prompts followed by the new tokens. Switch to evaluation mode first (dropout).
+    pub fn generate(&self, input_ids: &Tensor, opts: &GenerateOptions) -> Result<Tensor> {
+        let o = opts.to_sys()?;
+        // SAFETY: a live context and model (borrowed for the call), a live tensor; `out` is tensor_out's local.
+        self.ctx.tensor_out(|out| unsafe {
+            sys::accel_lm_generate(self.ctx.raw.as_ptr(), self.raw.ptr(), input_ids.as_raw(), &o, out)
+        })
+    }
+
     /// Adds LoRA adapters (`accel_model_add_lora`): the base weights freeze and the model's
     /// parameters become the adapters. Before creating the optimizer and before `prepare`.
     pub fn add_lora(&self, opts: &LoraOptions) -> Result<()> {

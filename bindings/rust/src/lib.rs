@@ -83,7 +83,7 @@ mod util;
 pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Optimizer, Scheduler, StepResult};
 pub use error::{status_name, Error, Result, Status};
 pub use options::{
-    Activation, AdafactorOptions, AdamWOptions, Backend, DataLoaderOptions, Device, LambOptions, LmDataOptions, LmOptions, LoraOptions, MlpOptions,
+    Activation, AdafactorOptions, AdamWOptions, Backend, DataLoaderOptions, Device, GenerateOptions, LambOptions, LmDataOptions, LmOptions, LoraOptions, MlpOptions,
     Options, Precision,
     ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy,
 };

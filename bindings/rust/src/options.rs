@@ -256,6 +256,43 @@ impl LoraOptions {
     }
 }
 
+/// `accel_generate_options`: how a causal LM continues prompts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateOptions {
+    pub max_new_tokens: i64,
+    /// 0: greedy; > 0: sampling.
+    pub temperature: f64,
+    /// Sampling among the k most likely tokens (0: all).
+    pub top_k: i64,
+    /// A row that emits it has finished (None: never).
+    pub eos_token_id: Option<i64>,
+    pub seed: u64,
+    pub use_cache: bool,
+}
+
+impl Default for GenerateOptions {
+    /// `ACCEL_GENERATE_OPTIONS_INIT`
+    fn default() -> GenerateOptions {
+        GenerateOptions { max_new_tokens: 32, temperature: 0.0, top_k: 0, eos_token_id: None, seed: 0, use_cache: true }
+    }
+}
+
+impl GenerateOptions {
+    /// The raw struct.
+    pub fn to_sys(&self) -> Result<sys::accel_generate_options> {
+        let mut o = sys::ACCEL_GENERATE_OPTIONS_INIT;
+        // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+        check(unsafe { sys::accel_generate_options_init(&mut o, sys::ACCEL_GENERATE_OPTIONS_VERSION) }, std::ptr::null())?;
+        o.max_new_tokens = self.max_new_tokens;
+        o.temperature = self.temperature;
+        o.top_k = self.top_k;
+        o.eos_token_id = self.eos_token_id.unwrap_or(-1);
+        o.seed = self.seed;
+        o.use_cache = self.use_cache as i32;
+        Ok(o)
+    }
+}
+
 /// `accel_lm_data_options`: how a causal-LM loader makes samples and pads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LmDataOptions {

@@ -478,7 +478,32 @@ pub const ACCEL_ADAFACTOR_OPTIONS_INIT: accel_adafactor_options = accel_adafacto
     warmup_init: 0,
 };
 
-// ---- Functions (96, in the header's order) ------------------------------------------
+pub const ACCEL_GENERATE_OPTIONS_VERSION: u32 = 1;
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct accel_generate_options {
+    pub version: u32,
+    pub max_new_tokens: i64,
+    pub temperature: f64,
+    pub top_k: i64,
+    pub eos_token_id: i64,
+    pub seed: u64,
+    pub use_cache: i32,
+}
+
+/// `ACCEL_GENERATE_OPTIONS_INIT`
+pub const ACCEL_GENERATE_OPTIONS_INIT: accel_generate_options = accel_generate_options {
+    version: ACCEL_GENERATE_OPTIONS_VERSION,
+    max_new_tokens: 32,
+    temperature: 0.0,
+    top_k: 0,
+    eos_token_id: -1,
+    seed: 0,
+    use_cache: 1,
+};
+
+// ---- Functions (98, in the header's order) ------------------------------------------
 // The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel).
 
 extern "C" {
@@ -713,6 +738,14 @@ extern "C" {
         out_logits: *mut *mut accel_tensor,
         out_loss: *mut *mut accel_tensor,
         out_tokens: *mut i64,
+    ) -> accel_status;
+    pub fn accel_generate_options_init(opts: *mut accel_generate_options, version: u32) -> accel_status;
+    pub fn accel_lm_generate(
+        ctx: *mut accel_context,
+        model: *mut accel_model,
+        input_ids: *const accel_tensor,
+        opts: *const accel_generate_options,
+        out: *mut *mut accel_tensor,
     ) -> accel_status;
     pub fn accel_lora_options_init(opts: *mut accel_lora_options, version: u32) -> accel_status;
     pub fn accel_model_add_lora(ctx: *mut accel_context, model: *mut accel_model, opts: *const accel_lora_options)

@@ -139,6 +139,7 @@ fn struct_layouts_match_the_header() {
             version, lr, eps1, eps2, clip_threshold, decay_rate, beta1, weight_decay, scale_parameter, relative_step,
             warmup_init
         }),
+        layout!(accel_generate_options { version, max_new_tokens, temperature, top_k, eos_token_id, seed, use_cache }),
         layout!(accel_lora_options { version, r, alpha, dropout, target_modules, use_rslora }),
         layout!(accel_lm_data_options { version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length }),
     ];
@@ -209,6 +210,7 @@ fn constants_match_the_header() {
         ("accel_lm_data_options", sys::ACCEL_LM_DATA_OPTIONS_VERSION),
         ("accel_lora_options", sys::ACCEL_LORA_OPTIONS_VERSION),
         ("accel_adafactor_options", sys::ACCEL_ADAFACTOR_OPTIONS_VERSION),
+        ("accel_generate_options", sys::ACCEL_GENERATE_OPTIONS_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -345,6 +347,17 @@ fn init_defaults_match_the_header() {
     ] {
         check(format!("accel_adafactor_options.{}", f), v);
     }
+    let ge = sys::ACCEL_GENERATE_OPTIONS_INIT;
+    for (f, v) in [
+        ("max_new_tokens", ge.max_new_tokens.to_string()),
+        ("temperature", ge.temperature.to_string()),
+        ("top_k", ge.top_k.to_string()),
+        ("eos_token_id", ge.eos_token_id.to_string()),
+        ("seed", ge.seed.to_string()),
+        ("use_cache", ge.use_cache.to_string()),
+    ] {
+        check(format!("accel_generate_options.{}", f), v);
+    }
     let lo = sys::ACCEL_LORA_OPTIONS_INIT;
     check("accel_lora_options.r".into(), lo.r.to_string());
     check("accel_lora_options.alpha".into(), lo.alpha.to_string());
@@ -397,6 +410,9 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut af: sys::accel_adafactor_options = std::mem::zeroed();
         assert_eq!(sys::accel_adafactor_options_init(&mut af, 1), sys::ACCEL_OK);
         assert_eq!(af, sys::ACCEL_ADAFACTOR_OPTIONS_INIT);
+        let mut ge: sys::accel_generate_options = std::mem::zeroed();
+        assert_eq!(sys::accel_generate_options_init(&mut ge, 1), sys::ACCEL_OK);
+        assert_eq!(ge, sys::ACCEL_GENERATE_OPTIONS_INIT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -410,6 +426,7 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(accel::LmOptions::default().to_sys().unwrap(), sys::ACCEL_LM_OPTIONS_INIT);
     assert_eq!(accel::LmDataOptions::default().to_sys().unwrap(), sys::ACCEL_LM_DATA_OPTIONS_INIT);
     assert_eq!(accel::AdafactorOptions::default().to_sys().unwrap(), sys::ACCEL_ADAFACTOR_OPTIONS_INIT);
+    assert_eq!(accel::GenerateOptions::default().to_sys().unwrap(), sys::ACCEL_GENERATE_OPTIONS_INIT);
     let (lora, names) = accel::LoraOptions::default().to_sys().unwrap();
     assert!(lora == sys::ACCEL_LORA_OPTIONS_INIT && names.is_none());
     let sim = accel::SimOptions::default().to_sys().unwrap();
@@ -446,7 +463,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 96);
+    assert_eq!(mirrored.len(), 98);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

@@ -4,7 +4,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use accel::{AdafactorOptions, AdamWOptions, DType, LmDataOptions, LmOptions, LoraOptions, MlpOptions, Status, Tensor};
+use accel::{AdafactorOptions, AdamWOptions, DType, GenerateOptions, LmDataOptions, LmOptions, LoraOptions, MlpOptions, Status, Tensor};
 use common::{ctx, temp_dir};
 
 /// The error of a call that must fail (the Ok types need not be Debug).
@@ -201,4 +201,19 @@ fn adafactor_trains() {
     let e = err(ctx.adafactor(&model, &bad));
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.message.contains("relative_step"), "{}", e.message);
+}
+
+#[test]
+fn generate_with_and_without_the_cache() {
+    let ctx = ctx(7);
+    let model = ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default()).unwrap();
+    model.set_training(false).unwrap();
+    let prompt = Tensor::from_slice(&[5i64, 17, 3, 99], &[1, 4]).unwrap();
+    let opts = GenerateOptions { max_new_tokens: 6, ..Default::default() };
+    let out = model.generate(&prompt, &opts).unwrap();
+    assert_eq!(out.shape().unwrap(), vec![1, 10]);
+    let no_cache = GenerateOptions { use_cache: false, ..opts.clone() };
+    assert_eq!(out.to_vec::<i64>().unwrap(), model.generate(&prompt, &no_cache).unwrap().to_vec::<i64>().unwrap());
+    let bad = GenerateOptions { max_new_tokens: 100, ..Default::default() };
+    assert_eq!(err(model.generate(&prompt, &bad)).status, Status::InvalidArgument); // past n_positions (64)
 }

@@ -975,6 +975,38 @@ ACCEL_API accel_status accel_lm_forward(accel_context *ctx, accel_model *model, 
                                         const accel_tensor *attention_mask, const accel_tensor *labels,
                                         accel_tensor **out_logits, accel_tensor **out_loss, int64_t *out_tokens);
 
+#define ACCEL_GENERATE_OPTIONS_VERSION 1
+
+typedef struct accel_generate_options {
+    uint32_t version;        /* ACCEL_GENERATE_OPTIONS_VERSION */
+    int64_t max_new_tokens;  /* >= 1 (default 32) */
+    double temperature;      /* 0 (default): greedy; > 0: sampling from softmax(logits / temperature) */
+    int64_t top_k;           /* sampling among the k most likely tokens (0, the default: all) */
+    int64_t eos_token_id;    /* a row that emits it has finished and repeats it; generation
+                                stops when every row has (-1, the default: never) */
+    uint64_t seed;           /* the sampling generator's seed (default 0) */
+    int32_t use_cache;       /* non-zero (default): keep every layer's keys and values (the KV
+                                cache), so each new token runs the model on one position; zero:
+                                run the whole sequence again at each step (the same tokens) */
+} accel_generate_options;
+
+#define ACCEL_GENERATE_OPTIONS_INIT { ACCEL_GENERATE_OPTIONS_VERSION, 32, 0.0, 0, -1, 0, 1 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_generate_options_init(accel_generate_options *opts, uint32_t version);
+
+/* Continues the prompts input_ids (int64 [batch, seq], no padding) with the causal LM and
+ * returns *out: a new int64 host tensor [batch, seq + n] (the prompts, then n <=
+ * max_new_tokens new tokens). No gradient is recorded; in training mode dropout is active
+ * (call accel_model_set_training(ctx, model, 0) first, as model.eval() before transformers'
+ * generate). Under ZeRO-3 every process calls it with the same arguments (each forward
+ * gathers the weights). opts may be NULL (the defaults: 32 greedy tokens). Errors:
+ * ACCEL_ERR_INVALID_ARGUMENT for a model that is not a causal LM, a wrong shape or dtype, a
+ * token id outside the vocabulary, max_new_tokens < 1, a negative or non-finite temperature,
+ * top_k < 0, an eos_token_id outside the vocabulary, more positions than GPT-2's n_positions. */
+ACCEL_API accel_status accel_lm_generate(accel_context *ctx, accel_model *model, const accel_tensor *input_ids,
+                                         const accel_generate_options *opts, accel_tensor **out);
+
 /* LoRA: low-rank adapters on a causal LM's linear modules, in PEFT's format (docs/lm.md,
  * "LoRA"). Each adapted module computes W x + (alpha / r) B A dropout(x); the base weights
  * are frozen: the model's parameters (what optimizers, strategies, checkpoints and

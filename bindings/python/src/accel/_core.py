@@ -943,6 +943,28 @@ class Model(_Child):
                 return CausalLMOutput(None, out_logits, 0)
             return CausalLMOutput(Tensor._wrap(loss[0], acc), out_logits, int(tokens[0]))
 
+    def generate(self, input_ids: ArrayLike, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
+                 eos_token_id: Optional[int] = None, seed: int = 0, use_cache: bool = True) -> Tensor:
+        """Continues the prompts input_ids ([batch, seq], no padding) with a causal LM
+        (accel_lm_generate): greedy with temperature 0, else sampling (top_k: among the k most
+        likely). Returns the prompts followed by the new tokens. Call eval() first (dropout)."""
+        opts = ffi.new("accel_generate_options *")
+        _check(lib.accel_generate_options_init(opts, lib.ACCEL_GENERATE_OPTIONS_VERSION))
+        opts.max_new_tokens = int(max_new_tokens)
+        opts.temperature = float(temperature)
+        opts.top_k = int(top_k)
+        opts.eos_token_id = -1 if eos_token_id is None else int(eos_token_id)
+        opts.seed = int(seed)
+        opts.use_cache = 1 if use_cache else 0
+        out = ffi.new("accel_tensor **")
+        acc = self._acc
+        with acc._lock:
+            ctx, h = self._p()
+            with _Args((input_ids,), convert=(0,)) as (ids,):
+                st = lib.accel_lm_generate(ctx, h, ids, opts, out)
+            _check(st, ctx)
+            return Tensor._wrap(out[0])
+
     def add_lora(self, r: int = 8, lora_alpha: float = 8.0, lora_dropout: float = 0.0,
                  target_modules: Union[str, Sequence[str], None] = None, use_rslora: bool = False) -> "Model":
         """Adds LoRA adapters (accel_model_add_lora; PEFT's LoraConfig names): the base weights

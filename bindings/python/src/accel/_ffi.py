@@ -302,6 +302,18 @@ typedef struct accel_adafactor_options {
 } accel_adafactor_options;
 accel_status accel_adafactor_options_init(accel_adafactor_options *opts, uint32_t version);
 accel_status accel_optimizer_create_adafactor(accel_context *ctx, accel_model *model, const accel_adafactor_options *opts, accel_optimizer **out);
+#define ACCEL_GENERATE_OPTIONS_VERSION 1
+typedef struct accel_generate_options {
+    uint32_t version;
+    int64_t max_new_tokens;
+    double temperature;
+    int64_t top_k;
+    int64_t eos_token_id;
+    uint64_t seed;
+    int32_t use_cache;
+} accel_generate_options;
+accel_status accel_generate_options_init(accel_generate_options *opts, uint32_t version);
+accel_status accel_lm_generate(accel_context *ctx, accel_model *model, const accel_tensor *input_ids, const accel_generate_options *opts, accel_tensor **out);
 #define ACCEL_LORA_OPTIONS_VERSION 1
 typedef struct accel_lora_options {
     uint32_t version;
