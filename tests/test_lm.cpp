@@ -1296,6 +1296,14 @@ TEST(LMData, GroupByLength) {
 // on a skewed (log-normal) length distribution: the tokens computed, and one epoch's training
 // time of a small Llama. Length grouping saves more.
 TEST(LMData, DynamicPaddingSavesCompute) {
+  // one intra-op thread: meson runs two test programs at once on this 2-core machine, and
+  // libtorch 2.x's OpenMP threads spin-wait, so two programs of 2 threads each slow one
+  // another down by 3-10x, shape-dependently (the timings would measure the contention)
+  struct OneThread {
+    int before = at::get_num_threads();
+    OneThread() { at::set_num_threads(1); }
+    ~OneThread() { at::set_num_threads(before); }
+  } one_thread;
   const int64_t N = 96, B = 8, maxlen = 256;
   auto g = at::detail::createCPUGenerator(11);
   auto lens = torch::empty({N}).log_normal_(3.2, 0.8, g).round().clamp(4, maxlen).to(torch::kLong);
@@ -1310,7 +1318,7 @@ TEST(LMData, DynamicPaddingSavesCompute) {
     int64_t pad_to, multiple;
     bool group;
   };
-  std::printf("  %-34s %10s %10s %9s %10s\n", "padding", "tokens", "real", "useful", "epoch ms");
+  std::printf("  %-34s %10s %10s %9s %10s (1 thread)\n", "padding", "tokens", "real", "useful", "epoch ms");
   double t_max = 0, t_dyn = 0;
   int64_t tok_max = 0, tok_dyn = 0;
   for (const Run& r : {Run{"to the longest of the data (256)", maxlen, 0, false}, Run{"dynamic", 0, 0, false},
