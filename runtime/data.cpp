@@ -353,7 +353,8 @@ std::shared_ptr<const SampleSource> make_lm_source(const torch::Tensor& tokens, 
   ACCEL_CHECK(cfg.pad_to_multiple_of >= 0, Status::InvalidArgument, "pad_to_multiple_of must be >= 0, got ",
               cfg.pad_to_multiple_of);
   ACCEL_CHECK(cfg.max_length >= 0, Status::InvalidArgument, "max_length must be >= 0, got ", cfg.max_length);
-  torch::Tensor t = tokens.to(torch::kCPU, torch::kLong).contiguous();
+  // the source's own copy (as the header promises): the caller may release or reuse its tensor
+  torch::Tensor t = tokens.to(torch::kCPU, torch::kLong, /*non_blocking=*/false, /*copy=*/true).contiguous();
   const int64_t n = t.numel();
   std::vector<std::pair<int64_t, int64_t>> spans;
   if (!offsets.defined()) {

@@ -41,10 +41,7 @@ func (o *LMOptions) toC() C.accel_lm_options {
 		return c
 	}
 	c.dtype = C.accel_dtype(o.DType)
-	c.gradient_checkpointing = 0
-	if o.GradientCheckpointing {
-		c.gradient_checkpointing = 1
-	}
+	c.gradient_checkpointing = cbool(o.GradientCheckpointing)
 	return c
 }
 
@@ -177,10 +174,7 @@ func (m *Model) AddLoRA(opts LoRAOptions) error {
 	c.r = C.int32_t(opts.R)
 	c.alpha = C.double(opts.Alpha)
 	c.dropout = C.double(opts.Dropout)
-	c.use_rslora = 0
-	if opts.UseRSLoRA {
-		c.use_rslora = 1
-	}
+	c.use_rslora = cbool(opts.UseRSLoRA)
 	if len(opts.TargetModules) > 0 {
 		cs := C.CString(strings.Join(opts.TargetModules, ","))
 		defer C.free(unsafe.Pointer(cs))
@@ -330,10 +324,7 @@ func (o *LMDataOptions) toC() C.accel_lm_data_options {
 	c.max_length = C.int64_t(o.MaxLength)
 	c.pad_id = C.int64_t(o.PadID)
 	c.pad_to_multiple_of = C.int64_t(o.PadToMultipleOf)
-	c.group_by_length = 0
-	if o.GroupByLength {
-		c.group_by_length = 1
-	}
+	c.group_by_length = cbool(o.GroupByLength)
 	return c
 }
 
