@@ -161,6 +161,19 @@ ACCEL_ONE_VERSION(accel_lm_data_options, ACCEL_LM_DATA_OPTIONS);
 ACCEL_ONE_VERSION(accel_lora_options, ACCEL_LORA_OPTIONS);
 ACCEL_ONE_VERSION(accel_adafactor_options, ACCEL_ADAFACTOR_OPTIONS);
 ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
+ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
+// an output struct: the caller sets its version, the library writes that version's bytes
+template <>
+struct Versions<accel_memory_estimate> {
+  static constexpr const char* name = "accel_memory_estimate";
+  static accel_memory_estimate defaults() {
+    accel_memory_estimate e{};
+    e.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+    return e;
+  }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_memory_estimate)}};
+  static constexpr uint32_t current = ACCEL_MEMORY_ESTIMATE_VERSION;
+};
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current
 // version and covers the whole struct, and every version is longer than the one before
@@ -199,6 +212,8 @@ ACCEL_VERSION_TABLE_OK(accel_lm_data_options);
 ACCEL_VERSION_TABLE_OK(accel_lora_options);
 ACCEL_VERSION_TABLE_OK(accel_adafactor_options);
 ACCEL_VERSION_TABLE_OK(accel_generate_options);
+ACCEL_VERSION_TABLE_OK(accel_memory_estimate_options);
+ACCEL_VERSION_TABLE_OK(accel_memory_estimate);
 #undef ACCEL_VERSION_TABLE_OK
 
 // The size in bytes of version `version` of T, after checking the library knows it.

@@ -1744,3 +1744,42 @@ TEST(Checkpoint, RunningOutOfFileDescriptorsIsAResourceError) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   std::filesystem::remove_all(dir);
 }
+
+// accel_estimate_memory through the C ABI: a named shape's published counts, a config.json
+// directory, the fields of an older out-struct version left alone.
+TEST(MemoryEstimate, ThroughTheCABI) {
+  accel_memory_estimate_options o;
+  ASSERT_EQ(accel_memory_estimate_options_init(&o, ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION), ACCEL_OK);
+  EXPECT_EQ(o.optimizer, ACCEL_OPTIMIZER_ADAMW);
+  EXPECT_EQ(o.world_size, 1);
+  accel_memory_estimate e{};
+  e.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+  ASSERT_EQ(accel_estimate_memory("llama-7b", &o, &e), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(e.parameters, 6738415616);
+  EXPECT_EQ(e.trainable_parameters, 6738415616);
+  EXPECT_EQ(e.seq_len, 1024);
+  EXPECT_EQ(e.weights, 4ull * 6738415616ull);
+  EXPECT_EQ(e.gradients, 4ull * 6738415616ull);
+  EXPECT_EQ(e.optimizer_state, 8ull * 6738415616ull);
+  EXPECT_GT(e.activations, 0u);
+  EXPECT_GE(e.total, e.weights + e.gradients + e.optimizer_state + e.activations);
+  EXPECT_TRUE(e.attention == 1 || e.attention == 2);
+  // LoRA on 8 GPUs under ZeRO-3: the adapters of q_proj and v_proj, rank 16
+  o.lora_rank = 16;
+  o.strategy = ACCEL_STRATEGY_ZERO3;
+  o.world_size = 8;
+  o.mixed_precision = ACCEL_PRECISION_BF16;
+  ASSERT_EQ(accel_estimate_memory("llama-7b", &o, &e), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(e.trainable_parameters, 32LL * 2 * 16 * (4096 + 4096));
+  // a config.json in a directory: a tiny GPT-2 (tied head): wte + wpe + 2 blocks + ln_f
+  const auto dir = std::filesystem::temp_directory_path() / ("accel_estimate_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "vocab_size": 100, "n_embd": 16, "n_layer": 2,
+      "n_head": 2, "n_positions": 32})";
+  accel_memory_estimate_options d = ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT;
+  ASSERT_EQ(accel_estimate_memory(dir.c_str(), &d, &e), ACCEL_OK) << accel_last_error(nullptr);
+  const int64_t block = 2 * 16 + (16 * 48 + 48) + (16 * 16 + 16) + 2 * 16 + (16 * 64 + 64) + (64 * 16 + 16);
+  EXPECT_EQ(e.parameters, 100 * 16 + 32 * 16 + 2 * block + 2 * 16);
+  EXPECT_EQ(e.seq_len, 32);  // min(1024, n_positions)
+  std::filesystem::remove_all(dir);
+}

@@ -2177,6 +2177,85 @@ void lm_data() {
   add(fn, "opts.version=0", ARG, {"version", "0"}, run(with([](A& a) { a.lm.version = 0; })));
 }
 
+// accel_estimate_memory: no context; every option's domain; the out struct's version; what
+// accel_prepare refuses; a model that is neither a shape nor a config. *out untouched on failure.
+void memory_estimates() {
+  options_init("accel_memory_estimate_options_init", accel_memory_estimate_options_init,
+               ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION);
+  const std::string fn = "accel_estimate_memory";
+  auto run = [](const char* model, const accel_memory_estimate_options* o, uint32_t out_version) {
+    return [=](Env& e) {
+      accel_memory_estimate out;
+      fill(out);
+      out.version = out_version;
+      const accel_memory_estimate before = out;
+      R r = R(accel_estimate_memory(model, o, &out));
+      if (r.status != ACCEL_OK) e.expect(std::memcmp(&before, &out, sizeof out) == 0, "*out was written by the failing call");
+      return r;
+    };
+  };
+  null_case(fn, "model", run(nullptr, nullptr, ACCEL_MEMORY_ESTIMATE_VERSION));
+  null_case(fn, "out", [](Env&) { return R(accel_estimate_memory("gpt2", nullptr, nullptr)); });
+  add(fn, "model \"\"", ARG, {"model", "empty"}, run("", nullptr, ACCEL_MEMORY_ESTIMATE_VERSION));
+  add(fn, "an unknown shape", IO, {"gpt5", "named shape"}, run("gpt5", nullptr, ACCEL_MEMORY_ESTIMATE_VERSION));
+  for (uint32_t v : {0u, uint32_t{ACCEL_MEMORY_ESTIMATE_VERSION} + 1, 99u})
+    add(fn, "out->version=" + str(v), ARG, {"accel_memory_estimate", "version", str(v)},
+        run("gpt2", nullptr, v));
+  add(fn, "a config.json that is not JSON", FORMAT, {"config.json", "JSON"}, [](Env&) {
+    const fs::path d = "notjson";  // each case runs in a directory of its own
+    fs::create_directories(d);
+    write_file(d / "config.json", "{ nope");
+    accel_memory_estimate out{};
+    out.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+    return R(accel_estimate_memory(d.c_str(), nullptr, &out));
+  });
+  using O = accel_memory_estimate_options;
+  const auto t = target<O>(
+      fn, "opts", [] { return O ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT; },
+      [](Env& e, const O& o) {
+        accel_memory_estimate out;
+        fill(out);
+        out.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+        const accel_memory_estimate before = out;
+        R r = R(accel_estimate_memory("llama-7b", &o, &out));
+        if (r.status != ACCEL_OK) e.expect(std::memcmp(&before, &out, sizeof out) == 0, "*out was written by the failing call");
+        return r;
+      });
+  t.versions();
+  t.enums("mixed_precision", &O::mixed_precision);
+  t.enums("optimizer", &O::optimizer);
+  t.enums("strategy", &O::strategy);
+  t.bad("weights_dtype=ACCEL_INT64", {"weights_dtype", "3"}, [](O& o) { o.weights_dtype = ACCEL_INT64; });
+  t.field<int32_t>("world_size", &O::world_size, {0, -1});
+  t.field<int64_t>("micro_batch", &O::micro_batch, {0, -1, INT64_MIN});
+  t.field<int64_t>("seq_len", &O::seq_len, {-1, INT64_MIN});
+  t.field<int32_t>("lora_rank", &O::lora_rank, {-1});
+  t.field<int32_t>("attention", &O::attention, {3, -1});
+  t.bad("world_size=8 without a strategy", {"world_size", "strategy"}, [](O& o) { o.world_size = 8; });
+  t.bad("bf16 weights with bf16 autocast", {"bf16", "autocast"}, [](O& o) {
+    o.weights_dtype = ACCEL_BFLOAT16;
+    o.mixed_precision = ACCEL_PRECISION_BF16;
+  });
+  t.bad("lora_target_modules=\"\"", {"target_modules", "empty"}, [](O& o) {
+    o.lora_rank = 8;
+    o.lora_target_modules = "";
+  });
+  t.bad("lora_target_modules=\"c_attn\" on Llama", {"LoRA", "match no module"}, [](O& o) {
+    o.lora_rank = 8;
+    o.lora_target_modules = "c_attn";
+  });
+  t.bad("Adafactor under ZeRO-2", {"ZeRO", "Adafactor"}, [](O& o) {
+    o.optimizer = ACCEL_OPTIMIZER_ADAFACTOR;
+    o.strategy = ACCEL_STRATEGY_ZERO2;
+    o.world_size = 8;
+  }, UNSUPPORTED);
+  t.bad("bf16 weights under ZeRO-3", {"ZeRO", "fp32 parameters"}, [](O& o) {
+    o.weights_dtype = ACCEL_BFLOAT16;
+    o.strategy = ACCEL_STRATEGY_ZERO3;
+    o.world_size = 8;
+  }, UNSUPPORTED);
+}
+
 void register_cases() {
   basics();
   tensors();
@@ -2193,6 +2272,7 @@ void register_cases() {
   generation();
   lora();
   lm_data();
+  memory_estimates();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# `accel estimate-memory`: the table names each strategy's components, the JSON lines carry
+# the C ABI's numbers (llama-7b's 6,738,415,616 parameters, 4 bytes each in fp32), and bad
+# input is a clear error with a non-zero status.
+#   check_estimate.sh ACCEL_TOOL
+set -euo pipefail
+tool=$1
+table=$("$tool" estimate-memory llama-7b -n 8 --mixed-precision bf16 --seq 2048 --gradient-checkpointing)
+echo "$table"
+for want in "llama-7b: 6738 M parameters" "strategy" "weights" "activations" "total/GPU" "ddp " "zero1 " "zero2 " \
+            "zero3 " "accelerate estimate-memory"; do
+  grep -qF -- "$want" <<<"$table" || { echo "check_estimate: no '$want' in the table"; exit 1; }
+done
+json=$("$tool" estimate-memory llama-7b --json)
+echo "$json"
+python3 - "$json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert len(rows) == 1, rows
+r = rows[0]
+assert r["parameters"] == 6738415616, r
+b = r["bytes_per_gpu"]
+assert b["weights"] == 4 * 6738415616 and b["gradients"] == 4 * 6738415616 and b["optimizer"] == 8 * 6738415616, b
+assert b["total"] >= b["weights"] + b["gradients"] + b["optimizer"] + b["activations"], b
+PY
+# ZeRO-3 on 64 GPUs needs less per GPU than DDP
+lines=$("$tool" estimate-memory llama-7b -n 64 --mixed-precision bf16 --strategy ddp,zero3 --json)
+python3 - "$lines" <<'PY'
+import json, sys
+ddp, z3 = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert z3["bytes_per_gpu"]["total"] < ddp["bytes_per_gpu"]["total"] / 4, (ddp, z3)
+PY
+for bad in "nope-7b" "llama-7b --optimizer adam" "llama-7b -n 4 --strategy no" "llama-7b --strategy zero2 -n 2 --optimizer lamb"; do
+  # shellcheck disable=SC2086
+  if err=$("$tool" estimate-memory $bad 2>&1); then
+    echo "check_estimate: '$bad' succeeded: $err"; exit 1
+  fi
+  echo "refused '$bad': $err"
+done
+echo "check_estimate: ok"
