@@ -11,6 +11,11 @@ process of its own: W untimed steps, then N timed ones; its figure for the round
 step. Rounds alternate the sides (the first side rotates), and a side's figure is the median
 of its rounds. tokens_vs_pytorch = accel's tokens per second / PyTorch's (target >= 1).
 
+First, the estimate-memory error figures: build/bench/lm_memory_c trains 12 tiny
+configurations on the simulator through the C ABI and compares accel_estimate_memory with the
+measured per-rank peak (one line per configuration, "ratio" = estimated / measured, and a
+summary with the mean and worst |ratio - 1|; target: worst <= 0.10). It needs no venv.
+
   bench/lm_step.py [--build-dir build] [--python PY] [--rounds 3] [--steps 3] [--warmup 1]
                    [--threads N] [--quick] [--model gpt2-small|llama-tiny ...]
 
@@ -76,6 +81,20 @@ def main():
     a, _ = ap.parse_known_args()  # scripts/bench passes its own extra arguments to every benchmark
     if a.quick:
         a.rounds, a.steps = 1, 2
+    failed = 0
+    mem = pathlib.Path(a.build_dir) / "bench" / "lm_memory_c"
+    if mem.exists():
+        with tempfile.TemporaryDirectory() as tmp:
+            log("estimate-memory against the simulator (12 configurations)")
+            p = subprocess.run([str(mem), tmp], stdout=subprocess.PIPE, text=True)
+            for line in p.stdout.splitlines():
+                print(line, flush=True)
+            if p.returncode != 0:
+                log(f"lm_memory_c failed (status {p.returncode}): an estimate off by more than 10%, or a run failed")
+                failed += 1
+    else:
+        log(f"{mem} is missing (ninja -C {a.build_dir}): no estimate-memory figures")
+        failed += 1
     exe = pathlib.Path(a.build_dir) / "bench" / "lm_step_c"
     if not exe.exists():
         log(f"{exe} is missing (ninja -C {a.build_dir})")
@@ -84,7 +103,6 @@ def main():
         log(f"no Python with torch and transformers at {a.python}: scripts/lm_fixtures makes the lm venv "
             "(or pass --python)")
         return 1
-    failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.model or list(MODELS):
             cfg, batch, seq, precisions = MODELS[name]

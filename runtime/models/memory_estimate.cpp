@@ -146,11 +146,9 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   ACCEL_CHECK(o.seq_len >= 0, Status::InvalidArgument, "seq_len must be >= 0 (0: the default), got ", o.seq_len);
   ACCEL_CHECK(o.lora_rank >= 0, Status::InvalidArgument, "lora_rank must be >= 0 (0: full fine-tuning), got ",
               o.lora_rank);
-  const bool zero = o.strategy >= 2;
-  const bool lora = o.lora_rank > 0;
-  ACCEL_CHECK(!(zero && (o.optimizer == EstimateOptimizer::LAMB || o.optimizer == EstimateOptimizer::Adafactor)),
+  ACCEL_CHECK(!(o.strategy >= 2 && (o.optimizer == EstimateOptimizer::LAMB || o.optimizer == EstimateOptimizer::Adafactor)),
               Status::Unsupported, "ZeRO shards SGD and AdamW only (LAMB and Adafactor need whole tensors)");
-  ACCEL_CHECK(!(zero && o.bf16_weights && !lora), Status::Unsupported,
+  ACCEL_CHECK(!(o.strategy >= 2 && o.bf16_weights && o.lora_rank == 0), Status::Unsupported,
               "ZeRO shards fp32 parameters: with bf16 weights use mixed precision instead");
   ACCEL_CHECK(!(o.bf16_weights && o.precision != 0), Status::InvalidArgument,
               "bf16 weights train without autocast (mixed_precision 0): the weights are already 16-bit");
@@ -175,7 +173,11 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
 #endif
   }
   r.fused_attention = fused;
-  const Mode mode = o.bf16_weights ? kPure : o.precision != 0 ? kMixed : kFP32;
+  const bool zero = o.strategy >= 2;
+  const bool lora = o.lora_rank > 0;
+  // ZeRO's working weights are 16-bit under autocast: the blocks then save what bf16 weights
+  // do (measured: the same bytes); a LoRA base stays fp32 (ZeRO holds only the adapters)
+  const Mode mode = o.bf16_weights || (o.precision != 0 && zero && !lora) ? kPure : o.precision != 0 ? kMixed : kFP32;
 
   // parameters
   const auto mods = block_modules(c);
@@ -311,7 +313,7 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   // computed, as accel_lm_forward without out_logits; keeping them adds B x T x V x 4)
   const double logits = R * V * ((mode == kMixed ? 1.0 : 0.0) + 4.0 * (Tn - 1) / Tn);
   // autocast's bf16 copies of fp32 weights, saved for backward (ZeRO's working weights are bf16 already)
-  const bool copies = mode == kMixed && !zero;
+  const bool copies = mode == kMixed;
   const double weight_copies = copies ? 2.0 * ((o.gradient_checkpointing ? 0.0 : L * block_linear) + V * E) : 0.0;
   r.activations = saved_blocks + R * final_tok + logits + weight_copies;
 
