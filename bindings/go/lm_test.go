@@ -1,6 +1,7 @@
 package accel
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -240,4 +241,95 @@ func TestGenerate(t *testing.T) {
 	o.MaxNewTokens = 0
 	_, err := m.Generate(prompt, &o)
 	wantErr(t, err, ErrInvalidArgument, "max_new_tokens")
+}
+
+// llama7B is the parameter count of Llama-2-7B (EstimateMemory's named shape "llama-7b").
+const llama7B = 6738415616
+
+func TestEstimateMemory(t *testing.T) {
+	d := DefaultMemoryEstimateOptions()
+	if d.Optimizer != OptimizerAdamW || d.WorldSize != 1 || d.MicroBatch != 1 || d.SeqLen != 0 || d.Strategy != StrategyNo ||
+		d.MixedPrecision != PrecisionNo || d.WeightsDType != Float32 || d.Attention != AttentionAuto || d.LoRARank != 0 {
+		t.Fatalf("%+v", d)
+	}
+	e := must(EstimateMemory("llama-7b", nil))
+	if e.Parameters != llama7B || e.TrainableParameters != llama7B {
+		t.Fatalf("%+v", e)
+	}
+	// fp32 AdamW on one process: 4 bytes of weights, 4 of gradients, 8 of moments per parameter
+	if e.Weights != 4*llama7B || e.Gradients != 4*llama7B || e.OptimizerState != 8*llama7B {
+		t.Fatalf("%+v", e)
+	}
+	if e.Activations == 0 || e.Total < e.Weights+e.Gradients+e.OptimizerState+e.Activations {
+		t.Fatalf("%+v", e)
+	}
+	if e.SeqLen != 1024 || (e.Attention != AttentionEager && e.Attention != AttentionFused) {
+		t.Fatalf("%+v", e)
+	}
+	if same := must(EstimateMemory("llama-7b", &d)); same != e {
+		t.Fatalf("defaults %+v vs nil %+v", same, e)
+	}
+
+	// LoRA on PEFT's default targets (q_proj, v_proj): A [r, 4096] + B [4096, r] per module and layer
+	lo := DefaultMemoryEstimateOptions()
+	lo.LoRARank = 16
+	lora := must(EstimateMemory("llama-7b", &lo))
+	if lora.Parameters != llama7B || lora.TrainableParameters != 32*2*16*(4096+4096) || lora.Total >= e.Total {
+		t.Fatalf("%+v", lora)
+	}
+	lo.LoRATargetModules = []string{"q_proj", "v_proj"}
+	if named := must(EstimateMemory("llama-7b", &lo)); named != lora {
+		t.Fatalf("named targets %+v vs default %+v", named, lora)
+	}
+
+	// ZeRO-3 over 64 processes with bf16 autocast: (4 + 2 + 2 + 8) / 64 bytes per parameter
+	z := DefaultMemoryEstimateOptions()
+	z.MixedPrecision, z.Strategy, z.WorldSize = PrecisionBF16, StrategyZero3, 64
+	z3 := must(EstimateMemory("llama-7b", &z))
+	if per := float64(z3.Weights+z3.Gradients+z3.OptimizerState) / llama7B; math.Abs(per-0.25) > 1e-6 {
+		t.Fatalf("%v bytes per parameter: %+v", per, z3)
+	}
+
+	// the kernel asked for is the one reported; SGD keeps no state
+	a := DefaultMemoryEstimateOptions()
+	a.Attention = AttentionEager
+	eager := must(EstimateMemory("llama-7b", &a))
+	a.Attention = AttentionFused
+	fused := must(EstimateMemory("llama-7b", &a))
+	if eager.Attention != AttentionEager || fused.Attention != AttentionFused || fused.Activations >= eager.Activations {
+		t.Fatalf("eager %+v fused %+v", eager, fused)
+	}
+	sg := DefaultMemoryEstimateOptions()
+	sg.Optimizer, sg.SeqLen, sg.MicroBatch = OptimizerSGD, 512, 2
+	if s := must(EstimateMemory("llama-7b", &sg)); s.OptimizerState != 0 || s.SeqLen != 512 {
+		t.Fatalf("%+v", s)
+	}
+
+	// a config.json (or its directory) gives the parameters the model really has
+	tiny := must(EstimateMemory(lmFixture("llama-tiny"), nil))
+	if again := must(EstimateMemory(filepath.Join(lmFixture("llama-tiny"), "config.json"), nil)); again != tiny {
+		t.Fatalf("dir %+v vs config.json %+v", tiny, again)
+	}
+	ctx := newCtx(t, nil)
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))
+	if _, n, err := m.NumParameters(); err != nil || n != tiny.Parameters {
+		t.Fatalf("model %d parameters (%v), estimate %d", n, err, tiny.Parameters)
+	}
+}
+
+func TestEstimateMemoryErrors(t *testing.T) {
+	_, err := EstimateMemory("llama-3b", nil)
+	wantErr(t, err, ErrIO, "named shape")
+	o := DefaultMemoryEstimateOptions()
+	o.WorldSize = 4
+	_, err = EstimateMemory("llama-7b", &o)
+	wantErr(t, err, ErrInvalidArgument, "strategy")
+	o.Optimizer, o.Strategy, o.WorldSize = OptimizerLAMB, StrategyZero2, 2
+	_, err = EstimateMemory("llama-7b", &o)
+	wantErr(t, err, ErrUnsupported, "LAMB")
+	_, err = EstimateMemory("llama\x00-7b", nil)
+	wantErr(t, err, ErrInvalidArgument, "NUL")
+	var zero MemoryEstimateOptions // the zero value is not the defaults: micro-batch 0 is refused
+	_, err = EstimateMemory("llama-7b", &zero)
+	wantErr(t, err, ErrInvalidArgument, "accel_estimate_memory")
 }

@@ -249,3 +249,54 @@ def test_generate(acc):
                                                           seed=3).numpy())
     with pytest.raises(accel.InvalidArgumentError, match="max_new_tokens"):
         model.generate(prompt, max_new_tokens=0)
+
+
+LLAMA_7B = 6738415616  # parameters of Llama-2-7B (accel_estimate_memory's named shape "llama-7b")
+
+
+def test_estimate_memory():
+    e = accel.estimate_memory("llama-7b")
+    assert isinstance(e, accel.MemoryEstimate)
+    assert e.parameters == LLAMA_7B and e.trainable_parameters == LLAMA_7B
+    # fp32 AdamW, one process: 4 bytes of weights, 4 of gradients, 8 of moments per parameter
+    assert e.weights == 4 * LLAMA_7B and e.gradients == 4 * LLAMA_7B and e.optimizer_state == 8 * LLAMA_7B
+    assert e.activations > 0 and e.total >= e.weights + e.gradients + e.optimizer_state + e.activations
+    assert e.seq_len == 1024 and e.attention in (accel.Attention.EAGER, accel.Attention.FUSED)
+    # LoRA on PEFT's default targets (q_proj, v_proj): A [r, 4096] + B [4096, r] per module and layer
+    lora = accel.estimate_memory("llama-7b", lora_rank=16)
+    assert lora.parameters == LLAMA_7B and lora.trainable_parameters == 32 * 2 * 16 * (4096 + 4096)
+    assert lora.total < e.total
+    same = accel.estimate_memory("llama-7b", lora_rank=16, lora_target_modules=["q_proj", "v_proj"])
+    assert same == lora
+    # ZeRO-3 over 64 processes with bf16 autocast: (4 + 2 + 2 + 8) / 64 bytes per parameter
+    z3 = accel.estimate_memory("llama-7b", mixed_precision="bf16", strategy="zero3", world_size=64)
+    assert abs((z3.weights + z3.gradients + z3.optimizer_state) / LLAMA_7B - 0.25) < 1e-6
+    # the enums by value as well as by name; the kernel asked for is the one reported
+    eager = accel.estimate_memory("llama-7b", optimizer=accel.OptimizerKind.ADAMW, attention="eager")
+    fused = accel.estimate_memory("llama-7b", attention=accel.Attention.FUSED)
+    assert eager.attention == accel.Attention.EAGER and fused.attention == accel.Attention.FUSED
+    assert fused.activations < eager.activations
+    sgd = accel.estimate_memory("llama-7b", optimizer="sgd", seq_len=512, micro_batch=2)
+    assert sgd.optimizer_state == 0 and sgd.seq_len == 512
+    # a config.json (or its directory) gives the parameters the model really has
+    tiny = accel.estimate_memory(os.path.join(FIXTURES, "llama-tiny"))
+    assert tiny == accel.estimate_memory(os.path.join(FIXTURES, "llama-tiny", "config.json"))
+    with accel.Accelerator(seed=0, num_threads=1, cpu=True) as acc:
+        assert tiny.parameters == accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny")).num_parameters
+
+
+def test_estimate_memory_errors(tmp_path):
+    with pytest.raises(accel.IOError, match="named shape"):
+        accel.estimate_memory("llama-3b")
+    with pytest.raises(accel.IOError):
+        accel.estimate_memory(tmp_path / "missing")
+    with pytest.raises(accel.InvalidArgumentError, match="strategy"):
+        accel.estimate_memory("llama-7b", world_size=4)
+    with pytest.raises(accel.UnsupportedError, match="LAMB"):
+        accel.estimate_memory("llama-7b", optimizer="lamb", strategy="zero2", world_size=2)
+    with pytest.raises(accel.InvalidArgumentError, match="optimizer"):
+        accel.estimate_memory("llama-7b", optimizer="adam-ish")
+    with pytest.raises(accel.InvalidArgumentError, match="attention"):
+        accel.estimate_memory("llama-7b", attention="flash3")
+    with pytest.raises(accel.InvalidArgumentError, match="NUL"):
+        accel.estimate_memory("llama\0-7b")

@@ -4,6 +4,7 @@
 //! * [`sys`]: the raw ABI, mirrored by hand and checked against the header's layout table.
 //! * The safe layer: [`Context`], [`Model`], [`Optimizer`], [`Scheduler`], [`DataLoader`],
 //!   [`Tensor`], [`sim::run`], [`SimReport`]: RAII handles, `Result<T, Error>`, slices.
+//! * [`estimate_memory`]: the memory per GPU of training a causal LM, without a context.
 //!
 //! ```no_run
 //! use accel::{Context, Options, MlpOptions, AdamWOptions, DataLoaderOptions, Tensor};
@@ -75,6 +76,7 @@ pub mod sys;
 
 mod context;
 mod error;
+mod memory;
 mod options;
 pub mod sim;
 mod tensor;
@@ -82,9 +84,10 @@ mod util;
 
 pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Optimizer, Scheduler, StepResult};
 pub use error::{status_name, Error, Result, Status};
+pub use memory::{estimate_memory, MemoryEstimate};
 pub use options::{
-    Activation, AdafactorOptions, AdamWOptions, Backend, DataLoaderOptions, Device, GenerateOptions, LambOptions, LmDataOptions, LmOptions, LoraOptions, MlpOptions,
-    Options, Precision,
+    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, DataLoaderOptions, Device, GenerateOptions, LambOptions, LmDataOptions, LmOptions, LoraOptions,
+    MemoryEstimateOptions, MlpOptions, OptimizerKind, Options, Precision,
     ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy,
 };
 pub use sim::{RankOutcome, SimError, SimReport};

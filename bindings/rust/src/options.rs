@@ -90,6 +90,52 @@ c_enum!(
     Min = sys::ACCEL_REDUCE_MIN,
     Prod = sys::ACCEL_REDUCE_PROD,
 });
+c_enum!(
+    /// `accel_optimizer_kind`: the optimizer [`estimate_memory`](crate::estimate_memory) assumes
+    OptimizerKind: sys::accel_optimizer_kind {
+    /// no state
+    Sgd = sys::ACCEL_OPTIMIZER_SGD,
+    /// one momentum buffer per parameter
+    SgdMomentum = sys::ACCEL_OPTIMIZER_SGD_MOMENTUM,
+    /// two moments per parameter
+    AdamW = sys::ACCEL_OPTIMIZER_ADAMW,
+    /// factored second moments
+    Adafactor = sys::ACCEL_OPTIMIZER_ADAFACTOR,
+    /// two moments per parameter (not under ZeRO)
+    Lamb = sys::ACCEL_OPTIMIZER_LAMB,
+});
+
+/// The attention kernel [`estimate_memory`](crate::estimate_memory) assumes
+/// (`accel_memory_estimate_options.attention`, a plain `int32_t` in C).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Attention {
+    /// this build's kernel: fused with libtorch >= 2.1, else eager (0)
+    Auto,
+    /// the T x T attention probabilities are saved for backward (1)
+    Eager,
+    /// a GPU's flash or memory-efficient attention (2)
+    Fused,
+}
+
+impl Attention {
+    /// The raw C value.
+    pub fn to_raw(self) -> i32 {
+        match self {
+            Attention::Auto => 0,
+            Attention::Eager => 1,
+            Attention::Fused => 2,
+        }
+    }
+    /// The variant for a raw C value (None for a value this binding does not know).
+    pub fn from_raw(v: i32) -> Option<Attention> {
+        match v {
+            0 => Some(Attention::Auto),
+            1 => Some(Attention::Eager),
+            2 => Some(Attention::Fused),
+            _ => None,
+        }
+    }
+}
 
 /// `accel_options` (version 3). See the header for each field's domain; the library checks
 /// them in `Context::new` / `sim::run` (`Status::InvalidArgument` naming the field).
@@ -290,6 +336,79 @@ impl GenerateOptions {
         o.seed = self.seed;
         o.use_cache = self.use_cache as i32;
         Ok(o)
+    }
+}
+
+/// `accel_memory_estimate_options`: what [`estimate_memory`](crate::estimate_memory) assumes
+/// of the training run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryEstimateOptions {
+    /// Autocast with fp32 master weights.
+    pub mixed_precision: Precision,
+    /// `DType::F32` or `DType::BF16` (parameters, gradients and optimizer state in bf16; no autocast).
+    pub weights_dtype: DType,
+    pub optimizer: OptimizerKind,
+    /// Needed when `world_size` > 1.
+    pub strategy: Strategy,
+    /// Processes (GPUs), >= 1.
+    pub world_size: i32,
+    /// Sequences per micro-batch and GPU, >= 1.
+    pub micro_batch: i64,
+    /// Tokens per sequence; 0: min(1024, max_position_embeddings).
+    pub seq_len: i64,
+    pub gradient_checkpointing: bool,
+    /// > 0: LoRA adapters of this rank, the base frozen; 0: full fine-tuning.
+    pub lora_rank: i32,
+    /// The LoRA targets ("q_proj", "v_proj") or `["all-linear"]`; empty: PEFT's default for the family.
+    pub lora_target_modules: Vec<String>,
+    pub attention: Attention,
+}
+
+impl Default for MemoryEstimateOptions {
+    /// `ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT`
+    fn default() -> MemoryEstimateOptions {
+        MemoryEstimateOptions {
+            mixed_precision: Precision::No,
+            weights_dtype: DType::F32,
+            optimizer: OptimizerKind::AdamW,
+            strategy: Strategy::No,
+            world_size: 1,
+            micro_batch: 1,
+            seq_len: 0,
+            gradient_checkpointing: false,
+            lora_rank: 0,
+            lora_target_modules: Vec::new(),
+            attention: Attention::Auto,
+        }
+    }
+}
+
+impl MemoryEstimateOptions {
+    /// The raw struct and the C string its `lora_target_modules` points into (keep it alive).
+    pub fn to_sys(&self) -> Result<(sys::accel_memory_estimate_options, Option<CString>)> {
+        let mut o = sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT;
+        check(
+            // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+            unsafe { sys::accel_memory_estimate_options_init(&mut o, sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION) },
+            std::ptr::null(),
+        )?;
+        o.mixed_precision = self.mixed_precision.to_raw();
+        o.weights_dtype = self.weights_dtype.to_raw();
+        o.optimizer = self.optimizer.to_raw();
+        o.strategy = self.strategy.to_raw();
+        o.world_size = self.world_size;
+        o.micro_batch = self.micro_batch;
+        o.seq_len = self.seq_len;
+        o.gradient_checkpointing = self.gradient_checkpointing as i32;
+        o.lora_rank = self.lora_rank;
+        let names = if self.lora_target_modules.is_empty() {
+            None
+        } else {
+            Some(cstring(&self.lora_target_modules.join(","), "lora_target_modules")?)
+        };
+        o.lora_target_modules = names.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        o.attention = self.attention.to_raw();
+        Ok((o, names))
     }
 }
 

@@ -142,6 +142,14 @@ fn struct_layouts_match_the_header() {
         layout!(accel_generate_options { version, max_new_tokens, temperature, top_k, eos_token_id, seed, use_cache }),
         layout!(accel_lora_options { version, r, alpha, dropout, target_modules, use_rslora }),
         layout!(accel_lm_data_options { version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length }),
+        layout!(accel_memory_estimate_options {
+            version, mixed_precision, weights_dtype, optimizer, strategy, world_size, micro_batch, seq_len,
+            gradient_checkpointing, lora_rank, lora_target_modules, attention
+        }),
+        layout!(accel_memory_estimate {
+            version, parameters, trainable_parameters, seq_len, attention, weights, gradients, optimizer_state,
+            activations, temporaries, total
+        }),
     ];
     let mut seen_structs = BTreeSet::new();
     let mut seen_fields = BTreeSet::new();
@@ -186,6 +194,8 @@ fn constants_match_the_header() {
         ACCEL_ACT_RELU, ACCEL_ACT_GELU, ACCEL_ACT_TANH, ACCEL_ACT_SIGMOID,
         ACCEL_SCHEDULE_CONSTANT, ACCEL_SCHEDULE_LINEAR, ACCEL_SCHEDULE_COSINE,
         ACCEL_REDUCE_SUM, ACCEL_REDUCE_MEAN, ACCEL_REDUCE_MAX, ACCEL_REDUCE_MIN, ACCEL_REDUCE_PROD,
+        ACCEL_OPTIMIZER_SGD, ACCEL_OPTIMIZER_SGD_MOMENTUM, ACCEL_OPTIMIZER_ADAMW, ACCEL_OPTIMIZER_ADAFACTOR,
+        ACCEL_OPTIMIZER_LAMB,
     ];
     let names: BTreeSet<&str> = mirror.iter().map(|(n, _)| *n).collect();
     for (name, value) in &mirror {
@@ -211,6 +221,8 @@ fn constants_match_the_header() {
         ("accel_lora_options", sys::ACCEL_LORA_OPTIONS_VERSION),
         ("accel_adafactor_options", sys::ACCEL_ADAFACTOR_OPTIONS_VERSION),
         ("accel_generate_options", sys::ACCEL_GENERATE_OPTIONS_VERSION),
+        ("accel_memory_estimate_options", sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION),
+        ("accel_memory_estimate", sys::ACCEL_MEMORY_ESTIMATE_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -374,6 +386,22 @@ fn init_defaults_match_the_header() {
     ] {
         check(format!("accel_lm_data_options.{}", f), v.to_string());
     }
+    let me = sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT;
+    for (f, v) in [
+        ("mixed_precision", me.mixed_precision.to_string()),
+        ("weights_dtype", me.weights_dtype.to_string()),
+        ("optimizer", me.optimizer.to_string()),
+        ("strategy", me.strategy.to_string()),
+        ("world_size", me.world_size.to_string()),
+        ("micro_batch", me.micro_batch.to_string()),
+        ("seq_len", me.seq_len.to_string()),
+        ("gradient_checkpointing", me.gradient_checkpointing.to_string()),
+        ("lora_rank", me.lora_rank.to_string()),
+        ("lora_target_modules", s(me.lora_target_modules)),
+        ("attention", me.attention.to_string()),
+    ] {
+        check(format!("accel_memory_estimate_options.{}", f), v);
+    }
 
     let missing: Vec<_> = t.defaults.keys().filter(|k| !seen.contains(*k)).collect();
     assert!(missing.is_empty(), "defaults of the header not checked: {:?}", missing);
@@ -413,6 +441,9 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut ge: sys::accel_generate_options = std::mem::zeroed();
         assert_eq!(sys::accel_generate_options_init(&mut ge, 1), sys::ACCEL_OK);
         assert_eq!(ge, sys::ACCEL_GENERATE_OPTIONS_INIT);
+        let mut me: sys::accel_memory_estimate_options = std::mem::zeroed();
+        assert_eq!(sys::accel_memory_estimate_options_init(&mut me, 1), sys::ACCEL_OK);
+        assert_eq!(me, sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -427,6 +458,8 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(accel::LmDataOptions::default().to_sys().unwrap(), sys::ACCEL_LM_DATA_OPTIONS_INIT);
     assert_eq!(accel::AdafactorOptions::default().to_sys().unwrap(), sys::ACCEL_ADAFACTOR_OPTIONS_INIT);
     assert_eq!(accel::GenerateOptions::default().to_sys().unwrap(), sys::ACCEL_GENERATE_OPTIONS_INIT);
+    let (mem, names) = accel::MemoryEstimateOptions::default().to_sys().unwrap();
+    assert!(mem == sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT && names.is_none());
     let (lora, names) = accel::LoraOptions::default().to_sys().unwrap();
     assert!(lora == sys::ACCEL_LORA_OPTIONS_INIT && names.is_none());
     let sim = accel::SimOptions::default().to_sys().unwrap();
@@ -463,7 +496,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 98);
+    assert_eq!(mirrored.len(), 100);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

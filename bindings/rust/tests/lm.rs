@@ -4,7 +4,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use accel::{AdafactorOptions, AdamWOptions, DType, GenerateOptions, LmDataOptions, LmOptions, LoraOptions, MlpOptions, Status, Tensor};
+use accel::{
+    estimate_memory, AdafactorOptions, AdamWOptions, Attention, DType, GenerateOptions, LmDataOptions, LmOptions, LoraOptions,
+    MemoryEstimateOptions, MlpOptions, OptimizerKind, Precision, Status, Strategy, Tensor,
+};
 use common::{ctx, temp_dir};
 
 /// The error of a call that must fail (the Ok types need not be Debug).
@@ -216,4 +219,82 @@ fn generate_with_and_without_the_cache() {
     assert_eq!(out.to_vec::<i64>().unwrap(), model.generate(&prompt, &no_cache).unwrap().to_vec::<i64>().unwrap());
     let bad = GenerateOptions { max_new_tokens: 100, ..Default::default() };
     assert_eq!(err(model.generate(&prompt, &bad)).status, Status::InvalidArgument); // past n_positions (64)
+}
+
+/// Parameters of Llama-2-7B (the named shape "llama-7b").
+const LLAMA_7B: i64 = 6_738_415_616;
+
+#[test]
+fn estimate_memory_of_llama_7b() {
+    let defaults = MemoryEstimateOptions::default();
+    let e = estimate_memory("llama-7b", &defaults).unwrap();
+    assert_eq!((e.parameters, e.trainable_parameters), (LLAMA_7B, LLAMA_7B));
+    // fp32 AdamW on one process: 4 bytes of weights, 4 of gradients, 8 of moments per parameter
+    let p = LLAMA_7B as u64;
+    assert_eq!((e.weights, e.gradients, e.optimizer_state), (4 * p, 4 * p, 8 * p));
+    assert!(e.activations > 0);
+    assert!(e.total >= e.weights + e.gradients + e.optimizer_state + e.activations, "{:?}", e);
+    assert_eq!(e.seq_len, 1024);
+    assert!(e.attention == Attention::Eager || e.attention == Attention::Fused, "{:?}", e.attention);
+
+    // LoRA on PEFT's default targets (q_proj, v_proj): A [r, 4096] + B [4096, r] per module and layer
+    let lora = estimate_memory("llama-7b", &MemoryEstimateOptions { lora_rank: 16, ..Default::default() }).unwrap();
+    assert_eq!(lora.parameters, LLAMA_7B);
+    assert_eq!(lora.trainable_parameters, 32 * 2 * 16 * (4096 + 4096));
+    assert!(lora.total < e.total);
+    let named = MemoryEstimateOptions {
+        lora_rank: 16,
+        lora_target_modules: vec!["q_proj".to_string(), "v_proj".to_string()],
+        ..Default::default()
+    };
+    assert_eq!(estimate_memory("llama-7b", &named).unwrap(), lora);
+
+    // ZeRO-3 over 64 processes with bf16 autocast: (4 + 2 + 2 + 8) / 64 bytes per parameter
+    let z3 = MemoryEstimateOptions {
+        mixed_precision: Precision::Bf16,
+        strategy: Strategy::Zero3,
+        world_size: 64,
+        ..Default::default()
+    };
+    let z = estimate_memory("llama-7b", &z3).unwrap();
+    let per_param = (z.weights + z.gradients + z.optimizer_state) as f64 / LLAMA_7B as f64;
+    assert!((per_param - 0.25).abs() < 1e-6, "{}", per_param);
+
+    // the kernel asked for is the one reported; SGD keeps no state
+    let eager = estimate_memory("llama-7b", &MemoryEstimateOptions { attention: Attention::Eager, ..Default::default() }).unwrap();
+    let fused = estimate_memory("llama-7b", &MemoryEstimateOptions { attention: Attention::Fused, ..Default::default() }).unwrap();
+    assert_eq!((eager.attention, fused.attention), (Attention::Eager, Attention::Fused));
+    assert!(fused.activations < eager.activations);
+    let sgd = MemoryEstimateOptions { optimizer: OptimizerKind::Sgd, seq_len: 512, micro_batch: 2, ..Default::default() };
+    let s = estimate_memory("llama-7b", &sgd).unwrap();
+    assert_eq!((s.optimizer_state, s.seq_len), (0, 512));
+
+    // a config.json (or its directory) gives the parameters the model really has
+    let dir = fixture("llama-tiny");
+    let tiny = estimate_memory(dir.to_str().unwrap(), &defaults).unwrap();
+    assert_eq!(tiny, estimate_memory(dir.join("config.json").to_str().unwrap(), &defaults).unwrap());
+    let ctx = ctx(8);
+    let model = ctx.load_pretrained(&dir, &LmOptions::default()).unwrap();
+    assert_eq!(tiny.parameters, model.num_parameters().unwrap().1);
+}
+
+#[test]
+fn estimate_memory_errors() {
+    let e = estimate_memory("llama-3b", &MemoryEstimateOptions::default()).unwrap_err();
+    assert_eq!(e.status, Status::Io);
+    assert!(e.message.contains("named shape"), "{}", e.message);
+    let e = estimate_memory("llama-7b", &MemoryEstimateOptions { world_size: 4, ..Default::default() }).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("strategy"), "{}", e.message);
+    let lamb = MemoryEstimateOptions {
+        optimizer: OptimizerKind::Lamb,
+        strategy: Strategy::Zero2,
+        world_size: 2,
+        ..Default::default()
+    };
+    let e = estimate_memory("llama-7b", &lamb).unwrap_err();
+    assert_eq!(e.status, Status::Unsupported);
+    assert!(e.message.contains("LAMB"), "{}", e.message);
+    let e = estimate_memory("llama\0-7b", &MemoryEstimateOptions::default()).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument);
 }

@@ -15,12 +15,12 @@ libaccel is loaded on first use (ACCEL_LIBRARY, then pkg-config, then the system
 """
 
 from . import sim
-from ._core import (Accelerator, Activation, Adafactor, AdamW, Backend, CausalLMOutput, ClosedError, CommunicationError, DataLoader,
+from ._core import (Accelerator, Activation, Adafactor, AdamW, Attention, Backend, CausalLMOutput, ClosedError, CommunicationError, DataLoader,
                     Device, DType, Error, FormatError, InternalError, InvalidArgumentError, InvalidStateError,
-                    IOError, LAMB, LibraryNotFoundError, LibraryVersionError, Model, NonFiniteError, Optimizer,
-                    OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler, SGD, Status, StepResult, Strategy,
+                    IOError, LAMB, LibraryNotFoundError, LibraryVersionError, MemoryEstimate, Model, NonFiniteError,
+                    Optimizer, OptimizerKind, OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler, SGD, Status, StepResult, Strategy,
                     Tensor, TimeoutError, UnsupportedError, cross_entropy, dtype_size, error_for,
-                    get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
+                    estimate_memory, get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
                     get_linear_schedule_with_warmup, load_library, mse_loss, read_token_file, status_name, tensor, version,
                     version_number, write_token_file)
 from ._ffi import check_version
@@ -29,12 +29,12 @@ from .sim import RankOutcome, SimReport
 __version__ = "0.1.0"
 
 __all__ = [
-    "Accelerator", "Activation", "Adafactor", "AdamW", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
+    "Accelerator", "Activation", "Adafactor", "AdamW", "Attention", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
     "DType", "Error", "FormatError", "InternalError", "InvalidArgumentError", "InvalidStateError", "IOError",
-    "LAMB", "LibraryNotFoundError", "LibraryVersionError", "Model", "NonFiniteError", "Optimizer",
-    "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",
+    "LAMB", "LibraryNotFoundError", "LibraryVersionError", "MemoryEstimate", "Model", "NonFiniteError",
+    "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",
     "Status", "StepResult", "Strategy", "Tensor", "TimeoutError", "UnsupportedError", "check_version",
-    "cross_entropy", "dtype_size", "error_for", "get_constant_schedule_with_warmup",
+    "cross_entropy", "dtype_size", "error_for", "estimate_memory", "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup", "get_linear_schedule_with_warmup", "load_library", "mse_loss", "read_token_file", "sim",
     "status_name", "tensor", "version", "version_number", "write_token_file",
 ]

@@ -159,6 +159,26 @@ class ReduceOp(enum.IntEnum):
     PROD = 4
 
 
+class OptimizerKind(enum.IntEnum):
+    """accel_optimizer_kind: the optimizer estimate_memory assumes (its state per parameter)."""
+
+    SGD = 0
+    SGD_MOMENTUM = 1
+    ADAMW = 2
+    ADAFACTOR = 3
+    LAMB = 4
+
+
+class Attention(enum.IntEnum):
+    """The attention kernel estimate_memory assumes (accel_memory_estimate_options.attention):
+    AUTO (this build's: fused with libtorch >= 2.1, else eager), EAGER (the T x T
+    probabilities are saved for backward), FUSED (a GPU's flash or memory-efficient attention)."""
+
+    AUTO = 0
+    EAGER = 1
+    FUSED = 2
+
+
 _ALIASES = {"fp32": "no", "none": "no", "float32": "no", "bfloat16": "bf16", "float16": "fp16",
             "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "double": "float64",
             "float": "float32", "half": "float16", "long": "int64", "int": "int32"}
@@ -1808,6 +1828,71 @@ def read_token_file(path: Union[str, "os.PathLike[str]"]) -> Tensor:
     out = ffi.new("accel_tensor **")
     _check(lib.accel_token_file_read(_cpath(path), out))
     return Tensor._wrap(out[0])
+
+
+# ------------------------------------------------------------------------------------------
+# Memory estimates
+# ------------------------------------------------------------------------------------------
+
+
+class MemoryEstimate(NamedTuple):
+    """What estimate_memory returns (accel_memory_estimate): bytes per GPU."""
+    parameters: int            # the model's parameters
+    trainable_parameters: int  # those trained (the adapters under LoRA)
+    seq_len: int               # the sequence length used
+    attention: Union[Attention, int]  # the attention kernel assumed (EAGER or FUSED)
+    weights: int               # working weights, ZeRO's master shards, a LoRA base
+    gradients: int             # the gradients the strategy holds at the step
+    optimizer_state: int       # the optimizer's state on this GPU
+    activations: int           # saved for backward at the end of the forward
+    temporaries: int           # the rest of the peak (logits' gradient, recomputed block, ...)
+    total: int                 # the peak of a training step
+
+
+def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: Union[Precision, str] = "no",
+                    weights_dtype: Union[DType, str] = "float32", optimizer: Union[OptimizerKind, str] = "adamw",
+                    strategy: Union[Strategy, str] = "no", world_size: int = 1, micro_batch: int = 1,
+                    seq_len: int = 0, gradient_checkpointing: bool = False, lora_rank: int = 0,
+                    lora_target_modules: Union[str, Sequence[str], None] = None,
+                    attention: Union[Attention, str, None] = None) -> MemoryEstimate:
+    """The memory per GPU of training a causal LM (accel_estimate_memory; no Accelerator
+    needed): weights, gradients, optimizer state, activations and the peak, in bytes.
+
+    model: a named shape ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-7b",
+    "llama-13b", "llama-70b", "tiny-llama"), a config.json or a directory holding one.
+    optimizer: "sgd", "sgd_momentum", "adamw", "adafactor" or "lamb". world_size > 1 needs a
+    strategy. seq_len 0: min(1024, max_position_embeddings). lora_rank > 0: LoRA adapters of
+    that rank on lora_target_modules (None: PEFT's default for the family). attention:
+    "eager", "fused" or None (this build's kernel). Raises IOError for a model that is
+    neither a named shape nor a readable config, InvalidArgumentError for a bad option,
+    UnsupportedError for what prepare refuses (LAMB or Adafactor under ZeRO, ...)."""
+    opts = ffi.new("accel_memory_estimate_options *")
+    _check(lib.accel_memory_estimate_options_init(opts, lib.ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION))
+    opts.mixed_precision = int(_enum(Precision, mixed_precision, "mixed_precision"))
+    opts.weights_dtype = int(_enum(DType, weights_dtype, "weights_dtype"))
+    opts.optimizer = int(_enum(OptimizerKind, optimizer, "optimizer"))
+    opts.strategy = int(_enum(Strategy, strategy, "strategy"))
+    opts.world_size = int(world_size)
+    opts.micro_batch = int(micro_batch)
+    opts.seq_len = int(seq_len)
+    opts.gradient_checkpointing = 1 if gradient_checkpointing else 0
+    opts.lora_rank = int(lora_rank)
+    keep = ffi.NULL
+    if lora_target_modules is not None:
+        names = [lora_target_modules] if isinstance(lora_target_modules, str) else list(lora_target_modules)
+        keep = ffi.new("char[]", _cpath(",".join(names), "lora_target_modules"))
+    opts.lora_target_modules = keep
+    opts.attention = int(Attention.AUTO if attention is None else _enum(Attention, attention, "attention"))
+    out = ffi.new("accel_memory_estimate *")
+    out.version = lib.ACCEL_MEMORY_ESTIMATE_VERSION
+    _check(lib.accel_estimate_memory(_cpath(model, "model"), opts, out))  # accel_last_error(NULL)
+    try:
+        kernel: Union[Attention, int] = Attention(out.attention)
+    except ValueError:  # a kernel this binding does not know
+        kernel = int(out.attention)
+    return MemoryEstimate(int(out.parameters), int(out.trainable_parameters), int(out.seq_len), kernel,
+                          int(out.weights), int(out.gradients), int(out.optimizer_state), int(out.activations),
+                          int(out.temporaries), int(out.total))
 
 
 # ------------------------------------------------------------------------------------------

@@ -340,6 +340,44 @@ typedef struct accel_lm_data_options {
 } accel_lm_data_options;
 accel_status accel_lm_data_options_init(accel_lm_data_options *opts, uint32_t version);
 accel_status accel_lm_dataloader_create(accel_context *ctx, const accel_tensor *tokens, const accel_tensor *offsets, const accel_lm_data_options *lm_opts, const accel_dataloader_options *loader_opts, accel_dataloader **out);
+typedef enum accel_optimizer_kind {
+    ACCEL_OPTIMIZER_SGD = 0,
+    ACCEL_OPTIMIZER_SGD_MOMENTUM = 1,
+    ACCEL_OPTIMIZER_ADAMW = 2,
+    ACCEL_OPTIMIZER_ADAFACTOR = 3,
+    ACCEL_OPTIMIZER_LAMB = 4
+} accel_optimizer_kind;
+#define ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION 1
+typedef struct accel_memory_estimate_options {
+    uint32_t version;
+    accel_precision mixed_precision;
+    accel_dtype weights_dtype;
+    accel_optimizer_kind optimizer;
+    accel_strategy strategy;
+    int32_t world_size;
+    int64_t micro_batch;
+    int64_t seq_len;
+    int32_t gradient_checkpointing;
+    int32_t lora_rank;
+    const char *lora_target_modules;
+    int32_t attention;
+} accel_memory_estimate_options;
+accel_status accel_memory_estimate_options_init(accel_memory_estimate_options *opts, uint32_t version);
+#define ACCEL_MEMORY_ESTIMATE_VERSION 1
+typedef struct accel_memory_estimate {
+    uint32_t version;
+    int64_t parameters;
+    int64_t trainable_parameters;
+    int64_t seq_len;
+    int32_t attention;
+    uint64_t weights;
+    uint64_t gradients;
+    uint64_t optimizer_state;
+    uint64_t activations;
+    uint64_t temporaries;
+    uint64_t total;
+} accel_memory_estimate;
+accel_status accel_estimate_memory(const char *model, const accel_memory_estimate_options *opts, accel_memory_estimate *out);
 """
 
 ffi = FFI()
