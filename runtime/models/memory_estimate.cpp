@@ -113,7 +113,7 @@ const std::map<std::string, std::string>& shapes() {
           "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 4096,
           "rms_norm_eps": 1e-5})"},
       {"tiny-llama", R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 256, "intermediate_size": 688,
-          "num_hidden_layers": 6, "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 256})"},
+          "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 256})"},  // examples/c/train_lm.c's
   };
   return s;
 }
