@@ -14,7 +14,9 @@ of its rounds. tokens_vs_pytorch = accel's tokens per second / PyTorch's (target
 First, the estimate-memory error figures: build/bench/lm_memory_c trains 12 tiny
 configurations on the simulator through the C ABI and compares accel_estimate_memory with the
 measured per-rank peak (one line per configuration, "ratio" = estimated / measured, and a
-summary with the mean and worst |ratio - 1|; target: worst <= 0.10). It needs no venv.
+summary with the mean and worst |ratio - 1|; target: worst <= 0.10). Then the cost of
+gradient checkpointing in step time: lm_step_c with and without it on each model in fp32
+(rounds alternating), "ratio" = the step time with / without. Neither needs the venv.
 
   bench/lm_step.py [--build-dir build] [--python PY] [--rounds 3] [--steps 3] [--warmup 1]
                    [--threads N] [--quick] [--model gpt2-small|llama-tiny ...]
@@ -99,6 +101,30 @@ def main():
     if not exe.exists():
         log(f"{exe} is missing (ninja -C {a.build_dir})")
         return 1
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.model or list(MODELS):
+            cfg, batch, seq, _ = MODELS[name]
+            path = os.path.join(tmp, name + ".json")
+            with open(path, "w") as f:
+                json.dump(cfg, f)
+            common = [str(exe), path, "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--warmup",
+                      str(a.warmup), "--threads", str(a.threads)]
+            per = {False: [], True: []}
+            try:
+                for r in range(a.rounds):
+                    for ckpt in ([False, True] if r % 2 == 0 else [True, False]):
+                        res = run(common + (["--checkpointing"] if ckpt else []))
+                        per[ckpt].append(statistics.median(res["step_ms"]))
+                        log(f"{name} checkpointing={ckpt} round {r + 1}/{a.rounds}: {per[ckpt][-1]:.1f} ms/step")
+            except RuntimeError as e:
+                log(str(e))
+                failed += 1
+                continue
+            without, with_ = statistics.median(per[False]), statistics.median(per[True])
+            print(json.dumps({"bench": "lm_step", "case": "gradient_checkpointing", "model": name, "batch": batch,
+                              "seq": seq, "precision": "no", "threads": a.threads, "rounds": a.rounds,
+                              "steps": a.steps, "step_ms_without": round(without, 2), "step_ms_with": round(with_, 2),
+                              "ratio": round(with_ / without, 3)}), flush=True)
     if not os.path.exists(a.python):
         log(f"no Python with torch and transformers at {a.python}: scripts/lm_fixtures makes the lm venv "
             "(or pass --python)")
