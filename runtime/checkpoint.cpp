@@ -318,6 +318,12 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
       }
       rs.pieces.push_back({p.param, p.start, p.len});
     }
+    if (rank == 0)  // state every process holds whole (Adafactor's factors under ZeRO), in its own shape
+      for (const auto& k : kinds)
+        for (size_t i = 0; i < params.size(); ++i) {
+          torch::Tensor t = strategy_->replicated_state(k, i);
+          if (t.defined()) opt_file.add(k + "/" + names[i], t, true);
+        }
     written.push_back(model_file.write(tmp, "model-rank" + std::to_string(rank) + ".safetensors"));
     protocol_point(2);
     if (opt_) written.push_back(opt_file.write(tmp, "optimizer-rank" + std::to_string(rank) + ".safetensors"));
@@ -486,6 +492,10 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
       for (auto& [k, v] : full)
         for (size_t i = 0; i < params.size(); ++i) v[i] = torch::zeros({params[i].numel()}, torch::kFloat);
       std::vector<std::vector<bool>> opt_seen(kinds.size(), std::vector<bool>(params.size(), false));
+      // a kind whose state has another shape than its parameter is stored whole, not in pieces
+      auto whole = [&](const std::string& kind, size_t i) {
+        return opt_->state_shape(kind, params[i].sizes().vec()) != params[i].sizes().vec();
+      };
       for (const auto& sh : m.shards) {
         Loaded mf = load_tensors(dir, files, sh.model);
         std::optional<Loaded> of;
@@ -498,11 +508,19 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
           full["weight"][pc.param].narrow(0, pc.start, pc.len).copy_(mf.tensor(names[pc.param], {pc.len}));
           for (size_t k = 0; k < kinds.size(); ++k) {
             const std::string key = kinds[k] + "/" + names[pc.param];
-            if (!of || !of->by_name.count(key)) continue;
+            if (!of || !of->by_name.count(key) || whole(kinds[k], pc.param)) continue;
             full[kinds[k]][pc.param].narrow(0, pc.start, pc.len).copy_(of->tensor(key, {pc.len}));
             opt_seen[k][pc.param] = true;
           }
         }
+        // state in its own shape, whole in the file that holds it (Adafactor's factors)
+        for (size_t k = 0; k < kinds.size() && of; ++k)
+          for (size_t i = 0; i < params.size(); ++i) {
+            const std::string key = kinds[k] + "/" + names[i];
+            if (!whole(kinds[k], i) || !of->by_name.count(key)) continue;
+            full[kinds[k]][i] = of->tensor(key, opt_->state_shape(kinds[k], params[i].sizes().vec()));
+            opt_seen[k][i] = true;
+          }
       }
       for (size_t i = 0; i < params.size(); ++i) {
         auto& c = covered[i];
@@ -517,7 +535,9 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
                     params[i].numel(), " elements of '", names[i], "'");
         full["weight"][i] = full["weight"][i].view(params[i].sizes());
         for (size_t k = 0; k < kinds.size(); ++k)
-          full[kinds[k]][i] = opt_seen[k][i] ? full[kinds[k]][i].view(params[i].sizes()) : torch::Tensor();
+          full[kinds[k]][i] = !opt_seen[k][i]      ? torch::Tensor()
+                              : whole(kinds[k], i) ? full[kinds[k]][i]
+                                                   : full[kinds[k]][i].view(params[i].sizes());
       }
     }
     // this process's counters and generators: its own when the world is the same size

@@ -381,7 +381,7 @@ func DefaultAdafactorOptions() AdafactorOptions {
 }
 
 // NewAdafactor makes Adafactor over the model's parameters (accel_optimizer_create_adafactor;
-// not under ZeRO). opts nil: the defaults.
+// under ZeRO too). opts nil: the defaults.
 func (c *Context) NewAdafactor(model *Model, opts *AdafactorOptions) (*Optimizer, error) {
 	return c.newOptimizer("accel_optimizer_create_adafactor", model, func(h *C.accel_context, m *C.accel_model, out **C.accel_optimizer) C.accel_status {
 		if opts == nil {

@@ -22,7 +22,7 @@ const (
 	OptimizerSGD         OptimizerKind = C.ACCEL_OPTIMIZER_SGD          // no state
 	OptimizerSGDMomentum OptimizerKind = C.ACCEL_OPTIMIZER_SGD_MOMENTUM // one buffer per parameter
 	OptimizerAdamW       OptimizerKind = C.ACCEL_OPTIMIZER_ADAMW        // two moments per parameter
-	OptimizerAdafactor   OptimizerKind = C.ACCEL_OPTIMIZER_ADAFACTOR    // factored second moments (not under ZeRO)
+	OptimizerAdafactor   OptimizerKind = C.ACCEL_OPTIMIZER_ADAFACTOR    // factored second moments (the factors whole on every GPU under ZeRO)
 	OptimizerLAMB        OptimizerKind = C.ACCEL_OPTIMIZER_LAMB         // two moments per parameter (not under ZeRO)
 )
 
@@ -101,8 +101,8 @@ type MemoryEstimate struct {
 // "llama-7b", "llama-13b", "llama-70b", "tiny-llama"), a Hugging Face config.json, or a
 // directory holding one. opts nil: the defaults. Errors match ErrIO for a model that is
 // neither a named shape nor a readable config, ErrInvalidArgument for a bad option (a
-// WorldSize > 1 without a strategy, ...), ErrUnsupported for what Prepare refuses (LAMB or
-// Adafactor under ZeRO, ...).
+// WorldSize > 1 without a strategy, ...), ErrUnsupported for what Prepare refuses (LAMB under
+// ZeRO, ...).
 func EstimateMemory(model string, opts *MemoryEstimateOptions) (MemoryEstimate, error) {
 	const op = "accel_estimate_memory"
 	if err := libCheck(); err != nil {

@@ -1155,9 +1155,11 @@ ACCEL_API accel_status accel_adafactor_options_init(accel_adafactor_options *opt
  * (rows + columns numbers instead of one per weight; a vector keeps them whole), updates are
  * clipped by their RMS, and the step size is lr or relative to the step and the parameter's
  * RMS. Its state checkpoints as the other optimizers' ("exp_avg_sq_row", "exp_avg_sq_col",
- * "exp_avg_sq", "exp_avg"). A scheduler needs relative_step off. Not shardable by ZeRO
- * (its updates need whole-tensor RMS): accel_prepare under ZeRO is ACCEL_ERR_UNSUPPORTED;
- * DDP and one process work. Errors: ACCEL_ERR_INVALID_ARGUMENT naming the field for lr with
+ * "exp_avg_sq", "exp_avg"). A scheduler needs relative_step off. Under ZeRO each process
+ * steps its shard: the row and column sums and the RMS sums are all-reduced, the factors
+ * are held whole by every process (rows + columns numbers per matrix) and written once in
+ * the sharded checkpoint; parameters of more than 2 dimensions are then
+ * ACCEL_ERR_UNSUPPORTED at accel_prepare. Errors: ACCEL_ERR_INVALID_ARGUMENT naming the field for lr with
  * relative_step, lr <= 0 without it, warmup_init without relative_step, a negative eps,
  * clip_threshold <= 0, decay_rate >= 0, beta1 outside [0, 1), weight_decay < 0. */
 ACCEL_API accel_status accel_optimizer_create_adafactor(accel_context *ctx, accel_model *model,

@@ -146,8 +146,8 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   ACCEL_CHECK(o.seq_len >= 0, Status::InvalidArgument, "seq_len must be >= 0 (0: the default), got ", o.seq_len);
   ACCEL_CHECK(o.lora_rank >= 0, Status::InvalidArgument, "lora_rank must be >= 0 (0: full fine-tuning), got ",
               o.lora_rank);
-  ACCEL_CHECK(!(o.strategy >= 2 && (o.optimizer == EstimateOptimizer::LAMB || o.optimizer == EstimateOptimizer::Adafactor)),
-              Status::Unsupported, "ZeRO shards SGD and AdamW only (LAMB and Adafactor need whole tensors)");
+  ACCEL_CHECK(!(o.strategy >= 2 && o.optimizer == EstimateOptimizer::LAMB), Status::Unsupported,
+              "ZeRO shards SGD, AdamW and Adafactor, not LAMB (its trust ratio needs whole tensors)");
   ACCEL_CHECK(!(o.strategy >= 2 && o.bf16_weights && o.lora_rank == 0), Status::Unsupported,
               "ZeRO shards fp32 parameters: with bf16 weights use mixed precision instead");
   ACCEL_CHECK(!(o.bf16_weights && o.precision != 0), Status::InvalidArgument,
@@ -216,31 +216,33 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   const double pbytes = o.bf16_weights ? 2.0 : 4.0;  // the parameters' dtype
   const double tbytes = lora ? 4.0 : pbytes;          // the trainable parameters' (adapters are fp32)
   const double work = o.precision != 0 ? 2.0 : 4.0;   // ZeRO's working copies and gradients
-  double state_elems = 0;  // optimizer state, per trainable element (Adafactor: counted below)
+  // optimizer state elements: sharded by ZeRO, and (Adafactor) the matrices' row and column
+  // factors, which every rank holds whole; LAMB and Adafactor keep theirs in fp32
+  double state_elems = 0, factors = 0;
   switch (o.optimizer) {
     case EstimateOptimizer::SGD: state_elems = 0; break;
     case EstimateOptimizer::Momentum: state_elems = Pt; break;
     case EstimateOptimizer::AdamW:
     case EstimateOptimizer::LAMB: state_elems = 2 * Pt; break;
-    case EstimateOptimizer::Adafactor: {
-      // rows + columns per matrix, the whole of a vector
-      auto fac = [](double rows, double cols) { return rows + cols; };
-      double blocks = 0;
+    case EstimateOptimizer::Adafactor: {  // without beta1 (transformers' default)
       if (lora) {
         for (size_t k = 0; k < mods.size(); ++k)
-          if (hit[k])
-            blocks += fac(static_cast<double>(o.lora_rank), static_cast<double>(mods[k].in)) +
-                      fac(static_cast<double>(mods[k].out), static_cast<double>(o.lora_rank));
-        state_elems = L * blocks;
+          if (hit[k]) factors += L * static_cast<double>(2 * o.lora_rank + mods[k].in + mods[k].out);
       } else {
-        for (const auto& m : mods) blocks += fac(static_cast<double>(m.in), static_cast<double>(m.out)) + (m.bias ? static_cast<double>(m.out) : 0.0);
-        blocks += fam == 0 ? 4 * E : 2 * E;
-        state_elems = fac(V, E) + (fam == 0 ? fac(static_cast<double>(c.max_position_embeddings), E) : 0.0) +
-                      L * blocks + final_norm + (head > 0 ? fac(V, E) : 0.0);
+        double per_block = 0, vectors = 0;
+        for (const auto& m : mods) {
+          per_block += static_cast<double>(m.in + m.out);
+          vectors += m.bias ? static_cast<double>(m.out) : 0.0;
+        }
+        vectors += fam == 0 ? 4 * E : 2 * E;
+        factors = (V + E) + (fam == 0 ? static_cast<double>(c.max_position_embeddings) + E : 0.0) + L * per_block +
+                  (head > 0 ? V + E : 0.0);
+        state_elems = L * vectors + final_norm;
       }
       break;
     }
   }
+  const double sbytes = o.optimizer == EstimateOptimizer::LAMB || o.optimizer == EstimateOptimizer::Adafactor ? 4.0 : tbytes;
   const double base = lora ? P * pbytes : 0.0;  // a LoRA model's frozen base: whole on every rank
   double weights = 0, grads_kept = 0, grads_total = 0, opt = 0, grads_in_backward = 0;
   // ZeRO's units: the embeddings, each block, the final norm with the head (LoRA: each
@@ -250,11 +252,11 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
     weights = base + Pt * tbytes;
     grads_total = Pt * tbytes;
     grads_in_backward = grads_total;  // DDP's buckets (or p.grad) appear in backward, go at the step
-    opt = state_elems * tbytes;
+    opt = (state_elems + factors) * sbytes;
   } else {
     const double n = static_cast<double>(N);
     const double master = Pt / n * 4.0;
-    opt = state_elems / n * 4.0;
+    opt = state_elems / n * 4.0 + factors * 4.0;
     if (o.strategy == 2 || o.strategy == 3) {
       weights = base + Pt * work + (work != 4.0 ? master : 0.0);
       if (o.strategy == 2) {
@@ -266,9 +268,10 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
     } else {
       weights = base + master + (work != 4.0 ? Pt / n * work : 0.0);
       grads_total = grads_kept = Pt / n * work;
-      // a unit gathered for its backward, two gradient buffers in flight, one parameter's
-      // unsharded gradient
-      grads_in_backward = 3 * unit * work + (lora ? 0.0 : largest_param * work);
+      // a unit gathered for its backward, two gradient buffers in flight, and the unsharded
+      // gradients autograd has made before the hooks move them into the buffer (up to the
+      // MLP's three matrices at once, measured)
+      grads_in_backward = 3 * unit * work + (lora ? 0.0 : 3 * largest_param * work);
     }
   }
   r.weights = weights;
@@ -323,7 +326,12 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   if (o.gradient_checkpointing) layer_transient += kept_block * R + (copies ? 2.0 * block_linear : 0.0);  // recomputed
   const double backward = weights + opt + grads_kept + r.activations +
                           std::max(head_grad, grads_in_backward + layer_transient);
-  const double step = weights + grads_total + opt;
+  // the step's own temporaries: Adafactor's update (ZeRO: of the rank's elements; otherwise
+  // a parameter at a time, with its squared gradient)
+  double step_temp = 0;
+  if (o.optimizer == EstimateOptimizer::Adafactor)
+    step_temp = zero ? 4.0 * Pt / static_cast<double>(N) : 2 * 4.0 * (lora ? 0.0 : largest_param);
+  const double step = weights + grads_total + opt + step_temp;
   r.total = std::max(backward, step);
   r.largest = backward >= step ? "backward" : "optimizer step";
   r.temporaries = std::max(0.0, r.total - (r.weights + r.gradients + r.optimizer + r.activations));

@@ -75,10 +75,11 @@ class Optimizer {
   const std::optional<AdafactorConfig>& adafactor_config() const { return adafactor_; }
   const std::optional<SGDConfig>& sgd_config() const { return sgd_; }
   const std::optional<AdamWConfig>& adamw_config() const { return adamw_; }
-  // Whether ZeRO can shard this optimizer: its update is elementwise, so each rank can
-  // step its own chunk of the flattened parameters (SGD and AdamW are; LAMB's per-tensor
-  // trust ratio is not).
-  bool shardable() const { return sgd_.has_value() || adamw_.has_value(); }
+  // Whether ZeRO can shard this optimizer: each rank steps its own chunk of the flattened
+  // parameters. SGD and AdamW are elementwise; Adafactor's factors and RMS are sums over a
+  // tensor, which ZeRO all-reduces (parameters of 1 or 2 dimensions); LAMB's per-tensor
+  // trust ratio is not sharded.
+  bool shardable() const { return sgd_.has_value() || adamw_.has_value() || adafactor_.has_value(); }
   const char* name() const { return sgd_ ? "SGD" : adamw_ ? "AdamW" : lamb_ ? "LAMB" : "Adafactor"; }
   void step();
   void zero_grad();  // sets gradients to none

@@ -97,6 +97,13 @@ class ParallelStrategy {
     (void)kind, (void)p;
     return {};
   }
+  // Optimizer state that every process holds whole under a sharding strategy (Adafactor's
+  // row and column factors under ZeRO), in the kind's own shape; undefined otherwise. The
+  // main process writes it into its checkpoint file.
+  virtual torch::Tensor replicated_state(const std::string& kind, size_t param) const {
+    (void)kind, (void)param;
+    return {};
+  }
   // Sets the weights and optimizer state from whole flattened values per parameter ("weight"
   // and the kinds present; fp32, any device) and the optimizer's step count.
   virtual void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, Optimizer* opt);

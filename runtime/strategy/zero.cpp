@@ -315,13 +315,20 @@ void ZeroEngine::step(const Optimizer& opt) {
     exp_avg_ = torch::zeros({total}, on(torch::kFloat));
     exp_avg_sq_ = torch::zeros({total}, on(torch::kFloat));
   }
+  const auto& adafactor = opt.adafactor_config();
+  if (adafactor) adafactor_step(*adafactor, lr);
   std::vector<std::shared_ptr<comm::Work>> gathers;
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& x = units_[u];
     torch::Tensor p = master_chunk(u);
-    torch::Tensor g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
-    if (grad_factor_ != 1.0) g = g * grad_factor_;
-    if (adamw) {
+    torch::Tensor g;
+    if (!adafactor) {
+      g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
+      if (grad_factor_ != 1.0) g = g * grad_factor_;
+    }
+    if (adafactor) {
+      // stepped above
+    } else if (adamw) {
       adamw_update(*adamw, lr, steps_, p, g, exp_avg_.narrow(0, x.shard_offset, x.chunk),
                    exp_avg_sq_.narrow(0, x.shard_offset, x.chunk));
     } else {
@@ -339,6 +346,144 @@ void ZeroEngine::step(const Optimizer& opt) {
     }
   }
   for (auto& w : gathers) w->wait();
+}
+
+// Adafactor on the rank's chunks (transformers' update, as Optimizer::adafactor_step): the
+// sums it needs over a whole tensor (each matrix's row and column sums of g^2 + eps1, each
+// parameter's sum of squares before the step and its update's) are this rank's partial
+// sums, all-reduced in fp64 (two all-reduces a step); each rank then updates its elements.
+void ZeroEngine::adafactor_step(const AdafactorConfig& c, double base_lr) {
+  const auto& params = model_.parameters();
+  const size_t np = params.size();
+  const std::vector<StatePiece> mine = pieces();
+  const auto f32 = on(torch::kFloat), f64 = on(torch::kDouble);
+  if (af_row_.size() != np) {
+    af_row_.resize(np);
+    af_col_.resize(np);
+    af_sq_.resize(np);
+  }
+  for (size_t i = 0; i < np; ++i)
+    if (params[i].dim() == 2 && !af_row_[i].defined()) {
+      af_row_[i] = torch::zeros({params[i].size(0)}, f32);
+      af_col_[i] = torch::zeros({params[i].size(1)}, f32);
+    }
+  for (const auto& pc : mine)
+    if (params[pc.param].dim() < 2 && !af_sq_[pc.param].defined()) af_sq_[pc.param] = torch::zeros({pc.len}, f32);
+  if (c.beta1 > 0 && !exp_avg_.defined()) exp_avg_ = torch::zeros({total_}, f32);
+
+  // 1. partial sums: rows and columns of g^2 + eps1 per matrix, then each parameter's sum of squares
+  std::vector<int64_t> row_at(np, -1), col_at(np, -1);
+  int64_t n = 0;
+  for (size_t i = 0; i < np; ++i)
+    if (params[i].dim() == 2) {
+      row_at[i] = n;
+      n += params[i].size(0);
+      col_at[i] = n;
+      n += params[i].size(1);
+    }
+  const int64_t wsq_at = n;
+  n += static_cast<int64_t>(np);
+  torch::Tensor sums = torch::zeros({n}, f64);
+  // a piece's gradient (fp32, unscaled: a view when it already is), its master values, and
+  // the row and column of each of its elements (made per piece, not kept)
+  auto grad_of = [&](const StatePiece& pc) {
+    torch::Tensor g = grad_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len).to(torch::kFloat);
+    return grad_factor_ != 1.0 ? g * grad_factor_ : g;
+  };
+  // a matrix piece (a range of its row-major elements) as at most three rectangles: the end
+  // of a first row, whole rows, the start of a last row
+  struct Rect {
+    int64_t at, row, rows, col, cols;  // at: the offset in the piece
+  };
+  auto rects = [&](const StatePiece& pc) {
+    const int64_t C = params[pc.param].size(1);
+    std::vector<Rect> out;
+    int64_t at = 0, e = pc.start;
+    while (at < pc.len) {
+      const int64_t row = e / C, col = e % C, left = pc.len - at;
+      Rect r{at, row, 1, col, std::min(C - col, left)};
+      if (col == 0 && left >= C) r = Rect{at, row, left / C, 0, C};
+      out.push_back(r);
+      at += r.rows * r.cols;
+      e += r.rows * r.cols;
+    }
+    return out;
+  };
+  for (const StatePiece& pc : mine) {
+    const torch::Tensor w = master_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len);
+    sums.narrow(0, wsq_at + static_cast<int64_t>(pc.param), 1).add_(w.pow(2).sum(torch::kDouble));
+    if (row_at[pc.param] >= 0) {
+      const torch::Tensor g = grad_of(pc);
+      for (const Rect& r : rects(pc)) {
+        auto sq = g.narrow(0, r.at, r.rows * r.cols).view({r.rows, r.cols}).pow(2).add_(c.eps1);
+        sums.narrow(0, row_at[pc.param] + r.row, r.rows).add_(sq.sum(1, false, torch::kDouble));
+        sums.narrow(0, col_at[pc.param] + r.col, r.cols).add_(sq.sum(0, false, torch::kDouble));
+      }
+    }
+  }
+  comm::all_reduce(comm_, sums, comm::RedOp::Sum)->wait();
+
+  // 2. the step sizes and the factors (the same on every rank)
+  const double step = static_cast<double>(steps_);
+  double rel = base_lr;
+  if (c.relative_step) rel = std::min(c.warmup_init ? 1e-6 * step : 1e-2, 1.0 / std::sqrt(step));
+  const double beta2t = 1.0 - std::pow(step, c.decay_rate);
+  std::vector<double> lr(np);
+  for (size_t i = 0; i < np; ++i) {
+    const double numel = static_cast<double>(params[i].numel());
+    const double rms_w = std::sqrt(sums[wsq_at + static_cast<int64_t>(i)].item<double>() / numel);
+    lr[i] = (c.scale_parameter ? std::max(c.eps2, rms_w) : 1.0) * rel;
+    if (row_at[i] < 0) continue;
+    const int64_t R = params[i].size(0), C = params[i].size(1);
+    af_row_[i].mul_(beta2t).add_((sums.narrow(0, row_at[i], R) / static_cast<double>(C)).to(torch::kFloat), 1.0 - beta2t);
+    af_col_[i].mul_(beta2t).add_((sums.narrow(0, col_at[i], C) / static_cast<double>(R)).to(torch::kFloat), 1.0 - beta2t);
+  }
+
+  // 3. this rank's elements of each update, and their sums of squares for its RMS
+  std::vector<torch::Tensor> upd(mine.size());
+  torch::Tensor usq = torch::zeros({static_cast<int64_t>(np)}, f64);
+  std::vector<torch::Tensor> rfac(np), cfac(np);
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const size_t i = mine[k].param;
+    const torch::Tensor g = grad_of(mine[k]);
+    if (row_at[i] >= 0) {
+      if (!rfac[i].defined()) {
+        rfac[i] = (af_row_[i] / af_row_[i].mean(-1, /*keepdim=*/true)).rsqrt_();
+        cfac[i] = af_col_[i].rsqrt();
+      }
+      upd[k] = torch::empty({mine[k].len}, f32);
+      for (const Rect& r : rects(mine[k]))
+        upd[k]
+            .narrow(0, r.at, r.rows * r.cols)
+            .view({r.rows, r.cols})
+            .copy_(rfac[i].narrow(0, r.row, r.rows).unsqueeze(1) * cfac[i].narrow(0, r.col, r.cols).unsqueeze(0))
+            .mul_(g.narrow(0, r.at, r.rows * r.cols).view({r.rows, r.cols}));
+    } else {
+      af_sq_[i].mul_(beta2t).add_(g * g + c.eps1, 1.0 - beta2t);
+      upd[k] = af_sq_[i].rsqrt().mul_(g);
+    }
+    usq.narrow(0, static_cast<int64_t>(i), 1).add_(upd[k].pow(2).sum(torch::kDouble));
+  }
+  comm::all_reduce(comm_, usq, comm::RedOp::Sum)->wait();
+
+  // 4. clip by the update's RMS, the step size, beta1, weight decay, the update
+  for (size_t k = 0; k < mine.size(); ++k) {
+    const StatePiece& pc = mine[k];
+    const size_t i = pc.param;
+    const double rms_u = std::sqrt(usq[static_cast<int64_t>(i)].item<double>() / static_cast<double>(params[i].numel()));
+    torch::Tensor u = upd[k];
+    u.div_(std::max(rms_u / c.clip_threshold, 1.0));
+    u.mul_(lr[i]);
+    if (c.beta1 > 0) {
+      torch::Tensor ea = exp_avg_.narrow(0, units_[pc.unit].shard_offset + pc.in_chunk, pc.len);
+      ea.mul_(c.beta1).add_(u, 1.0 - c.beta1);
+      u = ea;
+    }
+    torch::Tensor w = master_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len);
+    if (c.weight_decay != 0) w.add_(w, -c.weight_decay * lr[i]);
+    w.add_(-u);
+    upd[k] = torch::Tensor();
+  }
 }
 
 void ZeroEngine::zero_grad() {
@@ -383,6 +528,11 @@ torch::Tensor ZeroEngine::piece_state(const std::string& kind, const StatePiece&
   torch::Tensor chunk;
   if (kind == "weight") {
     chunk = master_chunk(p.unit);
+  } else if (kind == "exp_avg_sq_row" || kind == "exp_avg_sq_col") {
+    return {};  // whole on every rank: replicated_state
+  } else if (kind == "exp_avg_sq" && !af_sq_.empty()) {  // Adafactor: a vector's piece
+    const torch::Tensor& t = af_sq_.at(p.param);
+    return t.defined() ? t : torch::Tensor();
   } else {
     const torch::Tensor& all = kind == "exp_avg" ? exp_avg_ : kind == "exp_avg_sq" ? exp_avg_sq_ : momentum_;
     if (!all.defined()) return {};
@@ -391,15 +541,39 @@ torch::Tensor ZeroEngine::piece_state(const std::string& kind, const StatePiece&
   return chunk.narrow(0, p.in_chunk, p.len);
 }
 
-void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps) {
+torch::Tensor ZeroEngine::replicated_state(const std::string& kind, size_t param) const {
+  const std::vector<torch::Tensor>* v = kind == "exp_avg_sq_row" ? &af_row_ : kind == "exp_avg_sq_col" ? &af_col_ : nullptr;
+  if (!v || param >= v->size()) return {};
+  return (*v)[param];
+}
+
+void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, bool adafactor) {
   torch::NoGradGuard ng;
   const auto& params = model_.parameters();
+  const size_t np = params.size();
+  if (adafactor) {  // Adafactor's per-parameter state: the factors whole, a vector's second moment as this rank's piece
+    af_row_.assign(np, torch::Tensor());
+    af_col_.assign(np, torch::Tensor());
+    af_sq_.assign(np, torch::Tensor());
+  }
   for (const auto& [kind, tensors] : full) {
     ACCEL_CHECK(tensors.size() == params.size(), Status::Internal, "restore: ", tensors.size(), " tensors for ",
                 params.size(), " parameters");
     bool any = false;
     for (const auto& t : tensors) any = any || t.defined();
     if (!any) continue;
+    if (adafactor && (kind == "exp_avg_sq_row" || kind == "exp_avg_sq_col" || kind == "exp_avg_sq")) {
+      auto& dst = kind == "exp_avg_sq_row" ? af_row_ : kind == "exp_avg_sq_col" ? af_col_ : af_sq_;
+      if (kind != "exp_avg_sq") {
+        for (size_t i = 0; i < np; ++i)
+          if (tensors[i].defined()) dst[i] = tensors[i].to(device_, torch::kFloat).clone();
+      } else {
+        for (const auto& pc : pieces())
+          if (tensors[pc.param].defined())
+            dst[pc.param] = tensors[pc.param].reshape({-1}).narrow(0, pc.start, pc.len).to(device_, torch::kFloat).clone();
+      }
+      continue;
+    }
     torch::Tensor* opt_state = kind == "exp_avg" ? &exp_avg_ : kind == "exp_avg_sq" ? &exp_avg_sq_
                                : kind == "momentum_buffer" ? &momentum_ : nullptr;
     ACCEL_CHECK(kind == "weight" || opt_state != nullptr, Status::Internal, "restore: unknown state '", kind, "'");
@@ -450,6 +624,10 @@ class ZeroStrategy final : public ParallelStrategy {
     ACCEL_CHECK(!opt || opt->shardable(), Status::Unsupported, "ZeRO cannot shard the ", opt->name(),
                 " optimizer: its update is not elementwise (it needs whole-tensor norms); use DDP, or SGD or AdamW");
     ACCEL_CHECK(!model || !model->parameters().empty(), Status::InvalidArgument, "ZeRO shards parameters; the model has none");
+    if (opt && opt->adafactor_config() && model)
+      for (size_t i = 0; i < model->parameters().size(); ++i)
+        ACCEL_CHECK(model->parameters()[i].dim() <= 2, Status::Unsupported, "ZeRO shards Adafactor for parameters of 1 or 2 ",
+                    "dimensions; '", model->parameter_names()[i], "' has ", model->parameters()[i].dim());
   }
 
   void prepare(Model& model) override {
@@ -514,9 +692,12 @@ class ZeroStrategy final : public ParallelStrategy {
   int zero_stage() const override { return engine_ ? stage_ : 0; }
   std::vector<StatePiece> pieces() const override { return engine_->pieces(); }
   torch::Tensor piece_state(const std::string& kind, const StatePiece& p) override { return engine_->piece_state(kind, p); }
+  torch::Tensor replicated_state(const std::string& kind, size_t param) const override {
+    return engine_->replicated_state(kind, param);
+  }
   void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, Optimizer* opt) override {
-    (void)opt;  // ZeRO keeps the optimizer's state itself
-    engine_->restore(full, steps);
+    // ZeRO keeps the optimizer's state itself
+    engine_->restore(full, steps, opt && opt->adafactor_config().has_value());
   }
   int64_t optimizer_state_steps(const Optimizer* opt) const override {
     (void)opt;

@@ -83,9 +83,13 @@ class ZeroEngine final : public UnitGate {
   // first step created it).
   std::vector<StatePiece> pieces() const;
   torch::Tensor piece_state(const std::string& kind, const StatePiece& p);
+  // Adafactor's row and column factors ("exp_avg_sq_row", "exp_avg_sq_col"), whole on every
+  // rank; undefined for other kinds or before the first step.
+  torch::Tensor replicated_state(const std::string& kind, size_t param) const;
   // Sets the rank's chunks from whole flattened values per parameter (fp32, any device),
-  // for "weight" and the optimizer kinds present, and the step count.
-  void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps);
+  // for "weight" and the optimizer kinds present (Adafactor's factors in their own shapes),
+  // and the step count.
+  void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, bool adafactor);
   int64_t steps() const { return steps_; }
 
  private:
@@ -134,6 +138,10 @@ class ZeroEngine final : public UnitGate {
   double grad_factor_ = 1.0;  // applied when the gradient is read: 1/loss scale, clipping
   // optimizer state
   torch::Tensor exp_avg_, exp_avg_sq_, momentum_;
+  // Adafactor: per parameter, the row and column factors of a matrix (whole, the same on
+  // every rank) or this rank's piece of a vector's second moment; exp_avg_ with beta1
+  std::vector<torch::Tensor> af_row_, af_col_, af_sq_;
+  void adafactor_step(const AdafactorConfig& c, double lr);
   int64_t steps_ = 0;
   // backward
   bool in_backward_ = false, sync_ = false;

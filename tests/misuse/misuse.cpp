@@ -2244,8 +2244,8 @@ void memory_estimates() {
     o.lora_rank = 8;
     o.lora_target_modules = "c_attn";
   });
-  t.bad("Adafactor under ZeRO-2", {"ZeRO", "Adafactor"}, [](O& o) {
-    o.optimizer = ACCEL_OPTIMIZER_ADAFACTOR;
+  t.bad("LAMB under ZeRO-2", {"ZeRO", "LAMB"}, [](O& o) {
+    o.optimizer = ACCEL_OPTIMIZER_LAMB;
     o.strategy = ACCEL_STRATEGY_ZERO2;
     o.world_size = 8;
   }, UNSUPPORTED);

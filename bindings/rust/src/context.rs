@@ -293,7 +293,7 @@ impl Context {
         Ok(Optimizer { raw: Owned::new(out), _model: model.raw.clone(), ctx: self })
     }
 
-    /// Adafactor over the model's parameters (`accel_optimizer_create_adafactor`; not under ZeRO).
+    /// Adafactor over the model's parameters (`accel_optimizer_create_adafactor`; under ZeRO too).
     pub fn adafactor<'c>(&'c self, model: &Model<'c>, opts: &AdafactorOptions) -> Result<Optimizer<'c>> {
         let o = opts.to_sys()?;
         let mut out = std::ptr::null_mut();

@@ -37,7 +37,7 @@ pub struct MemoryEstimate {
 ///
 /// Errors: `Status::Io` for a model that is neither a named shape nor a readable config;
 /// `Status::InvalidArgument` for a bad option (e.g. `world_size` > 1 without a strategy);
-/// `Status::Unsupported` for what `prepare` refuses (LAMB or Adafactor under ZeRO, ...).
+/// `Status::Unsupported` for what `prepare` refuses (LAMB under ZeRO, ...).
 ///
 /// ```no_run
 /// use accel::{estimate_memory, MemoryEstimateOptions, Precision, Strategy};

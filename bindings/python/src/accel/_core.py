@@ -1865,7 +1865,7 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
     that rank on lora_target_modules (None: PEFT's default for the family). attention:
     "eager", "fused" or None (this build's kernel). Raises IOError for a model that is
     neither a named shape nor a readable config, InvalidArgumentError for a bad option,
-    UnsupportedError for what prepare refuses (LAMB or Adafactor under ZeRO, ...)."""
+    UnsupportedError for what prepare refuses (LAMB under ZeRO, ...)."""
     opts = ffi.new("accel_memory_estimate_options *")
     _check(lib.accel_memory_estimate_options_init(opts, lib.ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION))
     opts.mixed_precision = int(_enum(Precision, mixed_precision, "mixed_precision"))
