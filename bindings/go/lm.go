@@ -368,7 +368,7 @@ func (c *Context) NewLMDataLoader(tokens, offsets *Tensor, lm LMDataOptions, opt
 // moment; LR 0 with RelativeStep).
 type AdafactorOptions struct {
 	LR, Eps1, Eps2, ClipThreshold, DecayRate, Beta1, WeightDecay float64
-	ScaleParameter, RelativeStep, WarmupInit                  bool
+	ScaleParameter, RelativeStep, WarmupInit                     bool
 }
 
 // DefaultAdafactorOptions returns the library's defaults (transformers' Adafactor defaults).
