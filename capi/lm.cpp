@@ -22,6 +22,23 @@ accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, cons
   return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
 }
 
+// A comma-separated list of module names (accel_lora_options.target_modules), trimmed.
+std::vector<std::string> target_list(const std::string& list) {
+  ACCEL_CHECK(!list.empty(), Status::InvalidArgument,
+              "target_modules is empty (NULL gives PEFT's default for the model family)");
+  std::vector<std::string> out;
+  for (size_t a = 0; a <= list.size();) {
+    const size_t b = std::min(list.find(',', a), list.size());
+    std::string item = list.substr(a, b - a);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    ACCEL_CHECK(!item.empty(), Status::InvalidArgument, "target_modules '", list, "' has an empty name");
+    out.push_back(item);
+    a = b + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 extern "C" {
@@ -155,23 +172,6 @@ accel_status accel_lora_options_init(accel_lora_options* opts, uint32_t version)
   return guard(nullptr, "accel_lora_options_init", [&] { init_options(opts, version); });
 }
 
-// A comma-separated list of module names (accel_lora_options.target_modules), trimmed.
-std::vector<std::string> target_list(const std::string& list) {
-  ACCEL_CHECK(!list.empty(), Status::InvalidArgument,
-              "target_modules is empty (NULL gives PEFT's default for the model family)");
-  std::vector<std::string> out;
-  for (size_t a = 0; a <= list.size();) {
-    const size_t b = std::min(list.find(',', a), list.size());
-    std::string item = list.substr(a, b - a);
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    ACCEL_CHECK(!item.empty(), Status::InvalidArgument, "target_modules '", list, "' has an empty name");
-    out.push_back(item);
-    a = b + 1;
-  }
-  return out;
-}
-
 accel_status accel_model_add_lora(accel_context* ctx, accel_model* model, const accel_lora_options* opts) {
   return guard(ctx, "accel_model_add_lora", [&] {
     NEED(ctx);
@@ -264,8 +264,6 @@ accel_status accel_lm_dataloader_create(accel_context* ctx, const accel_tensor* 
   });
 }
 
-}  // extern "C"
-
 accel_status accel_memory_estimate_options_init(accel_memory_estimate_options* opts, uint32_t version) {
   return guard(nullptr, "accel_memory_estimate_options_init", [&] { init_options(opts, version); });
 }
@@ -309,3 +307,5 @@ accel_status accel_estimate_memory(const char* model, const accel_memory_estimat
     std::memcpy(static_cast<void*>(out), &r, out_bytes);
   });
 }
+
+}  // extern "C"

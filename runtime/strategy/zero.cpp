@@ -321,20 +321,18 @@ void ZeroEngine::step(const Optimizer& opt) {
   for (size_t u = 0; u < units_.size(); ++u) {
     const Unit& x = units_[u];
     torch::Tensor p = master_chunk(u);
-    torch::Tensor g;
-    if (!adafactor) {
-      g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
+    if (!adafactor) {  // (Adafactor stepped every chunk above)
+      torch::Tensor g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
       if (grad_factor_ != 1.0) g = g * grad_factor_;
-    }
-    if (adafactor) {
-      // stepped above
-    } else if (adamw) {
-      adamw_update(*adamw, lr, steps_, p, g, exp_avg_.narrow(0, x.shard_offset, x.chunk),
-                   exp_avg_sq_.narrow(0, x.shard_offset, x.chunk));
-    } else {
-      const bool momentum = sgd->momentum != 0;
-      if (momentum && !momentum_.defined()) momentum_ = torch::zeros({total}, on(torch::kFloat));
-      sgd_update(*sgd, lr, p, g, momentum ? momentum_.narrow(0, x.shard_offset, x.chunk) : torch::Tensor(), steps_ == 1);
+      if (adamw) {
+        adamw_update(*adamw, lr, steps_, p, g, exp_avg_.narrow(0, x.shard_offset, x.chunk),
+                     exp_avg_sq_.narrow(0, x.shard_offset, x.chunk));
+      } else {
+        const bool momentum = sgd->momentum != 0;
+        if (momentum && !momentum_.defined()) momentum_ = torch::zeros({total}, on(torch::kFloat));
+        sgd_update(*sgd, lr, p, g, momentum ? momentum_.narrow(0, x.shard_offset, x.chunk) : torch::Tensor(),
+                   steps_ == 1);
+      }
     }
     if (stage_ <= 2) {
       torch::Tensor slot = x.full.narrow(0, r_ * x.chunk, x.chunk);
@@ -384,8 +382,7 @@ void ZeroEngine::adafactor_step(const AdafactorConfig& c, double base_lr) {
   const int64_t wsq_at = n;
   n += static_cast<int64_t>(np);
   torch::Tensor sums = torch::zeros({n}, f64);
-  // a piece's gradient (fp32, unscaled: a view when it already is), its master values, and
-  // the row and column of each of its elements (made per piece, not kept)
+  // a piece's gradient (fp32, unscaled; a view when it already is)
   auto grad_of = [&](const StatePiece& pc) {
     torch::Tensor g = grad_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len).to(torch::kFloat);
     return grad_factor_ != 1.0 ? g * grad_factor_ : g;
@@ -422,6 +419,8 @@ void ZeroEngine::adafactor_step(const AdafactorConfig& c, double base_lr) {
     }
   }
   comm::all_reduce(comm_, sums, comm::RedOp::Sum)->wait();
+  const torch::Tensor sums_host = sums.narrow(0, wsq_at, static_cast<int64_t>(np)).cpu();
+  const double* wsq = sums_host.data_ptr<double>();
 
   // 2. the step sizes and the factors (the same on every rank)
   const double step = static_cast<double>(steps_);
@@ -431,7 +430,7 @@ void ZeroEngine::adafactor_step(const AdafactorConfig& c, double base_lr) {
   std::vector<double> lr(np);
   for (size_t i = 0; i < np; ++i) {
     const double numel = static_cast<double>(params[i].numel());
-    const double rms_w = std::sqrt(sums[wsq_at + static_cast<int64_t>(i)].item<double>() / numel);
+    const double rms_w = std::sqrt(wsq[i] / numel);
     lr[i] = (c.scale_parameter ? std::max(c.eps2, rms_w) : 1.0) * rel;
     if (row_at[i] < 0) continue;
     const int64_t R = params[i].size(0), C = params[i].size(1);
@@ -465,12 +464,14 @@ void ZeroEngine::adafactor_step(const AdafactorConfig& c, double base_lr) {
     usq.narrow(0, static_cast<int64_t>(i), 1).add_(upd[k].pow(2).sum(torch::kDouble));
   }
   comm::all_reduce(comm_, usq, comm::RedOp::Sum)->wait();
+  const torch::Tensor usq_host = usq.cpu();
+  const double* usq_of = usq_host.data_ptr<double>();
 
   // 4. clip by the update's RMS, the step size, beta1, weight decay, the update
   for (size_t k = 0; k < mine.size(); ++k) {
     const StatePiece& pc = mine[k];
     const size_t i = pc.param;
-    const double rms_u = std::sqrt(usq[static_cast<int64_t>(i)].item<double>() / static_cast<double>(params[i].numel()));
+    const double rms_u = std::sqrt(usq_of[i] / static_cast<double>(params[i].numel()));
     torch::Tensor u = upd[k];
     u.div_(std::max(rms_u / c.clip_threshold, 1.0));
     u.mul_(lr[i]);
