@@ -114,16 +114,14 @@ DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderCo
   ACCEL_CHECK(cfg.batch_size >= 1, Status::InvalidArgument, "batch_size must be >= 1, got ", cfg.batch_size);
   inputs_ = inputs.to(torch::kCPU).contiguous();
   if (targets.defined()) targets_ = targets.to(torch::kCPU).contiguous();
-  ACCEL_CHECK(!cfg.drop_last || inputs_.size(0) >= cfg.batch_size, Status::InvalidArgument, "with drop_last, ",
-              inputs.size(0), " samples make no full batch of ", cfg.batch_size);
+  // with drop_last and fewer samples than a batch the loader yields no batch, as Accelerate's
+  // (and PyTorch's) does: not an error (tests/test_runtime.cpp, Sharding.MatchesAcceleratesTable)
 }
 
 DataLoader::DataLoader(std::shared_ptr<const SampleSource> source, DataLoaderConfig cfg)
     : source_(std::move(source)), cfg_(cfg) {
   ACCEL_CHECK(source_ && source_->size() >= 1, Status::InvalidArgument, "the loader has no samples");
   ACCEL_CHECK(cfg.batch_size >= 1, Status::InvalidArgument, "batch_size must be >= 1, got ", cfg.batch_size);
-  ACCEL_CHECK(!cfg.drop_last || source_->size() >= cfg.batch_size, Status::InvalidArgument, "with drop_last, ",
-              source_->size(), " samples make no full batch of ", cfg.batch_size);
 }
 
 void DataLoader::shard(int rank, int world) {

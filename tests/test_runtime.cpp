@@ -5,6 +5,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+
 #include "runtime/comm/tensors.h"
 #include "runtime/runtime.h"
 #include "runtime/torch_version.h"
@@ -420,6 +424,69 @@ std::vector<std::vector<int64_t>> shard(int64_t n, int64_t b, int rank, int worl
 }
 
 using VV = std::vector<std::vector<int64_t>>;
+
+// What Accelerate's own prepare_data_loader yields per process and batch for map-style
+// datasets (tests/fixtures/accelerate/loader_table.json.gz, made by scripts/accelerate_table
+// with accelerate 1.15.0): dataset sizes 0-40, batch sizes 1-8, 1-4 processes, drop_last,
+// even_batches, split_batches. accel's shard_batches must give the same batches, and refuse
+// (at shard) exactly the configurations Accelerate refuses; its loaders accept the others and
+// count the same batches. (Not compared: the table's iterable-dataset rows, as accel's loaders
+// are map-style; and N = 0, which accel_dataloader_create refuses.)
+TEST(Sharding, MatchesAcceleratesTable) {
+  gzFile f = gzopen(ACCEL_ACCELERATE_TABLE, "rb");
+  ASSERT_NE(f, nullptr) << ACCEL_ACCELERATE_TABLE;
+  std::string text;
+  char buf[65536];
+  for (int n; (n = gzread(f, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  gzclose(f);
+  const auto table = nlohmann::json::parse(text);
+  size_t compared = 0, refused = 0, mismatched = 0;
+  for (const auto& row : table.at("rows")) {
+    if (row[0] != "map") continue;
+    const int64_t n = row[1], b = row[2];
+    const int p = row[3];
+    const bool drop_last = row[4], even = row[5], split = row[6];
+    const auto& result = row[7];
+    const std::string what = "N=" + std::to_string(n) + " b=" + std::to_string(b) + " P=" + std::to_string(p) +
+                             " drop_last=" + std::to_string(drop_last) + " even=" + std::to_string(even) +
+                             " split=" + std::to_string(split);
+    DataLoaderConfig cfg;
+    cfg.batch_size = b;
+    cfg.drop_last = drop_last;
+    cfg.even_batches = even;
+    cfg.split_batches = split;
+    if (result.is_object()) {  // Accelerate refuses it
+      ++refused;
+      bool threw = false;
+      try {
+        DataLoader dl(torch::arange(std::max<int64_t>(n, 1)).to(torch::kFloat).unsqueeze(1), torch::Tensor(), cfg);
+        dl.shard(0, p);
+      } catch (const Error&) {
+        threw = true;
+      }
+      EXPECT_TRUE(threw) << what << ": Accelerate says " << result.at("error").get<std::string>();
+      continue;
+    }
+    for (int r = 0; r < p; ++r) {
+      ++compared;
+      if (n >= 1) {  // the loader accepts what Accelerate accepts (a dataset smaller than a batch with drop_last...)
+        DataLoader dl(torch::arange(n).to(torch::kFloat).unsqueeze(1), torch::Tensor(), cfg);
+        dl.shard(r, p);
+        EXPECT_EQ(dl.num_batches(), static_cast<int64_t>(result[static_cast<size_t>(r)].size())) << what << " rank " << r;
+      }
+      const VV mine = shard(n, b, r, p, split, even, drop_last);
+      const VV theirs = result[static_cast<size_t>(r)].get<VV>();
+      if (mine != theirs) {
+        if (++mismatched <= 10) ADD_FAILURE() << what << " rank " << r << ": accel " << ::testing::PrintToString(mine)
+                                              << ", Accelerate " << ::testing::PrintToString(theirs);
+      }
+    }
+  }
+  std::printf("  Accelerate %s: %zu process shards compared, %zu refused configurations, %zu differ\n",
+              table.at("accelerate").get<std::string>().c_str(), compared, refused, mismatched);
+  EXPECT_EQ(mismatched, 0u);
+  EXPECT_GT(compared, 9000u);
+}
 
 // LAMB against the paper's update written out in double precision, two steps (bias
 // correction), per tensor trust ratios, one tensor with a zero gradient norm skipped.

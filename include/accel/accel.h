@@ -555,7 +555,8 @@ typedef struct accel_dataloader_options {
     int32_t shuffle;    /* non-zero: a new permutation each epoch, from seed and epoch */
     uint64_t seed;      /* shuffling seed; default 0 */
     int32_t drop_last;  /* non-zero: drop the last incomplete batch (with several processes:
-                           stop at the last round that gives every process a full batch) */
+                           stop at the last round that gives every process a full batch;
+                           fewer samples than that yield no batch, as in Accelerate) */
     /* version 2: how batches are shared among processes (Accelerate's semantics; they
        matter once the loader is prepared on a context with more than one process) */
     int32_t even_batches;  /* non-zero (default): the data wraps around from the start so
