@@ -102,11 +102,14 @@ def main():
         log(f"{exe} is missing (ninja -C {a.build_dir})")
         return 1
     with tempfile.TemporaryDirectory() as tmp:
+        configs = {}  # each model's config.json, written once for both comparisons
         for name in a.model or list(MODELS):
-            cfg, batch, seq, _ = MODELS[name]
-            path = os.path.join(tmp, name + ".json")
-            with open(path, "w") as f:
-                json.dump(cfg, f)
+            configs[name] = os.path.join(tmp, name + ".json")
+            with open(configs[name], "w") as f:
+                json.dump(MODELS[name][0], f)
+        for name in a.model or list(MODELS):
+            _, batch, seq, _ = MODELS[name]
+            path = configs[name]
             common = [str(exe), path, "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--warmup",
                       str(a.warmup), "--threads", str(a.threads)]
             per = {False: [], True: []}
@@ -125,16 +128,13 @@ def main():
                               "seq": seq, "precision": "no", "threads": a.threads, "rounds": a.rounds,
                               "steps": a.steps, "step_ms_without": round(without, 2), "step_ms_with": round(with_, 2),
                               "ratio": round(with_ / without, 3)}), flush=True)
-    if not os.path.exists(a.python):
-        log(f"no Python with torch and transformers at {a.python}: scripts/lm_fixtures makes the lm venv "
-            "(or pass --python)")
-        return 1
-    with tempfile.TemporaryDirectory() as tmp:
+        if not os.path.exists(a.python):
+            log(f"no Python with torch and transformers at {a.python}: scripts/lm_fixtures makes the lm venv "
+                "(or pass --python)")
+            return 1
         for name in a.model or list(MODELS):
-            cfg, batch, seq, precisions = MODELS[name]
-            path = os.path.join(tmp, name + ".json")
-            with open(path, "w") as f:
-                json.dump(cfg, f)
+            _, batch, seq, precisions = MODELS[name]
+            path = configs[name]
             for precision in precisions:
                 common = [path, "--batch", str(batch), "--seq", str(seq), "--steps", str(a.steps), "--warmup",
                           str(a.warmup), "--threads", str(a.threads), "--precision", precision]
