@@ -265,7 +265,10 @@ typedef struct accel_options {
        joins its world in accel_init; docs/distributed.md, "Real processes") */
     accel_backend backend;               /* default ACCEL_BACKEND_AUTO, or the ACCEL_BACKEND
                                             environment variable when left at the default:
-                                            "auto", "gloo", "nccl" (any case) */
+                                            "auto", "gloo", "nccl" (any case). Joining a Gloo
+                                            world sets SIGPIPE to ignored when the program left
+                                            it at its default, so a dead peer is
+                                            ACCEL_ERR_COMMUNICATION, not this process's end */
     double timeout_seconds;              /* how long joining the world and each collective may
                                             wait for the other processes before failing with
                                             ACCEL_ERR_TIMEOUT; finite and >= 0; 0 (the default)

@@ -2,6 +2,7 @@
 #include "runtime/comm/gloo/gloo.h"
 
 #include <arpa/inet.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -451,6 +452,11 @@ class GlooCommunicator final : public Communicator {
 std::shared_ptr<Communicator> make_gloo_communicator(const GroupConfig& c) {
   ACCEL_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, Status::InvalidArgument, "gloo: rank ", c.rank,
               " is outside a world of ", c.world_size);
+  // Gloo writes to its peers' sockets: a peer that died would end this process with SIGPIPE
+  // (seen as exit -13 of a survivor) instead of a communication error. Ignore it, unless the
+  // program chose its own disposition (Python, PyTorch's usual host, ignores it already).
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
   return std::make_shared<GlooCommunicator>(c, std::move(store));
