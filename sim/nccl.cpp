@@ -1799,6 +1799,21 @@ ACCEL_SIM_EXPORT size_t accelSimDiagnose(ncclComm_t c, char* buf, size_t len) {
   return s.size();
 }
 
+// Why this process's ACCEL_SIM_* settings are bad (empty when they are fine): the backend
+// asks before it meets the other processes, so a bad setting fails every process with its own
+// message instead of the first one's exit breaking the others' store connections.
+ACCEL_SIM_EXPORT size_t accelSimConfigError(char* buf, size_t len) {
+  auto& p = proc();
+  std::string s;
+  {
+    std::lock_guard<std::mutex> lk(p.mu);
+    p.configure();
+    if (!p.config_error.empty()) s = "simulated NCCL: " + p.config_error;
+  }
+  if (buf && len) copy_text(buf, len, s);
+  return s.size();
+}
+
 ACCEL_SIM_EXPORT void accelSimNote(ncclComm_t c, const char* why) {
   if (!c || !why) return;
   {

@@ -101,3 +101,5 @@ constexpr unsigned int kCudaEventDisableTiming = 0x02;  // cudaEventDisableTimin
 //   int    accelSimMemCharge(unsigned long long bytes, char* msg, size_t len)  0, or 1 with
 //          a CUDA-shaped out-of-memory message: the process's simulated device memory
 //   void   accelSimMemRelease(unsigned long long bytes)
+//   size_t accelSimConfigError(char* buf, size_t len)     0, or the length of why an ACCEL_SIM_*
+//          variable is bad: read before any process meets another, so each fails on its own

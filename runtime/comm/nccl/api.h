@@ -74,6 +74,7 @@ struct NcclApi {
   void (*accelSimNote)(ncclComm_t, const char*) = nullptr;
   int (*accelSimMemCharge)(unsigned long long, char*, size_t) = nullptr;
   void (*accelSimMemRelease)(unsigned long long) = nullptr;
+  size_t (*accelSimConfigError)(char*, size_t) = nullptr;
 };
 
 // The functions both libraries have, for filling the table (nccl.cpp: one list, two fills).
@@ -87,7 +88,7 @@ struct NcclApi {
 // The simulator's extensions, which only the simulated library has.
 #define ACCEL_NCCL_SIM_FUNCTIONS(X)                                                                   \
   X(accelSimChargeCompute) X(accelSimFlopsPerSecond) X(accelSimOnStep) X(accelSimDiagnose) X(accelSimNote) \
-  X(accelSimMemCharge) X(accelSimMemRelease)
+  X(accelSimMemCharge) X(accelSimMemRelease) X(accelSimConfigError)
 
 // The real NCCL, where this build links it; null otherwise.
 const NcclApi* real_nccl_api();

@@ -374,6 +374,10 @@ std::shared_ptr<Communicator> make(const GroupConfig& c, const NcclApi* api) {
   const int device = c.device >= 0 ? c.device : c.local_rank % devices;
   ACCEL_CHECK(device < devices, Status::InvalidArgument, "nccl: CUDA device ", device, " does not exist (this process sees ",
               devices, ")");
+  if (api->accelSimConfigError) {  // a bad ACCEL_SIM_* setting: fail here, before meeting the others
+    char why[1024];
+    if (api->accelSimConfigError(why, sizeof why) > 0) fail(Status::InvalidArgument, "nccl: ", why);
+  }
   std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
   auto st = std::make_shared<State>();
