@@ -64,19 +64,25 @@ std::optional<Strategy> parse_strategy(const std::string& name) {
 // The Accelerator
 
 namespace {
-torch::Device pick_device(const Options& o) {
-  const bool cuda = torch::cuda::is_available();
+// `simulated`: the communicator is the simulator's, whose GPUs are this machine's memory
+// (its collectives copy host bytes): there auto is the CPU, and CUDA an error.
+// CUDA is asked about only where it could be used: a forked child of a process that
+// initialised CUDA cannot initialise it again, but it can still train on the CPU.
+torch::Device pick_device(const Options& o, bool simulated) {
   switch (o.device) {
     case DeviceKind::CPU: return torch::Device(torch::kCPU);
     case DeviceKind::CUDA:
-      ACCEL_CHECK(cuda, Status::Unsupported,
+      ACCEL_CHECK(!simulated, Status::Unsupported,
+                  "device CUDA under the simulator: simulated ranks run on the CPU (their GPUs are simulated in this "
+                  "machine's memory); ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU, or use a real backend (nccl, gloo)");
+      ACCEL_CHECK(torch::cuda::is_available(), Status::Unsupported,
                   "device CUDA was requested but CUDA is not available (this libtorch has no CUDA, or no GPU is visible)");
       ACCEL_CHECK(o.device_index < static_cast<int>(torch::cuda::device_count()), Status::InvalidArgument,
                   "device_index ", o.device_index, " but only ", torch::cuda::device_count(), " CUDA devices are visible");
       return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index));
     case DeviceKind::Auto:
     default:
-      return cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index)) : torch::Device(torch::kCPU);
+      return !simulated && torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index)) : torch::Device(torch::kCPU);
   }
 }
 }  // namespace
@@ -98,7 +104,7 @@ comm::DataType comm_dtype(c10::ScalarType t) {
 Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm)
     : opts_((validate(opts), opts)),
       comm_(comm ? std::move(comm) : std::shared_ptr<comm::Communicator>(comm::make_local_communicator())),
-      device_(pick_device(opts)),
+      device_(pick_device(opts, comm::clock_of(*comm_) != nullptr)),
       gen_(at::make_generator<at::CPUGeneratorImpl>(opts.seed)),
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
               opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {

@@ -50,9 +50,11 @@ struct Fixture {
   accel_model* model = nullptr;
   accel_optimizer* opt = nullptr;
 
-  explicit Fixture(accel_precision precision = ACCEL_PRECISION_NO, bool prepare = true, int accum = 1) {
+  explicit Fixture(accel_precision precision = ACCEL_PRECISION_NO, bool prepare = true, int accum = 1,
+                   accel_device device = ACCEL_DEVICE_AUTO) {
     accel_options o = ACCEL_OPTIONS_INIT;
     o.mixed_precision = precision;
+    o.device = device;
     o.seed = 1;
     o.gradient_accumulation_steps = accum;
     EXPECT_EQ(accel_init(&o, &ctx), ACCEL_OK) << accel_last_error(nullptr);
@@ -1733,7 +1735,8 @@ TEST(Checkpoint, RunningOutOfFileDescriptorsIsAResourceError) {
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    Fixture f;
+    // the CPU: a forked child cannot initialise CUDA where this process already has
+    Fixture f(ACCEL_PRECISION_NO, true, 1, ACCEL_DEVICE_CPU);
     if (accel_save_state(f.ctx, dir.c_str()) != ACCEL_OK) ::_exit(3);
     const int lowest_free = ::dup(0);  // the number the next open would get
     ::close(lowest_free);

@@ -1036,6 +1036,36 @@ TEST(Zero, MissingCollectiveFailsAtPrepareOnEveryRank) {
   EXPECT_EQ(prepared.load(), 4);
 }
 
+// Simulated ranks train on the CPU, where the simulated GPUs' memory is, also on a machine
+// with CUDA: auto is the CPU there, and CUDA is refused with the reason (a GPU run found
+// ranks placing their tensors on the real GPU, which the simulator's collectives cannot copy).
+TEST(Sim, RanksTrainOnTheCpuAndRefuseCuda) {
+  World w(world(2));
+  std::vector<std::string> devices(2), refusals(2);
+  std::vector<int> statuses(2, 0);
+  const auto rep = w.run([&](Rank& rk) {
+    std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
+    Options o;  // device auto
+    Accelerator acc(o, c);
+    devices[static_cast<size_t>(rk.rank())] = acc.device().str();
+    o.device = DeviceKind::CUDA;
+    try {
+      Accelerator cuda(o, c);
+    } catch (const Error& e) {
+      statuses[static_cast<size_t>(rk.rank())] = static_cast<int>(e.status());
+      refusals[static_cast<size_t>(rk.rank())] = e.what();
+    }
+  });
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
+  for (int r : {0, 1}) {
+    EXPECT_EQ(devices[static_cast<size_t>(r)], "cpu");
+    EXPECT_EQ(statuses[static_cast<size_t>(r)], static_cast<int>(Status::Unsupported));
+    EXPECT_NE(refusals[static_cast<size_t>(r)].find("device CUDA under the simulator: simulated ranks run on the CPU"),
+              std::string::npos)
+        << refusals[static_cast<size_t>(r)];
+  }
+}
+
 TEST(Ddp, SplitBatchesThatDoNotDivideFailAtPrepareOnEveryRank) {
   World w(world(3));
   auto rep = w.run([&](Rank& rk) {
