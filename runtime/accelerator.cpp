@@ -15,6 +15,7 @@
 #include "runtime/paths.h"
 #include "runtime/accelerator.h"
 #include "runtime/comm/store.h"
+#include "runtime/comm/tensors.h"
 #include "runtime/models/transformer.h"
 #include "runtime/strategy/strategy.h"
 
@@ -85,6 +86,18 @@ torch::Device pick_device(const Options& o, bool simulated) {
       return !simulated && torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(o.device_index)) : torch::Device(torch::kCPU);
   }
 }
+// libtorch's default generators: the CPU's always; CUDA's only where this context trains on
+// CUDA (torch::manual_seed initialises CUDA, which a forked child of a process that has
+// initialised it cannot do: a CPU context there must still work).
+void seed_default_generators(uint64_t seed, const torch::Device& device) {
+  if (device.is_cuda()) {
+    torch::manual_seed(seed);
+    return;
+  }
+  at::Generator cpu = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(cpu.mutex());
+  cpu.set_current_seed(seed);
+}
 }  // namespace
 
 comm::DataType comm_dtype(c10::ScalarType t) {
@@ -116,7 +129,7 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
   }
   // TorchScript models draw dropout masks and initial values from libtorch's default
   // generator; seed it too so their runs repeat.
-  torch::manual_seed(opts_.seed);
+  seed_default_generators(opts_.seed, device_);
 }
 
 Accelerator::~Accelerator() = default;
@@ -402,7 +415,7 @@ std::vector<int64_t> Accelerator::describe_across(const torch::Tensor& x, int64_
   mine[1] = x.dim();
   mine[2] = extra;
   for (int64_t d = 0; d < x.dim() && d < 16; ++d) mine[static_cast<size_t>(3 + d)] = x.size(d);
-  comm_->all_gather(mine.data(), all.data(), kRow, comm::DataType::Int64)->wait();
+  comm::host_all_gather(*comm_, mine.data(), all.data(), kRow, comm::DataType::Int64);
   for (int r = 0; r < comm_->size(); ++r) {
     const int64_t* row = &all[kRow * static_cast<size_t>(r)];
     ACCEL_CHECK(row[0] == all[0], Status::InvalidArgument, "tensor: the dtypes differ across processes: process 0 has ",
@@ -416,7 +429,7 @@ std::vector<int64_t> Accelerator::describe_across(const torch::Tensor& x, int64_
 
 torch::Tensor Accelerator::reduce(const torch::Tensor& t, comm::RedOp op) {
   torch::Tensor r = host_contiguous(t).clone();
-  comm_->all_reduce(r.data_ptr(), r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), op)->wait();
+  comm::host_all_reduce(*comm_, r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), op);
   return r.device() == device_ ? r : r.to(device_);
 }
 
@@ -424,7 +437,7 @@ torch::Tensor Accelerator::broadcast(const torch::Tensor& t, int root) {
   ACCEL_CHECK(root >= 0 && root < comm_->size(), Status::InvalidArgument, "root must be in [0, ", comm_->size(),
               ") (a process index), got ", root);
   torch::Tensor r = host_contiguous(t).clone();
-  comm_->broadcast(r.data_ptr(), r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), root)->wait();
+  comm::host_broadcast(*comm_, r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), root);
   return r.device() == device_ ? r : r.to(device_);
 }
 
@@ -444,7 +457,7 @@ torch::Tensor Accelerator::gather(const torch::Tensor& t) {
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape[0] *= n;
   torch::Tensor out = torch::empty(out_shape, x.options());
-  comm_->all_gather(x.data_ptr(), out.data_ptr(), static_cast<size_t>(x.numel()), comm_dtype(x.scalar_type()))->wait();
+  comm::host_all_gather(*comm_, x.data_ptr(), out.data_ptr(), static_cast<size_t>(x.numel()), comm_dtype(x.scalar_type()));
   return out.device() == device_ ? out : out.to(device_);
 }
 
@@ -490,7 +503,7 @@ torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& t) {
   const torch::Tensor mine = x.narrow(0, 0, keep);
   const int n = comm_->size();
   std::vector<int64_t> counts(static_cast<size_t>(n));
-  comm_->all_gather(&keep, counts.data(), 1, comm::DataType::Int64)->wait();
+  comm::host_all_gather(*comm_, &keep, counts.data(), 1, comm::DataType::Int64);
   torch::Tensor padded = pad_across_processes(mine, 0, 0.0, false).to(torch::kCPU);
   torch::Tensor all = gather(padded).to(torch::kCPU);
   const int64_t per = padded.size(0);
@@ -503,7 +516,7 @@ torch::Tensor Accelerator::gather_for_metrics(const torch::Tensor& t) {
 void Accelerator::set_seed(uint64_t seed, bool per_process) {
   const uint64_t s = seed + (per_process ? static_cast<uint64_t>(comm_->rank()) : 0);
   gen_.set_current_seed(s);
-  torch::manual_seed(s);
+  seed_default_generators(s, device_);
 }
 
 void Accelerator::backward(const torch::Tensor& loss, int64_t tokens) {
@@ -564,7 +577,7 @@ bool Accelerator::finish_gradients() {
     int64_t total = window_tokens_;
     double procs = 1.0;
     if (strategy_->cadence() != Cadence::Never) {
-      comm_->all_reduce(&total, &total, 1, comm::DataType::Int64, comm::RedOp::Sum)->wait();
+      comm::host_all_reduce(*comm_, &total, 1, comm::DataType::Int64, comm::RedOp::Sum);
       procs = static_cast<double>(comm_->size());
     }
     strategy_->scale_gradients(total > 0 ? procs / static_cast<double>(total) : 0.0);

@@ -30,6 +30,7 @@
 #include "runtime/checkpoint_format.h"
 #include "runtime/paths.h"
 #include "runtime/accelerator.h"
+#include "runtime/comm/tensors.h"
 #include "runtime/safetensors.h"
 #include "runtime/strategy/strategy.h"
 
@@ -236,13 +237,13 @@ const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" :
 void Accelerator::agree(Status status, const std::string& message) {
   if (comm_->size() > 1) {
     int32_t code = static_cast<int32_t>(status);
-    comm_->broadcast(&code, &code, 1, comm::DataType::Int32, 0)->wait();
+    comm::host_broadcast(*comm_, &code, 1, comm::DataType::Int32, 0);
     status = static_cast<Status>(code);
     if (status != Status::Ok) {  // process 0's words on every process
       int64_t n = comm_->rank() == 0 ? static_cast<int64_t>(message.size()) : 0;
-      comm_->broadcast(&n, &n, 1, comm::DataType::Int64, 0)->wait();
+      comm::host_broadcast(*comm_, &n, 1, comm::DataType::Int64, 0);
       std::string text = comm_->rank() == 0 ? message : std::string(static_cast<size_t>(n), '\0');
-      if (n > 0) comm_->broadcast(text.data(), text.data(), static_cast<size_t>(n), comm::DataType::Uint8, 0)->wait();
+      if (n > 0) comm::host_broadcast(*comm_, text.data(), static_cast<size_t>(n), comm::DataType::Uint8, 0);
       throw Error(status, comm_->rank() == 0 ? text : "process 0: " + text);
     }
   }
@@ -267,7 +268,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
                 "save_state with no directory needs a project directory (accel_set_project)");
     const fs::path root = fs::path(project_.dir) / "checkpoints";
     int64_t next = rank == 0 ? latest_index(root) + 1 : 0;
-    comm_->broadcast(&next, &next, 1, comm::DataType::Int64, 0)->wait();  // one name everywhere
+    comm::host_broadcast(*comm_, &next, 1, comm::DataType::Int64, 0);  // one name everywhere
     target = root / ("checkpoint_" + std::to_string(next));
   } else {
     target = fs::path(dir_arg);
@@ -578,7 +579,7 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
   if (comm_->size() > 1) {  // every process loads, or none does
     std::vector<int32_t> codes(static_cast<size_t>(comm_->size()));
     int32_t code = static_cast<int32_t>(mine);
-    comm_->all_gather(&code, codes.data(), 1, comm::DataType::Int32)->wait();
+    comm::host_all_gather(*comm_, &code, codes.data(), 1, comm::DataType::Int32);
     if (mine != Status::Ok) throw Error(mine, why);
     for (int r = 0; r < comm_->size(); ++r)
       if (codes[static_cast<size_t>(r)] != 0)

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include <zlib.h>
 
@@ -720,6 +721,83 @@ TEST(FusedOptimizers, MatchTorchOptimBitForBit) {
     }
   }
 }
+
+// A backend that cannot reach host memory (as nccl on a GPU, which a GPU run found failing
+// with "illegal memory access" at the first accel_reduce): the runtime's own host buffers go
+// through copies in its home, and the results come back. This one is a local world whose
+// "other rank" adds 1 to every element, and that records the buffers it was given.
+class NoHostComm final : public comm::Communicator {
+ public:
+  std::vector<const void*> seen;
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "no-host"; }
+  bool reaches(const comm::Device& d) const override { return d.kind == comm::Device::Kind::Cuda; }
+  std::shared_ptr<comm::Work> all_reduce(const void* send, void* recv, size_t n, comm::DataType t, comm::RedOp,
+                                         comm::PreMul) override {
+    seen.push_back(send);
+    EXPECT_EQ(t, comm::DataType::Int64);
+    for (size_t i = 0; i < n; ++i) static_cast<int64_t*>(recv)[i] = static_cast<const int64_t*>(send)[i] + 1;
+    return done();
+  }
+  std::shared_ptr<comm::Work> broadcast(const void* send, void* recv, size_t n, comm::DataType t, int) override {
+    seen.push_back(send);
+    std::memset(recv, 7, n * comm::dtype_size(t));
+    return done();
+  }
+  std::shared_ptr<comm::Work> all_gather(const void* send, void* recv, size_t n, comm::DataType t) override {
+    seen.push_back(send);
+    const size_t b = n * comm::dtype_size(t);
+    std::memcpy(recv, send, b);
+    std::memset(static_cast<char*>(recv) + b, 9, b);
+    return done();
+  }
+  std::shared_ptr<comm::Work> reduce_scatter(const void*, void*, size_t, comm::DataType, comm::RedOp,
+                                             comm::PreMul) override { return unused(); }
+  std::shared_ptr<comm::Work> reduce(const void*, void*, size_t, comm::DataType, comm::RedOp, int,
+                                     comm::PreMul) override { return unused(); }
+  std::shared_ptr<comm::Work> send(const void*, size_t, comm::DataType, int) override { return unused(); }
+  std::shared_ptr<comm::Work> recv(void*, size_t, comm::DataType, int) override { return unused(); }
+  void barrier() override {}
+  void group_start() override {}
+  void group_end() override {}
+
+ private:
+  struct Done final : comm::Work {
+    void wait() override {}
+    bool test() override { return true; }
+  };
+  static std::shared_ptr<comm::Work> done() { return std::make_shared<Done>(); }
+  static std::shared_ptr<comm::Work> unused() {
+    ADD_FAILURE() << "not used by the host helpers";
+    return done();
+  }
+};
+
+TEST(Comm, HostBuffersAreStagedWhereTheBackendCannotReachThem) {
+  NoHostComm c;
+  int64_t x[3] = {1, 2, 3};
+  comm::host_all_reduce(c, x, 3, comm::DataType::Int64, comm::RedOp::Sum);
+  EXPECT_EQ(x[0], 2);
+  EXPECT_EQ(x[2], 4);
+  uint8_t b[4] = {0, 0, 0, 0};
+  comm::host_broadcast(c, b, 4, comm::DataType::Uint8, 0);
+  EXPECT_EQ(b[3], 7);
+  int32_t mine = 5, all[2] = {0, 0};
+  comm::host_all_gather(c, &mine, all, 1, comm::DataType::Int32);
+  EXPECT_EQ(all[0], 5);
+  EXPECT_EQ(all[1], 0x09090909);
+  ASSERT_EQ(c.seen.size(), 3u);
+  EXPECT_NE(c.seen[0], static_cast<const void*>(x)) << "the backend was given the host buffer itself";
+  EXPECT_NE(c.seen[1], static_cast<const void*>(b));
+  EXPECT_NE(c.seen[2], static_cast<const void*>(&mine));
+  // a backend that reaches the host gets the buffers themselves
+  auto local = comm::make_local_communicator();
+  int64_t y = 4;
+  comm::host_all_reduce(*local, &y, 1, comm::DataType::Int64, comm::RedOp::Sum);
+  EXPECT_EQ(y, 4);
+}
+
 
 }  // namespace
 }  // namespace accel

@@ -156,6 +156,9 @@ class Communicator {
   // Whether this backend's operations can read and write memory on `d` (local and sim: the
   // host; nccl: its CUDA device). Raw-pointer calls must pass reachable buffers.
   virtual bool reaches(const Device& d) const { return d.kind == Device::Kind::Host; }
+  // Where buffers it cannot reach are staged (runtime/comm/tensors.h): the host, or for nccl
+  // its CUDA device (the runtime's host counters and metadata go through it there).
+  virtual Device home() const { return Device{}; }
 
   // The rendezvous store the processes of this world met through (real-process backends);
   // null for backends whose ranks share a process (local, sim). The runtime checks that the

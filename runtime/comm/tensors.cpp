@@ -42,14 +42,43 @@ void check(const torch::Tensor& t, const char* what) {
   ACCEL_CHECK(t.defined() && t.is_contiguous(), Status::Internal, "a collective's ", what, " must be a contiguous tensor");
 }
 
-// A copy in host memory (always a copy: the backend must not see the tensor's own memory).
-torch::Tensor host_copy(const torch::Tensor& t) { return t.to(torch::TensorOptions().device(torch::kCPU), false, true); }
+// The backend's home as a libtorch device.
+torch::Device home_of(const Communicator& c) {
+  const Device d = c.home();
+  return d.kind == Device::Kind::Cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(d.index))
+                                      : torch::Device(torch::kCPU);
+}
 
-// `t` in host memory: a view of `base_host` where t lies in base's storage, else a copy.
-torch::Tensor host_of(const torch::Tensor& t, const torch::Tensor& base, const torch::Tensor& base_host) {
+// A copy in the backend's home (always a copy: the backend must not see the tensor's own memory).
+torch::Tensor staged_copy(const Communicator& c, const torch::Tensor& t) {
+  return t.to(torch::TensorOptions().device(home_of(c)), false, true);
+}
+
+// `t` in the backend's home: a view of `base_host` where t lies in base's storage, else a copy.
+torch::Tensor staged_of(const Communicator& c, const torch::Tensor& t, const torch::Tensor& base,
+                      const torch::Tensor& base_host) {
   if (base.defined() && t.storage().is_alias_of(base.storage()))
     return base_host.view({-1}).narrow(0, t.storage_offset() - base.storage_offset(), t.numel());
-  return host_copy(t);
+  return staged_copy(c, t);
+}
+
+c10::ScalarType scalar_of(DataType t) {
+  switch (t) {
+    case DataType::Int8: return torch::kChar;
+    case DataType::Uint8: return torch::kByte;
+    case DataType::Int32: return torch::kInt;
+    case DataType::Int64: return torch::kLong;
+    case DataType::Float16: return torch::kHalf;
+    case DataType::Float32: return torch::kFloat;
+    case DataType::Float64: return torch::kDouble;
+    case DataType::BFloat16: return torch::kBFloat16;
+    default: fail(Status::Internal, "no libtorch type for the host buffer's ", dtype_name(t));
+  }
+}
+
+// A host buffer as a tensor (no copy).
+torch::Tensor wrap(const void* p, size_t n, DataType t) {
+  return torch::from_blob(const_cast<void*>(p), {static_cast<int64_t>(n)}, torch::TensorOptions().dtype(scalar_of(t)));
 }
 
 size_t count(const torch::Tensor& t) { return static_cast<size_t>(t.numel()); }
@@ -70,7 +99,7 @@ std::shared_ptr<Work> all_reduce(Communicator& c, const torch::Tensor& t, RedOp 
   check(t, "buffer");
   if (c.reaches(location_of(t)))
     return c.all_reduce(t.data_ptr(), t.data_ptr(), count(t), comm_dtype(t.scalar_type()), op);
-  torch::Tensor h = host_copy(t);
+  torch::Tensor h = staged_copy(c, t);
   auto w = c.all_reduce(h.data_ptr(), h.data_ptr(), count(h), comm_dtype(h.scalar_type()), op);
   return std::make_shared<StagedWork>(std::move(w), std::vector<std::pair<torch::Tensor, torch::Tensor>>{{h, t}});
 }
@@ -80,7 +109,7 @@ std::shared_ptr<Work> reduce_scatter(Communicator& c, const torch::Tensor& send,
   check(recv, "output");
   if (c.reaches(location_of(send)) && c.reaches(location_of(recv)))
     return c.reduce_scatter(send.data_ptr(), recv.data_ptr(), count(recv), comm_dtype(recv.scalar_type()), op);
-  torch::Tensor hs = host_copy(send), hr = host_of(recv, send, hs);  // in place: recv is send's slot
+  torch::Tensor hs = staged_copy(c, send), hr = staged_of(c, recv, send, hs);  // in place: recv is send's slot
   auto w = c.reduce_scatter(hs.data_ptr(), hr.data_ptr(), count(hr), comm_dtype(hr.scalar_type()), op);
   return std::make_shared<StagedWork>(std::move(w), std::vector<std::pair<torch::Tensor, torch::Tensor>>{{hr, recv}},
                                       std::vector<torch::Tensor>{hs});
@@ -91,7 +120,7 @@ std::shared_ptr<Work> all_gather(Communicator& c, const torch::Tensor& send, con
   check(recv, "output");
   if (c.reaches(location_of(send)) && c.reaches(location_of(recv)))
     return c.all_gather(send.data_ptr(), recv.data_ptr(), count(send), comm_dtype(send.scalar_type()));
-  torch::Tensor hr = host_copy(recv), hs = host_of(send, recv, hr);  // in place: send is recv's slot
+  torch::Tensor hr = staged_copy(c, recv), hs = staged_of(c, send, recv, hr);  // in place: send is recv's slot
   auto w = c.all_gather(hs.data_ptr(), hr.data_ptr(), count(hs), comm_dtype(hs.scalar_type()));
   return std::make_shared<StagedWork>(std::move(w), std::vector<std::pair<torch::Tensor, torch::Tensor>>{{hr, recv}},
                                       std::vector<torch::Tensor>{hs});
@@ -101,9 +130,30 @@ std::shared_ptr<Work> broadcast(Communicator& c, const torch::Tensor& t, int roo
   check(t, "buffer");
   if (c.reaches(location_of(t)))
     return c.broadcast(t.data_ptr(), t.data_ptr(), count(t), comm_dtype(t.scalar_type()), root);
-  torch::Tensor h = host_copy(t);
+  torch::Tensor h = staged_copy(c, t);
   auto w = c.broadcast(h.data_ptr(), h.data_ptr(), count(h), comm_dtype(h.scalar_type()), root);
   return std::make_shared<StagedWork>(std::move(w), std::vector<std::pair<torch::Tensor, torch::Tensor>>{{h, t}});
+}
+
+void host_all_reduce(Communicator& c, void* buf, size_t count, DataType t, RedOp op) {
+  if (c.reaches(Device{}))
+    c.all_reduce(buf, buf, count, t, op)->wait();
+  else
+    all_reduce(c, wrap(buf, count, t), op)->wait();
+}
+
+void host_broadcast(Communicator& c, void* buf, size_t count, DataType t, int root) {
+  if (c.reaches(Device{}))
+    c.broadcast(buf, buf, count, t, root)->wait();
+  else
+    broadcast(c, wrap(buf, count, t), root)->wait();
+}
+
+void host_all_gather(Communicator& c, const void* send, void* recv, size_t sendcount, DataType t) {
+  if (c.reaches(Device{}))
+    c.all_gather(send, recv, sendcount, t)->wait();
+  else
+    all_gather(c, wrap(send, sendcount, t), wrap(recv, sendcount * static_cast<size_t>(c.size()), t))->wait();
 }
 
 }  // namespace accel::comm

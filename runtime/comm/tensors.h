@@ -1,7 +1,8 @@
 // Collectives on tensors, as the strategies make them: each tensor carries its device, and
-// where the backend cannot reach it (Communicator::reaches) the data goes through host
-// memory: copied out before the operation, copied back when its Work completes. On the
-// host (and on a backend that reaches the device) nothing is copied. In-place forms follow
+// where the backend cannot reach it (Communicator::reaches) the data goes through the
+// backend's home (Communicator::home: host memory, or nccl's GPU): copied there before the
+// operation, copied back when its Work completes. Where the backend reaches the tensor
+// nothing is copied. In-place forms follow
 // NCCL's rules (all_gather: `send` is recv's slot of this rank; reduce_scatter: `recv` is
 // send's slot), recognised from the tensors' storage.
 #pragma once
@@ -21,5 +22,11 @@ std::shared_ptr<Work> all_reduce(Communicator& c, const torch::Tensor& t, RedOp 
 std::shared_ptr<Work> reduce_scatter(Communicator& c, const torch::Tensor& send, const torch::Tensor& recv, RedOp op);
 std::shared_ptr<Work> all_gather(Communicator& c, const torch::Tensor& send, const torch::Tensor& recv);
 std::shared_ptr<Work> broadcast(Communicator& c, const torch::Tensor& t, int root);
+
+// The runtime's own host buffers (counters, flags, metadata): passed as they are where the
+// backend reaches the host, else staged through its home (nccl's GPU). They wait.
+void host_all_reduce(Communicator& c, void* buf, size_t count, DataType t, RedOp op);
+void host_broadcast(Communicator& c, void* buf, size_t count, DataType t, int root);
+void host_all_gather(Communicator& c, const void* send, void* recv, size_t sendcount, DataType t);
 
 }  // namespace accel::comm

@@ -283,7 +283,7 @@ bool ZeroEngine::unscale(double inv_scale) {
   int32_t bad = 0;
   if (grad_valid_)
     for (size_t u = 0; u < units_.size() && !bad; ++u) bad = torch::isfinite(grad_chunk(u)).all().item<bool>() ? 0 : 1;
-  comm_.all_reduce(&bad, &bad, 1, comm::DataType::Int32, comm::RedOp::Max)->wait();
+  comm::host_all_reduce(comm_, &bad, 1, comm::DataType::Int32, comm::RedOp::Max);
   return bad != 0;
 }
 
@@ -296,7 +296,7 @@ double ZeroEngine::clip(double max_norm) {
       sumsq += g.pow(2).sum(torch::kDouble).item<double>();
     }
   }
-  comm_.all_reduce(&sumsq, &sumsq, 1, comm::DataType::Float64, comm::RedOp::Sum)->wait();
+  comm::host_all_reduce(comm_, &sumsq, 1, comm::DataType::Float64, comm::RedOp::Sum);
   const double total = std::sqrt(sumsq);
   if (!std::isfinite(total)) return total;
   const double coef = max_norm / (total + 1e-6);

@@ -223,6 +223,14 @@ class NcclCommunicator : public Communicator {
   bool reaches(const Device& d) const override {
     return api->simulated ? d.kind == Device::Kind::Host : d.kind == Device::Kind::Cuda && d.index == s_->device;
   }
+  Device home() const override {
+    Device d;
+    if (!api->simulated) {
+      d.kind = Device::Kind::Cuda;
+      d.index = s_->device;
+    }
+    return d;
+  }
 
   std::shared_ptr<Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
                                    PreMul premul) override {
