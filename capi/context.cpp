@@ -1,5 +1,6 @@
 // The C ABI: contexts (options, devices) and the training step.
 #include "capi/internal.h"
+#include "runtime/comm/launch_env.h"
 
 using namespace accel::capi;
 
@@ -18,11 +19,17 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
     auto ctx = std::make_unique<accel_context>();
     const accel::Options ro = runtime_options(opts);
     // a launched process joins its world (one per process: later contexts share it)
-    const bool cuda =
-        ro.device == accel::DeviceKind::CUDA || (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available());
+    // auto: CUDA where each process of this node can have a GPU of its own (NCCL refuses two
+    // ranks on one GPU), else the CPU and Gloo
+    accel::Options auto_placed = ro;
+    if (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available() &&
+        static_cast<int>(torch::cuda::device_count()) < accel::comm::read_launch_env().local_world_size)
+      auto_placed.device = accel::DeviceKind::CPU;
+    const bool cuda = auto_placed.device == accel::DeviceKind::CUDA ||
+                      (auto_placed.device == accel::DeviceKind::Auto && torch::cuda::is_available());
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000));
     auto comm = accel::comm::join_world(ro.backend, timeout, cuda);
-    accel::Options placed = ro;
+    accel::Options placed = auto_placed;
     // on CUDA, a launched process left on device 0 takes the device of its local rank (the one
     // the nccl backend's communicator uses), as torchrun's users set by hand
     if (cuda && comm->size() > 1 && ro.device_index == 0 && torch::cuda::device_count() > 0)

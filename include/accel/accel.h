@@ -200,8 +200,9 @@ typedef enum accel_precision {
 } accel_precision;
 
 typedef enum accel_device {
-    ACCEL_DEVICE_AUTO = 0, /* CUDA when this libtorch and machine have it, else the CPU; the CPU
-                              under the simulator, whose GPUs are this machine's memory */
+    ACCEL_DEVICE_AUTO = 0, /* CUDA when this libtorch and machine have it (in a launched world:
+                              a GPU for each process of the node), else the CPU; the CPU under
+                              the simulator, whose GPUs are this machine's memory */
     ACCEL_DEVICE_CPU = 1,
     ACCEL_DEVICE_CUDA = 2
 } accel_device;
