@@ -2,6 +2,8 @@
 #include "capi/internal.h"
 #include "runtime/comm/launch_env.h"
 
+#include <filesystem>
+
 using namespace accel::capi;
 
 extern "C" {
@@ -118,3 +120,71 @@ accel_status accel_loss_scale(const accel_context* ctx, double* out) {
 }
 
 }  // extern "C"
+
+// ---------------------------------------------------------------------------------------
+// Trackers
+
+accel_status accel_tracker_options_init(accel_tracker_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_tracker_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_init_trackers(accel_context* ctx, const accel_tracker_options* opts) {
+  return guard(ctx, "accel_init_trackers", [&] {
+    NEED(ctx);
+    NEED(opts);
+    const accel_tracker_options o = read_options(opts);
+    ACCEL_CHECK(!ctx->trackers_open, Status::InvalidState,
+                "the trackers are already open (accel_end_training closes them)");
+    ACCEL_CHECK(o.log_dir != nullptr && o.log_dir[0] != '\0', Status::InvalidArgument, "log_dir is NULL or empty");
+    uint32_t writers = o.writers;
+    if (writers == 0) {
+      const char* with = std::getenv("ACCEL_LOG_WITH");
+      writers = with && *with ? accel::tracker::parse_writers(with, "ACCEL_LOG_WITH") : accel::tracker::JsonLines;
+    }
+    ACCEL_CHECK((writers & ~accel::tracker::kAllWriters) == 0, Status::InvalidArgument,
+                "writers must be an OR of ACCEL_LOG_JSONL, ACCEL_LOG_CSV and ACCEL_LOG_TENSORBOARD, got ", writers);
+    const int rank = ctx->acc->comm().rank();
+    if (o.all_processes != 0)
+      ctx->tracker = std::make_unique<accel::tracker::Tracker>(
+          (std::filesystem::path(o.log_dir) / ("process-" + std::to_string(rank))).string(), writers);
+    else if (rank == 0)
+      ctx->tracker = std::make_unique<accel::tracker::Tracker>(o.log_dir, writers);
+    ctx->trackers_open = true;
+  });
+}
+
+accel_status accel_log(accel_context* ctx, int64_t step, const char* const* names, const double* values, int32_t count) {
+  return guard(ctx, "accel_log", [&] {
+    NEED(ctx);
+    ACCEL_CHECK(ctx->trackers_open, Status::InvalidState, "no trackers are open: call accel_init_trackers first");
+    NEED(names);
+    NEED(values);
+    ACCEL_CHECK(count >= 1, Status::InvalidArgument, "count must be >= 1, got ", count);
+    ACCEL_CHECK(step >= 0, Status::InvalidArgument, "step must be >= 0, got ", step);
+    std::vector<std::string> n;
+    std::vector<double> v(values, values + count);
+    for (int32_t i = 0; i < count; ++i) {
+      ACCEL_CHECK(names[i] != nullptr, Status::InvalidArgument, "names[", i, "] is NULL");
+      n.emplace_back(names[i]);
+    }
+    if (ctx->tracker)
+      ctx->tracker->log(step, n, v);
+    else {  // a process that writes nothing checks the names as the writing one does
+      for (size_t i = 0; i < n.size(); ++i) {
+        ACCEL_CHECK(!n[i].empty(), Status::InvalidArgument, "names: a scalar's name is empty");
+        for (size_t j = 0; j < i; ++j)
+          ACCEL_CHECK(n[i] != n[j], Status::InvalidArgument, "names: '", n[i], "' appears twice in one call");
+      }
+    }
+  });
+}
+
+accel_status accel_end_training(accel_context* ctx) {
+  return guard(ctx, "accel_end_training", [&] {
+    NEED(ctx);
+    ctx->trackers_open = false;
+    if (!ctx->tracker) return;
+    auto t = std::move(ctx->tracker);
+    t->close();
+  });
+}

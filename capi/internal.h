@@ -17,6 +17,7 @@
 #include "runtime/comm/factory.h"
 #include "runtime/paths.h"
 #include "runtime/runtime.h"
+#include "runtime/tracker.h"
 #include "runtime/safetensors.h"
 #include "sim/world.h"
 
@@ -24,6 +25,8 @@ using accel::Status;
 
 struct accel_context {
   std::unique_ptr<accel::Accelerator> acc;
+  std::unique_ptr<accel::tracker::Tracker> tracker;  // accel_init_trackers, on a process that writes
+  bool trackers_open = false;                         // also on a process that writes nothing
   std::string last_checkpoint;
   mutable std::string last_error;  // written by failing calls, also through const handles
 };
@@ -162,6 +165,7 @@ ACCEL_ONE_VERSION(accel_lora_options, ACCEL_LORA_OPTIONS);
 ACCEL_ONE_VERSION(accel_adafactor_options, ACCEL_ADAFACTOR_OPTIONS);
 ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
+ACCEL_ONE_VERSION(accel_tracker_options, ACCEL_TRACKER_OPTIONS);
 // an output struct: the caller sets its version, the library writes that version's bytes
 template <>
 struct Versions<accel_memory_estimate> {
@@ -214,6 +218,7 @@ ACCEL_VERSION_TABLE_OK(accel_adafactor_options);
 ACCEL_VERSION_TABLE_OK(accel_generate_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate);
+ACCEL_VERSION_TABLE_OK(accel_tracker_options);
 #undef ACCEL_VERSION_TABLE_OK
 
 // The size in bytes of version `version` of T, after checking the library knows it.

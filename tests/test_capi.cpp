@@ -1796,3 +1796,189 @@ TEST(MemoryEstimate, ThroughTheCABI) {
   EXPECT_EQ(e.seq_len, 32);  // min(1024, n_positions)
   std::filesystem::remove_all(dir);
 }
+
+// ---------------------------------------------------------------------------------------
+// Trackers (accel_init_trackers, accel_log, accel_end_training)
+
+namespace tracker_tests {
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("accel_trackers_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d;
+}
+struct TrackerRanks {
+  std::string dir;
+  int32_t all_processes = 0;
+  std::atomic<int> failures{0};
+};
+accel_status log_on_rank(accel_context* ctx, void* user) {
+  auto* t = static_cast<TrackerRanks*>(user);
+  accel_tracker_options o = ACCEL_TRACKER_OPTIONS_INIT;
+  o.log_dir = t->dir.c_str();
+  o.writers = ACCEL_LOG_JSONL;
+  o.all_processes = t->all_processes;
+  if (accel_init_trackers(ctx, &o) != ACCEL_OK) return ACCEL_ERR_INTERNAL;
+  int32_t rank = 0;
+  accel_process_index(ctx, &rank);
+  const char* names[1] = {"rank"};
+  const double v[1] = {static_cast<double>(rank)};
+  if (accel_log(ctx, 1, names, v, 1) != ACCEL_OK) ++t->failures;
+  const char* twice[2] = {"a", "a"};  // every process checks its arguments, writing or not
+  const double w[2] = {1, 2};
+  if (accel_log(ctx, 1, twice, w, 2) != ACCEL_ERR_INVALID_ARGUMENT) ++t->failures;
+  return accel_end_training(ctx);
+}
+}  // namespace tracker_tests
+
+TEST(Trackers, WriteJsonLinesCsvAndTensorBoardFiles) {
+  using namespace tracker_tests;
+  const auto dir = fresh_dir("write");
+  Fixture f(ACCEL_PRECISION_NO, false, 1, ACCEL_DEVICE_CPU);
+  const char* names[2] = {"loss", "lr"};
+  const double v[2] = {0.25, 1e-3};
+  EXPECT_EQ(accel_log(f.ctx, 0, names, v, 2), ACCEL_ERR_INVALID_STATE);
+  EXPECT_NE(std::string(accel_last_error(f.ctx)).find("accel_init_trackers"), std::string::npos);
+  EXPECT_EQ(accel_end_training(f.ctx), ACCEL_OK);  // none open: nothing to do
+  accel_tracker_options o;
+  ASSERT_EQ(accel_tracker_options_init(&o, ACCEL_TRACKER_OPTIONS_VERSION), ACCEL_OK);
+  EXPECT_EQ(o.writers, 0u);
+  EXPECT_EQ(o.log_dir, nullptr);
+  EXPECT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_ERR_INVALID_ARGUMENT);  // no log_dir
+  const std::string d = (dir / "run").string();
+  o.log_dir = d.c_str();
+  o.writers = ACCEL_LOG_JSONL | ACCEL_LOG_CSV | ACCEL_LOG_TENSORBOARD;
+  ASSERT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_OK) << accel_last_error(f.ctx);
+  EXPECT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_ERR_INVALID_STATE);
+  ASSERT_EQ(accel_log(f.ctx, 3, names, v, 2), ACCEL_OK) << accel_last_error(f.ctx);
+  const double nan_and_inf[2] = {NAN, INFINITY};
+  ASSERT_EQ(accel_log(f.ctx, 4, names, nan_and_inf, 2), ACCEL_OK);
+  const char* twice[2] = {"loss", "loss"};
+  EXPECT_EQ(accel_log(f.ctx, 5, twice, v, 2), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error(f.ctx)).find("'loss' appears twice"), std::string::npos);
+  const char* empty[1] = {""};
+  EXPECT_EQ(accel_log(f.ctx, 5, empty, v, 1), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_log(f.ctx, -1, names, v, 2), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(accel_log(f.ctx, 5, names, v, 0), ACCEL_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(accel_end_training(f.ctx), ACCEL_OK);
+  EXPECT_EQ(accel_log(f.ctx, 6, names, v, 2), ACCEL_ERR_INVALID_STATE);
+
+  // JSON lines: one per call, what was logged (not-finite as null); CSV: a row per scalar
+  const std::string jl = slurp(dir / "run" / "metrics.jsonl");
+  const auto nl = jl.find('\n');
+  ASSERT_NE(nl, std::string::npos) << jl;
+  EXPECT_EQ(jl.rfind("{\"step\":3,\"wall_time\":", 0), 0u) << jl;
+  EXPECT_NE(jl.find("\"values\":{\"loss\":0.25,\"lr\":0.001}}\n"), std::string::npos) << jl;
+  EXPECT_NE(jl.find("{\"step\":4,"), std::string::npos) << jl;
+  EXPECT_NE(jl.find("\"values\":{\"loss\":null,\"lr\":null}}\n"), std::string::npos) << jl;
+  EXPECT_EQ(std::count(jl.begin(), jl.end(), '\n'), 2);
+  const std::string csv = slurp(dir / "run" / "metrics.csv");
+  EXPECT_EQ(csv.rfind("wall_time,step,name,value\n", 0), 0u) << csv;
+  EXPECT_NE(csv.find(",3,loss,0.25\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",3,lr,0.001\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",4,loss,nan\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",4,lr,inf\n"), std::string::npos) << csv;
+  // the event file: TFRecords; the first holds the file version
+  std::vector<std::filesystem::path> events;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "run"))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events.push_back(e.path());
+  ASSERT_EQ(events.size(), 1u);
+  const std::string ev = slurp(events[0]);
+  ASSERT_GT(ev.size(), 16u);
+  uint64_t first = 0;
+  std::memcpy(&first, ev.data(), 8);
+  EXPECT_EQ(ev.substr(12, first).find("brain.Event:2"), first - 13);  // the last field of the first record
+  EXPECT_NE(ev.find("loss"), std::string::npos);
+
+  // again: the lines and rows are appended to, a new event file is written
+  ASSERT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_OK) << accel_last_error(f.ctx);
+  ASSERT_EQ(accel_log(f.ctx, 7, names, v, 2), ACCEL_OK);
+  ASSERT_EQ(accel_end_training(f.ctx), ACCEL_OK);
+  const std::string jl2 = slurp(dir / "run" / "metrics.jsonl");
+  EXPECT_EQ(jl2.substr(0, jl.size()), jl);
+  EXPECT_EQ(std::count(jl2.begin(), jl2.end(), '\n'), 3);
+  EXPECT_EQ(slurp(dir / "run" / "metrics.csv").find("wall_time", 1), std::string::npos) << "a second header";
+  size_t n_events = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "run"))
+    n_events += e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  EXPECT_EQ(n_events, 2u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Trackers, WritersFromTheEnvironmentAndHostilePaths) {
+  using namespace tracker_tests;
+  const auto dir = fresh_dir("env");
+  std::filesystem::create_directories(dir);
+  Fixture f(ACCEL_PRECISION_NO, false, 1, ACCEL_DEVICE_CPU);
+  accel_tracker_options o = ACCEL_TRACKER_OPTIONS_INIT;
+  const std::string d = (dir / "a").string();
+  o.log_dir = d.c_str();
+  ::setenv("ACCEL_LOG_WITH", "csv, bogus", 1);
+  EXPECT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error(f.ctx)).find("ACCEL_LOG_WITH 'csv, bogus': 'bogus' is not a writer"),
+            std::string::npos)
+      << accel_last_error(f.ctx);
+  ::setenv("ACCEL_LOG_WITH", "csv", 1);
+  ASSERT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_OK) << accel_last_error(f.ctx);
+  ASSERT_EQ(accel_end_training(f.ctx), ACCEL_OK);
+  ::unsetenv("ACCEL_LOG_WITH");
+  EXPECT_TRUE(std::filesystem::exists(dir / "a" / "metrics.csv"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "a" / "metrics.jsonl"));
+  // default without the variable: JSON lines
+  const std::string b = (dir / "b").string();
+  o.log_dir = b.c_str();
+  ASSERT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_OK);
+  ASSERT_EQ(accel_end_training(f.ctx), ACCEL_OK);
+  EXPECT_TRUE(std::filesystem::exists(dir / "b" / "metrics.jsonl"));
+  // writers outside the three
+  o.writers = 8;
+  EXPECT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_ERR_INVALID_ARGUMENT);
+  o.writers = ACCEL_LOG_JSONL;
+  // a log_dir that is a file; a metrics file that is a symbolic link: refused, nothing written
+  std::ofstream(dir / "notes.txt") << "mine";
+  const std::string file = (dir / "notes.txt").string();
+  o.log_dir = file.c_str();
+  EXPECT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error(f.ctx)).find("is a regular file, not a directory"), std::string::npos)
+      << accel_last_error(f.ctx);
+  std::filesystem::create_directories(dir / "c");
+  std::filesystem::create_symlink(dir / "notes.txt", dir / "c" / "metrics.jsonl");
+  const std::string c = (dir / "c").string();
+  o.log_dir = c.c_str();
+  EXPECT_EQ(accel_init_trackers(f.ctx, &o), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(accel_last_error(f.ctx)).find("is a symbolic link"), std::string::npos)
+      << accel_last_error(f.ctx);
+  EXPECT_EQ(slurp(dir / "notes.txt"), "mine");
+  const char* names[1] = {"x"};
+  const double v[1] = {1};
+  EXPECT_EQ(accel_log(f.ctx, 0, names, v, 1), ACCEL_ERR_INVALID_STATE) << "a failed init left trackers open";
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Trackers, TheMainProcessWritesUnlessEveryProcessIsAsked) {
+  using namespace tracker_tests;
+  const auto dir = fresh_dir("ranks");
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 3;
+  TrackerRanks t;
+  t.dir = (dir / "main").string();
+  ASSERT_EQ(accel_sim_run(&so, nullptr, log_on_rank, &t, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(t.failures.load(), 0);
+  const std::string jl = slurp(dir / "main" / "metrics.jsonl");
+  EXPECT_EQ(std::count(jl.begin(), jl.end(), '\n'), 1) << jl;
+  EXPECT_NE(jl.find("\"values\":{\"rank\":0.0}"), std::string::npos) << jl;
+  EXPECT_FALSE(std::filesystem::exists(dir / "main" / "process-1"));
+  TrackerRanks all;
+  all.dir = (dir / "all").string();
+  all.all_processes = 1;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, log_on_rank, &all, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(all.failures.load(), 0);
+  for (int r = 0; r < 3; ++r) {
+    const std::string l = slurp(dir / "all" / ("process-" + std::to_string(r)) / "metrics.jsonl");
+    EXPECT_NE(l.find("\"values\":{\"rank\":" + std::to_string(r) + ".0}"), std::string::npos) << r << ": " << l;
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -13,6 +13,7 @@
 #include "runtime/comm/tensors.h"
 #include "runtime/runtime.h"
 #include "runtime/torch_version.h"
+#include "runtime/tracker.h"
 #include "sim/world.h"
 
 namespace accel {
@@ -798,6 +799,29 @@ TEST(Comm, HostBuffersAreStagedWhereTheBackendCannotReachThem) {
   EXPECT_EQ(y, 4);
 }
 
+
+// CRC-32C's check value, and TensorBoard's masked form (the values its own
+// tensorflow_stub.pywrap_tensorflow.masked_crc32c gives).
+TEST(Trackers, Crc32cAndTheRecordFraming) {
+  EXPECT_EQ(tracker::crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(tracker::crc32c("", 0), 0u);
+  EXPECT_EQ(tracker::masked_crc32c("123456789", 9), 0xC78AB0E5u);
+  EXPECT_EQ(tracker::masked_crc32c("accel", 5), 0x21ABCEE2u);
+  const std::string r = tracker::tfrecord("accel");
+  ASSERT_EQ(r.size(), 8u + 4 + 5 + 4);
+  EXPECT_EQ(r.substr(12, 5), "accel");
+  uint32_t tail = 0;
+  std::memcpy(&tail, r.data() + 17, 4);
+  EXPECT_EQ(tail, 0x21ABCEE2u);
+  EXPECT_EQ(r[0], 5);
+  // an Event: wall_time (field 1, double), step (2, varint), then the summary's tag and value
+  const std::string e = tracker::event_bytes(1.5, 300, "", {"x"}, {2.0f});
+  EXPECT_EQ(e.substr(0, 9), std::string("\x09\x00\x00\x00\x00\x00\x00\xf8\x3f", 9));
+  EXPECT_EQ(e.substr(9, 3), "\x10\xac\x02");  // 300 as a varint
+  EXPECT_EQ(tracker::parse_writers("jsonl, tensorboard", "w"), tracker::JsonLines | tracker::TensorBoard);
+  EXPECT_EQ(tracker::parse_writers("all", "w"), tracker::kAllWriters);
+  EXPECT_THROW(tracker::parse_writers("", "w"), Error);
+}
 
 }  // namespace
 }  // namespace accel

@@ -1258,6 +1258,63 @@ typedef struct accel_memory_estimate {
 ACCEL_API accel_status accel_estimate_memory(const char *model, const accel_memory_estimate_options *opts,
                                              accel_memory_estimate *out);
 
+/* ------------------------------------------------------------------------------------
+ * Trackers (Accelerate's init_trackers, log and end_training; docs/trackers.md)
+ *
+ * A step's named scalars (loss, learning rate, accuracy...) written as JSON lines, CSV and
+ * TensorBoard event files in a log directory, on the main process only unless every process
+ * is asked to. TensorBoard (`tensorboard --logdir DIR`) reads the event files; pandas or a
+ * spreadsheet the CSV (a row per scalar: wall_time,step,name,value); any JSON reader the
+ * lines ({"step":S,"wall_time":T,"values":{"NAME":V,...}}; a value that is not finite is
+ * null there). Each accel_log is written and flushed before it returns.
+ * ---------------------------------------------------------------------------------- */
+
+typedef enum accel_log_writer {
+    ACCEL_LOG_JSONL = 1,       /* LOG_DIR/metrics.jsonl, appended to */
+    ACCEL_LOG_CSV = 2,         /* LOG_DIR/metrics.csv, appended to */
+    ACCEL_LOG_TENSORBOARD = 4  /* LOG_DIR/events.out.tfevents.TIME.HOST.PID, new for each init */
+} accel_log_writer;
+
+#define ACCEL_TRACKER_OPTIONS_VERSION 1
+
+typedef struct accel_tracker_options {
+    uint32_t version;       /* ACCEL_TRACKER_OPTIONS_VERSION */
+    const char *log_dir;    /* required; created where missing */
+    uint32_t writers;       /* an OR of accel_log_writer; 0 (default): the environment's
+                               ACCEL_LOG_WITH ("jsonl", "csv", "tensorboard", "all",
+                               comma-separated), else ACCEL_LOG_JSONL */
+    int32_t all_processes;  /* non-zero: every process writes, into LOG_DIR/process-RANK;
+                               0 (default): the main process alone writes, into LOG_DIR, and
+                               the others' calls check their arguments and write nothing */
+} accel_tracker_options;
+
+#define ACCEL_TRACKER_OPTIONS_INIT { ACCEL_TRACKER_OPTIONS_VERSION, NULL, 0, 0 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_tracker_options_init(accel_tracker_options *opts, uint32_t version);
+
+/* Opens the context's trackers. Every process calls it (a process that writes nothing
+ * still checks its options). Errors: ACCEL_ERR_INVALID_ARGUMENT for a NULL or empty log_dir,
+ * a log_dir that is not a directory, writers outside the three, a bad ACCEL_LOG_WITH (named),
+ * or a log file that is not a regular file (a symbolic link, a device: never written);
+ * ACCEL_ERR_IO naming the path for a directory or file that cannot be created;
+ * ACCEL_ERR_INVALID_STATE when the context's trackers are already open. */
+ACCEL_API accel_status accel_init_trackers(accel_context *ctx, const accel_tracker_options *opts);
+
+/* Logs `count` scalars at `step`: names[i] = values[i]. The names are non-empty UTF-8,
+ * distinct within a call; a value may be any double (TensorBoard keeps a float). The same
+ * thread rules as the context's other calls. Errors: ACCEL_ERR_INVALID_STATE before
+ * accel_init_trackers or after accel_end_training; ACCEL_ERR_INVALID_ARGUMENT for step < 0,
+ * count < 1, NULL arrays, an empty or repeated name; ACCEL_ERR_IO when a write fails (a full
+ * disk: the call's lines may be partly written). */
+ACCEL_API accel_status accel_log(accel_context *ctx, int64_t step, const char *const *names, const double *values,
+                                 int32_t count);
+
+/* Flushes and closes the trackers (accel_destroy does too); accel_init_trackers may open
+ * them again (a new event file). ACCEL_OK when none are open. Errors: ACCEL_ERR_IO when a
+ * file cannot be closed (its last writes may be lost). */
+ACCEL_API accel_status accel_end_training(accel_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2177,6 +2177,109 @@ void lm_data() {
   add(fn, "opts.version=0", ARG, {"version", "0"}, run(with([](A& a) { a.lm.version = 0; })));
 }
 
+// Trackers: options (version, log_dir, writers, ACCEL_LOG_WITH), the order of the calls, and
+// accel_log's arguments. Each case runs in a directory of its own.
+void trackers() {
+  options_init("accel_tracker_options_init", accel_tracker_options_init, ACCEL_TRACKER_OPTIONS_VERSION);
+  const std::string fn = "accel_init_trackers";
+  null_case(fn, "ctx", [](Env&) {
+    accel_tracker_options o = ACCEL_TRACKER_OPTIONS_INIT;
+    o.log_dir = "logs";
+    return R(accel_init_trackers(nullptr, &o));
+  });
+  null_case(fn, "opts", [](Env& e) { return R(accel_init_trackers(e.a.ctx, nullptr), e.a.ctx); });
+  using O = accel_tracker_options;
+  const auto t = target<O>(
+      fn, "opts",
+      [] {
+        O o ACCEL_TRACKER_OPTIONS_INIT;
+        o.log_dir = "logs";
+        return o;
+      },
+      [](Env& e, const O& o) { return R(accel_init_trackers(e.a.ctx, &o), e.a.ctx); });
+  t.versions();
+  t.bad("log_dir=NULL", {"log_dir", "NULL"}, [](O& o) { o.log_dir = nullptr; });
+  t.bad("log_dir=\"\"", {"log_dir", "empty"}, [](O& o) { o.log_dir = ""; });
+  t.field<uint32_t>("writers", &O::writers, {8, 0xFFFFFFFFu});
+  add(fn, "log_dir a regular file", ARG, {"log_dir", "regular file"}, [](Env& e) {
+    write_file("taken", "a user's file");
+    O o ACCEL_TRACKER_OPTIONS_INIT;
+    o.log_dir = "taken";
+    R r = R(accel_init_trackers(e.a.ctx, &o), e.a.ctx);
+    e.expect(read_file("taken") == "a user's file", "the file was changed");
+    return r;
+  });
+  add(fn, "metrics.jsonl a symbolic link", ARG, {"metrics.jsonl", "symbolic link"}, [](Env& e) {
+    write_file("target", "a user's file");
+    fs::create_directories("logs");
+    fs::create_symlink(fs::absolute("target"), "logs/metrics.jsonl");
+    O o ACCEL_TRACKER_OPTIONS_INIT;
+    o.log_dir = "logs";
+    o.writers = ACCEL_LOG_JSONL;
+    R r = R(accel_init_trackers(e.a.ctx, &o), e.a.ctx);
+    e.expect(read_file("target") == "a user's file", "the link's target was written");
+    return r;
+  });
+  add(fn, "ACCEL_LOG_WITH=bogus", ARG, {"ACCEL_LOG_WITH", "bogus"}, [](Env& e) {
+    ::setenv("ACCEL_LOG_WITH", "bogus", 1);
+    O o ACCEL_TRACKER_OPTIONS_INIT;
+    o.log_dir = "logs";
+    R r = R(accel_init_trackers(e.a.ctx, &o), e.a.ctx);
+    ::unsetenv("ACCEL_LOG_WITH");
+    return r;
+  });
+  add(fn, "twice", STATE, {"already open"}, [](Env& e) {
+    O o ACCEL_TRACKER_OPTIONS_INIT;
+    o.log_dir = "logs";
+    if (accel_init_trackers(e.a.ctx, &o) != ACCEL_OK) throw SetupError("accel_init_trackers");
+    R r = R(accel_init_trackers(e.a.ctx, &o), e.a.ctx);
+    accel_end_training(e.a.ctx);
+    return r;
+  });
+
+  // accel_log: with the trackers open (closed again after the call)
+  auto logged = [](std::function<accel_status(accel_context*)> call, bool open = true) -> Body {
+    return [=](Env& e) {
+      if (open) {
+        O o ACCEL_TRACKER_OPTIONS_INIT;
+        o.log_dir = "logs";
+        if (accel_init_trackers(e.a.ctx, &o) != ACCEL_OK) throw SetupError("accel_init_trackers");
+      }
+      R r = R(call(e.a.ctx), e.a.ctx);
+      accel_end_training(e.a.ctx);
+      return r;
+    };
+  };
+  static const char* const names[2] = {"loss", "lr"};
+  static const double values[2] = {0.5, 1e-3};
+  const std::string lg = "accel_log";
+  null_case(lg, "ctx", [](Env&) { return R(accel_log(nullptr, 0, names, values, 2)); });
+  null_case(lg, "names", logged([](accel_context* c) { return accel_log(c, 0, nullptr, values, 2); }));
+  null_case(lg, "values", logged([](accel_context* c) { return accel_log(c, 0, names, nullptr, 2); }));
+  add(lg, "before accel_init_trackers", STATE, {"accel_init_trackers"},
+      logged([](accel_context* c) { return accel_log(c, 0, names, values, 2); }, false));
+  for (int32_t n : {0, -1, INT32_MIN})
+    add(lg, "count=" + str(n), ARG, {"count", str(n)},
+        logged([n](accel_context* c) { return accel_log(c, 0, names, values, n); }));
+  for (int64_t s : {int64_t{-1}, INT64_MIN})
+    add(lg, "step=" + str(s), ARG, {"step", str(s)},
+        logged([s](accel_context* c) { return accel_log(c, s, names, values, 2); }));
+  add(lg, "names[1]=NULL", ARG, {"names[1]", "NULL"}, logged([](accel_context* c) {
+        const char* n[2] = {"loss", nullptr};
+        return accel_log(c, 0, n, values, 2);
+      }));
+  add(lg, "an empty name", ARG, {"name", "empty"}, logged([](accel_context* c) {
+        const char* n[2] = {"loss", ""};
+        return accel_log(c, 0, n, values, 2);
+      }));
+  add(lg, "a name twice", ARG, {"'loss'", "twice"}, logged([](accel_context* c) {
+        const char* n[2] = {"loss", "loss"};
+        return accel_log(c, 0, n, values, 2);
+      }));
+  null_case("accel_end_training", "ctx", [](Env&) { return R(accel_end_training(nullptr)); });
+  add("accel_end_training", "without trackers", OK, {}, [](Env& e) { return R(accel_end_training(e.a.ctx), e.a.ctx); });
+}
+
 // accel_estimate_memory: no context; every option's domain; the out struct's version; what
 // accel_prepare refuses; a model that is neither a shape nor a config. *out untouched on failure.
 void memory_estimates() {
@@ -2273,6 +2376,7 @@ void register_cases() {
   lora();
   lm_data();
   memory_estimates();
+  trackers();
 }
 
 // ---------------------------------------------------------------------------------------
