@@ -766,6 +766,8 @@ class Launcher {
       if (!o_.strategy.empty()) set("ACCEL_STRATEGY", o_.strategy);
       if (!o_.mixed_precision.empty()) set("ACCEL_MIXED_PRECISION", o_.mixed_precision);
       if (!o_.timeout.empty()) set("ACCEL_TIMEOUT", o_.timeout);
+      // on a terminal the processes draw progress bars, which the relay redraws in place
+      if (terminal_ && !std::getenv("ACCEL_PROGRESS")) set("ACCEL_PROGRESS", "bar");
       if (sim_) {
         set("ACCEL_SIM_OUT", sim_dir_);
         set("ACCEL_SIM_TOPOLOGY", o_.sim_topology);
@@ -961,7 +963,23 @@ class Launcher {
     std::string out;
     size_t begin = 0;
     for (size_t i = 0; i < n; ++i) {
+      if (p[i] == '\r' && terminal_ && !is_err && !(i + 1 < n && p[i + 1] == '\n')) {
+        // a progress bar's update (ended by a carriage return): redrawn in place under the
+        // process's rank, on the launcher's terminal only (never in the log)
+        s.partial.append(p + begin, i - begin);
+        if (!s.partial.empty()) {
+          out += "\r[" + std::to_string(c.rank) + "] " + s.partial + "\033[K";
+          bar_open_ = true;
+        }
+        s.partial.clear();
+        begin = i + 1;
+        continue;
+      }
       if (p[i] != '\n') continue;
+      if (bar_open_) {  // the next line takes the bar's place
+        out += "\r\033[K";
+        bar_open_ = false;
+      }
       if (s.partial.empty()) {
         line(c, is_err, p + begin, i - begin, out);
       } else {
@@ -1262,6 +1280,8 @@ class Launcher {
   int failed_ = -1;  // local rank of the first failure of this attempt
   std::string start_error_;
   bool stopping_ = false, killed_ = false;
+  const bool terminal_ = ::isatty(STDOUT_FILENO) != 0;  // the processes' progress bars are redrawn in place
+  bool bar_open_ = false;                               // a bar is on the terminal's last line
   Clock::time_point deadline_;
 };
 

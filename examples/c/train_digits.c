@@ -25,6 +25,7 @@
  * --ranks 0 trains in this process alone, on its default device (a GPU when there is one).
  * --batch is per process. The data: examples/data/digits.csv.gz (CC BY 4.0, see
  * examples/data/README.md). */
+#define _POSIX_C_SOURCE 200809L
 #include <accel/accel.h>
 
 #include <signal.h>
@@ -33,6 +34,7 @@
 #include <string.h>
 
 #include "digits.h"
+#include "progress.h"
 
 #ifndef DIGITS_DEFAULT_PATH
 #define DIGITS_DEFAULT_PATH "examples/data/digits.csv.gz"
@@ -113,7 +115,12 @@ static accel_status train(accel_context *ctx, void *user) {
     for (; epoch < j->epochs; ++epoch) {
         accel_tensor *x = NULL, *y = NULL, *mean = NULL, *sum = NULL;
         double loss_sum = 0, lr = 0, global = 0;
-        int64_t n = 0, skipped = 0;
+        int64_t n = 0, skipped = 0, batches = 0;
+        progress bar;
+        char what[32], status[64];
+        TRY(accel_dataloader_num_batches(loader, &batches));
+        snprintf(what, sizeof what, "epoch %d/%d", epoch + 1, j->epochs);
+        progress_begin(&bar, ctx, what, batches, 0); /* plain: the epoch's line below is enough */
         for (;;) {
             accel_tensor *logits = NULL, *loss = NULL;
             double l;
@@ -134,11 +141,14 @@ static accel_status train(accel_context *ctx, void *user) {
             skipped += r.skipped;
             loss_sum += l;
             ++n;
+            snprintf(status, sizeof status, "loss %.4f", loss_sum / (double)n);
+            progress_update(&bar, n, status);
             accel_tensor_destroy(logits);
             accel_tensor_destroy(loss);
             accel_tensor_destroy(x);
             accel_tensor_destroy(y);
         }
+        progress_end(&bar);
         /* the mean loss over every process's batches */
         loss_sum /= (double)n;
         TRY(accel_tensor_create(ACCEL_FLOAT64, (int64_t[]){1}, 1, &loss_sum, &sum));

@@ -25,6 +25,8 @@
 #include <time.h>
 #include <zlib.h>
 
+#include "progress.h"
+
 #ifndef LM_DATA_DIR
 #define LM_DATA_DIR "examples/data"
 #endif
@@ -265,6 +267,10 @@ static accel_status rank_main(accel_context *ctx, void *user) {
     for (int epoch = 1; epoch <= epochs; ++epoch) {
         double sum = 0, t0 = now_s();
         int64_t steps = 0, every = batches / 4 > 0 ? batches / 4 : 1;
+        progress bar;
+        char what[32], status[96];
+        snprintf(what, sizeof what, "%s epoch %d/%d", lora ? "LoRA" : "pretraining", epoch, epochs);
+        progress_begin(&bar, ctx, what, batches, every);
         for (;;) {
             accel_tensor *ids = NULL, *labels = NULL, *loss = NULL;
             TRY(accel_dataloader_next(ctx, tl, &ids, &labels));
@@ -280,10 +286,11 @@ static accel_status rank_main(accel_context *ctx, void *user) {
             if (s != ACCEL_OK) return s;
             sum += l;
             ++steps;
-            if (steps % every == 0 && steps < batches)
-                say(ctx, "  step %.0f/%.0f  loss %.3f  (%.0f tokens/s on all GPUs)", (double)steps, (double)batches, l,
-                    (double)(steps * j->batch * j->seq * j->ranks) / (now_s() - t0));
+            snprintf(status, sizeof status, "loss %.3f  %.0f tokens/s on all GPUs", l,
+                     (double)(steps * j->batch * j->seq * j->ranks) / (now_s() - t0));
+            progress_update(&bar, steps, status);
         }
+        progress_end(&bar);
         /* the epoch's mean training loss over the processes */
         const int64_t one = 1;
         double mean = sum / (double)(steps > 0 ? steps : 1);

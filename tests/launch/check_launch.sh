@@ -2,7 +2,7 @@
 # `accel launch` (tools/launch.cpp): the real tool starting real processes (small shell
 # scripts written here) and what they saw, printed and left behind.
 #   check_launch.sh ACCEL_TOOL PORT_HELPER CASE
-# CASE: env, output, failure, restart, port, signal, usage, and for --backend sim: sim_env,
+# CASE: env, output, failure, restart, port, signal, usage, progress, and for --backend sim: sim_env,
 # sim_usage, sim_report, sim_trace (sim_rank.sh, beside this script, plays the processes).
 # Every launch names its port (a free one), so the cases can run beside each other and
 # beside other tests.
@@ -562,6 +562,36 @@ EOF
   [ "$(wc -l <"$tmp/report1")" = 9 ] || { fail "the report is not 9 lines"; show "$tmp/report1"; }
   python3 -m json.tool "$tmp/t1.json" >/dev/null || fail "$tmp/t1.json is not JSON"
   ok "two identical runs: byte-identical --sim-report, --sim-trace and report"
+}
+
+case_progress() {
+  # a process drawing a bar (updates ended by carriage returns), then a line
+  program bar.sh <<'EOF'
+#!/bin/sh
+echo "progress=${ACCEL_PROGRESS:-unset}"
+if [ "$RANK" = 0 ]; then printf 'step 1/3\rstep 2/3\rstep 3/3\r'; fi
+echo "done $RANK"
+EOF
+  # not a terminal: ACCEL_PROGRESS is left alone, and carriage returns pass through in lines
+  launch -n 2 --master-port 0 --log-dir "$tmp/logs" "$tmp/bar.sh"
+  [ "$rc" = 0 ] || { fail "exit status $rc"; show "$tmp/err"; }
+  has "$tmp/out" "[0] progress=unset" || { fail "ACCEL_PROGRESS set without a terminal"; show "$tmp/out"; }
+  has "$tmp/out" "$(printf '[0] step 1/3\rstep 2/3\rstep 3/3\rdone 0')" || { fail "not the plain relay"; show "$tmp/out"; }
+  ACCEL_PROGRESS=plain launch -n 1 --master-port 0 "$tmp/bar.sh"
+  has "$tmp/out" "[0] progress=plain" || { fail "the user's ACCEL_PROGRESS was not kept"; show "$tmp/out"; }
+  # a terminal (script(1) gives the launcher a pseudo-terminal): the processes are told to
+  # draw bars, and each update is redrawn in place under its rank; the log keeps lines only
+  if ! command -v script >/dev/null; then ok "no script(1): the terminal half skipped"; return; fi
+  script -qec "$accel launch -n 2 --master-port 0 --log-dir $tmp/tlogs $tmp/bar.sh" /dev/null >"$tmp/tty" 2>&1
+  tr -d '\n' <"$tmp/tty" >"$tmp/tty1"
+  contains "$tmp/tty" "[0] progress=bar" || { fail "ACCEL_PROGRESS=bar not set on a terminal"; show "$tmp/tty"; }
+  for k in 1 2 3; do
+    contains "$tmp/tty1" "$(printf '\r[0] step %s/3\033[K' "$k")" || { fail "update $k not redrawn in place"; cat -A "$tmp/tty"; }
+  done
+  contains "$tmp/tty1" "$(printf '\r\033[K[0] done 0')" || { fail "the line after the bar does not replace it"; cat -A "$tmp/tty"; }
+  if grep -q "step" "$tmp/tlogs/rank_0.log"; then fail "bar updates in the log"; show "$tmp/tlogs/rank_0.log"; fi
+  has "$tmp/tlogs/rank_0.log" "done 0" || { fail "the log lacks the line"; show "$tmp/tlogs/rank_0.log"; }
+  ok "bars redrawn in place under their rank on a terminal (ACCEL_PROGRESS=bar), plain lines elsewhere, logs without updates"
 }
 
 "case_$case_name"
