@@ -8,6 +8,7 @@
  *   train_digits [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16]
  *                [--accum K] [--epochs N] [--batch B] [--topology 8xH100] [--memory 80GiB]
  *                [--trace out.json] [--data PATH] [--save PATH.safetensors] [--project DIR]
+ *                [--log-dir DIR]
  *
  * Started by a launcher (accel launch, torchrun, mpirun, srun), it runs as one process of
  * that world instead: accel_init joins the others (Gloo on a CPU) and the same training
@@ -21,6 +22,10 @@
  * --project DIR saves a checkpoint after every epoch under DIR/checkpoints (the newest 2
  * kept) and, when DIR already has one, resumes from it: kill the run, start it again with
  * the same arguments, and it finishes with the model the uninterrupted run would have.
+ *
+ * --log-dir DIR logs each step's loss and learning rate and each epoch's test accuracy with
+ * accel_log: JSON lines, CSV and a TensorBoard event file in DIR (ACCEL_LOG_WITH picks fewer;
+ * docs/trackers.md). A progress bar shows each epoch on a terminal (examples/c/progress.h).
  *
  * --ranks 0 trains in this process alone, on its default device (a GPU when there is one).
  * --batch is per process. The data: examples/data/digits.csv.gz (CC BY 4.0, see
@@ -44,7 +49,7 @@ typedef struct job {
     digits train, test;
     accel_tensor *xs, *ys; /* the training set in host memory, shared by the processes */
     int epochs, batch, accum, precision_fp16;
-    const char *save, *project;
+    const char *save, *project, *log_dir;
     int stop_after; /* --stop-after N: end after N epochs of this run, as if killed (a test aid) */
     int crash_after; /* --crash-after N: process 1 kills itself (SIGKILL) in epoch N+1 of a launched
                         world's first attempt (a test aid for accel launch --max-restarts) */
@@ -112,6 +117,13 @@ static accel_status train(accel_context *ctx, void *user) {
         }
     }
 
+    if (j->log_dir) { /* every process opens them; the main process writes */
+        accel_tracker_options to = ACCEL_TRACKER_OPTIONS_INIT;
+        const char *with = getenv("ACCEL_LOG_WITH");
+        to.log_dir = j->log_dir;
+        to.writers = with && *with ? 0 : ACCEL_LOG_JSONL | ACCEL_LOG_CSV | ACCEL_LOG_TENSORBOARD;
+        TRY(accel_init_trackers(ctx, &to));
+    }
     for (; epoch < j->epochs; ++epoch) {
         accel_tensor *x = NULL, *y = NULL, *mean = NULL, *sum = NULL;
         double loss_sum = 0, lr = 0, global = 0;
@@ -141,6 +153,13 @@ static accel_status train(accel_context *ctx, void *user) {
             skipped += r.skipped;
             loss_sum += l;
             ++n;
+            if (j->log_dir) {
+                static const char *const step_names[2] = {"train/loss", "train/lr"};
+                double step_values[2];
+                step_values[0] = l;
+                TRY(accel_optimizer_lr(opt, &step_values[1]));
+                TRY(accel_log(ctx, r.optimizer_steps, step_names, step_values, 2));
+            }
             snprintf(status, sizeof status, "loss %.4f", loss_sum / (double)n);
             progress_update(&bar, n, status);
             accel_tensor_destroy(logits);
@@ -165,6 +184,11 @@ static accel_status train(accel_context *ctx, void *user) {
             snprintf(line + len, sizeof line - len, "  loss-scale %.0f  skipped %lld", r.loss_scale, (long long)skipped);
         }
         TRY(accel_print(ctx, line)); /* the main process prints */
+        if (j->log_dir) {
+            static const char *const epoch_names[2] = {"epoch/loss", "epoch/test_accuracy"};
+            const double epoch_values[2] = {global, j->accuracy};
+            TRY(accel_log(ctx, r.optimizer_steps, epoch_names, epoch_values, 2));
+        }
         if (j->project) TRY(accel_save_state(ctx, NULL)); /* every process: a collective */
         if (j->stop_after > 0 && ++ran == j->stop_after) break; /* "killed": no save of the model */
     }
@@ -175,6 +199,7 @@ static accel_status train(accel_context *ctx, void *user) {
         snprintf(line, sizeof line, "weights saved to %s", j->save);
         TRY(accel_print(ctx, line));
     }
+    if (j->log_dir) TRY(accel_end_training(ctx));
     accel_dataloader_destroy(loader);
     accel_scheduler_destroy(sched);
     accel_optimizer_destroy(opt);
@@ -197,7 +222,7 @@ int main(int argc, char **argv) {
     static const char *usage =
         "usage: %s [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16] [--accum K]\n"
         "       [--epochs N] [--batch B] [--topology NAME] [--memory BYTES] [--trace FILE] [--data PATH] [--save FILE]\n"
-        "       [--project DIR]\n";
+        "       [--project DIR] [--log-dir DIR]\n";
 
     memset(&j, 0, sizeof j);
     j.epochs = 20;
@@ -213,6 +238,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) memory = argv[++i];
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) trace = argv[++i];
         else if (!strcmp(argv[i], "--project") && i + 1 < argc) j.project = argv[++i];
+        else if (!strcmp(argv[i], "--log-dir") && i + 1 < argc) j.log_dir = argv[++i];
         else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) j.stop_after = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--crash-after") && i + 1 < argc) j.crash_after = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
