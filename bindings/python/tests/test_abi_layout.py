@@ -83,7 +83,8 @@ _ENUMS = {"accel_status": (accel.Status, ("ACCEL_ERR_", "ACCEL_")), "accel_dtype
           "accel_activation": (accel.Activation, ("ACCEL_ACT_",)),
           "accel_schedule": (accel.Schedule, ("ACCEL_SCHEDULE_",)),
           "accel_reduce_op": (accel.ReduceOp, ("ACCEL_REDUCE_",)),
-          "accel_optimizer_kind": (accel.OptimizerKind, ("ACCEL_OPTIMIZER_",))}
+          "accel_optimizer_kind": (accel.OptimizerKind, ("ACCEL_OPTIMIZER_",)),
+          "accel_log_writer": (accel.LogWriter, ("ACCEL_LOG_",))}
 
 
 def test_enum_constants(table):
@@ -116,7 +117,8 @@ def test_option_versions_and_defaults(table):
              "accel_lora_options": lib.accel_lora_options_init,
              "accel_adafactor_options": lib.accel_adafactor_options_init,
              "accel_generate_options": lib.accel_generate_options_init,
-             "accel_memory_estimate_options": lib.accel_memory_estimate_options_init}
+             "accel_memory_estimate_options": lib.accel_memory_estimate_options_init,
+             "accel_tracker_options": lib.accel_tracker_options_init}
     structs = {}
     for struct, init in inits.items():
         s = ffi.new(struct + " *")

@@ -13,8 +13,8 @@ import os
 import sys
 import threading
 import weakref
-from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Union, overload,
-                    TYPE_CHECKING)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
+                    overload, TYPE_CHECKING)
 
 from . import _ffi
 from ._ffi import ffi, LibraryNotFoundError, LibraryVersionError
@@ -179,6 +179,14 @@ class Attention(enum.IntEnum):
     FUSED = 2
 
 
+class LogWriter(enum.IntFlag):
+    """accel_log_writer: the files init_trackers writes (flags: LogWriter.JSONL | LogWriter.CSV)."""
+
+    JSONL = 1        # LOG_DIR/metrics.jsonl, appended to
+    CSV = 2          # LOG_DIR/metrics.csv, appended to
+    TENSORBOARD = 4  # LOG_DIR/events.out.tfevents.TIME.HOST.PID, new for each init_trackers
+
+
 _ALIASES = {"fp32": "no", "none": "no", "float32": "no", "bfloat16": "bf16", "float16": "fp16",
             "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "double": "float64",
             "float": "float32", "half": "float16", "long": "int64", "int": "int32"}
@@ -320,6 +328,40 @@ def _cpath(path: Union[str, bytes, "os.PathLike[Any]"], what: str = "path") -> b
     if b"\0" in raw:
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{what} contains a NUL byte: {path!r}")
     return raw
+
+
+def _log_writers(writers: Union[LogWriter, int, str, Sequence[Union[LogWriter, int, str]], None]) -> int:
+    """accel_tracker_options.writers from None (0: ACCEL_LOG_WITH, else jsonl), a LogWriter or
+    int of flags, a name ("jsonl", "csv", "tensorboard", "all"; comma-separated as in
+    ACCEL_LOG_WITH) or an iterable of names and flags."""
+    if writers is None:
+        return 0
+    if isinstance(writers, (str, int)):
+        items: List[Any] = [writers]
+    elif isinstance(writers, (bytes, bytearray)) or not hasattr(writers, "__iter__"):
+        items = [writers]  # refused below
+    else:
+        items = list(writers)
+    flags = 0
+    for item in items:
+        if isinstance(item, str):
+            for name in item.split(","):
+                key = name.strip().lower()
+                if key == "all":
+                    flags |= int(LogWriter.JSONL | LogWriter.CSV | LogWriter.TENSORBOARD)
+                elif key.upper() in LogWriter.__members__:
+                    flags |= int(LogWriter[key.upper()])
+                else:
+                    raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                               f"writers: {name.strip()!r} is not one of jsonl, csv, tensorboard, all")
+        elif isinstance(item, int) and not isinstance(item, bool) and 0 <= item <= 0xFFFFFFFF:
+            flags |= int(item)  # bits outside the three: the library names them
+        else:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"writers: {item!r} is no LogWriter")
+    if not flags:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"writers: {writers!r} names no writer (None: ACCEL_LOG_WITH, else jsonl)")
+    return flags
 
 
 # ------------------------------------------------------------------------------------------
@@ -1809,6 +1851,54 @@ class Accelerator:
             path = os.path.join(path, "model.safetensors")
         self._call(lib.accel_save_model, model, _cpath(path))
         return path
+
+    # -- trackers --------------------------------------------------------------------------
+
+    def init_trackers(self, log_dir: Union[str, "os.PathLike[str]"], *,
+                      writers: Union[LogWriter, int, str, Sequence[Union[LogWriter, int, str]], None] = None,
+                      all_processes: bool = False) -> None:
+        """Opens the trackers (accel_init_trackers) that log() writes to, in log_dir (created where
+        missing): "jsonl" (metrics.jsonl), "csv" (metrics.csv: wall_time,step,name,value) and
+        "tensorboard" (an events.out.tfevents.* file), as a name, "all", an iterable of names or
+        LogWriter flags; None: the ACCEL_LOG_WITH environment variable, else jsonl. The main
+        process alone writes, unless all_processes (each into log_dir/process-RANK); every
+        process calls it. InvalidStateError when they are already open (end_training() first)."""
+        opts = ffi.new("accel_tracker_options *")
+        _check(lib.accel_tracker_options_init(opts, lib.ACCEL_TRACKER_OPTIONS_VERSION))
+        path = ffi.new("char[]", _cpath(log_dir, "log_dir"))
+        opts.log_dir = path
+        opts.writers = _log_writers(writers)
+        opts.all_processes = 1 if all_processes else 0
+        self._call(lib.accel_init_trackers, opts)
+
+    def log(self, values: Mapping[str, float], step: int) -> None:
+        """Logs named scalars at `step` (accel_log), in the dict's order: {"loss": 0.5, "lr": 1e-3}.
+        A value is anything float() takes (a Python or numpy number, a one-element Tensor); one
+        that is not finite is null in metrics.jsonl. Written and flushed before it returns.
+        InvalidStateError before init_trackers() or after end_training()."""
+        keep: List[Any] = []
+        nums: List[float] = []
+        for name, value in values.items():
+            if not isinstance(name, str):
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"log: the name {name!r} is not a str")
+            raw = name.encode("utf-8")
+            if b"\0" in raw:
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"log: the name {name!r} contains a NUL byte")
+            try:
+                nums.append(float(value))
+            except (TypeError, ValueError):
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                           f"log: the value of {name!r} is not a number: {value!r}") from None
+            keep.append(ffi.new("char[]", raw))
+        names = ffi.new("const char *[]", keep)
+        self._call(lib.accel_log, int(step), names, ffi.new("double[]", nums), len(nums))
+
+    def end_training(self) -> None:
+        """Flushes and closes the trackers (accel_end_training; close() does too); nothing when
+        none are open. init_trackers() may open them again (a new event file)."""
+        with self._lock:
+            ctx = self._c()
+            _check(lib.accel_end_training(ctx), ctx)
 
     def __repr__(self) -> str:
         if self._ctx is None:

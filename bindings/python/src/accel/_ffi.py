@@ -378,6 +378,22 @@ typedef struct accel_memory_estimate {
     uint64_t total;
 } accel_memory_estimate;
 accel_status accel_estimate_memory(const char *model, const accel_memory_estimate_options *opts, accel_memory_estimate *out);
+typedef enum accel_log_writer {
+    ACCEL_LOG_JSONL = 1,
+    ACCEL_LOG_CSV = 2,
+    ACCEL_LOG_TENSORBOARD = 4
+} accel_log_writer;
+#define ACCEL_TRACKER_OPTIONS_VERSION 1
+typedef struct accel_tracker_options {
+    uint32_t version;
+    const char *log_dir;
+    uint32_t writers;
+    int32_t all_processes;
+} accel_tracker_options;
+accel_status accel_tracker_options_init(accel_tracker_options *opts, uint32_t version);
+accel_status accel_init_trackers(accel_context *ctx, const accel_tracker_options *opts);
+accel_status accel_log(accel_context *ctx, int64_t step, const char *const *names, const double *values, int32_t count);
+accel_status accel_end_training(accel_context *ctx);
 """
 
 ffi = FFI()
