@@ -7,6 +7,7 @@
 
 #include "accel/accel.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -24,6 +25,13 @@
 using accel::Status;
 
 struct accel_context {
+  // a number no other context of this process has had: tensors name their context by it, as
+  // a new context may get the address of a destroyed one
+  const uint64_t id = next_context_id();
+  static uint64_t next_context_id() {
+    static std::atomic<uint64_t> n{0};
+    return ++n;
+  }
   std::unique_ptr<accel::Accelerator> acc;
   std::unique_ptr<accel::tracker::Tracker> tracker;  // accel_init_trackers, on a process that writes
   bool trackers_open = false;                         // also on a process that writes nothing
@@ -32,7 +40,7 @@ struct accel_context {
 };
 struct accel_tensor {
   torch::Tensor t;
-  const accel_context* owner = nullptr;  // the context whose model or loss made it (NULL: made by the caller)
+  uint64_t owner = 0;  // the id of the context whose model or loss made it (0: made by the caller)
   mutable bool backpropagated = false;   // accel_backward ran through it
   int64_t tokens = -1;                   // a token-mean loss (accel_lm_forward): its real targets
 };
@@ -290,12 +298,16 @@ inline accel_dtype from_scalar(c10::ScalarType s) {
 }
 
 inline accel_tensor* wrap(torch::Tensor t, const accel_context* owner = nullptr) {
-  return new accel_tensor{std::move(t), owner};
+  return new accel_tensor{std::move(t), owner ? owner->id : 0};
 }
 
 // Objects that belong to a context must be used with it.
 inline void same_context(const accel_context* ctx, const accel_context* owner, const std::string& what) {
   ACCEL_CHECK(owner == nullptr || owner == ctx, Status::InvalidArgument, what, " belongs to another context");
+}
+// A tensor's context, by id: a tensor may outlive its context, whose address a new one may get.
+inline void same_context(const accel_context* ctx, uint64_t owner, const std::string& what) {
+  ACCEL_CHECK(owner == 0 || owner == ctx->id, Status::InvalidArgument, what, " belongs to another context");
 }
 
 // Copies a host tensor's elements, row-major, into dst after checking the size.

@@ -394,6 +394,24 @@ TEST(Misuse, StepAndBackwardBeforePrepare) {
   accel_tensor_destroy(l);
 }
 
+// A loss that outlived its context is refused by a new context, also one that got the dead
+// context's address (the Rust binding's crash-safety test found it accepted there).
+TEST(Misuse, ALossFromADestroyedContextIsRefusedByANewOneAtItsAddress) {
+  bool reused = false;
+  for (int attempt = 0; attempt < 20 && !reused; ++attempt) {
+    auto* dead = new Fixture(ACCEL_PRECISION_NO, true, 1, ACCEL_DEVICE_CPU);
+    const void* at = dead->ctx;
+    accel_tensor* l = dead->loss();
+    delete dead;
+    Fixture f(ACCEL_PRECISION_NO, true, 1, ACCEL_DEVICE_CPU);
+    reused = static_cast<const void*>(f.ctx) == at;
+    EXPECT_EQ(accel_backward(f.ctx, l), ACCEL_ERR_INVALID_ARGUMENT) << "attempt " << attempt;
+    EXPECT_TRUE(contains(accel_last_error(f.ctx), "loss belongs to another context")) << accel_last_error(f.ctx);
+    accel_tensor_destroy(l);
+  }
+  if (!reused) std::fprintf(stderr, "no context got a destroyed one's address in 20 tries: checked without reuse\n");
+}
+
 TEST(Misuse, PrepareWithForeignObjects) {
   Fixture f, g(ACCEL_PRECISION_NO, false);
   EXPECT_EQ(accel_prepare(f.ctx, g.model, nullptr, nullptr, nullptr), ACCEL_ERR_INVALID_ARGUMENT);

@@ -5,6 +5,9 @@
 //! * The safe layer: [`Context`], [`Model`], [`Optimizer`], [`Scheduler`], [`DataLoader`],
 //!   [`Tensor`], [`sim::run`], [`SimReport`]: RAII handles, `Result<T, Error>`, slices.
 //! * [`estimate_memory`]: the memory per GPU of training a causal LM, without a context.
+//! * Trackers: [`Context::init_trackers`] ([`TrackerOptions`], [`LogWriters`]),
+//!   [`Context::log`], [`Context::end_training`]: a step's scalars as JSON lines, CSV and
+//!   TensorBoard event files.
 //!
 //! ```no_run
 //! use accel::{Context, Options, MlpOptions, AdamWOptions, DataLoaderOptions, Tensor};
@@ -86,9 +89,9 @@ pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Op
 pub use error::{status_name, Error, Result, Status};
 pub use memory::{estimate_memory, MemoryEstimate};
 pub use options::{
-    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, DataLoaderOptions, Device, GenerateOptions, LambOptions, LmDataOptions, LmOptions, LoraOptions,
+    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, DataLoaderOptions, Device, GenerateOptions, LambOptions, LmDataOptions, LmOptions, LogWriters, LoraOptions,
     MemoryEstimateOptions, MlpOptions, OptimizerKind, Options, Precision,
-    ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy,
+    ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy, TrackerOptions,
 };
 pub use sim::{RankOutcome, SimError, SimReport};
 pub use tensor::{DType, Element, Tensor};

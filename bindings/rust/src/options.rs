@@ -755,3 +755,118 @@ impl ProjectOptions {
     }
 }
 
+
+/// A set of `accel_log_writer`s: where [`Context::log`](crate::Context::log) writes a step's
+/// scalars. Combine with `|`: `LogWriters::JSONL | LogWriters::CSV`. The empty set (the
+/// default) leaves the choice to the library: the environment's `ACCEL_LOG_WITH` ("jsonl",
+/// "csv", "tensorboard", "all", comma-separated), else JSON lines.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct LogWriters(u32);
+
+impl LogWriters {
+    /// `LOG_DIR/metrics.jsonl`, appended to: `{"step":S,"wall_time":T,"values":{"NAME":V,...}}`
+    /// a line per call (a value that is not finite is `null`) (`ACCEL_LOG_JSONL`)
+    pub const JSONL: LogWriters = LogWriters(sys::ACCEL_LOG_JSONL as u32);
+    /// `LOG_DIR/metrics.csv`, appended to: `wall_time,step,name,value`, a row per scalar
+    /// (`ACCEL_LOG_CSV`)
+    pub const CSV: LogWriters = LogWriters(sys::ACCEL_LOG_CSV as u32);
+    /// `LOG_DIR/events.out.tfevents.TIME.HOST.PID`, a new one for each `init_trackers`, that
+    /// TensorBoard reads (scalars as `f32`) (`ACCEL_LOG_TENSORBOARD`)
+    pub const TENSORBOARD: LogWriters = LogWriters(sys::ACCEL_LOG_TENSORBOARD as u32);
+    /// The three writers.
+    pub const ALL: LogWriters = LogWriters(Self::JSONL.0 | Self::CSV.0 | Self::TENSORBOARD.0);
+
+    /// The empty set: the environment's `ACCEL_LOG_WITH`, else `JSONL`.
+    pub const fn empty() -> LogWriters {
+        LogWriters(0)
+    }
+    /// No writer named (the library chooses).
+    pub const fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+    /// Every writer of `other` is in `self`.
+    pub const fn contains(self, other: LogWriters) -> bool {
+        self.0 & other.0 == other.0
+    }
+    /// The raw OR of `accel_log_writer` values.
+    pub const fn bits(self) -> u32 {
+        self.0
+    }
+    /// The set for a raw OR of `accel_log_writer` values (None when it has another bit).
+    pub const fn from_bits(bits: u32) -> Option<LogWriters> {
+        if bits & !Self::ALL.0 == 0 {
+            Some(LogWriters(bits))
+        } else {
+            None
+        }
+    }
+}
+
+impl std::ops::BitOr for LogWriters {
+    type Output = LogWriters;
+    fn bitor(self, rhs: LogWriters) -> LogWriters {
+        LogWriters(self.0 | rhs.0)
+    }
+}
+
+impl std::ops::BitOrAssign for LogWriters {
+    fn bitor_assign(&mut self, rhs: LogWriters) {
+        self.0 |= rhs.0;
+    }
+}
+
+impl std::fmt::Debug for LogWriters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let all = [(LogWriters::JSONL, "JSONL"), (LogWriters::CSV, "CSV"), (LogWriters::TENSORBOARD, "TENSORBOARD")];
+        let names: Vec<&str> = all
+            .iter()
+            .filter(|(w, _)| self.contains(*w))
+            .map(|(_, n)| *n)
+            .collect();
+        if names.is_empty() {
+            f.write_str("LogWriters(empty)")
+        } else {
+            write!(f, "LogWriters({})", names.join(" | "))
+        }
+    }
+}
+
+/// `accel_tracker_options`: where and how [`Context::init_trackers`](crate::Context::init_trackers)
+/// opens the trackers (Accelerate's `init_trackers`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TrackerOptions {
+    /// Required (empty is NULL in C, which `init_trackers` refuses); created where missing.
+    pub log_dir: PathBuf,
+    /// Empty (the default): the environment's `ACCEL_LOG_WITH`, else `LogWriters::JSONL`.
+    pub writers: LogWriters,
+    /// true: every process writes, into `LOG_DIR/process-RANK`; false (the default): the main
+    /// process alone writes, into `LOG_DIR`, and the others check their arguments and write nothing.
+    pub all_processes: bool,
+}
+
+impl TrackerOptions {
+    /// Trackers in `log_dir`, the other fields at their defaults.
+    pub fn new(log_dir: impl Into<PathBuf>) -> TrackerOptions {
+        TrackerOptions { log_dir: log_dir.into(), ..TrackerOptions::default() }
+    }
+
+    /// The raw struct (version and defaults from `accel_tracker_options_init`) and the C string
+    /// its `log_dir` points into (keep it alive; None: an empty `log_dir`, NULL).
+    pub fn to_sys(&self) -> Result<(sys::accel_tracker_options, Option<CString>)> {
+        let mut o = sys::ACCEL_TRACKER_OPTIONS_INIT;
+        check(
+            // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+            unsafe { sys::accel_tracker_options_init(&mut o, sys::ACCEL_TRACKER_OPTIONS_VERSION) },
+            std::ptr::null(),
+        )?;
+        let dir = if self.log_dir.as_os_str().is_empty() {
+            None
+        } else {
+            Some(path_cstring(&self.log_dir, "TrackerOptions.log_dir")?)
+        };
+        o.log_dir = dir.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
+        o.writers = self.writers.bits();
+        o.all_processes = self.all_processes as i32;
+        Ok((o, dir))
+    }
+}

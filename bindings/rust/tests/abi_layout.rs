@@ -150,6 +150,7 @@ fn struct_layouts_match_the_header() {
             version, parameters, trainable_parameters, seq_len, attention, weights, gradients, optimizer_state,
             activations, temporaries, total
         }),
+        layout!(accel_tracker_options { version, log_dir, writers, all_processes }),
     ];
     let mut seen_structs = BTreeSet::new();
     let mut seen_fields = BTreeSet::new();
@@ -196,6 +197,7 @@ fn constants_match_the_header() {
         ACCEL_REDUCE_SUM, ACCEL_REDUCE_MEAN, ACCEL_REDUCE_MAX, ACCEL_REDUCE_MIN, ACCEL_REDUCE_PROD,
         ACCEL_OPTIMIZER_SGD, ACCEL_OPTIMIZER_SGD_MOMENTUM, ACCEL_OPTIMIZER_ADAMW, ACCEL_OPTIMIZER_ADAFACTOR,
         ACCEL_OPTIMIZER_LAMB,
+        ACCEL_LOG_JSONL, ACCEL_LOG_CSV, ACCEL_LOG_TENSORBOARD,
     ];
     let names: BTreeSet<&str> = mirror.iter().map(|(n, _)| *n).collect();
     for (name, value) in &mirror {
@@ -223,6 +225,7 @@ fn constants_match_the_header() {
         ("accel_generate_options", sys::ACCEL_GENERATE_OPTIONS_VERSION),
         ("accel_memory_estimate_options", sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION),
         ("accel_memory_estimate", sys::ACCEL_MEMORY_ESTIMATE_VERSION),
+        ("accel_tracker_options", sys::ACCEL_TRACKER_OPTIONS_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -402,6 +405,10 @@ fn init_defaults_match_the_header() {
     ] {
         check(format!("accel_memory_estimate_options.{}", f), v);
     }
+    let tr = sys::ACCEL_TRACKER_OPTIONS_INIT;
+    check("accel_tracker_options.log_dir".into(), s(tr.log_dir));
+    check("accel_tracker_options.writers".into(), tr.writers.to_string());
+    check("accel_tracker_options.all_processes".into(), tr.all_processes.to_string());
 
     let missing: Vec<_> = t.defaults.keys().filter(|k| !seen.contains(*k)).collect();
     assert!(missing.is_empty(), "defaults of the header not checked: {:?}", missing);
@@ -444,6 +451,12 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut me: sys::accel_memory_estimate_options = std::mem::zeroed();
         assert_eq!(sys::accel_memory_estimate_options_init(&mut me, 1), sys::ACCEL_OK);
         assert_eq!(me, sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT);
+        let mut tr: sys::accel_tracker_options = std::mem::zeroed();
+        tr.log_dir = b"x\0".as_ptr() as *const std::os::raw::c_char; // overwritten with NULL
+        tr.writers = 7;
+        assert_eq!(sys::accel_tracker_options_init(&mut tr, 1), sys::ACCEL_OK);
+        assert_eq!(tr, sys::ACCEL_TRACKER_OPTIONS_INIT);
+        assert_eq!(sys::accel_tracker_options_init(&mut tr, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -462,6 +475,8 @@ fn options_init_functions_agree_with_the_mirror() {
     assert!(mem == sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT && names.is_none());
     let (lora, names) = accel::LoraOptions::default().to_sys().unwrap();
     assert!(lora == sys::ACCEL_LORA_OPTIONS_INIT && names.is_none());
+    let (tracker, dir) = accel::TrackerOptions::default().to_sys().unwrap();
+    assert!(tracker == sys::ACCEL_TRACKER_OPTIONS_INIT && dir.is_none());
     let sim = accel::SimOptions::default().to_sys().unwrap();
     let init = sys::ACCEL_SIM_OPTIONS_INIT;
     assert_eq!((sim.raw.world_size, sim.raw.timeout_seconds, sim.raw.engine_threads), (2, 60.0, 0));
@@ -496,7 +511,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 100);
+    assert_eq!(mirrored.len(), 104);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a
