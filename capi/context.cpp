@@ -169,13 +169,8 @@ accel_status accel_log(accel_context* ctx, int64_t step, const char* const* name
     }
     if (ctx->tracker)
       ctx->tracker->log(step, n, v);
-    else {  // a process that writes nothing checks the names as the writing one does
-      for (size_t i = 0; i < n.size(); ++i) {
-        ACCEL_CHECK(!n[i].empty(), Status::InvalidArgument, "names: a scalar's name is empty");
-        for (size_t j = 0; j < i; ++j)
-          ACCEL_CHECK(n[i] != n[j], Status::InvalidArgument, "names: '", n[i], "' appears twice in one call");
-      }
-    }
+    else  // a process that writes nothing checks the names as the writing one does
+      accel::tracker::check_names(n);
   });
 }
 

@@ -45,6 +45,15 @@ uint32_t parse_writers(const std::string& text, const char* what) {
   return w;
 }
 
+void check_names(const std::vector<std::string>& names) {
+  ACCEL_CHECK(!names.empty(), Status::InvalidArgument, "count must be >= 1");
+  std::set<std::string> seen;
+  for (const std::string& n : names) {
+    ACCEL_CHECK(!n.empty(), Status::InvalidArgument, "names: a scalar's name is empty");
+    ACCEL_CHECK(seen.insert(n).second, Status::InvalidArgument, "names: '", n, "' appears twice in one call");
+  }
+}
+
 namespace {
 const uint32_t* crc_table() {
   static uint32_t table[256];
@@ -224,12 +233,8 @@ void Tracker::log(int64_t step, const std::vector<std::string>& names, const std
   std::lock_guard<std::mutex> lk(mu_);
   ACCEL_CHECK(jsonl_ || csv_ || events_, Status::InvalidState, "the trackers were closed (accel_end_training)");
   ACCEL_CHECK(step >= 0, Status::InvalidArgument, "step must be >= 0, got ", step);
-  ACCEL_CHECK(!names.empty() && names.size() == values.size(), Status::InvalidArgument, "count must be >= 1");
-  std::set<std::string> seen;
-  for (const std::string& n : names) {
-    ACCEL_CHECK(!n.empty(), Status::InvalidArgument, "names: a scalar's name is empty");
-    ACCEL_CHECK(seen.insert(n).second, Status::InvalidArgument, "names: '", n, "' appears twice in one call");
-  }
+  ACCEL_CHECK(names.size() == values.size(), Status::Internal, "names and values differ in number");
+  check_names(names);
   const double t = now_seconds();
   if (jsonl_) {
     nlohmann::ordered_json v = nlohmann::ordered_json::object();

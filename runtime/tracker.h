@@ -29,6 +29,9 @@ constexpr uint32_t kAllWriters = JsonLines | Csv | TensorBoard;
 // (InvalidArgument naming the variable and the word it does not know).
 uint32_t parse_writers(const std::string& text, const char* what);
 
+// One call's scalar names: at least one, none empty, none twice (InvalidArgument naming it).
+void check_names(const std::vector<std::string>& names);
+
 // CRC-32C (Castagnoli), and TensorBoard's masked form of it.
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
 uint32_t masked_crc32c(const void* data, size_t n);
