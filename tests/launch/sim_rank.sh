@@ -23,7 +23,9 @@ is() { case " ${!1:-} " in *" $r "*) return 0 ;; esac; return 1; }
 echo "rank=$r backend=${ACCEL_BACKEND:-} mem=${ACCEL_SIM_GPU_MEM:-} topology=${ACCEL_SIM_TOPOLOGY:-} trace=${ACCEL_SIM_TRACE:-} faults=${ACCEL_SIM_FAULTS:-} restart=${ACCEL_RESTART_COUNT:-} stale=$(find "$out" -name 'stale-*' 2>/dev/null | wc -l) out=$out"
 { [ -n "$out" ] && [ -d "$out" ]; } || { echo "ACCEL_SIM_OUT '$out' is not a directory" >&2; exit 9; }
 [ "${FAKE_SIM_SYNC:-}" = 1 ] && ! is FAKE_SIM_SLEEP && trap '' TERM
-[ "${ACCEL_RESTART_COUNT:-0}" = 0 ] && touch "$out/stale-$r"  # the launcher empties the directory before a restart
+# the launcher empties the directory before a restart (a redirection, not touch: a touch still
+# running when the launcher stops this shell would outlive it and write after the emptying)
+[ "${ACCEL_RESTART_COUNT:-0}" = 0 ] && : >"$out/stale-$r"
 
 status=ok error="" code=0
 if is FAKE_SIM_FAIL || { is FAKE_SIM_FAIL_FIRST && [ "${ACCEL_RESTART_COUNT:-0}" = 0 ]; }; then
