@@ -23,15 +23,14 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
     // a launched process joins its world (one per process: later contexts share it)
     // auto: CUDA where each process of this node can have a GPU of its own (NCCL refuses two
     // ranks on one GPU), else the CPU and Gloo
-    accel::Options auto_placed = ro;
+    accel::Options placed = ro;
     if (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available() &&
         static_cast<int>(torch::cuda::device_count()) < accel::comm::read_launch_env().local_world_size)
-      auto_placed.device = accel::DeviceKind::CPU;
-    const bool cuda = auto_placed.device == accel::DeviceKind::CUDA ||
-                      (auto_placed.device == accel::DeviceKind::Auto && torch::cuda::is_available());
+      placed.device = accel::DeviceKind::CPU;
+    const bool cuda = placed.device == accel::DeviceKind::CUDA ||
+                      (placed.device == accel::DeviceKind::Auto && torch::cuda::is_available());
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000));
     auto comm = accel::comm::join_world(ro.backend, timeout, cuda);
-    accel::Options placed = auto_placed;
     // on CUDA, a launched process left on device 0 takes the device of its local rank (the one
     // the nccl backend's communicator uses), as torchrun's users set by hand
     if (cuda && comm->size() > 1 && ro.device_index == 0 && torch::cuda::device_count() > 0)
@@ -141,8 +140,7 @@ accel_status accel_init_trackers(accel_context* ctx, const accel_tracker_options
       const char* with = std::getenv("ACCEL_LOG_WITH");
       writers = with && *with ? accel::tracker::parse_writers(with, "ACCEL_LOG_WITH") : accel::tracker::JsonLines;
     }
-    ACCEL_CHECK((writers & ~accel::tracker::kAllWriters) == 0, Status::InvalidArgument,
-                "writers must be an OR of ACCEL_LOG_JSONL, ACCEL_LOG_CSV and ACCEL_LOG_TENSORBOARD, got ", writers);
+    accel::tracker::check_writers(writers);  // also on a process that writes nothing
     const int rank = ctx->acc->comm().rank();
     if (o.all_processes != 0)
       ctx->tracker = std::make_unique<accel::tracker::Tracker>(

@@ -45,6 +45,11 @@ uint32_t parse_writers(const std::string& text, const char* what) {
   return w;
 }
 
+void check_writers(uint32_t writers) {
+  ACCEL_CHECK(writers != 0 && (writers & ~kAllWriters) == 0, Status::InvalidArgument, "writers must be a non-zero OR of ",
+              "ACCEL_LOG_JSONL, ACCEL_LOG_CSV and ACCEL_LOG_TENSORBOARD, got ", writers);
+}
+
 void check_names(const std::vector<std::string>& names) {
   ACCEL_CHECK(!names.empty(), Status::InvalidArgument, "count must be >= 1");
   std::set<std::string> seen;
@@ -187,8 +192,7 @@ std::string number(double v) {
 
 Tracker::Tracker(const std::string& dir, uint32_t writers) : dir_(dir), writers_(writers) {
   ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "log_dir is empty");
-  ACCEL_CHECK(writers != 0 && (writers & ~kAllWriters) == 0, Status::InvalidArgument, "writers must be a non-zero OR of ",
-              "ACCEL_LOG_JSONL, ACCEL_LOG_CSV and ACCEL_LOG_TENSORBOARD, got ", writers);
+  check_writers(writers);
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);

@@ -29,6 +29,9 @@ constexpr uint32_t kAllWriters = JsonLines | Csv | TensorBoard;
 // (InvalidArgument naming the variable and the word it does not know).
 uint32_t parse_writers(const std::string& text, const char* what);
 
+// A writer set: a non-zero OR of the three (InvalidArgument naming the value).
+void check_writers(uint32_t writers);
+
 // One call's scalar names: at least one, none empty, none twice (InvalidArgument naming it).
 void check_names(const std::vector<std::string>& names);
 
