@@ -117,7 +117,9 @@ comm::DataType comm_dtype(c10::ScalarType t) {
 Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm)
     : opts_((validate(opts), opts)),
       comm_(comm ? std::move(comm) : std::shared_ptr<comm::Communicator>(comm::make_local_communicator())),
-      device_(pick_device(opts, comm::clock_of(*comm_) != nullptr)),
+      // simulated ranks, threads or processes on the simulated NCCL, keep their GPUs in this
+      // machine's memory: they run on the CPU even where a real GPU is present
+      device_(pick_device(opts, comm::clock_of(*comm_) != nullptr || comm_->backend() == "sim")),
       gen_(at::make_generator<at::CPUGeneratorImpl>(opts.seed)),
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
               opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {
