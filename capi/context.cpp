@@ -1,7 +1,9 @@
 // The C ABI: contexts (options, devices) and the training step.
 #include "capi/internal.h"
 #include "runtime/comm/launch_env.h"
+#include "runtime/models/transformer.h"
 
+#include <chrono>
 #include <filesystem>
 
 using namespace accel::capi;
@@ -107,6 +109,71 @@ accel_status accel_step(accel_context* ctx, accel_step_result* out) {
       out->optimizer_steps = r.optimizer_steps;
       out->micro_steps = r.micro_steps;
     }
+  });
+}
+
+accel_status accel_train_micro_batches(accel_context* ctx, accel_model* model, accel_dataloader* loader, accel_loss loss,
+                                      int32_t max_micro_batches, double max_seconds, accel_train_result* out) {
+  return guard(ctx, "accel_train_micro_batches", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(loader);
+    same_context(ctx, model->ctx, "model");
+    same_context(ctx, loader->ctx, "loader");
+    const size_t out_bytes =
+        out ? version_bytes<accel_train_result>(out->version, "set out->version to ACCEL_TRAIN_RESULT_VERSION") : 0;
+    accel::Accelerator& acc = acc_of(ctx);
+    const int kind = raw(loss);
+    ACCEL_CHECK(kind >= ACCEL_LOSS_MSE && kind <= ACCEL_LOSS_CAUSAL_LM, Status::InvalidArgument,
+                "loss must be an accel_loss (0..2), got ", kind);
+    ACCEL_CHECK(max_micro_batches >= 1, Status::InvalidArgument, "max_micro_batches must be >= 1, got ",
+                max_micro_batches);
+    ACCEL_CHECK(std::isfinite(max_seconds) && max_seconds >= 0, Status::InvalidArgument,
+                "max_seconds must be finite and >= 0, got ", max_seconds);
+    ACCEL_CHECK(max_seconds == 0 || acc.num_processes() == 1, Status::InvalidArgument, "max_seconds must be 0 with ",
+                acc.num_processes(), " processes (each must train the same number of micro-batches), got ", max_seconds);
+    ACCEL_CHECK(acc.prepared(model->impl.get()) && acc.has_optimizer(), Status::InvalidState,
+                "accel_prepare has not bound this model and an optimizer to the context");
+    ACCEL_CHECK(model->impl->is_training(), Status::InvalidState,
+                "the model is in evaluation mode (accel_model_set_training(ctx, model, 1) first)");
+    const bool causal = kind == ACCEL_LOSS_CAUSAL_LM;
+    ACCEL_CHECK(!causal || accel::lm_config_of(*model->impl), Status::InvalidArgument,
+                "ACCEL_LOSS_CAUSAL_LM needs a causal LM (GPT-2 or Llama)");
+    const auto start = std::chrono::steady_clock::now();
+    auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+    accel_train_result r{};
+    r.version = out ? out->version : ACCEL_TRAIN_RESULT_VERSION;
+    double loss_sum = 0;
+    for (int32_t i = 0; i < max_micro_batches; ++i) {
+      if (max_seconds > 0 && i > 0 && elapsed() * (i + 1) / i > max_seconds) break;  // the next would end past it
+      std::optional<accel::Batch> b = acc.next_batch(*loader->impl);
+      if (!b) {
+        r.epoch_ended = 1;
+        break;
+      }
+      torch::Tensor value;
+      if (causal) {
+        const torch::Tensor labels = b->targets.defined() ? b->targets : b->inputs;
+        torch::Tensor logits = acc.forward(*model->impl, {b->inputs});
+        auto [sum, tokens] = accel::causal_lm_loss_sum(logits, labels.to(logits.device(), torch::kLong));
+        value = sum / static_cast<double>(std::max<int64_t>(tokens, 1));
+        acc.backward(value, tokens);
+      } else {
+        ACCEL_CHECK(b->targets.defined(), Status::InvalidArgument,
+                    "the loader has no targets: MSE and cross-entropy compare the model's output with them");
+        torch::Tensor y = acc.forward(*model->impl, {b->inputs});
+        value = kind == ACCEL_LOSS_MSE ? accel::mse(y, b->targets) : accel::cross_entropy(y, b->targets);
+        acc.backward(value);
+      }
+      const accel::StepResult s = acc.step();
+      r.micro_batches += 1;
+      r.optimizer_steps += s.stepped ? 1 : 0;
+      r.skipped_steps += s.skipped ? 1 : 0;
+      loss_sum += value.item<double>();
+    }
+    r.mean_loss = r.micro_batches ? loss_sum / r.micro_batches : std::nan("");
+    r.seconds = elapsed();
+    if (out) std::memcpy(static_cast<void*>(out), &r, out_bytes);
   });
 }
 

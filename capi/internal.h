@@ -16,6 +16,7 @@
 #include <new>
 
 #include "runtime/comm/factory.h"
+#include "runtime/inference.h"
 #include "runtime/paths.h"
 #include "runtime/runtime.h"
 #include "runtime/tracker.h"
@@ -47,6 +48,10 @@ struct accel_tensor {
 struct accel_model {
   accel_context* ctx;
   std::shared_ptr<accel::Model> impl;
+  std::shared_ptr<accel::WeightChannel> published;  // made by the first accel_inference_create
+};
+struct accel_inference {
+  std::unique_ptr<accel::Inference> impl;
 };
 struct accel_optimizer {
   accel_model* model;
@@ -174,6 +179,7 @@ ACCEL_ONE_VERSION(accel_adafactor_options, ACCEL_ADAFACTOR_OPTIONS);
 ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_tracker_options, ACCEL_TRACKER_OPTIONS);
+ACCEL_ONE_VERSION(accel_inference_options, ACCEL_INFERENCE_OPTIONS);
 // an output struct: the caller sets its version, the library writes that version's bytes
 template <>
 struct Versions<accel_memory_estimate> {
@@ -185,6 +191,18 @@ struct Versions<accel_memory_estimate> {
   }
   static constexpr VersionBytes table[] = {{1, sizeof(accel_memory_estimate)}};
   static constexpr uint32_t current = ACCEL_MEMORY_ESTIMATE_VERSION;
+};
+
+template <>
+struct Versions<accel_train_result> {  // an output struct, as accel_memory_estimate
+  static constexpr const char* name = "accel_train_result";
+  static accel_train_result defaults() {
+    accel_train_result r{};
+    r.version = ACCEL_TRAIN_RESULT_VERSION;
+    return r;
+  }
+  static constexpr VersionBytes table[] = {{1, sizeof(accel_train_result)}};
+  static constexpr uint32_t current = ACCEL_TRAIN_RESULT_VERSION;
 };
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current
@@ -227,6 +245,8 @@ ACCEL_VERSION_TABLE_OK(accel_generate_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate);
 ACCEL_VERSION_TABLE_OK(accel_tracker_options);
+ACCEL_VERSION_TABLE_OK(accel_inference_options);
+ACCEL_VERSION_TABLE_OK(accel_train_result);
 #undef ACCEL_VERSION_TABLE_OK
 
 // The size in bytes of version `version` of T, after checking the library knows it.

@@ -19,7 +19,7 @@ torch::ScalarType lm_dtype(const accel_lm_options& o) {
 
 accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, const accel_lm_options& o) {
   accel::set_gradient_checkpointing(*m, o.gradient_checkpointing != 0);
-  return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
+  return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m)), nullptr};
 }
 
 // A comma-separated list of module names (accel_lora_options.target_modules), trimmed.

@@ -1,5 +1,6 @@
 // The C ABI: tensors, models and losses.
 #include "capi/internal.h"
+#include "runtime/models/transformer.h"
 
 using namespace accel::capi;
 
@@ -132,7 +133,7 @@ accel_status accel_model_create_mlp(accel_context* ctx, const accel_mlp_options*
     cfg.dropout = o.dropout;
     cfg.bias = o.bias != 0;
     auto m = accel::make_mlp(cfg, acc_of(ctx).generator());
-    *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
+    *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m)), nullptr};
   });
 }
 
@@ -142,7 +143,7 @@ accel_status accel_model_load_torchscript(accel_context* ctx, const char* path, 
     NEED(path);
     NEED(out);
     auto m = accel::load_torchscript(path);
-    *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m))};
+    *out = new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m)), nullptr};
   });
 }
 
@@ -248,6 +249,96 @@ accel_status accel_loss_mse(accel_context* ctx, const accel_tensor* input, const
     same_context(ctx, input->owner, "input");
     same_context(ctx, target->owner, "target");
     *out = wrap(accel::mse(input->t, target->t), ctx);
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Inference beside training
+
+namespace {
+
+// What a publication copies: the parameters whole (gathered under ZeRO), then the buffers,
+// each in the dtype the inference copy runs in (fp32; a causal LM's base weights in theirs).
+void publish(accel_context* ctx, const accel_model* model, uint64_t* version) {
+  accel::Accelerator& acc = acc_of(ctx);
+  const accel::Model& m = *model->impl;
+  std::vector<torch::Tensor> src = acc.shards_parameters() && acc.prepared(&m) ? acc.full_parameters(m) : m.parameters();
+  std::vector<c10::ScalarType> dtypes(src.size(), torch::kFloat);
+  if (const auto* lm = dynamic_cast<const accel::lm_detail::TransformerLM*>(&m); lm && !lm->lora())
+    dtypes.assign(src.size(), lm->weights_dtype());
+  for (const auto& b : m.buffers()) {
+    src.push_back(b);
+    dtypes.push_back(b.scalar_type());
+  }
+  const uint64_t v = model->published->publish(src, dtypes, acc.device());
+  if (version) *version = v;
+}
+
+}  // namespace
+
+accel_status accel_inference_options_init(accel_inference_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_inference_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_inference_create(accel_context* ctx, const accel_model* model, const accel_inference_options* opts,
+                                    accel_inference** out) {
+  return guard(ctx, "accel_inference_create", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    same_context(ctx, model->ctx, "model");
+    const accel_inference_options o = read_options(opts);
+    ACCEL_CHECK(o.num_threads >= 1 && o.num_threads <= 4096, Status::InvalidArgument,
+                "num_threads must be in [1, 4096], got ", o.num_threads);
+    const auto* lm = dynamic_cast<const accel::lm_detail::TransformerLM*>(model->impl.get());
+    ACCEL_CHECK(!(lm && lm->lora() && ctx->acc->shards_parameters() && ctx->acc->prepared(lm)), Status::Unsupported,
+                "the model's LoRA base weights are sharded by ZeRO: save it with accel_save_pretrained and make the "
+                "inference copy from that");
+    std::unique_ptr<accel::Model> copy = model->impl->clone();
+    auto* m = const_cast<accel_model*>(model);  // the channel is the model's, made once
+    if (!m->published) m->published = std::make_shared<accel::WeightChannel>();
+    publish(ctx, model, nullptr);
+    auto inf = std::make_unique<accel_inference>();
+    inf->impl = std::make_unique<accel::Inference>(std::move(copy), model->published, ctx->acc->device(), o.num_threads);
+    *out = inf.release();
+  });
+}
+
+void accel_inference_destroy(accel_inference* inference) { delete inference; }
+
+accel_status accel_publish_weights(accel_context* ctx, const accel_model* model, uint64_t* out) {
+  return guard(ctx, "accel_publish_weights", [&] {
+    NEED(ctx);
+    NEED(model);
+    same_context(ctx, model->ctx, "model");
+    auto* m = const_cast<accel_model*>(model);
+    if (!m->published) m->published = std::make_shared<accel::WeightChannel>();
+    publish(ctx, model, out);
+  });
+}
+
+accel_status accel_inference_run(accel_inference* inference, accel_tensor* const* inputs, size_t num_inputs,
+                                 accel_tensor** out) {
+  return guard(nullptr, "accel_inference_run", [&] {
+    NEED(inference);
+    NEED(out);
+    ACCEL_CHECK(num_inputs == 0 || inputs != nullptr, Status::InvalidArgument, "inputs is NULL");
+    std::vector<torch::Tensor> ins;
+    ins.reserve(num_inputs);
+    for (size_t i = 0; i < num_inputs; ++i) {
+      ACCEL_CHECK(inputs[i] != nullptr, Status::InvalidArgument, "inputs[", i, "] is NULL");
+      ins.push_back(inputs[i]->t);
+    }
+    *out = wrap(inference->impl->run(ins));
+  });
+}
+
+accel_status accel_inference_weights(const accel_inference* inference, uint64_t* out_version, double* out_age_seconds) {
+  return guard(nullptr, "accel_inference_weights", [&] {
+    NEED(inference);
+    const auto [version, age] = inference->impl->weights();
+    if (out_version) *out_version = version;
+    if (out_age_seconds) *out_age_seconds = age;
   });
 }
 

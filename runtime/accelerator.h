@@ -73,6 +73,7 @@ class Accelerator {
                const std::shared_ptr<Scheduler>& sched, const std::shared_ptr<DataLoader>& loader);
   bool prepared(const DataLoader* loader) const;
   bool prepared(const Model* model) const { return model && model == model_.get(); }
+  bool has_optimizer() const { return opt_ != nullptr; }
   // Real processes: every process publishes what it is about to prepare (strategy,
   // precision, accumulation, model shapes, optimizer, loader) in the world's store and checks
   // that the others publish the same, so a mismatch is an error naming the processes and the

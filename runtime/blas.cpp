@@ -108,4 +108,24 @@ bool set_threads(int n) {
   return false;
 }
 
+bool set_calling_thread_threads(int n, const void* anchor) {
+  using SetFn = void (*)(int);
+  static const SetFn omp = [anchor]() -> SetFn {
+    Dl_info where{};
+    if (anchor && ::dladdr(anchor, &where) && where.dli_fname)
+      if (void* h = ::dlopen(where.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) {  // searched with its dependencies
+        void* f = ::dlsym(h, "omp_set_num_threads");
+        ::dlclose(h);
+        if (f) return reinterpret_cast<SetFn>(f);
+      }
+    return reinterpret_cast<SetFn>(::dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+  }();
+  using MklLocal = int (*)(int);
+  static const MklLocal mkl = reinterpret_cast<MklLocal>(::dlsym(RTLD_DEFAULT, "MKL_Set_Num_Threads_Local"));
+  if (mkl) mkl(n);
+  if (!omp) return false;
+  omp(n);
+  return true;
+}
+
 }  // namespace accel::blas

@@ -22,4 +22,10 @@ Info info();
 // OpenMP follows libtorch's intra-op setting already. Returns false when it has none.
 bool set_threads(int n);
 
+// Sets the calling thread's intra-op thread count, leaving other threads' as they are: the
+// OpenMP runtime's per-thread count, in the OpenMP runtime that the library holding
+// `anchor` (a function of libtorch) uses (a PyTorch wheel carries a libgomp of its own),
+// and MKL's thread-local count where MKL is loaded. False when no OpenMP runtime is found.
+bool set_calling_thread_threads(int n, const void* anchor);
+
 }  // namespace accel::blas

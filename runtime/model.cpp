@@ -135,6 +135,11 @@ class MLP final : public Model {
   }
   bool gates_units() const override { return true; }
   bool casts_weights() const override { return true; }
+  std::unique_ptr<Model> clone() const override {  // the shapes from the configuration: ZeRO-3 may hold none here
+    auto c = std::make_unique<MLP>(cfg_, at::detail::createCPUGenerator(0));
+    c->training_ = training_;
+    return c;
+  }
 
  private:
   torch::Tensor activate(const torch::Tensor& x) const {
@@ -198,6 +203,21 @@ class ScriptModel final : public Model {
   }
 
   bool from_torchscript() const override { return true; }
+  std::unique_ptr<Model> clone() const override {
+    // the module as loaded, from its file: the live one's parameters may be sharded by ZeRO
+    torch::jit::Module m;
+    try {
+      m = torch::jit::load(path_, torch::kCPU);
+    } catch (const c10::Error& e) {
+      fail(Status::IO, "an inference copy loads the TorchScript file the model came from, '", path_, "': ",
+           first_line(e.what_without_backtrace()));
+    }
+    auto c = std::make_unique<ScriptModel>(std::move(m), path_);
+    ACCEL_CHECK(c->parameters().size() == parameters().size() && c->buffers().size() == buffers().size(),
+                Status::Internal, "the TorchScript file '", path_, "' changed since it was loaded");
+    c->module_.train(module_.is_training());
+    return c;
+  }
   void export_torchscript(const std::vector<torch::Tensor>& weights, const std::string& path) const override {
     // a fresh copy of the module as it was loaded, with the trained weights: the live one's
     // parameters may be sharded or in 16 bits

@@ -71,6 +71,15 @@ class Model {
   // Whether inputs[0] is [batch, seq] with one sample per token (a language model): the
   // simulator's compute estimates count batch x seq rows.
   virtual bool sequence_inputs() const { return false; }
+  // A model of the same structure with parameters and buffers of its own, for inference
+  // beside training (runtime/inference.h): its parameters() and buffers() line up with this
+  // model's one by one, their values unspecified (the caller adopts published ones); state
+  // that is not published (a LoRA model's frozen base weights) is copied. It reads no
+  // parameter of this model, which ZeRO-3 may have released. Unsupported for a model that
+  // cannot be copied.
+  virtual std::unique_ptr<Model> clone() const {
+    fail(Status::Unsupported, "this kind of model cannot be copied for inference");
+  }
 
  protected:
   void set_parameters(std::vector<std::string> names, std::vector<torch::Tensor> params) {

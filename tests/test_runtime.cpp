@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include <zlib.h>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/comm/tensors.h"
+#include "runtime/inference.h"
 #include "runtime/runtime.h"
 #include "runtime/torch_version.h"
 #include "runtime/tracker.h"
@@ -802,6 +804,41 @@ TEST(Comm, HostBuffersAreStagedWhereTheBackendCannotReachThem) {
 
 // CRC-32C's check value, and TensorBoard's masked form (the values its own
 // tensorflow_stub.pywrap_tensorflow.masked_crc32c gives).
+// An inference copy runs with its own thread count on the thread that calls it, leaving the
+// other threads' (the trainer's) as they are; publications reuse sets no copy holds.
+TEST(Inference, ThreadCountIsTheCallingThreadsAndSetsAreReused) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  MLPConfig cfg;
+  cfg.sizes = {4, 8, 2};
+  auto gen = at::detail::createCPUGenerator(1);
+  std::unique_ptr<Model> model = make_mlp(cfg, gen);
+  auto channel = std::make_shared<WeightChannel>();
+  const std::vector<c10::ScalarType> dtypes(model->parameters().size(), torch::kFloat);
+  EXPECT_EQ(channel->publish(model->parameters(), dtypes, torch::kCPU), 1u);
+  Inference inf(model->clone(), channel, torch::kCPU, 1);
+  int threads_there = -1, after_a_run = -1;
+  std::thread([&] {
+    threads_there = at::get_num_threads();  // a new thread starts with the process's setting
+    inf.run({torch::ones({3, 4})});
+    after_a_run = at::get_num_threads();
+  }).join();
+#if AT_PARALLEL_OPENMP
+  EXPECT_EQ(threads_there, 2);
+  EXPECT_EQ(after_a_run, 1);
+#endif
+  EXPECT_EQ(at::get_num_threads(), 2) << "the inference copy changed this thread's count";
+  // the copy holds version 1; the latest may be adopted at any moment, so the next is written
+  // into a third set: versions 2, 3, 4... alternate between two sets beside the held one
+  for (int v = 2; v <= 6; ++v) EXPECT_EQ(channel->publish(model->parameters(), dtypes, torch::kCPU), uint64_t(v));
+  EXPECT_EQ(channel->sets(), 3u) << "one set held, the latest, and one written";
+  inf.run({torch::ones({1, 4})});  // adopts 6, releases 1
+  EXPECT_EQ(inf.weights().first, 6u);
+  for (int v = 7; v <= 9; ++v) channel->publish(model->parameters(), dtypes, torch::kCPU);
+  EXPECT_EQ(channel->sets(), 3u);
+  at::set_num_threads(before);
+}
+
 TEST(Trackers, Crc32cAndTheRecordFraming) {
   EXPECT_EQ(tracker::crc32c("123456789", 9), 0xE3069283u);
   EXPECT_EQ(tracker::crc32c("", 0), 0u);

@@ -1315,6 +1315,121 @@ ACCEL_API accel_status accel_log(accel_context *ctx, int64_t step, const char *c
  * file cannot be closed (its last writes may be lost). */
 ACCEL_API accel_status accel_end_training(accel_context *ctx);
 
+/* ------------------------------------------------------------------------------------
+ * Real time: inference beside training (docs/on-device.md)
+ *
+ * A game or a robot keeps its loop at a fixed rate while a model learns. The loop's thread
+ * runs an inference copy of the model; a training thread (or the loop itself, between
+ * frames) trains the model and publishes its weights; the copy picks up the latest
+ * published weights at the start of a run and never waits for the trainer.
+ *
+ * Threads: accel_inference_create and accel_publish_weights use the context and the model,
+ * so they follow the context's rule (its one thread at a time). An inference copy is used
+ * by one thread at a time, any thread, and independently of everything else: its runs may
+ * overlap the context's training, publishing, checkpoints, and even the destruction of the
+ * model or the context (the copy keeps what it needs). Several copies may run on several
+ * threads at once. No lock is held across a run: publishing copies the weights into a set
+ * no run is using (a new one when every set is in use) and then swaps one pointer, and a
+ * run takes the latest set by swapping that pointer under the same short mutex.
+ * ---------------------------------------------------------------------------------- */
+
+typedef struct accel_inference accel_inference;
+
+#define ACCEL_INFERENCE_OPTIONS_VERSION 1
+
+typedef struct accel_inference_options {
+    uint32_t version;     /* ACCEL_INFERENCE_OPTIONS_VERSION */
+    int32_t num_threads;  /* the intra-op threads of the thread that calls accel_inference_run
+                             (libtorch's OpenMP threads are counted per thread: this sets the
+                             calling thread's, leaving the trainer's); in [1, 4096], default 1 */
+} accel_inference_options;
+
+#define ACCEL_INFERENCE_OPTIONS_INIT { ACCEL_INFERENCE_OPTIONS_VERSION, 1 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_inference_options_init(accel_inference_options *opts, uint32_t version);
+
+/* Creates an inference copy of `model` on the context's device: the same structure (the
+ * built-in MLP, a TorchScript module, a causal LM with or without LoRA adapters), in
+ * evaluation mode, without autograd. It publishes the model's current weights (as
+ * accel_publish_weights, so under ZeRO every process calls it) and starts with them.
+ * opts may be NULL for the defaults. *out belongs to the caller (accel_inference_destroy).
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT for a model of another context or a field outside its
+ * domain; ACCEL_ERR_UNSUPPORTED for a LoRA model whose base weights ZeRO shards (gather
+ * them with accel_save_pretrained and load that instead). */
+ACCEL_API accel_status accel_inference_create(accel_context *ctx, const accel_model *model,
+                                              const accel_inference_options *opts, accel_inference **out);
+
+/* Releases an inference copy (from any thread, not during its own run). NULL is accepted. */
+ACCEL_API void accel_inference_destroy(accel_inference *inference);
+
+/* Publishes the model's current trained weights (fp32 masters, or the weights' own dtype
+ * for a causal LM) to every inference copy of it, and returns their version in *out (may
+ * be NULL): 1 for the first publication (accel_inference_create's), then 2, 3, ... Each
+ * copy's next run uses them. The weights are copied, so training goes on at once; a copy
+ * whose run is in progress finishes it with the weights it started with. Under ZeRO this
+ * gathers the shards: every process calls it. Errors: ACCEL_ERR_INVALID_ARGUMENT for a
+ * model of another context; ACCEL_ERR_OUT_OF_MEMORY when no set can be allocated (the
+ * copies keep the weights they had). */
+ACCEL_API accel_status accel_publish_weights(accel_context *ctx, const accel_model *model, uint64_t *out);
+
+/* Runs the copy's forward on inputs[0..num_inputs) (borrowed, only read; any device: they
+ * are copied to the copy's) in fp32 (a causal LM in its weights' dtype), and returns the
+ * output in *out (a new tensor without a graph, usable anywhere, also as a loss's input).
+ * At its start the run takes the latest published weights; it never waits for the trainer.
+ * The message of a failure is read with accel_last_error(NULL) on the calling thread.
+ * Errors: ACCEL_ERR_INVALID_ARGUMENT as accel_model_forward's (input count, shapes, dtypes:
+ * the message says which) and for NULL pointers; ACCEL_ERR_INVALID_STATE when another
+ * thread's run of the same copy is in progress (a copy runs on one thread at a time). */
+ACCEL_API accel_status accel_inference_run(accel_inference *inference, accel_tensor *const *inputs,
+                                           size_t num_inputs, accel_tensor **out);
+
+/* The version of the weights the copy's last run used (before any run: those it was
+ * created with) in *out_version, and in *out_age_seconds how long ago they were published
+ * (>= 0). Either pointer may be NULL. The same thread rule as accel_inference_run. */
+ACCEL_API accel_status accel_inference_weights(const accel_inference *inference, uint64_t *out_version,
+                                               double *out_age_seconds);
+
+typedef enum accel_loss {
+    ACCEL_LOSS_MSE = 0,            /* accel_loss_mse(forward(inputs), targets) */
+    ACCEL_LOSS_CROSS_ENTROPY = 1,  /* accel_loss_cross_entropy(forward(inputs), targets) */
+    ACCEL_LOSS_CAUSAL_LM = 2       /* a causal LM's next-token loss (accel_lm_forward), labels
+                                      the batch's targets, or its inputs when it has none */
+} accel_loss;
+
+#define ACCEL_TRAIN_RESULT_VERSION 1
+
+typedef struct accel_train_result {
+    uint32_t version;         /* set by the caller: ACCEL_TRAIN_RESULT_VERSION */
+    int32_t micro_batches;    /* micro-batches trained by this call */
+    int32_t optimizer_steps;  /* real optimizer steps taken by this call */
+    int32_t skipped_steps;    /* fp16 steps skipped for inf/NaN gradients by this call */
+    int32_t epoch_ended;      /* 1 when the call stopped at the end of the loader's epoch (the
+                                 loader has advanced: the next call starts the next epoch) */
+    double mean_loss;         /* the mean of the micro-batches' losses; NAN when none ran */
+    double seconds;           /* the call's wall time */
+} accel_train_result;
+
+/* Trains at most max_micro_batches (>= 1) micro-batches of `loader` on the prepared model
+ * and optimizer: for each, the next batch, the forward, the loss, accel_backward and
+ * accel_step, exactly as a loop of those calls does (gradient accumulation, mixed precision,
+ * the strategy and the scheduler included). It stops early at the end of the loader's
+ * epoch, and, when max_seconds > 0, before a micro-batch that would end past max_seconds
+ * after the call began, judged by the mean time of this call's micro-batches so far (at
+ * least one runs): an engine schedules training between frames this way. With several
+ * processes every process must train the same number of micro-batches, so max_seconds
+ * must be 0 there. *out (may be NULL) says what was done. Errors: those of the calls it
+ * makes (ACCEL_ERR_NON_FINITE for a NaN loss, ...): the micro-batches before the failing
+ * one stay trained, as with the calls made one by one, and *out is untouched;
+ * ACCEL_ERR_INVALID_STATE before accel_prepare bound this model and an optimizer, or with
+ * the model in evaluation mode; ACCEL_ERR_INVALID_ARGUMENT for max_micro_batches < 1, a
+ * max_seconds that is negative or not finite (or > 0 with several processes), an unknown
+ * loss, a loader without targets for MSE or cross-entropy, a causal-LM loss for a model
+ * that is not one, or an out version this library does not know. */
+ACCEL_API accel_status accel_train_micro_batches(accel_context *ctx, accel_model *model, accel_dataloader *loader,
+                                                 accel_loss loss, int32_t max_micro_batches, double max_seconds,
+                                                 accel_train_result *out);
+
 #ifdef __cplusplus
 }
 #endif

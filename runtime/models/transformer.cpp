@@ -382,6 +382,24 @@ void TransformerLM::add(const std::string& name, std::vector<int64_t> shape, siz
   params_.push_back(t.requires_grad_(true));
 }
 
+std::unique_ptr<Model> TransformerLM::clone() const {
+  std::unique_ptr<TransformerLM> c =
+      cfg_.family == LMFamily::GPT2 ? make_gpt2(cfg_, dtype_, nullptr) : make_llama(cfg_, dtype_, nullptr);
+  ACCEL_CHECK(c->params_.size() == params_.size(), Status::Internal, "the copy of the LM has ", c->params_.size(),
+              " base weights, the model ", params_.size());
+  if (lora_) {  // the frozen base weights are not published: copied (accel_inference_create refuses them sharded)
+    {
+      torch::NoGradGuard ng;
+      for (size_t i = 0; i < params_.size(); ++i) c->params_[i] = params_[i].detach().clone();
+    }
+    c->finish();
+    at::Generator g = at::detail::createCPUGenerator(0);  // the adapters' values are replaced by the caller's
+    c->enable_lora(lora_->cfg, g);
+  }
+  c->training_ = training_;
+  return c;
+}
+
 void TransformerLM::to(const torch::Device& device) {
   auto move = [&](torch::Tensor& t, bool trainable) {
     if (t.defined() && t.device() != device) t = t.detach().to(device).requires_grad_(trainable);

@@ -176,6 +176,9 @@ class TransformerLM : public Model {
   std::vector<std::vector<size_t>> units() const override { return lora_ ? lora_->units : units_; }
   bool gates_units() const override { return true; }
   bool casts_weights() const override { return true; }
+  // The same family and configuration, the base weights copied, the adapters (if any) made
+  // anew with LoRA's configuration: parameters() line up with this model's.
+  std::unique_ptr<Model> clone() const override;
   // Gradient checkpointing: each block's activations are recomputed in backward instead of
   // kept (when training with autograd on).
   void set_checkpointing(bool on) { checkpointing_ = on; }

@@ -2359,6 +2359,178 @@ void memory_estimates() {
   }, UNSUPPORTED);
 }
 
+// Inference copies (accel_inference_*, accel_publish_weights) and the bounded training call.
+void realtime() {
+  options_init("accel_inference_options_init", accel_inference_options_init, ACCEL_INFERENCE_OPTIONS_VERSION);
+  using Inf = accel_inference*;
+  const std::string cr = "accel_inference_create";
+  null_case(cr, "ctx", [](Env& e) {
+    return with_out<Inf>(e, [&](auto* out) { return R(accel_inference_create(nullptr, e.a.model, nullptr, out)); });
+  });
+  null_case(cr, "model", [](Env& e) {
+    return with_out<Inf>(e, [&](auto* out) { return R(accel_inference_create(e.a.ctx, nullptr, nullptr, out), e.a.ctx); });
+  });
+  null_case(cr, "out", [](Env& e) { return R(accel_inference_create(e.a.ctx, e.a.model, nullptr, nullptr), e.a.ctx); });
+  add(cr, "a model of another context", ARG, {"model", "another context"}, [](Env& e) {
+    return with_out<Inf>(e, [&](auto* out) {
+      return R(accel_inference_create(e.a.ctx, e.other().model, nullptr, out), e.a.ctx);
+    });
+  });
+  using O = accel_inference_options;
+  const auto t = target<O>(
+      cr, "opts",
+      [] {
+        O o ACCEL_INFERENCE_OPTIONS_INIT;
+        return o;
+      },
+      [](Env& e, const O& o) {
+        return with_out<Inf>(e, [&](auto* out) { return R(accel_inference_create(e.a.ctx, e.a.model, &o, out), e.a.ctx); });
+      });
+  t.versions();
+  t.field<int32_t>("num_threads", &O::num_threads, {0, -1, 4097, INT32_MIN});
+  destroy_null("accel_inference_destroy", [] { accel_inference_destroy(nullptr); });
+
+  const std::string pb = "accel_publish_weights";
+  null_case(pb, "ctx", [](Env& e) {
+    return with_out<uint64_t>(e, [&](auto* out) { return R(accel_publish_weights(nullptr, e.a.model, out)); });
+  });
+  null_case(pb, "model", [](Env& e) {
+    return with_out<uint64_t>(e, [&](auto* out) { return R(accel_publish_weights(e.a.ctx, nullptr, out), e.a.ctx); });
+  });
+  add(pb, "a model of another context", ARG, {"model", "another context"}, [](Env& e) {
+    return with_out<uint64_t>(e, [&](auto* out) { return R(accel_publish_weights(e.a.ctx, e.other().model, out), e.a.ctx); });
+  });
+  add(pb, "out=NULL", OK, {}, [](Env& e) { return R(accel_publish_weights(e.a.ctx, e.a.model, nullptr), e.a.ctx); });
+
+  // accel_inference_run on a copy made for the case (inputs: float [2, 4] unless said)
+  auto copy_run = [](std::function<accel_status(accel_inference*, accel_tensor**)> call) -> Body {
+    return [=](Env& e) {
+      Inf inf = nullptr;
+      ok(accel_inference_create(e.a.ctx, e.a.model, nullptr, &inf), "accel_inference_create");
+      R r = with_out<accel_tensor*>(e, [&](auto* out) { return R(call(inf, out)); });
+      accel_inference_destroy(inf);
+      return r;
+    };
+  };
+  const std::string rn = "accel_inference_run";
+  null_case(rn, "inference", [](Env& e) {
+    accel_tensor* x = floats({2, 4});
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_inference_run(nullptr, &x, 1, out)); });
+  });
+  null_case(rn, "out", [](Env& e) {
+    Inf inf = nullptr;
+    ok(accel_inference_create(e.a.ctx, e.a.model, nullptr, &inf), "accel_inference_create");
+    accel_tensor* x = floats({2, 4});
+    R r = R(accel_inference_run(inf, &x, 1, nullptr));
+    accel_inference_destroy(inf);
+    return r;
+  });
+  null_case(rn, "inputs", copy_run([](Inf inf, accel_tensor** out) { return accel_inference_run(inf, nullptr, 1, out); }));
+  add(rn, "inputs[0]=NULL", ARG, {"inputs[0]", "NULL"}, copy_run([](Inf inf, accel_tensor** out) {
+        accel_tensor* none = nullptr;
+        return accel_inference_run(inf, &none, 1, out);
+      }));
+  add(rn, "a [2, 5] input for 4 features", ARG, {"inputs[0]", "[2, 5]"}, copy_run([](Inf inf, accel_tensor** out) {
+        accel_tensor* x = floats({2, 5});
+        return accel_inference_run(inf, &x, 1, out);
+      }));
+  add(rn, "two inputs", ARG, {"num_inputs", "2"}, copy_run([](Inf inf, accel_tensor** out) {
+        accel_tensor* x[2] = {floats({2, 4}), floats({2, 4})};
+        return accel_inference_run(inf, x, 2, out);
+      }));
+  add(rn, "an int64 input", ARG, {"inputs[0]", "floating-point"}, copy_run([](Inf inf, accel_tensor** out) {
+        const int64_t v[4] = {1, 2, 3, 4};
+        accel_tensor* x = tensor(ACCEL_INT64, {1, 4}, v);
+        return accel_inference_run(inf, &x, 1, out);
+      }));
+  null_case("accel_inference_weights", "inference", [](Env& e) {
+    return with_out<uint64_t>(e, [&](auto* out) { return R(accel_inference_weights(nullptr, out, nullptr)); });
+  });
+
+  // accel_train_micro_batches on the fixture (prepared, a loader of 4 batches): *out untouched
+  // but for the version the caller set
+  const std::string tm = "accel_train_micro_batches";
+  auto train = [](std::function<accel_status(World&, accel_train_result*)> call, bool fresh = false) -> Body {
+    return [=](Env& e) {
+      std::optional<World> f;
+      if (fresh) f = make_world(false);
+      World& w = fresh ? *f : e.a;
+      accel_train_result r;
+      fill(r);
+      r.version = ACCEL_TRAIN_RESULT_VERSION;
+      R res = R(call(w, &r), w.ctx);
+      if (res.status != OK)
+        e.expect(filled(reinterpret_cast<const char*>(&r) + sizeof r.version, sizeof r - sizeof r.version),
+                 "*out was written by the failing call");
+      return res;
+    };
+  };
+  null_case(tm, "ctx", [](Env& e) {
+    return R(accel_train_micro_batches(nullptr, e.a.model, e.a.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, nullptr));
+  });
+  null_case(tm, "model", train([](World& w, accel_train_result* r) {
+              return accel_train_micro_batches(w.ctx, nullptr, w.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, r);
+            }));
+  null_case(tm, "loader", train([](World& w, accel_train_result* r) {
+              return accel_train_micro_batches(w.ctx, w.model, nullptr, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, r);
+            }));
+  for (int32_t n : {0, -1, INT32_MIN})
+    add(tm, "max_micro_batches=" + str(n), ARG, {"max_micro_batches", str(n)},
+        train([n](World& w, accel_train_result* r) {
+          return accel_train_micro_batches(w.ctx, w.model, w.loader, ACCEL_LOSS_CROSS_ENTROPY, n, 0, r);
+        }));
+  for (double v : plus(kNonFinite, {-1, -1e-300}))
+    add(tm, "max_seconds=" + str(v), ARG, {"max_seconds", str(v)}, train([v](World& w, accel_train_result* r) {
+          return accel_train_micro_batches(w.ctx, w.model, w.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, v, r);
+        }));
+  for (int v : {42, -1})
+    add(tm, "loss=" + str(v), ARG, {"loss", str(v)}, train([v](World& w, accel_train_result* r) {
+          return accel_train_micro_batches(w.ctx, w.model, w.loader, raw<accel_loss>(v), 1, 0, r);
+        }));
+  for (uint32_t v : {0u, uint32_t{ACCEL_TRAIN_RESULT_VERSION + 1}})
+    add(tm, "out->version=" + str(v), ARG, {"accel_train_result version", str(v)}, [v](Env& e) {
+      accel_train_result r;
+      fill(r);
+      r.version = v;
+      R res = R(accel_train_micro_batches(e.a.ctx, e.a.model, e.a.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, &r), e.a.ctx);
+      e.expect(filled(reinterpret_cast<const char*>(&r) + sizeof r.version, sizeof r - sizeof r.version),
+               "*out was written by the failing call");
+      return res;
+    });
+  add(tm, "before accel_prepare", STATE, {"accel_prepare"}, train([](World& w, accel_train_result* r) {
+        return accel_train_micro_batches(w.ctx, w.model, w.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, r);
+      }, /*fresh=*/true));
+  add(tm, "a model in evaluation mode", STATE, {"evaluation mode"}, train([](World& w, accel_train_result* r) {
+        ok(accel_model_set_training(w.ctx, w.model, 0), "accel_model_set_training");
+        const accel_status s = accel_train_micro_batches(w.ctx, w.model, w.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, r);
+        ok(accel_model_set_training(w.ctx, w.model, 1), "accel_model_set_training");
+        return s;
+      }));
+  add(tm, "the causal-LM loss for an MLP", ARG, {"ACCEL_LOSS_CAUSAL_LM", "causal LM"},
+      train([](World& w, accel_train_result* r) {
+        return accel_train_micro_batches(w.ctx, w.model, w.loader, ACCEL_LOSS_CAUSAL_LM, 1, 0, r);
+      }));
+  add(tm, "a loader without targets", ARG, {"no targets"}, train([](World& w, accel_train_result* r) {
+        accel_dataloader* l = nullptr;
+        accel_dataloader_options dl = ACCEL_DATALOADER_OPTIONS_INIT;
+        ok(accel_dataloader_create(w.ctx, w.x, nullptr, &dl, &l), "accel_dataloader_create");
+        const accel_status s = accel_train_micro_batches(w.ctx, w.model, l, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, r);
+        accel_dataloader_destroy(l);
+        return s;
+      }));
+  add(tm, "a loader of another context", ARG, {"loader", "another context"}, [](Env& e) {
+    return R(accel_train_micro_batches(e.a.ctx, e.a.model, e.other().loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, nullptr),
+             e.a.ctx);
+  });
+  add(tm, "a model of another context", ARG, {"model", "another context"}, [](Env& e) {
+    return R(accel_train_micro_batches(e.a.ctx, e.other().model, e.a.loader, ACCEL_LOSS_CROSS_ENTROPY, 1, 0, nullptr),
+             e.a.ctx);
+  });
+  add(tm, "MSE against class indices", ARG, {}, train([](World& w, accel_train_result* r) {
+        return accel_train_micro_batches(w.ctx, w.model, w.loader, ACCEL_LOSS_MSE, 1, 0, r);
+      }));
+}
+
 void register_cases() {
   basics();
   tensors();
@@ -2377,6 +2549,7 @@ void register_cases() {
   lm_data();
   memory_estimates();
   trackers();
+  realtime();
 }
 
 // ---------------------------------------------------------------------------------------
