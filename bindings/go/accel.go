@@ -8,9 +8,10 @@
 //
 // or, with libaccel installed in a system prefix, nothing at all.
 //
-// Objects (Context, Model, Tensor, Optimizer, Scheduler, DataLoader, SimReport) have a
-// Close method (idempotent) and a finalizer as a safety net; using an object after Close,
-// or after the Context that made it was closed, returns an error matching ErrClosed.
+// Objects (Context, Model, Tensor, Optimizer, Scheduler, DataLoader, SimReport, Inference)
+// have a Close method (idempotent) and a finalizer as a safety net; using an object after
+// Close, or after the Context that made it was closed, returns an error matching ErrClosed
+// (an Inference outlives its Context: only its own Close ends it).
 // Errors are *Error values carrying the accel status and the library's message.
 package accel
 

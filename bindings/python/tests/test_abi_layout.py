@@ -84,7 +84,8 @@ _ENUMS = {"accel_status": (accel.Status, ("ACCEL_ERR_", "ACCEL_")), "accel_dtype
           "accel_schedule": (accel.Schedule, ("ACCEL_SCHEDULE_",)),
           "accel_reduce_op": (accel.ReduceOp, ("ACCEL_REDUCE_",)),
           "accel_optimizer_kind": (accel.OptimizerKind, ("ACCEL_OPTIMIZER_",)),
-          "accel_log_writer": (accel.LogWriter, ("ACCEL_LOG_",))}
+          "accel_log_writer": (accel.LogWriter, ("ACCEL_LOG_",)),
+          "accel_loss": (accel.Loss, ("ACCEL_LOSS_",))}
 
 
 def test_enum_constants(table):
@@ -118,7 +119,8 @@ def test_option_versions_and_defaults(table):
              "accel_adafactor_options": lib.accel_adafactor_options_init,
              "accel_generate_options": lib.accel_generate_options_init,
              "accel_memory_estimate_options": lib.accel_memory_estimate_options_init,
-             "accel_tracker_options": lib.accel_tracker_options_init}
+             "accel_tracker_options": lib.accel_tracker_options_init,
+             "accel_inference_options": lib.accel_inference_options_init}
     structs = {}
     for struct, init in inits.items():
         s = ffi.new(struct + " *")

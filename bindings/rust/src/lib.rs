@@ -8,6 +8,10 @@
 //! * Trackers: [`Context::init_trackers`] ([`TrackerOptions`], [`LogWriters`]),
 //!   [`Context::log`], [`Context::end_training`]: a step's scalars as JSON lines, CSV and
 //!   TensorBoard event files.
+//! * Inference beside training: [`Context::inference`] makes an [`Inference`] copy of a model
+//!   (no lifetime: it outlives its model and context; `Send`, not `Sync`) that another thread
+//!   runs while [`Context::train_micro_batches`] trains and [`Context::publish_weights`]
+//!   publishes.
 //!
 //! ```no_run
 //! use accel::{Context, Options, MlpOptions, AdamWOptions, DataLoaderOptions, Tensor};
@@ -73,24 +77,33 @@
 //! fn is_send<T: Send>() {}
 //! is_send::<accel::Model<'static>>();
 //! ```
+//!
+//! An inference copy may move to another thread, but is used by one thread at a time:
+//!
+//! ```compile_fail
+//! fn is_sync<T: Sync>() {}
+//! is_sync::<accel::Inference>();
+//! ```
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod sys;
 
 mod context;
 mod error;
+mod inference;
 mod memory;
 mod options;
 pub mod sim;
 mod tensor;
 mod util;
 
-pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Optimizer, Scheduler, StepResult};
+pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Optimizer, Scheduler, StepResult, TrainResult};
 pub use error::{status_name, Error, Result, Status};
+pub use inference::Inference;
 pub use memory::{estimate_memory, MemoryEstimate};
 pub use options::{
-    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, DataLoaderOptions, Device, GenerateOptions, LambOptions, LmDataOptions, LmOptions, LogWriters, LoraOptions,
-    MemoryEstimateOptions, MlpOptions, OptimizerKind, Options, Precision,
+    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, DataLoaderOptions, Device, GenerateOptions, InferenceOptions, LambOptions, LmDataOptions, LmOptions, LogWriters, LoraOptions,
+    Loss, MemoryEstimateOptions, MlpOptions, OptimizerKind, Options, Precision,
     ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy, TrackerOptions,
 };
 pub use sim::{RankOutcome, SimError, SimReport};

@@ -105,6 +105,19 @@ c_enum!(
     Lamb = sys::ACCEL_OPTIMIZER_LAMB,
 });
 
+c_enum!(
+    /// `accel_loss`: the loss [`Context::train_micro_batches`](crate::Context::train_micro_batches)
+    /// computes for each micro-batch
+    Loss: sys::accel_loss {
+    /// mean squared error of `forward(inputs)` and the batch's targets ([`Context::mse`](crate::Context::mse))
+    Mse = sys::ACCEL_LOSS_MSE,
+    /// cross-entropy of `forward(inputs)` and the batch's targets ([`Context::cross_entropy`](crate::Context::cross_entropy))
+    CrossEntropy = sys::ACCEL_LOSS_CROSS_ENTROPY,
+    /// a causal LM's next-token loss ([`Model::lm_forward`](crate::Model::lm_forward)): labels are the
+    /// batch's targets, or its inputs when it has none
+    CausalLm = sys::ACCEL_LOSS_CAUSAL_LM,
+});
+
 /// The attention kernel [`estimate_memory`](crate::estimate_memory) assumes
 /// (`accel_memory_estimate_options.attention`, a plain `int32_t` in C).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -868,5 +881,36 @@ impl TrackerOptions {
         o.writers = self.writers.bits();
         o.all_processes = self.all_processes as i32;
         Ok((o, dir))
+    }
+}
+
+/// `accel_inference_options`: how [`Context::inference`](crate::Context::inference) makes an
+/// inference copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InferenceOptions {
+    /// The intra-op threads of the thread that calls [`Inference::run`](crate::Inference::run)
+    /// (libtorch counts them per thread: this sets the calling thread's, leaving the trainer's);
+    /// in [1, 4096], default 1.
+    pub num_threads: i32,
+}
+
+impl Default for InferenceOptions {
+    /// `ACCEL_INFERENCE_OPTIONS_INIT`
+    fn default() -> InferenceOptions {
+        InferenceOptions { num_threads: 1 }
+    }
+}
+
+impl InferenceOptions {
+    /// The raw struct: the library's defaults of this version (`accel_inference_options_init`), then every field.
+    pub fn to_sys(&self) -> Result<sys::accel_inference_options> {
+        let mut o = sys::ACCEL_INFERENCE_OPTIONS_INIT;
+        check(
+            // SAFETY: `o` is a writable struct of this version (the init writes only that version's bytes).
+            unsafe { sys::accel_inference_options_init(&mut o, sys::ACCEL_INFERENCE_OPTIONS_VERSION) },
+            std::ptr::null(),
+        )?;
+        o.num_threads = self.num_threads;
+        Ok(o)
     }
 }

@@ -151,6 +151,10 @@ fn struct_layouts_match_the_header() {
             activations, temporaries, total
         }),
         layout!(accel_tracker_options { version, log_dir, writers, all_processes }),
+        layout!(accel_inference_options { version, num_threads }),
+        layout!(accel_train_result {
+            version, micro_batches, optimizer_steps, skipped_steps, epoch_ended, mean_loss, seconds
+        }),
     ];
     let mut seen_structs = BTreeSet::new();
     let mut seen_fields = BTreeSet::new();
@@ -198,6 +202,7 @@ fn constants_match_the_header() {
         ACCEL_OPTIMIZER_SGD, ACCEL_OPTIMIZER_SGD_MOMENTUM, ACCEL_OPTIMIZER_ADAMW, ACCEL_OPTIMIZER_ADAFACTOR,
         ACCEL_OPTIMIZER_LAMB,
         ACCEL_LOG_JSONL, ACCEL_LOG_CSV, ACCEL_LOG_TENSORBOARD,
+        ACCEL_LOSS_MSE, ACCEL_LOSS_CROSS_ENTROPY, ACCEL_LOSS_CAUSAL_LM,
     ];
     let names: BTreeSet<&str> = mirror.iter().map(|(n, _)| *n).collect();
     for (name, value) in &mirror {
@@ -226,6 +231,8 @@ fn constants_match_the_header() {
         ("accel_memory_estimate_options", sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION),
         ("accel_memory_estimate", sys::ACCEL_MEMORY_ESTIMATE_VERSION),
         ("accel_tracker_options", sys::ACCEL_TRACKER_OPTIONS_VERSION),
+        ("accel_inference_options", sys::ACCEL_INFERENCE_OPTIONS_VERSION),
+        ("accel_train_result", sys::ACCEL_TRAIN_RESULT_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -409,6 +416,8 @@ fn init_defaults_match_the_header() {
     check("accel_tracker_options.log_dir".into(), s(tr.log_dir));
     check("accel_tracker_options.writers".into(), tr.writers.to_string());
     check("accel_tracker_options.all_processes".into(), tr.all_processes.to_string());
+    let inf = sys::ACCEL_INFERENCE_OPTIONS_INIT;
+    check("accel_inference_options.num_threads".into(), inf.num_threads.to_string());
 
     let missing: Vec<_> = t.defaults.keys().filter(|k| !seen.contains(*k)).collect();
     assert!(missing.is_empty(), "defaults of the header not checked: {:?}", missing);
@@ -457,6 +466,10 @@ fn options_init_functions_agree_with_the_mirror() {
         assert_eq!(sys::accel_tracker_options_init(&mut tr, 1), sys::ACCEL_OK);
         assert_eq!(tr, sys::ACCEL_TRACKER_OPTIONS_INIT);
         assert_eq!(sys::accel_tracker_options_init(&mut tr, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
+        let mut inf: sys::accel_inference_options = std::mem::zeroed();
+        assert_eq!(sys::accel_inference_options_init(&mut inf, 1), sys::ACCEL_OK);
+        assert_eq!(inf, sys::ACCEL_INFERENCE_OPTIONS_INIT);
+        assert_eq!(sys::accel_inference_options_init(&mut inf, 2), sys::ACCEL_ERR_INVALID_ARGUMENT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -477,6 +490,7 @@ fn options_init_functions_agree_with_the_mirror() {
     assert!(lora == sys::ACCEL_LORA_OPTIONS_INIT && names.is_none());
     let (tracker, dir) = accel::TrackerOptions::default().to_sys().unwrap();
     assert!(tracker == sys::ACCEL_TRACKER_OPTIONS_INIT && dir.is_none());
+    assert_eq!(accel::InferenceOptions::default().to_sys().unwrap(), sys::ACCEL_INFERENCE_OPTIONS_INIT);
     let sim = accel::SimOptions::default().to_sys().unwrap();
     let init = sys::ACCEL_SIM_OPTIONS_INIT;
     assert_eq!((sim.raw.world_size, sim.raw.timeout_seconds, sim.raw.engine_threads), (2, 60.0, 0));
@@ -511,7 +525,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from sys.rs: {:?}", missing);
-    assert_eq!(mirrored.len(), 104);
+    assert_eq!(mirrored.len(), 111);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

@@ -16,10 +16,10 @@ libaccel is loaded on first use (ACCEL_LIBRARY, then pkg-config, then the system
 
 from . import sim
 from ._core import (Accelerator, Activation, Adafactor, AdamW, Attention, Backend, CausalLMOutput, ClosedError, CommunicationError, DataLoader,
-                    Device, DType, Error, FormatError, InternalError, InvalidArgumentError, InvalidStateError,
-                    IOError, LAMB, LibraryNotFoundError, LibraryVersionError, LogWriter, MemoryEstimate, Model, NonFiniteError,
-                    Optimizer, OptimizerKind, OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler, SGD, Status, StepResult, Strategy,
-                    Tensor, TimeoutError, UnsupportedError, cross_entropy, dtype_size, error_for,
+                    Device, DType, Error, FormatError, Inference, InferenceWeights, InternalError, InvalidArgumentError,
+                    InvalidStateError, IOError, LAMB, LibraryNotFoundError, LibraryVersionError, LogWriter, Loss, MemoryEstimate,
+                    Model, NonFiniteError, Optimizer, OptimizerKind, OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler,
+                    SGD, Status, StepResult, Strategy, Tensor, TimeoutError, TrainResult, UnsupportedError, cross_entropy, dtype_size, error_for,
                     estimate_memory, get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
                     get_linear_schedule_with_warmup, load_library, mse_loss, read_token_file, status_name, tensor, version,
                     version_number, write_token_file)
@@ -30,10 +30,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Accelerator", "Activation", "Adafactor", "AdamW", "Attention", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
-    "DType", "Error", "FormatError", "InternalError", "InvalidArgumentError", "InvalidStateError", "IOError",
-    "LAMB", "LibraryNotFoundError", "LibraryVersionError", "LogWriter", "MemoryEstimate", "Model", "NonFiniteError",
+    "DType", "Error", "FormatError", "Inference", "InferenceWeights", "InternalError", "InvalidArgumentError",
+    "InvalidStateError", "IOError", "LAMB", "LibraryNotFoundError", "LibraryVersionError", "LogWriter", "Loss", "MemoryEstimate", "Model", "NonFiniteError",
     "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",
-    "Status", "StepResult", "Strategy", "Tensor", "TimeoutError", "UnsupportedError", "check_version",
+    "Status", "StepResult", "Strategy", "Tensor", "TimeoutError", "TrainResult", "UnsupportedError", "check_version",
     "cross_entropy", "dtype_size", "error_for", "estimate_memory", "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup", "get_linear_schedule_with_warmup", "load_library", "mse_loss", "read_token_file", "sim",
     "status_name", "tensor", "version", "version_number", "write_token_file",

@@ -187,6 +187,14 @@ class LogWriter(enum.IntFlag):
     TENSORBOARD = 4  # LOG_DIR/events.out.tfevents.TIME.HOST.PID, new for each init_trackers
 
 
+class Loss(enum.IntEnum):
+    """accel_loss: the loss Accelerator.train_micro_batches computes for each micro-batch."""
+
+    MSE = 0            # mse_loss(model(x), y)
+    CROSS_ENTROPY = 1  # cross_entropy(model(x), y)
+    CAUSAL_LM = 2      # a causal LM's next-token loss; labels: the batch's targets, else its inputs
+
+
 _ALIASES = {"fp32": "no", "none": "no", "float32": "no", "bfloat16": "bf16", "float16": "fp16",
             "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "double": "float64",
             "float": "float32", "half": "float16", "long": "int64", "int": "int32"}
@@ -1900,10 +1908,207 @@ class Accelerator:
             ctx = self._c()
             _check(lib.accel_end_training(ctx), ctx)
 
+    # -- real time: inference beside training ----------------------------------------------
+
+    def _own_model(self, model: Any, what: str) -> None:
+        if not isinstance(model, Model) or model._acc is not self:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{what}: pass a Model made from this Accelerator")
+
+    def inference(self, model: Model, num_threads: int = 1) -> "Inference":
+        """An inference copy of `model` (accel_inference_create): the same structure on this
+        Accelerator's device, in evaluation mode, without autograd, starting with the model's
+        current weights (published as publish_weights does: version 1 for the first). Its
+        run() picks up the latest published weights and never waits for training; it may run
+        on another thread (one at a time) and keeps working after the model and this
+        Accelerator are closed. num_threads: the intra-op threads of the thread that runs it,
+        in [1, 4096]. Under ZeRO every process calls it."""
+        self._own_model(model, "inference")
+        opts = ffi.new("accel_inference_options *")
+        _check(lib.accel_inference_options_init(opts, lib.ACCEL_INFERENCE_OPTIONS_VERSION))
+        opts.num_threads = int(num_threads)
+        out = ffi.new("accel_inference **")
+        self._call(lib.accel_inference_create, model, opts, out)
+        return Inference._wrap(out[0], self)
+
+    def publish_weights(self, model: Model) -> int:
+        """Publishes the model's current trained weights to every inference copy of it
+        (accel_publish_weights) and returns their version (1 was the first copy's, then 2,
+        3, ...). Each copy's next run uses them; a run in progress finishes with the weights
+        it started with. The weights are copied: training goes on at once. Under ZeRO a
+        collective (every process calls it)."""
+        self._own_model(model, "publish_weights")
+        out = ffi.new("uint64_t *")
+        self._call(lib.accel_publish_weights, model, out)
+        return int(out[0])
+
+    def train_micro_batches(self, model: Model, loader: "DataLoader", loss: Union[Loss, str],
+                            max_micro_batches: int, max_seconds: float = 0.0) -> "TrainResult":
+        """Trains at most max_micro_batches (>= 1) micro-batches of `loader` on the prepared model
+        and optimizer in one C call (accel_train_micro_batches): for each, the next batch, the
+        forward, the loss ("mse", "cross_entropy" or "causal_lm"; a Loss), backward and step,
+        exactly as that loop written with model(x), accel.mse_loss/cross_entropy, backward and
+        opt.step() does. Stops early at the end of the loader's epoch (epoch_ended; the next
+        call starts the next epoch) and, when max_seconds > 0, before a micro-batch that would
+        end past max_seconds (judged by the mean time of this call's micro-batches; at least
+        one runs). max_seconds must be 0 with several processes. Raises the error of the
+        failing micro-batch (those before it stay trained)."""
+        self._own_model(model, "train_micro_batches")
+        if not isinstance(loader, DataLoader) or loader._acc is not self:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                       "train_micro_batches: pass a DataLoader made from this Accelerator")
+        kind = _enum(Loss, loss, "loss")
+        out = ffi.new("accel_train_result *")
+        out.version = lib.ACCEL_TRAIN_RESULT_VERSION
+        with self._lock:
+            self._call(lib.accel_train_micro_batches, model, loader, int(kind), int(max_micro_batches),
+                       float(max_seconds), out)
+            if out.micro_batches:
+                self._pending_backward = False  # each micro-batch ended with accel_step
+        return TrainResult(int(out.micro_batches), int(out.optimizer_steps), int(out.skipped_steps),
+                           bool(out.epoch_ended), float(out.mean_loss), float(out.seconds))
+
     def __repr__(self) -> str:
         if self._ctx is None:
             return "<accel.Accelerator closed>"
         return f"<accel.Accelerator process {self.process_index}/{self.num_processes} on {self.device}>"
+
+
+# ------------------------------------------------------------------------------------------
+# Real time: inference beside training
+# ------------------------------------------------------------------------------------------
+
+
+class TrainResult(NamedTuple):
+    """What Accelerator.train_micro_batches did (accel_train_result)."""
+    micro_batches: int     # micro-batches trained by the call
+    optimizer_steps: int   # real optimizer steps taken by the call
+    skipped_steps: int     # fp16 steps skipped for inf/NaN gradients by the call
+    epoch_ended: bool      # the call stopped at the end of the loader's epoch
+    mean_loss: float       # the mean of the micro-batches' losses (NaN when none ran)
+    seconds: float         # the call's wall time
+
+
+class InferenceWeights(NamedTuple):
+    """Inference.weights (accel_inference_weights): the weights the copy's last run used."""
+    version: int         # 1, 2, ... (publish_weights' numbers); before any run, those it was created with
+    age_seconds: float   # how long ago they were published
+
+
+class Inference:
+    """An inference copy of a model (Accelerator.inference; accel_inference_*): `y = inf.run(x)`
+    (or `inf(x)`) is the model's forward in evaluation mode, without autograd, with the latest
+    weights the trainer published (Accelerator.publish_weights) when the run starts. It never
+    waits for the trainer.
+
+    It is independent of the Accelerator: it keeps working after its model and its Accelerator
+    are closed (it holds what it needs; nothing closes it but close(), `with` or the garbage
+    collector), and it may run on any thread, also while another thread trains on the
+    Accelerator. One thread at a time: calls from several threads run one after the other, and
+    a close() from another thread waits for the running call. Several copies run in parallel."""
+
+    __slots__ = ("_h", "_lock", "_acc_ref", "_out", "_in_1", "__weakref__")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("use accelerator.inference(model, num_threads=1)")
+
+    @classmethod
+    def _wrap(cls, handle: Any, acc: "Accelerator") -> "Inference":
+        inf = object.__new__(cls)
+        inf._h = handle
+        inf._lock = threading.Lock()  # held during every C call on the copy
+        # a weak reference: an inference copy must not keep its Accelerator (and so its context) alive
+        inf._acc_ref = weakref.ref(acc)
+        inf._out = ffi.new("accel_tensor **")
+        inf._in_1 = ffi.new("accel_tensor *[1]")
+        return inf
+
+    def _handle(self) -> Any:
+        """The handle; ClosedError once closed. Call it holding the lock."""
+        if self._h is None:
+            raise ClosedError("this Inference is closed")
+        return self._h
+
+    def run(self, *inputs: ArrayLike) -> Tensor:
+        """The forward on `inputs` (Tensors or anything accel.tensor takes, as for model(x);
+        copied to the copy's device) with the latest published weights (accel_inference_run).
+        Returns a new tensor without a graph, usable anywhere, also as a loss's input (it
+        remembers the Accelerator while that is open)."""
+        with self._lock:
+            h = self._handle()
+            out = self._out
+            if len(inputs) == 1 and type(inputs[0]) is Tensor:  # the real-time loop's case, kept lean
+                arr = self._in_1
+                arr[0] = _pin_all(inputs)[0]
+                try:
+                    st = lib.accel_inference_run(h, arr, 1, out)
+                finally:
+                    _unpin_all(inputs)
+            else:
+                with _Args(inputs, convert=range(len(inputs))) as handles:
+                    arr = ffi.new("accel_tensor *[]", handles or [ffi.NULL])
+                    st = lib.accel_inference_run(h, arr, len(handles), out)
+            _check(st)  # accel_last_error(NULL), on this thread
+            result = out[0]
+        acc = self._acc_ref()
+        return Tensor._wrap(result, acc if acc is not None and acc._ctx is not None else None)
+
+    __call__ = run
+
+    @property
+    def weights(self) -> InferenceWeights:
+        """(version, age_seconds) of the weights the last run used (before any run: those the
+        copy was created with), accel_inference_weights."""
+        version = ffi.new("uint64_t *")
+        age = ffi.new("double *")
+        with self._lock:
+            _check(lib.accel_inference_weights(self._handle(), version, age))
+        return InferenceWeights(int(version[0]), float(age[0]))
+
+    @property
+    def version(self) -> int:
+        """weights.version: the version of the weights the last run used."""
+        return self.weights.version
+
+    @property
+    def closed(self) -> bool:
+        """True once close() was called."""
+        return self._h is None
+
+    def close(self) -> None:
+        """Releases the copy (accel_inference_destroy). Idempotent; any thread; waits for a run
+        another thread is making on it. Not needed before or after closing the Accelerator."""
+        with self._lock:
+            h, self._h = self._h, None
+            if h is not None:
+                lib.accel_inference_destroy(h)
+
+    def __del__(self) -> None:
+        try:
+            if getattr(self, "_h", None) is None:
+                return
+            if not self._lock.acquire(blocking=False):
+                return  # cannot happen: a running call holds a reference to the copy
+            try:
+                h, self._h = self._h, None
+                if h is not None:
+                    lib.accel_inference_destroy(h)
+            finally:
+                self._lock.release()
+        except BaseException:  # never raise from a finalizer (e.g. at interpreter shutdown)
+            pass
+
+    def __enter__(self) -> "Inference":
+        with self._lock:
+            self._handle()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._h is None:
+            return "<accel.Inference closed>"
+        return f"<accel.Inference weights version {self.version}>"
 
 
 def write_token_file(path: Union[str, "os.PathLike[str]"], tokens: ArrayLike, token_bytes: int = 2) -> None:

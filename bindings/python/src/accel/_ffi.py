@@ -394,6 +394,34 @@ accel_status accel_tracker_options_init(accel_tracker_options *opts, uint32_t ve
 accel_status accel_init_trackers(accel_context *ctx, const accel_tracker_options *opts);
 accel_status accel_log(accel_context *ctx, int64_t step, const char *const *names, const double *values, int32_t count);
 accel_status accel_end_training(accel_context *ctx);
+typedef struct accel_inference accel_inference;
+#define ACCEL_INFERENCE_OPTIONS_VERSION 1
+typedef struct accel_inference_options {
+    uint32_t version;
+    int32_t num_threads;
+} accel_inference_options;
+accel_status accel_inference_options_init(accel_inference_options *opts, uint32_t version);
+accel_status accel_inference_create(accel_context *ctx, const accel_model *model, const accel_inference_options *opts, accel_inference **out);
+void accel_inference_destroy(accel_inference *inference);
+accel_status accel_publish_weights(accel_context *ctx, const accel_model *model, uint64_t *out);
+accel_status accel_inference_run(accel_inference *inference, accel_tensor *const *inputs, size_t num_inputs, accel_tensor **out);
+accel_status accel_inference_weights(const accel_inference *inference, uint64_t *out_version, double *out_age_seconds);
+typedef enum accel_loss {
+    ACCEL_LOSS_MSE = 0,
+    ACCEL_LOSS_CROSS_ENTROPY = 1,
+    ACCEL_LOSS_CAUSAL_LM = 2
+} accel_loss;
+#define ACCEL_TRAIN_RESULT_VERSION 1
+typedef struct accel_train_result {
+    uint32_t version;
+    int32_t micro_batches;
+    int32_t optimizer_steps;
+    int32_t skipped_steps;
+    int32_t epoch_ended;
+    double mean_loss;
+    double seconds;
+} accel_train_result;
+accel_status accel_train_micro_batches(accel_context *ctx, accel_model *model, accel_dataloader *loader, accel_loss loss, int32_t max_micro_batches, double max_seconds, accel_train_result *out);
 """
 
 ffi = FFI()
