@@ -3,7 +3,10 @@
 // One thread, one event loop: the children's stdout and stderr come through pipes read with
 // ppoll(); SIGCHLD, SIGINT, SIGTERM and SIGHUP are blocked except inside ppoll(), whose
 // handlers only set flags, so no signal is lost between a check and the wait. Children are
-// reaped with waitpid(pid, WNOHANG) on every turn of the loop.
+// reaped with waitpid(pid, WNOHANG) on every turn of the loop. The launcher is its children's
+// subreaper: what a child leaves running when it ends (a background job of a shell script)
+// becomes the launcher's child and is stopped and reaped when the attempt ends, so nothing
+// started by an attempt runs on into the next one or past the launcher's end.
 //
 // --backend sim: the processes simulate the GPUs themselves (sim/'s NCCL library, loaded by
 // the nccl backend); the launcher checks the simulation's flags with sim/'s own parsers,
@@ -641,6 +644,7 @@ class Launcher {
   int run() {
     SignalScope signals;
     const int n = o_.nproc_per_node;
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned descendants come to the launcher (stop_orphans)
     make_sim_dir();
     for (int attempt = 0;; ++attempt) {
       int port = static_cast<int>(o_.master_port);
@@ -668,6 +672,7 @@ class Launcher {
       if (sim_) empty_dir(sim_dir_);  // each attempt starts from an empty directory
       start_group(attempt, port, signals);
       supervise(attempt, signals);
+      stop_orphans();
       finish_output();
       // a signal that came while the launcher was busy (they are blocked outside ppoll) counts
       // before a restart is decided
@@ -909,6 +914,47 @@ class Launcher {
       if (ready <= 0) continue;  // EINTR (a signal) or the timeout
       for (size_t i = 0; i < fds.size(); ++i)
         if (fds[i].revents != 0) read_some(*owners[i].first, owners[i].second);
+    }
+  }
+
+  // The launcher's children that are none of the ranks: descendants a rank left running when
+  // it ended (reparented here, the subreaper), zombies included.
+  static std::vector<pid_t> orphans() {
+    std::vector<pid_t> pids;
+    std::ifstream in("/proc/self/task/" + std::to_string(::getpid()) + "/children");
+    for (long p; in >> p;) pids.push_back(static_cast<pid_t>(p));
+    return pids;
+  }
+
+  // After an attempt's ranks are reaped: SIGTERM to what they left running, SIGKILL after the
+  // grace period, every one reaped (their own children, orphaned in turn, come here too), so
+  // that nothing an attempt started writes into ACCEL_SIM_OUT after the next attempt's start
+  // empties it, or outlives the launcher.
+  void stop_orphans() {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(o_.grace_period));
+    std::vector<pid_t> signalled;
+    bool killed = false;
+    for (;;) {
+      while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+      }
+      const std::vector<pid_t> left = orphans();
+      if (left.empty()) return;
+      const bool late = Clock::now() >= deadline;
+      for (pid_t p : left) {
+        if (late) {
+          ::kill(p, SIGKILL);
+        } else if (std::find(signalled.begin(), signalled.end(), p) == signalled.end()) {
+          ::kill(p, SIGTERM);
+          signalled.push_back(p);
+        }
+      }
+      if (late && !killed) {
+        killed = true;
+        say("stopped " + std::to_string(left.size()) + " process(es) the ranks left running, with SIGKILL after " +
+            number_text(o_.grace_period) + " s");
+      }
+      ::usleep(10000);
     }
   }
 

@@ -2,7 +2,7 @@
 # `accel launch` (tools/launch.cpp): the real tool starting real processes (small shell
 # scripts written here) and what they saw, printed and left behind.
 #   check_launch.sh ACCEL_TOOL PORT_HELPER CASE
-# CASE: env, output, failure, restart, port, signal, usage, progress, and for --backend sim: sim_env,
+# CASE: env, output, failure, restart, orphans, port, signal, usage, progress, and for --backend sim: sim_env,
 # sim_usage, sim_report, sim_trace (sim_rank.sh, beside this script, plays the processes).
 # Every launch names its port (a free one), so the cases can run beside each other and
 # beside other tests.
@@ -180,6 +180,34 @@ EOF
   [ "$(grep -c "^\[0\] attempt" "$tmp/out")" = 2 ] || fail "rank 0 did not run exactly twice"
   [ "$failures" = 0 ] || { show "$tmp/out"; show "$tmp/err"; }
   ok "--max-restarts 1, a rank that always fails: exit 1 after 1 restart"
+}
+
+# What a rank leaves running when it ends (a shell's background job, and that job's own
+# child) is stopped when its attempt ends: nothing it started writes after the launcher has
+# moved on (the next attempt, or the launcher's own end).
+case_orphans() {
+  program leaves.sh <<'EOF'
+#!/bin/bash
+# rank 0 leaves a job that would write a file in 2 s, with a child of its own that would too
+if [ "$RANK" = 0 ]; then
+  ( (sleep 2; echo grandchild > "$MARK.grandchild") & sleep 2; echo child > "$MARK.child" ) &
+fi
+echo "rank $RANK ends; restart $ACCEL_RESTART_COUNT"
+[ "$RANK" = 1 ] && [ "$ACCEL_RESTART_COUNT" = 0 ] && exit 3
+exit 0
+EOF
+  local start
+  start=$(now)
+  MARK=$tmp/late launch -n 2 --master-port 0 --max-restarts 1 "$tmp/leaves.sh"
+  local took
+  took=$(seconds_since "$start")
+  [ "$rc" = 0 ] || fail "exit status $rc, not 0"
+  has "$tmp/out" "[0] rank 0 ends; restart 1" || fail "no second attempt"
+  less_than "$took" 1.8 || fail "the launcher took $took s: it waited for the jobs instead of stopping them"
+  sleep 2.5
+  for f in "$tmp"/late.*; do [ -e "$f" ] && fail "a job the ranks left wrote $(basename "$f") after the launcher ended"; done
+  [ "$failures" = 0 ] || { show "$tmp/out"; show "$tmp/err"; }
+  ok "the jobs a rank leaves running are stopped at the end of its attempt: none writes afterwards ($took s)"
 }
 
 case_port() {
