@@ -166,7 +166,8 @@ struct Versions<accel_dataloader_options> {
   static accel_dataloader_options defaults() { return ACCEL_DATALOADER_OPTIONS_INIT; }
   static constexpr VersionBytes table[] = {
       {1, offsetof(accel_dataloader_options, even_batches)},  // until e93abbe appended even_batches, split_batches
-      {2, sizeof(accel_dataloader_options)},
+      {2, offsetof(accel_dataloader_options, iterable)},      // until issue 18 appended iterable
+      {3, sizeof(accel_dataloader_options)},
   };
   static constexpr uint32_t current = ACCEL_DATALOADER_OPTIONS_VERSION;
 };
@@ -346,7 +347,7 @@ inline std::string lowercase(std::string v) {
 }
 
 // accel_dataloader_options as the runtime's loader config, read by their version (version 1
-// has no even_batches, split_batches).
+// has no even_batches, split_batches; version 2 no iterable).
 inline accel::DataLoaderConfig loader_config(const accel_dataloader_options* opts) {
   const accel_dataloader_options o = read_options(opts);
   accel::DataLoaderConfig c;
@@ -356,6 +357,7 @@ inline accel::DataLoaderConfig loader_config(const accel_dataloader_options* opt
   c.drop_last = o.drop_last != 0;
   c.even_batches = o.even_batches != 0;
   c.split_batches = o.split_batches != 0;
+  c.iterable = o.iterable != 0;
   return c;
 }
 

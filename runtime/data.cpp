@@ -105,7 +105,42 @@ std::vector<PlannedBatch> shard_batches(const std::vector<int64_t>& order, int64
   return plan;
 }
 
+std::vector<PlannedBatch> shard_stream(const std::vector<int64_t>& order, int64_t b, bool drop_last, int rank,
+                                       int world, bool split_batches) {
+  if (world <= 1) return shard_batches(order, b, drop_last, 0, 1, false, false);  // Accelerate shards no stream then
+  const int64_t round = split_batches ? b : b * world, per = split_batches ? b / world : b;
+  const int64_t n = static_cast<int64_t>(order.size());
+  std::vector<PlannedBatch> plan;
+  int64_t s = 0;
+  for (; s + round <= n; s += round) {
+    PlannedBatch p;
+    p.indices.assign(order.begin() + s + rank * per, order.begin() + s + (rank + 1) * per);
+    p.valid = per;
+    plan.push_back(std::move(p));
+  }
+  if (drop_last || s == n || per == 0) return plan;
+  std::vector<int64_t> last(order.begin() + s, order.end());
+  const int64_t real = n - s;
+  const std::vector<int64_t> first = s > 0 ? std::vector<int64_t>(order.begin(), order.begin() + round) : last;
+  while (static_cast<int64_t>(last.size()) < round) last.insert(last.end(), first.begin(), first.end());
+  PlannedBatch p;
+  p.indices.assign(last.begin() + rank * per, last.begin() + (rank + 1) * per);
+  p.valid = std::clamp<int64_t>(real - rank * per, 0, per);
+  plan.push_back(std::move(p));
+  return plan;
+}
+
+namespace {
+void check_iterable(const DataLoaderConfig& cfg) {
+  ACCEL_CHECK(!cfg.iterable || !cfg.shuffle, Status::InvalidArgument,
+              "shuffle must be 0 for an iterable loader (a stream is read in its one order)");
+  ACCEL_CHECK(!cfg.iterable || !cfg.group_by_length, Status::InvalidArgument,
+              "group_by_length needs a map-style loader (an iterable one reads the stream in its order)");
+}
+}  // namespace
+
 DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderConfig cfg) : cfg_(cfg) {
+  check_iterable(cfg);
   ACCEL_CHECK(inputs.defined() && inputs.dim() >= 1 && inputs.size(0) >= 1, Status::InvalidArgument,
               "the loader's inputs need at least one sample along dimension 0, got ",
               inputs.defined() ? shape_str(inputs) : std::string("no tensor"));
@@ -120,6 +155,7 @@ DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderCo
 
 DataLoader::DataLoader(std::shared_ptr<const SampleSource> source, DataLoaderConfig cfg)
     : source_(std::move(source)), cfg_(cfg) {
+  check_iterable(cfg);
   ACCEL_CHECK(source_ && source_->size() >= 1, Status::InvalidArgument, "the loader has no samples");
   ACCEL_CHECK(cfg.batch_size >= 1, Status::InvalidArgument, "batch_size must be >= 1, got ", cfg.batch_size);
 }
@@ -140,7 +176,10 @@ const std::vector<int64_t>& DataLoader::batches_per_process() {
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
     for (int r = 0; r < world_; ++r)
       per_process_.push_back(static_cast<int64_t>(
-          shard_batches(order, cfg_.batch_size, cfg_.drop_last, r, world_, cfg_.split_batches, cfg_.even_batches).size()));
+          (cfg_.iterable ? shard_stream(order, cfg_.batch_size, cfg_.drop_last, r, world_, cfg_.split_batches)
+                         : shard_batches(order, cfg_.batch_size, cfg_.drop_last, r, world_, cfg_.split_batches,
+                                         cfg_.even_batches))
+              .size()));
   }
   return per_process_;
 }
@@ -176,7 +215,10 @@ const std::vector<PlannedBatch>& DataLoader::plan() {
         if (source_->length(order[firsts[k]]) > source_->length(order[firsts[best]])) best = k;
       std::swap(order[0], order[firsts[best]]);
     }
-    plan_ = shard_batches(order, cfg_.batch_size, cfg_.drop_last, rank_, world_, cfg_.split_batches, cfg_.even_batches);
+    plan_ = cfg_.iterable
+                ? shard_stream(order, cfg_.batch_size, cfg_.drop_last, rank_, world_, cfg_.split_batches)
+                : shard_batches(order, cfg_.batch_size, cfg_.drop_last, rank_, world_, cfg_.split_batches,
+                                cfg_.even_batches);
     plan_epoch_ = epoch_;
   }
   return plan_;

@@ -26,6 +26,9 @@ struct DataLoaderConfig {
   // Length-grouped sampling (a SampleSource's loaders): each epoch's order in megabatches
   // sorted by length, longest first, as transformers' LengthGroupedSampler.
   bool group_by_length = false;
+  // The dataset read as a stream, in its order, and shared as Accelerate shares an
+  // IterableDataset (shard_stream below); no shuffling, no length grouping, even_batches unused.
+  bool iterable = false;
 };
 
 // Samples that are not rows of two tensors: sequences of different lengths collated into a
@@ -56,6 +59,15 @@ struct PlannedBatch {
 // epoch's sample order. world == 1 gives the plain batches.
 std::vector<PlannedBatch> shard_batches(const std::vector<int64_t>& order, int64_t batch_size, bool drop_last,
                                         int rank, int world, bool split_batches, bool even_batches);
+
+// Accelerate's IterableDatasetShard (what prepare_data_loader does to an IterableDataset): the
+// stream `order` is read in rounds of batch_size x world samples (batch_size with
+// split_batches); process `rank` gets slice `rank` of each full round (batch_size samples, or
+// batch_size / world with split_batches) as one batch. Without drop_last a last, partial
+// round is completed by repeating the first full round (or itself, when there is none) and
+// shared the same way; its repeats are not `valid`. With drop_last it is dropped.
+std::vector<PlannedBatch> shard_stream(const std::vector<int64_t>& order, int64_t batch_size, bool drop_last, int rank,
+                                       int world, bool split_batches);
 
 // A loader over tensors in host memory. Epoch e's order is torch.randperm(N) drawn from a
 // generator seeded with seed + e (as Accelerate's SeedableRandomSampler), so every

@@ -1008,7 +1008,7 @@ TEST(Sim, TrainingOnRanksIsDeterministic) {
 // The loader prepared on a 2-rank world shards with Accelerate's semantics (DESIGN.md:
 // P=2, b=3, N=22, even batches: rank 1's last batch is [21, 0, 1]).
 struct ShardCase {
-  int32_t split = 0, even = 1;
+  int32_t split = 0, even = 1, iterable = 0, shuffle = 0;
   int64_t batch = 3, n = 22;
   std::vector<std::vector<int64_t>> got[2];
 };
@@ -1026,6 +1026,8 @@ accel_status collect_shard(accel_context* ctx, void* user) {
   lo.batch_size = c->batch;
   lo.split_batches = c->split;
   lo.even_batches = c->even;
+  lo.iterable = c->iterable;
+  lo.shuffle = c->shuffle;
   accel_dataloader* dl = nullptr;
   accel_status s = accel_dataloader_create(ctx, X, Y, &lo, &dl);
   if (s == ACCEL_OK) s = accel_prepare(ctx, nullptr, nullptr, nullptr, dl);
@@ -1071,6 +1073,33 @@ TEST(Sim, PreparedLoaderShardsLikeAccelerate) {
   EXPECT_EQ(accel_sim_run(&so, nullptr, collect_shard, &bad, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
   EXPECT_TRUE(contains(accel_last_error(nullptr), "split_batches needs a batch size (3) divisible by the number of processes (2)"))
       << accel_last_error(nullptr);
+}
+
+// An iterable loader shares its stream as Accelerate's IterableDatasetShard does: rounds of
+// batch x processes samples, the last completed from the first round (N=22, b=3, P=2: the
+// fourth round is 18..21 then 0, 1; N=5, b=2: 4 then 0, 1, 2); even_batches does not apply.
+TEST(Sim, IterableLoaderShardsLikeAcceleratesIterableDatasetShard) {
+  using VV = std::vector<std::vector<int64_t>>;
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  ShardCase stream;
+  stream.iterable = 1;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, collect_shard, &stream, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(stream.got[0], (VV{{0, 1, 2}, {6, 7, 8}, {12, 13, 14}, {18, 19, 20}}));
+  EXPECT_EQ(stream.got[1], (VV{{3, 4, 5}, {9, 10, 11}, {15, 16, 17}, {21, 0, 1}}));
+  ShardCase small;
+  small.iterable = 1;
+  small.even = 0;  // not used by an iterable loader
+  small.n = 5;
+  small.batch = 2;
+  ASSERT_EQ(accel_sim_run(&so, nullptr, collect_shard, &small, nullptr), ACCEL_OK);
+  EXPECT_EQ(small.got[0], (VV{{0, 1}, {4, 0}}));
+  EXPECT_EQ(small.got[1], (VV{{2, 3}, {1, 2}}));
+  ShardCase shuffled;
+  shuffled.iterable = 1;
+  shuffled.shuffle = 1;
+  EXPECT_EQ(accel_sim_run(&so, nullptr, collect_shard, &shuffled, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "shuffle must be 0 for an iterable loader")) << accel_last_error(nullptr);
 }
 
 // Through the C ABI: DDP over a loader without even batches (P=2, b=3, N=20: 4 and 3

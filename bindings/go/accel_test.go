@@ -124,7 +124,7 @@ func TestDefaults(t *testing.T) {
 	if s := DefaultSimOptions(); s.WorldSize != 2 || s.Topology != "8xH100" || s.TimeoutSeconds != 60 || s.DeviceMemory != "" {
 		t.Fatalf("%+v", s)
 	}
-	if d := DefaultDataLoaderOptions(); d.BatchSize != 1 || !d.EvenBatches || d.Shuffle {
+	if d := DefaultDataLoaderOptions(); d.BatchSize != 1 || !d.EvenBatches || d.Shuffle || d.Iterable {
 		t.Fatalf("%+v", d)
 	}
 	if m := DefaultMLPOptions(2, 3); !m.Bias || m.Activation != ActReLU || len(m.LayerSizes) != 2 {

@@ -208,6 +208,9 @@ type DataLoaderOptions struct {
 	DropLast     bool
 	EvenBatches  bool
 	SplitBatches bool
+	// Iterable reads the samples as a stream, in their order, sharded as Accelerate's
+	// IterableDatasetShard (version 3); Shuffle must be false.
+	Iterable bool
 }
 
 // DefaultDataLoaderOptions returns the library's defaults (batch 1, even batches).
@@ -215,7 +218,8 @@ func DefaultDataLoaderOptions() DataLoaderOptions {
 	var c C.accel_dataloader_options
 	mustInit("accel_dataloader_options_init", C.ag_dataloader_options_init(&c))
 	return DataLoaderOptions{BatchSize: int64(c.batch_size), Shuffle: c.shuffle != 0, Seed: uint64(c.seed),
-		DropLast: c.drop_last != 0, EvenBatches: c.even_batches != 0, SplitBatches: c.split_batches != 0}
+		DropLast: c.drop_last != 0, EvenBatches: c.even_batches != 0, SplitBatches: c.split_batches != 0,
+		Iterable: c.iterable != 0}
 }
 
 func (o *DataLoaderOptions) toC() C.accel_dataloader_options {
@@ -227,6 +231,7 @@ func (o *DataLoaderOptions) toC() C.accel_dataloader_options {
 	c.drop_last = C.int32_t(cbool(o.DropLast))
 	c.even_batches = C.int32_t(cbool(o.EvenBatches))
 	c.split_batches = C.int32_t(cbool(o.SplitBatches))
+	c.iterable = C.int32_t(cbool(o.Iterable))
 	return c
 }
 

@@ -385,3 +385,53 @@ func TestSimGatherForMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestSimIterableLoader: 2 ranks, a dataset of 5, batch 2, Iterable: the stream is sharded
+// as Accelerate's IterableDatasetShard, in rounds of 4 samples with rank r taking slice r; the
+// last, partial round [4] is completed with the first round's samples ([4 0 1 2]). Shuffle
+// with Iterable is refused.
+func TestSimIterableLoader(t *testing.T) {
+	var batches [2][][]int64
+	var mismatch [2]string
+	var shuffleErr [2]error
+	rep, err := SimRun(simOpts(2), ctxOpts(), func(ctx *Context) error {
+		r := ctx.mustRank()
+		x := must(NewTensor([]float32{0, 1, 2, 3, 4}, 5, 1))
+		defer x.Close()
+		y := must(NewTensor([]int64{0, 1, 2, 3, 4}, 5))
+		defer y.Close()
+		lo := DefaultDataLoaderOptions()
+		lo.BatchSize = 2
+		lo.Iterable = true
+		l := must(ctx.NewDataLoader(x, y, lo))
+		defer l.Close()
+		chk(ctx.Prepare(nil, nil, nil, l))
+		chk(l.Each(func(b, tg *Tensor) error {
+			xs, ys := must(ToSlice[float32](b)), must(ToSlice[int64](tg))
+			if fmt.Sprint(xs) != fmt.Sprint(ys) {
+				mismatch[r] = fmt.Sprintf("inputs %v, targets %v", xs, ys)
+			}
+			batches[r] = append(batches[r], ys)
+			return nil
+		}))
+		lo.Shuffle = true
+		if bad, err := ctx.NewDataLoader(x, y, lo); err == nil {
+			bad.Close()
+		} else {
+			shuffleErr[r] = err
+		}
+		return nil
+	})
+	ok(t, err)
+	rep.Close()
+	want := [2]string{"[[0 1] [4 0]]", "[[2 3] [1 2]]"}
+	for r := 0; r < 2; r++ {
+		if got := fmt.Sprint(batches[r]); got != want[r] {
+			t.Errorf("rank %d: batches %s, want %s", r, got, want[r])
+		}
+		if mismatch[r] != "" {
+			t.Errorf("rank %d: %s", r, mismatch[r])
+		}
+		wantErr(t, shuffleErr[r], ErrInvalidArgument, "shuffle must be 0 for an iterable loader")
+	}
+}

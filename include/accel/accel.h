@@ -552,7 +552,7 @@ ACCEL_API accel_status accel_scheduler_steps(const accel_scheduler *scheduler, i
 
 typedef struct accel_dataloader accel_dataloader;
 
-#define ACCEL_DATALOADER_OPTIONS_VERSION 2
+#define ACCEL_DATALOADER_OPTIONS_VERSION 3
 
 typedef struct accel_dataloader_options {
     uint32_t version;   /* ACCEL_DATALOADER_OPTIONS_VERSION */
@@ -573,9 +573,20 @@ typedef struct accel_dataloader_options {
     int32_t split_batches; /* non-zero: every batch is cut into one slice per process (the
                               batch size must divide by their number); zero (default): batch
                               i goes whole to process i % P */
+    /* version 3 */
+    int32_t iterable;      /* non-zero: the samples are a stream, read in their order and
+                              shared as Accelerate shares an IterableDataset
+                              (IterableDatasetShard): in rounds of batch_size x P samples
+                              (batch_size with split_batches), process r taking the r-th slice
+                              of each round as its batch; a last, partial round is completed
+                              with the first round's samples (those repeats are left out of
+                              accel_gather_for_metrics), or dropped with drop_last. shuffle must
+                              be 0; even_batches does not apply (every process gets the same
+                              number of batches). One process reads the plain batches. Zero
+                              (default): a map-style dataset, sampled by index */
 } accel_dataloader_options;
 
-#define ACCEL_DATALOADER_OPTIONS_INIT { ACCEL_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0, 1, 0 }
+#define ACCEL_DATALOADER_OPTIONS_INIT { ACCEL_DATALOADER_OPTIONS_VERSION, 1, 0, 0, 0, 1, 0, 0 }
 
 ACCEL_API accel_status accel_dataloader_options_init(accel_dataloader_options *opts, uint32_t version);
 

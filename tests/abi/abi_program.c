@@ -202,6 +202,10 @@ static void check_options_init(void) {
     SAME(d.opts, d0, split_batches);
     CHECK(d.opts.even_batches == 1 && d.opts.split_batches == 0, "accel_dataloader_options v2 defaults");
 #endif
+#if ACCEL_DATALOADER_OPTIONS_VERSION >= 3
+    SAME(d.opts, d0, iterable);
+    CHECK(d.opts.iterable == 0, "accel_dataloader_options v3 default");
+#endif
 
     CHECK_INIT(so, accel_sim_options_init, ACCEL_SIM_OPTIONS_VERSION);
     SAME(so.opts, so0, world_size);

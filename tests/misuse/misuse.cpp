@@ -1158,6 +1158,10 @@ void data() {
   });
   t.versions();
   t.field<int64_t>("batch_size", &accel_dataloader_options::batch_size, {0, -1, INT64_MIN});
+  t.bad("iterable with shuffle", {"shuffle", "iterable"}, [](accel_dataloader_options& o) {
+    o.iterable = 1;
+    o.shuffle = 1;
+  });
   destroy_null("accel_dataloader_destroy", [] { accel_dataloader_destroy(nullptr); });
 
   const std::string nx = "accel_dataloader_next";

@@ -174,6 +174,28 @@ def test_accelerator_split_and_even_batches_reach_the_loaders():
     assert s0 == [[0.0, 1.0], [4.0, 5.0]] and s1 == [[2.0, 3.0], [6.0, 7.0]]  # each batch of 4 split in 2
 
 
+def test_iterable_loader_shards_the_stream_as_iterable_dataset_shard():
+    # 5 samples, batch 2, 2 ranks, iterable=True: rounds of 4 samples, rank r taking slice r;
+    # the last, partial round [4] is completed with the first round's samples: [4, 0, 1, 2].
+    x = np.arange(5, dtype=np.float32).reshape(5, 1)
+    y = np.arange(5, dtype=np.int64)
+
+    def fn(acc):
+        loader = acc.prepare(accel.DataLoader(acc, x, y, batch_size=2, iterable=True))
+        batches = []
+        for xb, yb in loader:
+            assert xb.numpy()[:, 0].tolist() == yb.numpy().tolist()
+            batches.append(yb.numpy().tolist())
+        with pytest.raises(accel.InvalidArgumentError, match="shuffle must be 0 for an iterable loader"):
+            accel.DataLoader(acc, x, y, batch_size=2, shuffle=True, iterable=True)
+        return len(loader), batches
+
+    report = accel.sim.run(fn, world_size=2)
+    (n0, b0), (n1, b1) = report.results
+    assert (n0, n1) == (2, 2)
+    assert b0 == [[0, 1], [4, 0]] and b1 == [[2, 3], [1, 2]]
+
+
 def test_another_ranks_accelerator_is_refused_without_waiting():
     kept = {}
 

@@ -638,7 +638,7 @@ impl SchedulerOptions {
     }
 }
 
-/// `accel_dataloader_options` (version 2)
+/// `accel_dataloader_options` (version 3)
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataLoaderOptions {
     pub batch_size: i64,
@@ -647,12 +647,23 @@ pub struct DataLoaderOptions {
     pub drop_last: bool,
     pub even_batches: bool,
     pub split_batches: bool,
+    /// the samples as a stream, read in their order and sharded as Accelerate's
+    /// `IterableDatasetShard`; needs `shuffle: false`
+    pub iterable: bool,
 }
 
 impl Default for DataLoaderOptions {
     /// `ACCEL_DATALOADER_OPTIONS_INIT`
     fn default() -> DataLoaderOptions {
-        DataLoaderOptions { batch_size: 1, shuffle: false, seed: 0, drop_last: false, even_batches: true, split_batches: false }
+        DataLoaderOptions {
+            batch_size: 1,
+            shuffle: false,
+            seed: 0,
+            drop_last: false,
+            even_batches: true,
+            split_batches: false,
+            iterable: false,
+        }
     }
 }
 
@@ -671,6 +682,7 @@ impl DataLoaderOptions {
         o.drop_last = self.drop_last as i32;
         o.even_batches = self.even_batches as i32;
         o.split_batches = self.split_batches as i32;
+        o.iterable = self.iterable as i32;
         Ok(o)
     }
 }

@@ -283,7 +283,7 @@ pub const ACCEL_SCHEDULER_OPTIONS_INIT: accel_scheduler_options = accel_schedule
 
 // ---- Data loading ------------------------------------------------------------------
 
-pub const ACCEL_DATALOADER_OPTIONS_VERSION: u32 = 2;
+pub const ACCEL_DATALOADER_OPTIONS_VERSION: u32 = 3;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -296,6 +296,8 @@ pub struct accel_dataloader_options {
     // version 2
     pub even_batches: i32,
     pub split_batches: i32,
+    // version 3
+    pub iterable: i32,
 }
 
 /// `ACCEL_DATALOADER_OPTIONS_INIT`
@@ -307,6 +309,7 @@ pub const ACCEL_DATALOADER_OPTIONS_INIT: accel_dataloader_options = accel_datalo
     drop_last: 0,
     even_batches: 1,
     split_batches: 0,
+    iterable: 0,
 };
 
 // ---- Training ----------------------------------------------------------------------

@@ -128,7 +128,9 @@ fn struct_layouts_match_the_header() {
         layout!(accel_adamw_options { version, lr, beta1, beta2, eps, weight_decay }),
         layout!(accel_lamb_options { version, lr, beta1, beta2, eps, weight_decay }),
         layout!(accel_scheduler_options { version, kind, warmup_steps, total_steps, min_lr_ratio }),
-        layout!(accel_dataloader_options { version, batch_size, shuffle, seed, drop_last, even_batches, split_batches }),
+        layout!(accel_dataloader_options {
+            version, batch_size, shuffle, seed, drop_last, even_batches, split_batches, iterable
+        }),
         layout!(accel_step_result { stepped, skipped, sync_step, loss_scale, optimizer_steps, micro_steps }),
         layout!(accel_sim_options {
             version, world_size, device_memory, topology, timeout_seconds, faults, trace_path, engine_threads
@@ -333,6 +335,7 @@ fn init_defaults_match_the_header() {
         ("drop_last", d.drop_last as f64),
         ("even_batches", d.even_batches as f64),
         ("split_batches", d.split_batches as f64),
+        ("iterable", d.iterable as f64),
     ] {
         check(format!("accel_dataloader_options.{}", f), v.to_string());
     }
@@ -440,7 +443,7 @@ fn options_init_functions_agree_with_the_mirror() {
         s.topology = sys::ACCEL_SIM_OPTIONS_INIT.topology;
         assert_eq!(s, sys::ACCEL_SIM_OPTIONS_INIT);
         let mut d: sys::accel_dataloader_options = std::mem::zeroed();
-        assert_eq!(sys::accel_dataloader_options_init(&mut d, 2), sys::ACCEL_OK);
+        assert_eq!(sys::accel_dataloader_options_init(&mut d, 3), sys::ACCEL_OK);
         assert_eq!(d, sys::ACCEL_DATALOADER_OPTIONS_INIT);
         let mut l: sys::accel_lm_options = std::mem::zeroed();
         assert_eq!(sys::accel_lm_options_init(&mut l, 1), sys::ACCEL_OK);

@@ -82,6 +82,38 @@ fn gather_for_metrics_counts_each_sample_once() {
     .unwrap();
 }
 
+/// An iterable loader shards the stream as Accelerate's IterableDatasetShard: 5 samples, batch
+/// 2, 2 ranks: rounds of 4, rank r taking slice r; the last, partial round [4] is completed with
+/// the first round's samples ([4, 0, 1, 2]).
+#[test]
+fn iterable_loader_shards_the_stream() {
+    sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| {
+        let x = Tensor::from_slice(&[0f32, 1.0, 2.0, 3.0, 4.0], &[5, 1])?;
+        let y = Tensor::from_slice(&[0i64, 1, 2, 3, 4], &[5])?;
+        let opts = DataLoaderOptions { batch_size: 2, iterable: true, ..Default::default() };
+        let mut loader = ctx.dataloader(&x, Some(&y), &opts)?;
+        ctx.prepare(None, None, None, Some(&loader))?;
+        assert_eq!(loader.num_batches()?, 2);
+        let mut batches = Vec::new();
+        for batch in loader.epoch_iter() {
+            let batch = batch?;
+            let targets = batch.targets.as_ref().unwrap().to_vec::<i64>()?;
+            let inputs: Vec<i64> = f32s(&batch.inputs).iter().map(|v| *v as i64).collect();
+            assert_eq!(inputs, targets);
+            batches.push(targets);
+        }
+        let want: Vec<Vec<i64>> =
+            if ctx.process_index()? == 0 { vec![vec![0, 1], vec![4, 0]] } else { vec![vec![2, 3], vec![1, 2]] };
+        assert_eq!(batches, want, "rank {}", ctx.process_index()?);
+        let shuffled = DataLoaderOptions { shuffle: true, ..opts };
+        let err = ctx.dataloader(&x, Some(&y), &shuffled).err().expect("iterable with shuffle is refused");
+        assert_eq!(err.status, Status::InvalidArgument);
+        assert!(err.message.contains("shuffle must be 0 for an iterable loader"), "{}", err.message);
+        Ok(())
+    })
+    .unwrap();
+}
+
 #[test]
 fn a_panicking_rank_fails_with_its_message() {
     let err = sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| {

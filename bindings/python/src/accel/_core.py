@@ -1316,9 +1316,13 @@ class DataLoader(_Child):
 
     def __init__(self, accelerator: "Accelerator", inputs: ArrayLike, targets: Optional[ArrayLike] = None, *,
                  batch_size: int = 1, shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-                 even_batches: Optional[bool] = None, split_batches: Optional[bool] = None) -> None:
-        """even_batches/split_batches left at None take the Accelerator's (Accelerate's arguments)."""
-        opts = self._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches)
+                 even_batches: Optional[bool] = None, split_batches: Optional[bool] = None,
+                 iterable: bool = False) -> None:
+        """even_batches/split_batches left at None take the Accelerator's (Accelerate's arguments).
+        iterable=True reads the samples as a stream, in their order, sharded as Accelerate shards
+        an IterableDataset (IterableDatasetShard); it needs shuffle=False."""
+        opts = self._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches,
+                             iterable)
         with _Args((inputs, ffi.NULL if targets is None else targets), 
                    convert=(0,) if targets is None else (0, 1)) as (x, y):
             _Child.__init__(self, accelerator, lib.accel_dataloader_create, x, y, opts)
@@ -1327,7 +1331,7 @@ class DataLoader(_Child):
 
     @staticmethod
     def _options(accelerator: "Accelerator", batch_size: int, shuffle: bool, seed: int, drop_last: bool,
-                 even_batches: Optional[bool], split_batches: Optional[bool]) -> Any:
+                 even_batches: Optional[bool], split_batches: Optional[bool], iterable: bool = False) -> Any:
         opts = ffi.new("accel_dataloader_options *")
         _check(lib.accel_dataloader_options_init(opts, lib.ACCEL_DATALOADER_OPTIONS_VERSION))
         opts.batch_size = int(batch_size)
@@ -1336,6 +1340,7 @@ class DataLoader(_Child):
         opts.drop_last = 1 if drop_last else 0
         opts.even_batches = 1 if (accelerator.even_batches if even_batches is None else even_batches) else 0
         opts.split_batches = 1 if (accelerator.split_batches if split_batches is None else split_batches) else 0
+        opts.iterable = 1 if iterable else 0
         return opts
 
     @classmethod
@@ -1343,13 +1348,14 @@ class DataLoader(_Child):
                block_size: int = 0, max_length: int = 0, pad_id: int = 0, pad_to_multiple_of: int = 0,
                group_by_length: bool = False, batch_size: int = 1, shuffle: bool = False, seed: int = 0,
                drop_last: bool = False, even_batches: Optional[bool] = None,
-               split_batches: Optional[bool] = None) -> "DataLoader":
+               split_batches: Optional[bool] = None, iterable: bool = False) -> "DataLoader":
         """Causal-LM batches (accel_lm_dataloader_create) over a 1-D token array: without
         offsets, fixed blocks of block_size tokens; with offsets ([sequences + 1], from 0 to
         len(tokens)), one sequence each, cut to max_length and batched with dynamic padding
         (to the longest of the batch, or a multiple of pad_to_multiple_of). Yields
         (input_ids, labels): labels are -100 at padding; pass both to model(input_ids=...,
-        labels=...) (right padding needs no attention mask)."""
+        labels=...) (right padding needs no attention mask). iterable=True: the sequences (or
+        blocks) as a stream, as DataLoader's iterable (no shuffle, no group_by_length)."""
         lm = ffi.new("accel_lm_data_options *")
         _check(lib.accel_lm_data_options_init(lm, lib.ACCEL_LM_DATA_OPTIONS_VERSION))
         lm.block_size = int(block_size)
@@ -1357,7 +1363,8 @@ class DataLoader(_Child):
         lm.pad_id = int(pad_id)
         lm.pad_to_multiple_of = int(pad_to_multiple_of)
         lm.group_by_length = 1 if group_by_length else 0
-        opts = cls._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches)
+        opts = cls._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches,
+                            iterable)
         loader = object.__new__(cls)
         with _Args((tokens, ffi.NULL if offsets is None else offsets),
                    convert=(0,) if offsets is None else (0, 1)) as (t, o):

@@ -193,7 +193,7 @@ accel_status accel_scheduler_create(accel_context *ctx, accel_optimizer *optimiz
 void accel_scheduler_destroy(accel_scheduler *scheduler);
 accel_status accel_scheduler_steps(const accel_scheduler *scheduler, int64_t *out);
 typedef struct accel_dataloader accel_dataloader;
-#define ACCEL_DATALOADER_OPTIONS_VERSION 2
+#define ACCEL_DATALOADER_OPTIONS_VERSION 3
 typedef struct accel_dataloader_options {
     uint32_t version;
     int64_t batch_size;
@@ -202,6 +202,7 @@ typedef struct accel_dataloader_options {
     int32_t drop_last;
     int32_t even_batches;
     int32_t split_batches;
+    int32_t iterable;
 } accel_dataloader_options;
 accel_status accel_dataloader_options_init(accel_dataloader_options *opts, uint32_t version);
 accel_status accel_dataloader_create(accel_context *ctx, const accel_tensor *inputs, const accel_tensor *targets, const accel_dataloader_options *opts, accel_dataloader **out);
