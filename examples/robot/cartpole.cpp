@@ -102,9 +102,9 @@ class CartPole {
     cart_->CreateFixture(&cf);
     b2PrismaticJointDef rail;
     rail.Initialize(ground, cart_, cart_->GetPosition(), b2Vec2(1.0f, 0.0f));
-    rail.enableLimit = true;
-    rail.lowerTranslation = -2.4f;
-    rail.upperTranslation = 2.4f;
+    rail.enableLimit = true;  // wide: the explorer's spring keeps the cart well inside (a stop's impulse is no dynamics to learn)
+    rail.lowerTranslation = -5.0f;
+    rail.upperTranslation = 5.0f;
     world_.CreateJoint(&rail);
     b2BodyDef pd;
     pd.type = b2_dynamicBody;
