@@ -181,30 +181,22 @@ ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_tracker_options, ACCEL_TRACKER_OPTIONS);
 ACCEL_ONE_VERSION(accel_inference_options, ACCEL_INFERENCE_OPTIONS);
-// an output struct: the caller sets its version, the library writes that version's bytes
-template <>
-struct Versions<accel_memory_estimate> {
-  static constexpr const char* name = "accel_memory_estimate";
-  static accel_memory_estimate defaults() {
-    accel_memory_estimate e{};
-    e.version = ACCEL_MEMORY_ESTIMATE_VERSION;
-    return e;
+// An output struct of one version so far: the caller sets its version, the library writes
+// that version's bytes.
+#define ACCEL_ONE_OUTPUT_VERSION(T, VERSION)                  \
+  template <>                                                 \
+  struct Versions<T> {                                        \
+    static constexpr const char* name = #T;                   \
+    static T defaults() {                                     \
+      T out{};                                                \
+      out.version = VERSION;                                  \
+      return out;                                             \
+    }                                                         \
+    static constexpr VersionBytes table[] = {{1, sizeof(T)}}; \
+    static constexpr uint32_t current = VERSION;              \
   }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_memory_estimate)}};
-  static constexpr uint32_t current = ACCEL_MEMORY_ESTIMATE_VERSION;
-};
-
-template <>
-struct Versions<accel_train_result> {  // an output struct, as accel_memory_estimate
-  static constexpr const char* name = "accel_train_result";
-  static accel_train_result defaults() {
-    accel_train_result r{};
-    r.version = ACCEL_TRAIN_RESULT_VERSION;
-    return r;
-  }
-  static constexpr VersionBytes table[] = {{1, sizeof(accel_train_result)}};
-  static constexpr uint32_t current = ACCEL_TRAIN_RESULT_VERSION;
-};
+ACCEL_ONE_OUTPUT_VERSION(accel_memory_estimate, ACCEL_MEMORY_ESTIMATE_VERSION);
+ACCEL_ONE_OUTPUT_VERSION(accel_train_result, ACCEL_TRAIN_RESULT_VERSION);
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current
 // version and covers the whole struct, and every version is longer than the one before

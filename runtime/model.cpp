@@ -205,14 +205,7 @@ class ScriptModel final : public Model {
   bool from_torchscript() const override { return true; }
   std::unique_ptr<Model> clone() const override {
     // the module as loaded, from its file: the live one's parameters may be sharded by ZeRO
-    torch::jit::Module m;
-    try {
-      m = torch::jit::load(path_, torch::kCPU);
-    } catch (const c10::Error& e) {
-      fail(Status::IO, "an inference copy loads the TorchScript file the model came from, '", path_, "': ",
-           first_line(e.what_without_backtrace()));
-    }
-    auto c = std::make_unique<ScriptModel>(std::move(m), path_);
+    auto c = std::make_unique<ScriptModel>(reload("an inference copy loads"), path_);
     ACCEL_CHECK(c->parameters().size() == parameters().size() && c->buffers().size() == buffers().size(),
                 Status::Internal, "the TorchScript file '", path_, "' changed since it was loaded");
     c->module_.train(module_.is_training());
@@ -221,13 +214,7 @@ class ScriptModel final : public Model {
   void export_torchscript(const std::vector<torch::Tensor>& weights, const std::string& path) const override {
     // a fresh copy of the module as it was loaded, with the trained weights: the live one's
     // parameters may be sharded or in 16 bits
-    torch::jit::Module m;
-    try {
-      m = torch::jit::load(path_, torch::kCPU);
-    } catch (const c10::Error& e) {
-      fail(Status::IO, "exporting needs the TorchScript file the model came from, '", path_, "': ",
-           first_line(e.what_without_backtrace()));
-    }
+    torch::jit::Module m = reload("exporting needs");
     torch::NoGradGuard ng;
     size_t i = 0;
     for (const auto& np : m.named_parameters(/*recurse=*/true)) {
@@ -268,6 +255,15 @@ class ScriptModel final : public Model {
   }
 
  private:
+  // The module again from the file it came from, on the CPU (IO error: `why` the file is needed).
+  torch::jit::Module reload(const char* why) const {
+    try {
+      return torch::jit::load(path_, torch::kCPU);
+    } catch (const c10::Error& e) {
+      fail(Status::IO, why, " the TorchScript file the model came from, '", path_, "': ",
+           first_line(e.what_without_backtrace()));
+    }
+  }
   void refresh() {
     std::vector<std::string> names;
     std::vector<torch::Tensor> params;

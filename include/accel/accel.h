@@ -1361,7 +1361,8 @@ typedef struct accel_inference_options {
 ACCEL_API accel_status accel_inference_options_init(accel_inference_options *opts, uint32_t version);
 
 /* Creates an inference copy of `model` on the context's device: the same structure (the
- * built-in MLP, a TorchScript module, a causal LM with or without LoRA adapters), in
+ * built-in MLP, a TorchScript module (loaded again from its file, ACCEL_ERR_IO when that is
+ * gone), a causal LM with or without LoRA adapters), in
  * evaluation mode, without autograd. It publishes the model's current weights (as
  * accel_publish_weights, so under ZeRO every process calls it) and starts with them.
  * opts may be NULL for the defaults. *out belongs to the caller (accel_inference_destroy).
