@@ -139,6 +139,8 @@ accel_status accel_train_micro_batches(accel_context* ctx, accel_model* model, a
     const bool causal = kind == ACCEL_LOSS_CAUSAL_LM;
     ACCEL_CHECK(!causal || accel::lm_config_of(*model->impl), Status::InvalidArgument,
                 "ACCEL_LOSS_CAUSAL_LM needs a causal LM (GPT-2 or Llama)");
+    ACCEL_CHECK(causal || loader->impl->has_targets(), Status::InvalidArgument,
+                "the loader has no targets: MSE and cross-entropy compare the model's output with them");
     const auto start = std::chrono::steady_clock::now();
     auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
     accel_train_result r{};
@@ -159,8 +161,6 @@ accel_status accel_train_micro_batches(accel_context* ctx, accel_model* model, a
         value = sum / static_cast<double>(std::max<int64_t>(tokens, 1));
         acc.backward(value, tokens);
       } else {
-        ACCEL_CHECK(b->targets.defined(), Status::InvalidArgument,
-                    "the loader has no targets: MSE and cross-entropy compare the model's output with them");
         torch::Tensor y = acc.forward(*model->impl, {b->inputs});
         value = kind == ACCEL_LOSS_MSE ? accel::mse(y, b->targets) : accel::cross_entropy(y, b->targets);
         acc.backward(value);

@@ -81,6 +81,7 @@ class DataLoader {
   int64_t epoch() const { return epoch_; }
   int64_t position() const { return position_; }
   int64_t num_samples() const { return source_ ? source_->size() : inputs_.size(0); }
+  bool has_targets() const { return source_ != nullptr || targets_.defined(); }
   const DataLoaderConfig& config() const { return cfg_; }
   void set_epoch(int64_t epoch);
   // Resumes at batch `position` of `epoch` (a checkpoint's data position).

@@ -537,6 +537,23 @@ TEST(TrainMicroBatches, Errors) {
   refused(ACCEL_ERR_INVALID_ARGUMENT, ACCEL_LOSS_CAUSAL_LM, 1, 0, "ACCEL_LOSS_CAUSAL_LM needs a causal LM");
   accel_dataloader* bare = d.loader(t.ctx, 4, /*targets=*/false);
   refused(ACCEL_ERR_INVALID_ARGUMENT, ACCEL_LOSS_MSE, 1, 0, "the loader has no targets", bare);
+  int64_t position_epoch = -1;
+  ASSERT_OK(t.ctx, accel_dataloader_epoch(bare, &position_epoch));
+  accel_tensor* first = nullptr;  // the refused call took no batch: the epoch's first is still there
+  ASSERT_OK(t.ctx, accel_dataloader_next(t.ctx, bare, &first, nullptr));
+  ASSERT_NE(first, nullptr);
+  std::vector<float> expect_first;
+  {
+    accel_dataloader* again = d.loader(t.ctx, 4, false);
+    accel_tensor* f = nullptr;
+    ASSERT_OK(t.ctx, accel_dataloader_next(t.ctx, again, &f, nullptr));
+    expect_first = floats(f);
+    accel_tensor_destroy(f);
+    accel_dataloader_destroy(again);
+  }
+  EXPECT_EQ(floats(first), expect_first);
+  EXPECT_EQ(position_epoch, 0);
+  accel_tensor_destroy(first);
   accel_dataloader_destroy(bare);
   r.version = 99;
   EXPECT_EQ(accel_train_micro_batches(t.ctx, t.model, l, ACCEL_LOSS_MSE, 1, 0, &r), ACCEL_ERR_INVALID_ARGUMENT);
