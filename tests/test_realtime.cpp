@@ -591,4 +591,39 @@ TEST(TrainMicroBatches, Errors) {
   accel_dataloader_destroy(l);
 }
 
+// With several processes every process must train the same number of micro-batches: a time
+// budget is refused there, on every rank, and the call without one trains.
+accel_status budget_on_ranks(accel_context* ctx, void* user) {
+  auto* seen = static_cast<std::atomic<int>*>(user);
+  const int64_t sizes[] = {5, 3};
+  accel_mlp_options m = ACCEL_MLP_OPTIONS_INIT;
+  m.layer_sizes = sizes;
+  m.num_layer_sizes = 2;
+  accel_model* model = nullptr;
+  accel_optimizer* opt = nullptr;
+  accel_status s = accel_model_create_mlp(ctx, &m, &model);
+  if (s == ACCEL_OK) s = accel_optimizer_create_sgd(ctx, model, nullptr, &opt);
+  const Data d(8);
+  accel_dataloader* l = d.loader(ctx, 2);
+  if (s == ACCEL_OK) s = accel_prepare(ctx, model, opt, nullptr, l);
+  if (s == ACCEL_OK) {
+    if (accel_train_micro_batches(ctx, model, l, ACCEL_LOSS_MSE, 1, 0.5, nullptr) == ACCEL_ERR_INVALID_ARGUMENT &&
+        contains(accel_last_error(ctx), "max_seconds must be 0 with 2 processes"))
+      ++*seen;
+    s = accel_train_micro_batches(ctx, model, l, ACCEL_LOSS_MSE, 1, 0.0, nullptr);
+  }
+  accel_dataloader_destroy(l);
+  accel_optimizer_destroy(opt);
+  accel_model_destroy(model);
+  return s;
+}
+
+TEST(TrainMicroBatches, ATimeBudgetIsRefusedWithSeveralProcesses) {
+  accel_sim_options so = ACCEL_SIM_OPTIONS_INIT;
+  so.world_size = 2;
+  std::atomic<int> seen{0};
+  ASSERT_EQ(accel_sim_run(&so, nullptr, budget_on_ranks, &seen, nullptr), ACCEL_OK) << accel_last_error(nullptr);
+  EXPECT_EQ(seen.load(), 2);
+}
+
 }  // namespace
