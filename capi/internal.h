@@ -48,7 +48,7 @@ struct accel_tensor {
 struct accel_model {
   accel_context* ctx;
   std::shared_ptr<accel::Model> impl;
-  std::shared_ptr<accel::WeightChannel> published;  // made by the first accel_inference_create
+  mutable std::shared_ptr<accel::WeightChannel> published;  // made by the first publication (a const model's too)
 };
 struct accel_inference {
   std::unique_ptr<accel::Inference> impl;

@@ -270,6 +270,7 @@ void publish(accel_context* ctx, const accel_model* model, uint64_t* version) {
     src.push_back(b);
     dtypes.push_back(b.scalar_type());
   }
+  if (!model->published) model->published = std::make_shared<accel::WeightChannel>();  // at its first publication
   const uint64_t v = model->published->publish(src, dtypes, acc.device());
   if (version) *version = v;
 }
@@ -295,8 +296,6 @@ accel_status accel_inference_create(accel_context* ctx, const accel_model* model
                 "the model's LoRA base weights are sharded by ZeRO: save it with accel_save_pretrained and make the "
                 "inference copy from that");
     std::unique_ptr<accel::Model> copy = model->impl->clone();
-    auto* m = const_cast<accel_model*>(model);  // the channel is the model's, made once
-    if (!m->published) m->published = std::make_shared<accel::WeightChannel>();
     publish(ctx, model, nullptr);
     auto inf = std::make_unique<accel_inference>();
     inf->impl = std::make_unique<accel::Inference>(std::move(copy), model->published, ctx->acc->device(), o.num_threads);
@@ -311,8 +310,6 @@ accel_status accel_publish_weights(accel_context* ctx, const accel_model* model,
     NEED(ctx);
     NEED(model);
     same_context(ctx, model->ctx, "model");
-    auto* m = const_cast<accel_model*>(model);
-    if (!m->published) m->published = std::make_shared<accel::WeightChannel>();
     publish(ctx, model, out);
   });
 }

@@ -109,6 +109,27 @@ func (c *Context) LoadTorchScript(path string) (*Model, error) {
 	return c.wrapModel(out), nil
 }
 
+// tensorHandles gives the C array of inputs' handles for a forward (accel_model_forward,
+// accel_inference_run): its first element (nil when there are none) and its length. One input
+// uses one (no allocation); the array holds C pointers only, so cgo may pass it.
+func tensorHandles(op string, inputs []*Tensor, one *[1]*C.accel_tensor) (**C.accel_tensor, C.size_t, error) {
+	hs := one[:0]
+	if len(inputs) > 1 {
+		hs = make([]*C.accel_tensor, 0, len(inputs))
+	}
+	for _, t := range inputs {
+		th, err := t.handle(op)
+		if err != nil {
+			return nil, 0, err
+		}
+		hs = append(hs, th)
+	}
+	if len(hs) == 0 {
+		return nil, 0, nil
+	}
+	return &hs[0], C.size_t(len(hs)), nil
+}
+
 // Forward runs the model on inputs (accel_model_forward) and returns a new tensor.
 func (m *Model) Forward(inputs ...*Tensor) (*Tensor, error) {
 	const op = "accel_model_forward"
@@ -117,23 +138,12 @@ func (m *Model) Forward(inputs ...*Tensor) (*Tensor, error) {
 		return nil, err
 	}
 	var one [1]*C.accel_tensor
-	hs := one[:0]
-	if len(inputs) > 1 {
-		hs = make([]*C.accel_tensor, 0, len(inputs)) // C pointers only: fine to pass
-	}
-	for _, t := range inputs {
-		th, err := t.handle(op)
-		if err != nil {
-			return nil, err
-		}
-		hs = append(hs, th)
-	}
-	var p **C.accel_tensor
-	if len(hs) > 0 {
-		p = &hs[0]
+	p, n, err := tensorHandles(op, inputs, &one)
+	if err != nil {
+		return nil, err
 	}
 	var out *C.accel_tensor
-	err = m.ctx.err(op, C.accel_model_forward(m.ctx.st.h, h, p, C.size_t(len(hs)), &out))
+	err = m.ctx.err(op, C.accel_model_forward(m.ctx.st.h, h, p, n, &out))
 	runtime.KeepAlive(m)
 	runtime.KeepAlive(inputs)
 	if err != nil {

@@ -165,23 +165,12 @@ func (i *Inference) Run(inputs ...*Tensor) (*Tensor, error) {
 	}
 	defer i.mu.Unlock()
 	var one [1]*C.accel_tensor
-	hs := one[:0]
-	if len(inputs) > 1 {
-		hs = make([]*C.accel_tensor, 0, len(inputs)) // C pointers only: fine to pass
-	}
-	for _, t := range inputs {
-		th, err := t.handle(op)
-		if err != nil {
-			return nil, err
-		}
-		hs = append(hs, th)
-	}
-	var p **C.accel_tensor
-	if len(hs) > 0 {
-		p = &hs[0]
+	p, n, err := tensorHandles(op, inputs, &one)
+	if err != nil {
+		return nil, err
 	}
 	var out *C.accel_tensor
-	err = resErr(op, C.ag_inference_run(h, p, C.size_t(len(hs)), &out))
+	err = resErr(op, C.ag_inference_run(h, p, n, &out))
 	runtime.KeepAlive(i)
 	runtime.KeepAlive(inputs)
 	if err != nil {
