@@ -2,7 +2,46 @@
 #include "capi/internal.h"
 #include "runtime/models/transformer.h"
 
+#include <sys/sysinfo.h>
+
+#include <fstream>
+
 using namespace accel::capi;
+
+namespace {
+
+// The most memory this process can fill: RAM + swap, or its cgroup's limit (v2: memory.max,
+// plus memory.swap.max where that is a number, else the machine's swap) where that is lower.
+// 0 when neither can be read. `what` names the limit for messages.
+uint64_t host_memory_ceiling(std::string& what) {
+  struct sysinfo si {};
+  uint64_t limit = 0;
+  uint64_t swap = 0;
+  if (::sysinfo(&si) == 0) {
+    swap = static_cast<uint64_t>(si.totalswap) * si.mem_unit;
+    limit = static_cast<uint64_t>(si.totalram) * si.mem_unit + swap;
+    what = "RAM + swap";
+  }
+  auto number = [](const char* path, uint64_t& v) {
+    std::ifstream f(path);
+    std::string s;
+    if (!(f >> s) || s.empty() || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    v = std::strtoull(s.c_str(), nullptr, 10);
+    return true;
+  };
+  uint64_t mem = 0;
+  if (number("/sys/fs/cgroup/memory.max", mem)) {
+    uint64_t cg_swap = swap;
+    number("/sys/fs/cgroup/memory.swap.max", cg_swap);
+    if (limit == 0 || mem + cg_swap < limit) {
+      limit = mem + cg_swap;
+      what = "this cgroup's memory.max + swap";
+    }
+  }
+  return limit;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -35,6 +74,17 @@ accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t
       numel *= dims[i];
     }
     ACCEL_CHECK(numel == 0 || data != nullptr, Status::InvalidArgument, "data is NULL for a tensor of ", numel, " elements");
+    // The copy below writes every byte: a size past what the machine can hold would fail
+    // after minutes (or meet the OOM killer where the kernel overcommits), so refuse it now.
+    // (Asked only from 64 MiB on: reading the limits costs microseconds, the copy milliseconds.)
+    const uint64_t bytes = static_cast<uint64_t>(numel) * c10::elementSize(st);
+    if (bytes >= (uint64_t{64} << 20)) {
+      std::string what;
+      const uint64_t ceiling = host_memory_ceiling(what);
+      ACCEL_CHECK(ceiling == 0 || bytes <= ceiling, Status::OutOfMemory, "a tensor of ",
+                  accel::sim::format_bytes(bytes), " is more than this machine can hold (", what, ": ",
+                  accel::sim::format_bytes(ceiling), ")");
+    }
     auto t = torch::empty(dims, torch::TensorOptions().dtype(st));
     if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(numel) * t.element_size());
     *out = wrap(std::move(t));

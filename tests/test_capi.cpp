@@ -6,7 +6,9 @@
 
 #include <filesystem>
 
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -160,6 +162,26 @@ TEST(Tensor, ConvertsOnCopyAndReadsItems) {
   ASSERT_EQ(accel_tensor_item(t, &item), ACCEL_OK);
   EXPECT_EQ(item, 2.5);
   accel_tensor_destroy(t);
+}
+
+// A tensor larger than the machine's RAM + swap is refused before anything is allocated, with
+// the limit named (where the kernel overcommits, the allocation would succeed and the copy
+// meet the OOM killer).
+TEST(Tensor, LargerThanTheMachineIsRefusedBeforeAllocating) {
+  struct sysinfo si {};
+  ASSERT_EQ(::sysinfo(&si), 0);
+  const uint64_t machine = (static_cast<uint64_t>(si.totalram) + si.totalswap) * si.mem_unit;
+  const uint64_t bytes = machine + (uint64_t{1} << 30);
+  void* data = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  ASSERT_NE(data, MAP_FAILED);
+  const int64_t shape = static_cast<int64_t>(bytes);
+  accel_tensor* t = nullptr;
+  EXPECT_EQ(accel_tensor_create(ACCEL_UINT8, &shape, 1, data, &t), ACCEL_ERR_OUT_OF_MEMORY);
+  const std::string msg = accel_last_error(nullptr);
+  EXPECT_TRUE(contains(msg.c_str(), "is more than this machine can hold")) << msg;
+  EXPECT_TRUE(contains(msg.c_str(), "RAM + swap") || contains(msg.c_str(), "cgroup")) << msg;
+  EXPECT_EQ(t, nullptr);
+  ::munmap(data, bytes);
 }
 
 TEST(Misuse, TensorArguments) {

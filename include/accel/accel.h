@@ -151,7 +151,9 @@ ACCEL_API size_t accel_dtype_size(accel_dtype dtype);
  * Errors: ACCEL_ERR_INVALID_ARGUMENT for a dtype that is no accel_dtype, ndim > 16, a
  * negative dimension, a shape whose byte size overflows ("shape: the product of the
  * dimensions overflows"), NULL data for a non-empty tensor; ACCEL_ERR_OUT_OF_MEMORY when
- * the host cannot allocate the tensor. */
+ * the host cannot allocate the tensor, and before allocating when it is larger than the
+ * machine's RAM + swap or its cgroup's memory limit (where the kernel overcommits, such an
+ * allocation succeeds and the copy meets the OOM killer). */
 ACCEL_API accel_status accel_tensor_create(accel_dtype dtype, const int64_t *shape, size_t ndim,
                                            const void *data, accel_tensor **out);
 
