@@ -86,7 +86,7 @@ accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t
                   accel::sim::format_bytes(ceiling), ")");
     }
     auto t = torch::empty(dims, torch::TensorOptions().dtype(st));
-    if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(numel) * t.element_size());
+    if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(bytes));
     *out = wrap(std::move(t));
   });
 }
