@@ -52,6 +52,15 @@ accel_status accel_device_kind(const accel_context* ctx, accel_device* out) {
   });
 }
 
+accel_status accel_mixed_precision(const accel_context* ctx, accel_precision* out) {
+  return guard(ctx, "accel_mixed_precision", [&] {
+    NEED(ctx);
+    NEED(out);
+    const accel::Precision p = ctx->acc->options().precision;  // never Auto: resolved at accel_init
+    *out = p == accel::Precision::BF16 ? ACCEL_PRECISION_BF16 : p == accel::Precision::FP16 ? ACCEL_PRECISION_FP16 : ACCEL_PRECISION_NO;
+  });
+}
+
 
 // ---------------------------------------------------------------------------------------
 // Training

@@ -371,9 +371,12 @@ inline accel::Options runtime_options(const accel_options* opts) {
   if (raw(o.mixed_precision) == ACCEL_PRECISION_NO) {
     if (const char* env = std::getenv("ACCEL_MIXED_PRECISION")) {
       const std::string v = lowercase(env);
-      ACCEL_CHECK(v == "no" || v == "bf16" || v == "fp16", Status::InvalidArgument, "ACCEL_MIXED_PRECISION='", env,
-                  "' is not a precision (no, bf16, fp16)");
-      ro.precision = v == "bf16" ? accel::Precision::BF16 : v == "fp16" ? accel::Precision::FP16 : accel::Precision::No;
+      ACCEL_CHECK(v == "no" || v == "bf16" || v == "fp16" || v == "auto", Status::InvalidArgument,
+                  "ACCEL_MIXED_PRECISION='", env, "' is not a precision (no, bf16, fp16, auto)");
+      ro.precision = v == "bf16"   ? accel::Precision::BF16
+                     : v == "fp16" ? accel::Precision::FP16
+                     : v == "auto" ? accel::Precision::Auto
+                                   : accel::Precision::No;
     }
   }
   ro.backend = raw(o.backend) == ACCEL_BACKEND_GLOO   ? "gloo"

@@ -4,15 +4,18 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 #include "runtime/blas.h"
 #include "runtime/compat.h"
 #include "runtime/domain.h"
 #include "runtime/paths.h"
+#include "runtime/precision.h"
 #include "runtime/accelerator.h"
 #include "runtime/comm/store.h"
 #include "runtime/comm/tensors.h"
@@ -22,8 +25,9 @@
 namespace accel {
 
 void validate(const Options& o) {
-  ACCEL_CHECK(o.precision == Precision::No || o.precision == Precision::BF16 || o.precision == Precision::FP16,
-              Status::InvalidArgument, "mixed_precision must be 0 (no), 1 (bf16) or 2 (fp16), got ",
+  ACCEL_CHECK(o.precision == Precision::No || o.precision == Precision::BF16 || o.precision == Precision::FP16 ||
+                  o.precision == Precision::Auto,
+              Status::InvalidArgument, "mixed_precision must be 0 (no), 1 (bf16), 2 (fp16) or 3 (auto), got ",
               static_cast<int>(o.precision));
   domain::at_least("gradient_accumulation_steps", o.gradient_accumulation_steps, 1);
   ACCEL_CHECK(o.device == DeviceKind::Auto || o.device == DeviceKind::CPU || o.device == DeviceKind::CUDA,
@@ -124,6 +128,19 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
               opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {
   clock_ = comm::clock_of(*comm_);
+  if (opts_.precision == Precision::Auto) {  // bf16 where the device computes it natively, else fp32
+    std::string why;
+    const bool native = bf16_native(device_, &why);
+    opts_.precision = native ? Precision::BF16 : Precision::No;
+    static std::once_flag said;  // once per process, by the process (or simulated rank) 0
+    if (!native && comm_->rank() == 0)
+      std::call_once(said, [&] {
+        std::fprintf(stderr,
+                     "accel: mixed precision auto: training in fp32 on this CPU (%s: its bf16 matmuls would be "
+                     "several times slower than fp32); ask for bf16 to use it anyway\n",
+                     why.c_str());
+      });
+  }
   strategy_ = make_strategy(StrategySetup{opts_, *comm_, clock_, device_});
   if (opts_.num_threads > 0) {  // libtorch's intra-op pool and the BLAS's own threads, so they never oversubscribe
     at::set_num_threads(opts_.num_threads);

@@ -1,8 +1,10 @@
 // The BLAS loaded in this process (see blas.h).
 #include "runtime/blas.h"
 
+#include <cpuid.h>
 #include <dlfcn.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -126,6 +128,74 @@ bool set_calling_thread_threads(int n, const void* anchor) {
   if (!omp) return false;
   omp(n);
   return true;
+}
+
+namespace {
+
+Cpu probe_cpu() {
+  Cpu c;
+  {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("model name", 0) == 0) {
+        const size_t colon = line.find(':');
+        const size_t from = colon == std::string::npos ? std::string::npos : line.find_first_not_of(' ', colon + 1);
+        if (from != std::string::npos) c.model = line.substr(from);
+        break;
+      }
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a = 0, b = 0, cx = 0, d = 0;
+  if (__get_cpuid_max(0, nullptr) < 7) return c;
+  __cpuid_count(1, 0, a, b, cx, d);
+  const bool fma = (cx >> 12) & 1, osxsave = (cx >> 27) & 1;
+  unsigned long long xcr0 = 0;
+  if (osxsave) {
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    xcr0 = (static_cast<unsigned long long>(hi) << 32) | lo;
+  }
+  const bool os_avx = (xcr0 & 0x6) == 0x6, os_avx512 = (xcr0 & 0xe6) == 0xe6, os_amx = (xcr0 & 0x60000) == 0x60000;
+  __cpuid_count(7, 0, a, b, cx, d);
+  const unsigned max_sub = a;
+  c.avx2 = os_avx && fma && ((b >> 5) & 1);
+  // F (16), DQ (17), BW (30), VL (31): what libtorch's AVX-512 kernels and oneDNN's avx512_core ask for
+  c.avx512 = os_avx512 && ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+  c.amx_bf16 = os_amx && ((d >> 22) & 1);
+  if (max_sub >= 1) {
+    __cpuid_count(7, 1, a, b, cx, d);
+    c.avx512_bf16 = c.avx512 && ((a >> 5) & 1);
+  }
+#endif
+  return c;
+}
+
+}  // namespace
+
+const Cpu& cpu() {
+  static const Cpu c = probe_cpu();
+  return c;
+}
+
+bool cpu_bf16_native(std::string* why) {
+  const Cpu& c = cpu();
+  const char* v = std::getenv("ONEDNN_MAX_CPU_ISA");
+  if (!v || !*v) v = std::getenv("DNNL_MAX_CPU_ISA");
+  std::string isa = v ? v : "";
+  for (char& ch : isa) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  // oneDNN's ceilings below its first bf16 ISA (avx512_core_bf16); unset or others leave it free
+  static const char* const below[] = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI"};
+  bool held = false;
+  for (const char* b : below) held |= isa == b;
+  const bool has = c.avx512_bf16 || c.amx_bf16;
+  if (why) {
+    *why = c.amx_bf16 && c.avx512_bf16 ? "AMX-BF16 and AVX-512 BF16"
+           : c.amx_bf16                ? "AMX-BF16"
+           : c.avx512_bf16             ? "AVX-512 BF16"
+                                       : "no AVX-512 BF16 or AMX-BF16";
+    if (has && held) *why += ", held below it by ONEDNN_MAX_CPU_ISA=" + isa;
+  }
+  return has && !held;
 }
 
 }  // namespace accel::blas

@@ -28,4 +28,18 @@ bool set_threads(int n);
 // and MKL's thread-local count where MKL is loaded. False when no OpenMP runtime is found.
 bool set_calling_thread_threads(int n, const void* anchor);
 
+// The CPU's kernel sets, as libtorch, oneDNN and OpenBLAS choose among them at run time.
+struct Cpu {
+  std::string model;                 // /proc/cpuinfo's model name ("" where it has none)
+  bool avx2 = false, avx512 = false;  // AVX2 + FMA; AVX-512 F/BW/VL/DQ (with the OS saving ZMM state)
+  bool avx512_bf16 = false, amx_bf16 = false;  // bf16 instructions, each with its OS state saved
+};
+const Cpu& cpu();
+
+// Whether bf16 matmuls are fast on this CPU: it has AVX-512 BF16 or AMX-BF16 and
+// ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA) does not hold oneDNN below them. `why` (optional)
+// gets what was found ("AVX-512 BF16", "no AVX-512 BF16 or AMX-BF16", "..., held below it by
+// ONEDNN_MAX_CPU_ISA=AVX2").
+bool cpu_bf16_native(std::string* why = nullptr);
+
 }  // namespace accel::blas

@@ -14,7 +14,9 @@
 
 namespace accel {
 
-enum class Precision { No = 0, BF16 = 1, FP16 = 2 };
+// Auto: bf16 where the device computes it natively (bf16_native), else fp32; the
+// Accelerator resolves it once its device is known, so options() never holds Auto.
+enum class Precision { No = 0, BF16 = 1, FP16 = 2, Auto = 3 };
 enum class DeviceKind { Auto = 0, CPU = 1, CUDA = 2 };
 // ZeRO stages as DeepSpeed numbers them (FSDP: SHARD_GRAD_OP ~ Zero2, FULL_SHARD ~ Zero3).
 enum class Strategy { None = 0, DDP = 1, Zero1 = 2, Zero2 = 3, Zero3 = 4 };

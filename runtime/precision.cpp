@@ -3,6 +3,9 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
+
+#include "runtime/blas.h"
 
 namespace accel {
 
@@ -25,6 +28,17 @@ struct RoundFP16 : public torch::autograd::Function<RoundFP16> {
 torch::Tensor round_through_fp16(const torch::Tensor& x) {
   if (!x.defined() || !x.is_floating_point()) return x;
   return RoundFP16::apply(x);
+}
+
+// ---------------------------------------------------------------------------------------
+// Native bf16
+
+bool bf16_native(const torch::Device& device, std::string* why) {
+  if (device.is_cuda()) {
+    if (why) *why = "CUDA";
+    return true;
+  }
+  return blas::cpu_bf16_native(why);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -14,6 +14,14 @@ namespace accel {
 // fp16 would see. Used to emulate fp16 where no fp16 kernels exist.
 torch::Tensor round_through_fp16(const torch::Tensor& x);
 
+// Whether bf16 is fast on this device: on a CUDA device, yes (Ampere and later compute it
+// natively; earlier GPUs emulate it); on the CPU, where the processor has AVX-512 BF16 or
+// AMX-BF16 (and the OS saves their registers) and ONEDNN_MAX_CPU_ISA/DNNL_MAX_CPU_ISA do not
+// hold oneDNN below them. Elsewhere libtorch's CPU bf16 matmuls run without bf16
+// instructions: 3.6-17x slower than fp32 on AVX2 (docs/performance.md). `why` (optional)
+// gets a phrase that says what was found ("AVX-512 BF16", "no AVX-512 BF16 or AMX-BF16").
+bool bf16_native(const torch::Device& device, std::string* why = nullptr);
+
 
 // Dynamic loss scaling with torch.cuda.amp.GradScaler's update rule, written with generic
 // tensor ops so it runs on every device.

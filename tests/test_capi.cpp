@@ -106,6 +106,56 @@ TEST(Version, HeaderMatchesLibrary) {
   EXPECT_STREQ(accel_status_name(static_cast<accel_status>(-999)), "ACCEL_ERR_UNKNOWN");
 }
 
+// ACCEL_PRECISION_AUTO: bf16 where the CPU has bf16 instructions (AVX-512 BF16 or AMX-BF16,
+// read here with the compiler's own CPU probe, not the library's), else fp32, said once on
+// stderr; ONEDNN_MAX_CPU_ISA below bf16 makes it fp32 on any CPU; explicit precisions stay.
+TEST(Precision, AutoIsBf16WhereTheCpuHasItElseFp32SaidOnce) {
+  ::unsetenv("ACCEL_MIXED_PRECISION");
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  ::unsetenv("DNNL_MAX_CPU_ISA");
+  __builtin_cpu_init();
+  const bool native = __builtin_cpu_supports("avx512bf16") || __builtin_cpu_supports("amx-bf16");
+  auto resolved = [](accel_precision asked, const char* env) {
+    accel_options o = ACCEL_OPTIONS_INIT;
+    o.device = ACCEL_DEVICE_CPU;
+    o.mixed_precision = asked;
+    if (env) ::setenv("ACCEL_MIXED_PRECISION", env, 1);
+    accel_context* ctx = nullptr;
+    accel_precision p = ACCEL_PRECISION_AUTO;
+    EXPECT_EQ(accel_init(&o, &ctx), ACCEL_OK) << accel_last_error(nullptr);
+    EXPECT_EQ(accel_mixed_precision(ctx, &p), ACCEL_OK);
+    EXPECT_EQ(accel_mixed_precision(ctx, nullptr), ACCEL_ERR_INVALID_ARGUMENT);
+    accel_destroy(ctx);
+    ::unsetenv("ACCEL_MIXED_PRECISION");
+    return p;
+  };
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(resolved(ACCEL_PRECISION_AUTO, nullptr), native ? ACCEL_PRECISION_BF16 : ACCEL_PRECISION_NO);
+  EXPECT_EQ(resolved(ACCEL_PRECISION_NO, "auto"), native ? ACCEL_PRECISION_BF16 : ACCEL_PRECISION_NO);
+  EXPECT_EQ(resolved(ACCEL_PRECISION_BF16, nullptr), ACCEL_PRECISION_BF16);
+  EXPECT_EQ(resolved(ACCEL_PRECISION_FP16, nullptr), ACCEL_PRECISION_FP16);
+  EXPECT_EQ(resolved(ACCEL_PRECISION_NO, nullptr), ACCEL_PRECISION_NO);
+  ::setenv("ONEDNN_MAX_CPU_ISA", "AVX2", 1);  // oneDNN without bf16 instructions, on any CPU
+  EXPECT_EQ(resolved(ACCEL_PRECISION_AUTO, nullptr), ACCEL_PRECISION_NO);
+  EXPECT_EQ(resolved(ACCEL_PRECISION_AUTO, nullptr), ACCEL_PRECISION_NO);
+  EXPECT_EQ(resolved(ACCEL_PRECISION_BF16, nullptr), ACCEL_PRECISION_BF16);  // asked for: kept
+  ::unsetenv("ONEDNN_MAX_CPU_ISA");
+  const std::string err = testing::internal::GetCapturedStderr();
+  size_t said = 0;
+  for (size_t at = err.find("mixed precision auto: training in fp32"); at != std::string::npos;
+       at = err.find("mixed precision auto: training in fp32", at + 1))
+    ++said;
+  EXPECT_EQ(said, 1u) << err;  // three contexts resolved to fp32 (two on a CPU without bf16): said once
+  // the memory estimate is for a GPU not at hand: auto is refused there
+  accel_memory_estimate_options eo = ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT;
+  eo.mixed_precision = ACCEL_PRECISION_AUTO;
+  accel_memory_estimate e;
+  std::memset(&e, 0, sizeof e);
+  e.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+  EXPECT_EQ(accel_estimate_memory("llama-7b", &eo, &e), ACCEL_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "mixed_precision")) << accel_last_error(nullptr);
+}
+
 TEST(Tensor, RoundTripsEveryDtypeAndShape) {
   struct Case {
     accel_dtype dt;

@@ -126,6 +126,10 @@ const (
 	PrecisionNo   Precision = C.ACCEL_PRECISION_NO
 	PrecisionBF16 Precision = C.ACCEL_PRECISION_BF16
 	PrecisionFP16 Precision = C.ACCEL_PRECISION_FP16
+	// PrecisionAuto is bf16 where the context's device computes it natively, else fp32
+	// (PrecisionNo). Init resolves it (Context.MixedPrecision says to what); EstimateMemory
+	// refuses it.
+	PrecisionAuto Precision = C.ACCEL_PRECISION_AUTO
 )
 
 // Device is accel_device.

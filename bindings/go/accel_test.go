@@ -283,6 +283,47 @@ func TestInvalidOptions(t *testing.T) {
 	}
 }
 
+func TestMixedPrecision(t *testing.T) {
+	// the default (PrecisionNo) reads ACCEL_MIXED_PRECISION: unset it for this test
+	t.Setenv("ACCEL_MIXED_PRECISION", "")
+	ok(t, os.Unsetenv("ACCEL_MIXED_PRECISION"))
+	if PrecisionAuto != 3 {
+		t.Fatal(PrecisionAuto)
+	}
+	with := func(p Precision) Precision {
+		ctx := newCtx(t, func(o *Options) { o.Device, o.MixedPrecision = DeviceCPU, p })
+		return must(ctx.MixedPrecision())
+	}
+	// AUTO is resolved at Init for the device: bf16 where it computes bf16 natively, else no
+	auto := with(PrecisionAuto)
+	if auto != PrecisionBF16 && auto != PrecisionNo {
+		t.Fatalf("auto resolved to %d", auto)
+	}
+	if again := with(PrecisionAuto); again != auto {
+		t.Fatalf("auto resolved to %d, then %d", auto, again)
+	}
+	if p := with(PrecisionBF16); p != PrecisionBF16 {
+		t.Fatalf("bf16 reported as %d", p)
+	}
+	if p := with(PrecisionFP16); p != PrecisionFP16 {
+		t.Fatalf("fp16 reported as %d", p)
+	}
+	if p := must(newCtx(t, nil).MixedPrecision()); p != PrecisionNo {
+		t.Fatalf("the default reported as %d", p)
+	}
+	closed := newCtx(t, nil)
+	ok(t, closed.Close())
+	_, err := closed.MixedPrecision()
+	if e := wantErr(t, err, ErrClosed, "closed"); e.Op != "accel_mixed_precision" {
+		t.Fatalf("%+v", e)
+	}
+	// EstimateMemory refuses AUTO: an estimate has no device to resolve it for
+	o := DefaultMemoryEstimateOptions()
+	o.MixedPrecision = PrecisionAuto
+	_, err = EstimateMemory("llama-7b", &o)
+	wantErr(t, err, ErrInvalidArgument, "accel_estimate_memory")
+}
+
 func TestTorchScriptErrors(t *testing.T) {
 	ctx := newCtx(t, nil)
 	dir := t.TempDir()

@@ -210,6 +210,21 @@ func (c *Context) DeviceKind() (Device, error) {
 	return Device(out), err
 }
 
+// MixedPrecision returns the precision the context trains in: its Options.MixedPrecision (or
+// ACCEL_MIXED_PRECISION), with PrecisionAuto resolved for its device to PrecisionBF16 or
+// PrecisionNo; never PrecisionAuto.
+func (c *Context) MixedPrecision() (Precision, error) {
+	const op = "accel_mixed_precision"
+	h, err := c.handle(op)
+	if err != nil {
+		return 0, err
+	}
+	var out C.accel_precision
+	err = c.err(op, C.accel_mixed_precision(h, &out))
+	runtime.KeepAlive(c)
+	return Precision(out), err
+}
+
 // ---- training ----
 
 // Prepare binds the objects to the context (accel_prepare); any may be nil. The context

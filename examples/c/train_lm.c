@@ -1,13 +1,15 @@
 /* Trains a tiny Llama (3.0 M parameters, a byte-level tokenizer: token = byte) from scratch on
  * the King James Bible's Genesis and Exodus (public domain; examples/data/README.md) on 4
- * simulated GPUs with ZeRO-3, bf16 autocast and gradient checkpointing, through the C ABI
+ * simulated GPUs with ZeRO-3, bf16 autocast (where the CPU computes bf16 natively, else fp32:
+ * --precision auto) and gradient checkpointing, through the C ABI
  * only. Each epoch prints the training loss and the validation perplexity next to a unigram
  * baseline's (byte frequencies of the training text). Then it fine-tunes LoRA adapters on
  * Proverbs (a second text), and generates text with the KV cache, greedy and top-k, after each
  * phase. The simulator measures each GPU's memory peak, printed next to accel_estimate_memory.
  *
  *   train_lm [--epochs 3] [--lora-epochs 2] [--ranks 4] [--batch 8] [--seq 128]
- *            [--lr 2e-3] [--out runs/train_lm] [--data examples/data] [--quick]
+ *            [--lr 2e-3] [--out runs/train_lm] [--data examples/data] [--precision auto|no|bf16]
+ *            [--quick]
  *
  * About 3 minutes on 2 cores. --quick trains on the first 64 KiB of each text, 2 epochs and
  * 1 of LoRA, 4 blocks per GPU per step (half a minute: the suite's check,
@@ -53,6 +55,7 @@ typedef struct {
 typedef struct {
     /* settings */
     int ranks, epochs, lora_epochs;
+    accel_precision precision; /* resolved: ACCEL_PRECISION_BF16 or ACCEL_PRECISION_NO */
     int64_t batch, seq;
     double lr;
     char out[1024], config[1100], base_dir[1100], lora_dir[1100];
@@ -329,7 +332,7 @@ static int run_phase(job *j, int phase) {
     o.device = ACCEL_DEVICE_CPU;
     o.seed = 1;
     o.strategy = ACCEL_STRATEGY_ZERO3;
-    o.mixed_precision = ACCEL_PRECISION_BF16;
+    o.mixed_precision = j->precision;
     accel_sim_report *rep = NULL;
     const double t0 = now_s();
     if (accel_sim_run(&so, &o, rank_main, j, &rep) != ACCEL_OK) {
@@ -345,7 +348,7 @@ static int run_phase(job *j, int phase) {
     }
     accel_sim_report_destroy(rep);
     accel_memory_estimate_options eo = ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT;
-    eo.mixed_precision = ACCEL_PRECISION_BF16;
+    eo.mixed_precision = j->precision;
     eo.strategy = ACCEL_STRATEGY_ZERO3;
     eo.world_size = j->ranks;
     eo.micro_batch = j->batch;
@@ -377,7 +380,7 @@ int main(int argc, char **argv) {
     j.batch = 8;
     j.seq = 128;
     j.lr = 2e-3;
-    const char *out = "runs/train_lm", *data = LM_DATA_DIR;
+    const char *out = "runs/train_lm", *data = LM_DATA_DIR, *precision = "auto";
     int quick = 0;
     for (int i = 1; i < argc; ++i) quick |= !strcmp(argv[i], "--quick");
     if (quick) {  /* the defaults of a quick run; explicit flags still win */
@@ -397,12 +400,30 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--lr")) j.lr = atof(v);
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--data")) data = v;
+        else if (!strcmp(a, "--precision")) precision = v;
         else { fprintf(stderr, "train_lm: unknown argument %s\n", a); return 2; }
         ++i;
     }
     if (j.epochs < 1 || j.lora_epochs < 1 || j.ranks < 1 || j.ranks > 8 || j.batch < 1 || j.seq < 2 || j.seq > 256 ||
         !(j.lr > 0)) {
         fprintf(stderr, "train_lm: --epochs and --lora-epochs >= 1, --ranks in [1, 8], --batch >= 1, --seq in [2, 256], --lr > 0\n");
+        return 2;
+    }
+    if (!strcmp(precision, "no") || !strcmp(precision, "fp32")) j.precision = ACCEL_PRECISION_NO;
+    else if (!strcmp(precision, "bf16")) j.precision = ACCEL_PRECISION_BF16;
+    else if (!strcmp(precision, "auto")) { /* what auto means on this machine's CPU, where the simulated ranks run */
+        accel_options po = ACCEL_OPTIONS_INIT;
+        accel_context *probe = NULL;
+        po.device = ACCEL_DEVICE_CPU;
+        po.mixed_precision = ACCEL_PRECISION_AUTO;
+        if (accel_init(&po, &probe) != ACCEL_OK || accel_mixed_precision(probe, &j.precision) != ACCEL_OK) {
+            fprintf(stderr, "train_lm: %s\n", accel_last_error(probe));
+            accel_destroy(probe);
+            return 1;
+        }
+        accel_destroy(probe);
+    } else {
+        fprintf(stderr, "train_lm: --precision is auto, no or bf16, got '%s'\n", precision);
         return 2;
     }
     snprintf(j.out, sizeof j.out, "%s", out);
@@ -433,9 +454,9 @@ int main(int argc, char **argv) {
     split(&proverbs, &j.ft_train, &j.ft_val);
     j.unigram_ppl = unigram_perplexity(&j.train, &j.val);
     j.ft_unigram_ppl = unigram_perplexity(&j.ft_train, &j.ft_val);
-    printf("accel %s: a 3.0 M-parameter Llama, bytes as tokens, on %d simulated GPUs (ZeRO-3, bf16, gradient "
+    printf("accel %s: a 3.0 M-parameter Llama, bytes as tokens, on %d simulated GPUs (ZeRO-3, %s, gradient "
            "checkpointing)\n",
-           accel_version_string(), j.ranks);
+           accel_version_string(), j.ranks, j.precision == ACCEL_PRECISION_BF16 ? "bf16" : "fp32");
     printf("Genesis + Exodus (KJV): %lld training bytes, %lld validation; Proverbs: %lld and %lld; "
            "blocks of %lld, %lld per GPU per step\n",
            (long long)j.train.n, (long long)j.val.n, (long long)j.ft_train.n, (long long)j.ft_val.n, (long long)j.seq,

@@ -197,8 +197,14 @@ ACCEL_API accel_status accel_tensor_nbytes(const accel_tensor *tensor, size_t *o
 typedef enum accel_precision {
     ACCEL_PRECISION_NO = 0,   /* fp32 everywhere */
     ACCEL_PRECISION_BF16 = 1, /* autocast to bfloat16, no loss scaling, fp32 master weights */
-    ACCEL_PRECISION_FP16 = 2  /* float16 with dynamic loss scaling, fp32 master weights.
+    ACCEL_PRECISION_FP16 = 2, /* float16 with dynamic loss scaling, fp32 master weights.
                                  On a CPU, float16 is emulated (see docs/precision.md). */
+    ACCEL_PRECISION_AUTO = 3  /* bf16 where the context's device computes it natively (a CUDA
+                                 GPU; a CPU with AVX-512 BF16 or AMX-BF16 that
+                                 ONEDNN_MAX_CPU_ISA does not hold below them), else fp32
+                                 (no), which process 0 says once on stderr: on other CPUs
+                                 bf16 is several times slower than fp32.
+                                 Resolved by accel_init; accel_estimate_memory refuses it. */
 } accel_precision;
 
 typedef enum accel_device {
@@ -229,7 +235,10 @@ typedef enum accel_backend {
     ACCEL_BACKEND_AUTO = 0, /* one process alone: none needed; a launched world of several:
                                NCCL for CUDA devices, Gloo for the CPU */
     ACCEL_BACKEND_GLOO = 1, /* libtorch's c10d Gloo over TCP (CPU tensors; others staged) */
-    ACCEL_BACKEND_NCCL = 2, /* NCCL (CUDA devices), where this build has it */
+    ACCEL_BACKEND_NCCL = 2, /* NCCL (CUDA devices): libnccl.so.2 and the CUDA runtime are loaded
+                               when it is first used, in every build (ACCEL_NCCL_LIBRARY and
+                               ACCEL_CUDART_LIBRARY name others); ACCEL_ERR_UNSUPPORTED,
+                               naming the files tried, where they cannot be loaded */
     ACCEL_BACKEND_SIM = 3   /* simulated GPUs: each process one, the nccl backend on the simulated
                                NCCL library (libaccel-nccl-sim.so); `accel launch --backend sim`
                                sets it (docs/simulator.md, "Simulated processes") */
@@ -303,7 +312,7 @@ ACCEL_API accel_status accel_options_init(accel_options *opts, uint32_t version)
  * RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; Open MPI's,
  * MPICH/PMI's and Slurm's, in the order docs/distributed.md gives) say where it stands;
  * the backend is `backend` (or ACCEL_BACKEND); unset mixed_precision reads
- * ACCEL_MIXED_PRECISION ("no", "bf16", "fp16"). Process 0 hosts the rendezvous at
+ * ACCEL_MIXED_PRECISION ("no", "bf16", "fp16", "auto"). Process 0 hosts the rendezvous at
  * MASTER_ADDR:MASTER_PORT; accel_init returns when every process has joined. Further
  * errors then: ACCEL_ERR_INVALID_ARGUMENT for malformed or contradictory variables (RANK >=
  * WORLD_SIZE, two processes with one rank, processes that disagree on the world size or
@@ -320,6 +329,11 @@ ACCEL_API void accel_destroy(accel_context *ctx);
 
 /* The device the context placed itself on. */
 ACCEL_API accel_status accel_device_kind(const accel_context *ctx, accel_device *out);
+
+/* The precision the context trains in: its mixed_precision (or ACCEL_MIXED_PRECISION), with
+ * ACCEL_PRECISION_AUTO resolved for its device to ACCEL_PRECISION_BF16 or ACCEL_PRECISION_NO;
+ * never ACCEL_PRECISION_AUTO. */
+ACCEL_API accel_status accel_mixed_precision(const accel_context *ctx, accel_precision *out);
 
 /* ------------------------------------------------------------------------------------
  * Models

@@ -131,7 +131,8 @@ std::vector<std::string> named_lm_shapes() {
 
 MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o) {
   ACCEL_CHECK(o.precision >= 0 && o.precision <= 2, Status::InvalidArgument,
-              "mixed_precision must be 0 (no), 1 (bf16) or 2 (fp16), got ", o.precision);
+              "mixed_precision must be 0 (no), 1 (bf16) or 2 (fp16), got ", o.precision,
+              o.precision == 3 ? " (auto is decided by accel_init for the device at hand: estimate bf16 or no)" : "");
   ACCEL_CHECK(o.strategy >= 0 && o.strategy <= 4, Status::InvalidArgument,
               "strategy must be 0 (none), 1 (DDP) or 2-4 (ZeRO-1..3), got ", o.strategy);
   ACCEL_CHECK(static_cast<int>(o.optimizer) >= 0 && static_cast<int>(o.optimizer) <= 4, Status::InvalidArgument,

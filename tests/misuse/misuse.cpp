@@ -706,6 +706,7 @@ void context() {
   destroy_null("accel_destroy", [] { accel_destroy(nullptr); });
   auto ctx = [](Env& e) -> const accel_context* { return e.a.ctx; };
   getter("accel_device_kind", "ctx", accel_device_kind, ctx);
+  getter("accel_mixed_precision", "ctx", accel_mixed_precision, ctx);
 }
 
 void models() {

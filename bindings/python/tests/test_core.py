@@ -105,6 +105,31 @@ def test_invalid_options():
         accel.Accelerator(loss_scale_init=float("nan"))
 
 
+def test_mixed_precision_resolved(monkeypatch):
+    monkeypatch.delenv("ACCEL_MIXED_PRECISION", raising=False)  # the default reads it
+    assert accel.Precision.AUTO == 3 and accel.Precision["AUTO"] is accel.Precision.AUTO
+    with accel.Accelerator(mixed_precision="auto", cpu=True, num_threads=1) as acc:
+        got = acc.mixed_precision
+        assert isinstance(got, accel.Precision)
+        assert got in (accel.Precision.BF16, accel.Precision.NO), got  # resolved, never AUTO
+    with accel.Accelerator(mixed_precision=accel.Precision.AUTO, cpu=True, num_threads=1) as acc:
+        assert acc.mixed_precision == got  # the same device resolves the same way
+    with accel.Accelerator(mixed_precision="bf16", cpu=True, num_threads=1) as acc:
+        assert acc.mixed_precision is accel.Precision.BF16
+    with accel.Accelerator(mixed_precision="fp16", cpu=True, num_threads=1) as acc:
+        assert acc.mixed_precision is accel.Precision.FP16
+    with accel.Accelerator(cpu=True, num_threads=1) as acc:
+        assert acc.mixed_precision is accel.Precision.NO
+    acc = accel.Accelerator(cpu=True, num_threads=1)
+    acc.close()
+    with pytest.raises(accel.ClosedError):
+        acc.mixed_precision
+    # accel_estimate_memory refuses AUTO (a context resolves it; an estimate has no device)
+    with pytest.raises(accel.InvalidArgumentError) as info:
+        accel.estimate_memory("llama-7b", mixed_precision="auto")
+    assert info.value.status == accel.Status.INVALID_ARGUMENT
+
+
 def test_step_before_prepare_is_invalid_state(acc):
     with pytest.raises(accel.InvalidStateError, match="accel_step"):
         acc.step()

@@ -208,6 +208,17 @@ impl Context {
         Ok(Device::from_raw(d).unwrap_or(Device::Auto))
     }
 
+    /// The precision the context trains in (`accel_mixed_precision`): its `mixed_precision`
+    /// (or `ACCEL_MIXED_PRECISION`) with `Precision::Auto` resolved for its device to
+    /// `Precision::Bf16` or `Precision::No`; never `Auto`.
+    pub fn mixed_precision(&self) -> Result<Precision> {
+        let mut p = 0;
+        // SAFETY: a live context (`self`), live arguments borrowed for the call, local out-parameters.
+        self.ck(unsafe { sys::accel_mixed_precision(self.raw.as_ptr(), &mut p) })?;
+        Precision::from_raw(p)
+            .ok_or_else(|| crate::Error::new(crate::Status::Unsupported, format!("unknown precision {}", p)))
+    }
+
     // ---- models ---------------------------------------------------------------------
 
     /// The built-in MLP (`accel_model_create_mlp`).

@@ -35,6 +35,9 @@ c_enum!(
     Bf16 = sys::ACCEL_PRECISION_BF16,
     /// float16 with dynamic loss scaling
     Fp16 = sys::ACCEL_PRECISION_FP16,
+    /// bf16 where the context's device computes it natively, else fp32 (`No`); resolved when
+    /// the context is made (`Context::mixed_precision`), refused by `estimate_memory`
+    Auto = sys::ACCEL_PRECISION_AUTO,
 });
 c_enum!(
     /// `accel_device`

@@ -89,6 +89,7 @@ pub type accel_precision = c_int;
 pub const ACCEL_PRECISION_NO: accel_precision = 0;
 pub const ACCEL_PRECISION_BF16: accel_precision = 1;
 pub const ACCEL_PRECISION_FP16: accel_precision = 2;
+pub const ACCEL_PRECISION_AUTO: accel_precision = 3;
 
 pub type accel_device = c_int;
 pub const ACCEL_DEVICE_AUTO: accel_device = 0;
@@ -638,7 +639,7 @@ pub struct accel_train_result {
     pub seconds: f64,
 }
 
-// ---- Functions (111, in the header's order) -----------------------------------------
+// ---- Functions (112, in the header's order) -----------------------------------------
 // The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel).
 
 extern "C" {
@@ -675,6 +676,7 @@ extern "C" {
     pub fn accel_init(opts: *const accel_options, out: *mut *mut accel_context) -> accel_status;
     pub fn accel_destroy(ctx: *mut accel_context);
     pub fn accel_device_kind(ctx: *const accel_context, out: *mut accel_device) -> accel_status;
+    pub fn accel_mixed_precision(ctx: *const accel_context, out: *mut accel_precision) -> accel_status;
 
     pub fn accel_mlp_options_init(opts: *mut accel_mlp_options, version: u32) -> accel_status;
     pub fn accel_model_create_mlp(

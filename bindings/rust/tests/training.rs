@@ -44,6 +44,27 @@ fn invalid_options_are_refused() {
 }
 
 #[test]
+fn mixed_precision_is_resolved() {
+    assert_eq!(Precision::from_raw(sys::ACCEL_PRECISION_AUTO), Some(Precision::Auto));
+    assert_eq!(Precision::Auto.to_raw(), 3);
+    let with = |p: Precision| Context::new(&Options { mixed_precision: p, ..cpu_options(0) }).unwrap();
+    // AUTO is resolved at init for the device: bf16 where it computes bf16 natively, else no
+    let auto = with(Precision::Auto).mixed_precision().unwrap();
+    assert!(auto == Precision::Bf16 || auto == Precision::No, "{:?}", auto);
+    assert_eq!(with(Precision::Auto).mixed_precision().unwrap(), auto); // the same device, the same answer
+    assert_eq!(with(Precision::Bf16).mixed_precision().unwrap(), Precision::Bf16);
+    assert_eq!(with(Precision::Fp16).mixed_precision().unwrap(), Precision::Fp16);
+    if std::env::var_os("ACCEL_MIXED_PRECISION").is_none() {
+        // the default (No) reads ACCEL_MIXED_PRECISION, which these tests cannot unset safely
+        assert_eq!(ctx(0).mixed_precision().unwrap(), Precision::No);
+    }
+    // accel_estimate_memory refuses AUTO: an estimate has no device to resolve it for
+    let e = estimate_memory("llama-7b", &MemoryEstimateOptions { mixed_precision: Precision::Auto, ..Default::default() })
+        .unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument, "{}", e.message);
+}
+
+#[test]
 fn model_parameters_forward_and_misuse() {
     let ctx = ctx(7);
     let model = ctx.mlp(&MlpOptions::new(&[3, 5, 2])).unwrap();

@@ -96,11 +96,13 @@ class DType(enum.IntEnum):
 
 
 class Precision(enum.IntEnum):
-    """accel_precision: mixed_precision="no" | "bf16" | "fp16"."""
+    """accel_precision: mixed_precision="no" | "bf16" | "fp16" | "auto" (bf16 where the device
+    computes it natively, else no; resolved when the Accelerator is made)."""
 
     NO = 0
     BF16 = 1
     FP16 = 2
+    AUTO = 3
 
 
 class Device(enum.IntEnum):
@@ -1722,6 +1724,12 @@ class Accelerator:
         """"cpu" or "cuda" (accel_device_kind)."""
         return Device(self._get(lib.accel_device_kind, "accel_device *")).name.lower()
 
+    @property
+    def mixed_precision(self) -> Precision:
+        """The precision this Accelerator trains in (accel_mixed_precision): Precision.NO, BF16
+        or FP16, with "auto" resolved for the device (BF16 or NO; never AUTO)."""
+        return Precision(self._get(lib.accel_mixed_precision, "accel_precision *"))
+
     def cross_entropy(self, logits: Tensor, targets: ArrayLike) -> Tensor:
         """accel.cross_entropy(logits, targets, accelerator=self)."""
         return cross_entropy(logits, targets, accelerator=self)
@@ -2162,6 +2170,7 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
 
     model: a named shape ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-7b",
     "llama-13b", "llama-70b", "tiny-llama"), a config.json or a directory holding one.
+    mixed_precision: "no", "bf16" or "fp16" ("auto" depends on a device: InvalidArgumentError).
     optimizer: "sgd", "sgd_momentum", "adamw", "adafactor" or "lamb". world_size > 1 needs a
     strategy. seq_len 0: min(1024, max_position_embeddings). lora_rank > 0: LoRA adapters of
     that rank on lora_target_modules (None: PEFT's default for the family). attention:

@@ -66,7 +66,8 @@ accel_status accel_tensor_nbytes(const accel_tensor *tensor, size_t *out);
 typedef enum accel_precision {
     ACCEL_PRECISION_NO = 0,
     ACCEL_PRECISION_BF16 = 1,
-    ACCEL_PRECISION_FP16 = 2
+    ACCEL_PRECISION_FP16 = 2,
+    ACCEL_PRECISION_AUTO = 3
 } accel_precision;
 typedef enum accel_device {
     ACCEL_DEVICE_AUTO = 0,
@@ -110,6 +111,7 @@ accel_status accel_options_init(accel_options *opts, uint32_t version);
 accel_status accel_init(const accel_options *opts, accel_context **out);
 void accel_destroy(accel_context *ctx);
 accel_status accel_device_kind(const accel_context *ctx, accel_device *out);
+accel_status accel_mixed_precision(const accel_context *ctx, accel_precision *out);
 typedef struct accel_model accel_model;
 typedef enum accel_activation {
     ACCEL_ACT_RELU = 0,
