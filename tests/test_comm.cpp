@@ -10,6 +10,7 @@
 
 #include "runtime/comm/factory.h"
 #include "runtime/comm/launch_env.h"
+#include "runtime/comm/nccl/nccl.h"
 #include "runtime/comm/store.h"
 #include "sim/world.h"
 
@@ -104,12 +105,27 @@ TEST(Store, CompareSetAsC10d) {
   EXPECT_FALSE(s->check("absent"));
 }
 
+// The real NCCL is loaded at run time, never linked: where it cannot be loaded, the backend is
+// refused with the files tried named (here a library named by ACCEL_NCCL_LIBRARY that does
+// not exist), and asking again says the same. (tests/check_no_cuda.sh: no CUDA or NCCL
+// library is linked, and the examples run with them hidden.)
+TEST(Factory, NcclThatCannotBeLoadedIsUnsupportedNamingTheFilesTried) {
+  ::setenv("ACCEL_NCCL_LIBRARY", "/nonexistent/accel-test/libnccl.so.2", 1);
+  std::string why, again;
+  EXPECT_EQ(status_of([&] { real_nccl_library(); }, &why), Status::Unsupported);
+  EXPECT_TRUE(contains(why, "/nonexistent/accel-test/libnccl.so.2") && contains(why, "ACCEL_NCCL_LIBRARY") &&
+              contains(why, "ACCEL_BACKEND=gloo"))
+      << why;
+  EXPECT_EQ(status_of([&] { real_nccl_library(); }, &again), Status::Unsupported);
+  EXPECT_EQ(again, why);
+  ::unsetenv("ACCEL_NCCL_LIBRARY");
+}
+
 TEST(Factory, MakesTheBackendsItNamesAndRefusesOthers) {
-  // then gloo where c10d's Gloo headers were found at configure time, nccl where CUDA with NCCL was
+  // then gloo where c10d's Gloo headers were found at configure time; nccl in every build
+  // (it loads NCCL at run time)
   const std::string names = backend_names();
-  EXPECT_TRUE(names == "local, sim" || names == "local, sim, gloo" || names == "local, sim, nccl" ||
-              names == "local, sim, gloo, nccl")
-      << names;
+  EXPECT_TRUE(names == "local, sim, nccl" || names == "local, sim, gloo, nccl") << names;
   auto local = make_process_group(GroupConfig{});
   EXPECT_EQ(local->backend(), "local");
   EXPECT_EQ(local->size(), 1);

@@ -312,6 +312,22 @@ int env() {
               std::thread::hardware_concurrency(), omp ? omp : "unset", obl ? obl : "unset");
   std::printf("- libtorch built with: OpenMP %s, MKL %s, LAPACK %s, MKL-DNN %s\n", at::hasOpenMP() ? "yes" : "no",
               at::hasMKL() ? "yes" : "no", at::hasLAPACK() ? "yes" : "no", at::hasMKLDNN() ? "yes" : "no");
+  {  // the kernel sets the CPU libraries picked (docs/performance.md, "Kernel sets": how to pick lower ones)
+    auto var = [](const char* name) {
+      const char* v = std::getenv(name);
+      return std::string(v && *v ? v : "unset");
+    };
+    const accel::blas::Cpu& c = accel::blas::cpu();
+    std::printf("- CPU: %s; AVX2 %s, AVX-512 %s, AVX-512 BF16 %s, AMX-BF16 %s; ATEN_CPU_CAPABILITY=%s, "
+                "ONEDNN_MAX_CPU_ISA=%s, OPENBLAS_CORETYPE=%s\n",
+                c.model.empty() ? "(unknown)" : c.model.c_str(), c.avx2 ? "yes" : "no", c.avx512 ? "yes" : "no",
+                c.avx512_bf16 ? "yes" : "no", c.amx_bf16 ? "yes" : "no", var("ATEN_CPU_CAPABILITY").c_str(),
+                var("ONEDNN_MAX_CPU_ISA").c_str(), var("OPENBLAS_CORETYPE").c_str());
+    std::string why;
+    const bool native = accel::blas::cpu_bf16_native(&why);
+    std::printf("- bf16 on this CPU: %s (%s); mixed precision auto trains in %s here\n", native ? "native" : "not native",
+                why.c_str(), native ? "bf16" : "fp32");
+  }
   const bool cuda = torch::cuda::is_available();
   std::printf("- devices: CPU%s\n",
               cuda ? (", CUDA x" + std::to_string(torch::cuda::device_count())).c_str()
@@ -322,11 +338,12 @@ int env() {
   } catch (const std::exception& e) {
     std::printf("- simulated NCCL (ACCEL_BACKEND=sim): not loadable: %s\n", e.what());
   }
-#ifdef ACCEL_HAVE_CUDA_TOOLKIT
-  std::printf("- CUDA toolkit with NCCL at build time: found\n");
-#else
-  std::printf("- CUDA toolkit with NCCL at build time: not found\n");
-#endif
+  try {  // the real NCCL and CUDA runtime that ACCEL_BACKEND=nccl loads (never linked)
+    std::printf("- NCCL and CUDA runtime (ACCEL_BACKEND=nccl, loaded at run time): %s\n",
+                accel::comm::real_nccl_library().c_str());
+  } catch (const std::exception& e) {
+    std::printf("- NCCL and CUDA runtime (ACCEL_BACKEND=nccl, loaded at run time): not found: %s\n", e.what());
+  }
   std::printf("- simulator topologies:");
   for (const auto& name : accel::sim::topology_preset_names()) std::printf(" %s", name.c_str());
   std::printf("\n");

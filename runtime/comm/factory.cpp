@@ -50,9 +50,7 @@ const Backend kBackends[] = {
 #ifdef ACCEL_HAVE_GLOO
     {"gloo", make_gloo_communicator},  // real processes over TCP: c10d's ProcessGroupGloo (runtime/comm/gloo/)
 #endif
-#ifdef ACCEL_HAVE_NCCL
-    {"nccl", make_nccl_communicator},  // CUDA devices: one NCCL communicator per process (runtime/comm/nccl/)
-#endif
+    {"nccl", make_nccl_communicator},  // CUDA devices: one NCCL communicator per process, NCCL loaded at run time (runtime/comm/nccl/)
 };
 
 // What a process says of itself when it claims its rank: "key=value" fields, one per line.

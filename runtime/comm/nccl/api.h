@@ -1,8 +1,11 @@
 // The functions of NCCL and of the CUDA runtime that the nccl backend calls, as a table of
 // pointers, so that one backend runs on either library:
-//   - the real ones (libnccl, libcudart), linked where the toolkit is found at configure
-//     time (ACCEL_HAVE_NCCL), their types from the real nccl.h and cuda_runtime_api.h, which
-//     the mirror of sim/nccl_abi.h is checked against at compile time (nccl.cpp);
+//   - the real ones (libnccl.so.2, libcudart.so.N), loaded with dlopen the first time the
+//     backend is asked for, in every build: nothing links them, so a build made where the
+//     toolkit is found runs where it is not. Their types come from sim/nccl_abi.h's mirror of
+//     nccl.h and cuda_runtime_api.h, or from the real headers where the toolkit is found at
+//     configure time (ACCEL_HAVE_NCCL), and then the mirror is checked against them at
+//     compile time (nccl.cpp);
 //   - the simulated ones (libaccel-nccl-sim.so, sim/nccl.cpp), loaded with dlopen, in every
 //     build: ACCEL_BACKEND=sim. They add the simulator's extensions (virtual clock, steps,
 //     memory, diagnosis), null in the real table.
@@ -90,8 +93,11 @@ struct NcclApi {
   X(accelSimChargeCompute) X(accelSimFlopsPerSecond) X(accelSimOnStep) X(accelSimDiagnose) X(accelSimNote) \
   X(accelSimMemCharge) X(accelSimMemRelease) X(accelSimConfigError)
 
-// The real NCCL, where this build links it; null otherwise.
-const NcclApi* real_nccl_api();
+// The real NCCL and CUDA runtime (loaded once): ACCEL_NCCL_LIBRARY, else the libnccl already
+// in the process (a CUDA libtorch's), else libnccl.so.2 on the loader's path; the CUDA runtime
+// likewise (ACCEL_CUDART_LIBRARY, libcudart.so.13/.12/.11). Error(Unsupported) naming what
+// was tried when either cannot be loaded or lacks a function.
+const NcclApi& real_nccl_api();
 // The simulated NCCL (loaded once): ACCEL_SIM_NCCL_LIBRARY, else libaccel-nccl-sim.so
 // beside libaccel (or the program), else the loader's search path. Error(Unsupported)
 // naming the paths tried when it cannot be loaded.

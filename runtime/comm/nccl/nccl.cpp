@@ -428,33 +428,11 @@ std::shared_ptr<Communicator> make(const GroupConfig& c, const NcclApi* api) {
 
 }  // namespace
 
-std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) {
-  const NcclApi* api = real_nccl_api();
-  ACCEL_CHECK(api != nullptr, Status::Unsupported,
-              "nccl: this build has no NCCL backend (no CUDA toolkit with NCCL was found when it was configured); "
-              "on CPUs use ACCEL_BACKEND=gloo, or ACCEL_BACKEND=sim for simulated GPUs");
-  return make(c, api);
-}
+std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c) { return make(c, &real_nccl_api()); }
 
 std::shared_ptr<Communicator> make_sim_nccl_communicator(const GroupConfig& c) { return make(c, &sim_nccl_api()); }
 
 std::string sim_nccl_library() { return sim_nccl_api().library; }
-
-const NcclApi* real_nccl_api() {
-#if defined(ACCEL_HAVE_NCCL)
-  static const NcclApi api = [] {
-    NcclApi a;
-    a.library = "libnccl";
-#define ACCEL_REAL(f) a.f = &::f;
-    ACCEL_NCCL_FUNCTIONS(ACCEL_REAL)
-#undef ACCEL_REAL
-    return a;
-  }();
-  return &api;
-#else
-  return nullptr;
-#endif
-}
 
 namespace {
 
@@ -517,5 +495,81 @@ const NcclApi& sim_nccl_api() {
   loaded = a;
   return *loaded;
 }
+
+namespace {
+
+// The first of `names` already in the process (dlopen with RTLD_NOLOAD: a CUDA libtorch's
+// own libnccl and libcudart, so that one copy of each runs), else the first the loader finds.
+// `given` (an environment variable's value) replaces the names. Returns the handle and the
+// file, or null with what was tried appended to `errors`.
+void* open_first(const char* given, std::vector<std::string> names, std::string& file, std::string& errors) {
+  if (given && *given) names = {given};
+  for (int pass = 0; pass < 2; ++pass)
+    for (const auto& name : names) {
+      void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | (pass == 0 ? RTLD_NOLOAD : 0));
+      if (h) {
+        link_map* lm = nullptr;
+        file = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && *lm->l_name ? lm->l_name : name;
+        return h;
+      }
+      if (pass == 1) {
+        const char* e = dlerror();
+        errors += std::string(errors.empty() ? "" : "; ") + (e ? e : name);
+      }
+    }
+  return nullptr;
+}
+
+}  // namespace
+
+const NcclApi& real_nccl_api() {
+  static std::mutex mu;
+  static const NcclApi* loaded = nullptr;
+  static std::string failed;  // a load fails once and says the same thereafter
+  std::lock_guard<std::mutex> lk(mu);
+  if (loaded) return *loaded;
+  ACCEL_CHECK(failed.empty(), Status::Unsupported, failed);
+  std::string nccl_file, cudart_file, errors;
+  void* nccl = open_first(std::getenv("ACCEL_NCCL_LIBRARY"), {"libnccl.so.2", "libnccl.so"}, nccl_file, errors);
+  void* cudart = open_first(std::getenv("ACCEL_CUDART_LIBRARY"),
+                            {"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}, cudart_file, errors);
+  std::string why;
+  if (!nccl || !cudart)
+    why = std::string("nccl: cannot load ") + (!nccl ? "NCCL" : "") + (!nccl && !cudart ? " and " : "") +
+          (!cudart ? "the CUDA runtime" : "") + " (" + errors +
+          "): install NCCL and the CUDA runtime, or name them with ACCEL_NCCL_LIBRARY and ACCEL_CUDART_LIBRARY; "
+          "on CPUs use ACCEL_BACKEND=gloo, or ACCEL_BACKEND=sim for simulated GPUs";
+  static NcclApi api;
+  static std::string names;
+  if (why.empty()) {
+    auto need = [&](auto& slot, const char* name) {
+      void* h = std::strncmp(name, "cuda", 4) == 0 ? cudart : nccl;
+      void* f = dlsym(h, name);
+      if (!f && why.empty())
+        why = std::string("nccl: ") + (h == nccl ? nccl_file : cudart_file) + " lacks " + name + " (a library too old?)";
+      slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(f);
+    };
+#define ACCEL_REAL(f) need(api.f, #f);
+    ACCEL_NCCL_FUNCTIONS(ACCEL_REAL)
+#undef ACCEL_REAL
+  }
+  if (!why.empty()) {
+    failed = why;
+    fail(Status::Unsupported, why);
+  }
+  int version = 0;
+  using GetVersion = ncclResult_t (*)(int*);
+  if (auto v = reinterpret_cast<GetVersion>(dlsym(nccl, "ncclGetVersion"))) v(&version);
+  names = nccl_file + (version > 0 ? " (NCCL " + std::to_string(version / 10000) + "." +
+                                         std::to_string(version / 100 % 100) + "." + std::to_string(version % 100) + ")"
+                                   : "") +
+          "; " + cudart_file;
+  api.library = names.c_str();
+  api.simulated = false;
+  loaded = &api;
+  return *loaded;
+}
+
+std::string real_nccl_library() { return real_nccl_api().library; }
 
 }  // namespace accel::comm

@@ -1,7 +1,7 @@
 // The NCCL backend: one NCCL communicator per process behind the Communicator, for CUDA
-// devices, linked against the real NCCL where the CUDA toolkit with NCCL is found at
-// configure time (meson: dependency('cuda', modules: ['nccl'])), and in every build against
-// the simulated NCCL (runtime/comm/nccl/api.h). Torch-free: it calls only nccl.h and a few
+// devices, on the real NCCL and CUDA runtime loaded with dlopen when the backend is first
+// asked for (nothing links them: one build runs with or without them), and on the simulated
+// NCCL (runtime/comm/nccl/api.h). Torch-free: it calls only nccl.h and a few
 // functions of the CUDA runtime (device count and selection, one stream, events, a small
 // buffer), the set that sim/nccl.cpp implements over host memory.
 //
@@ -24,8 +24,8 @@
 namespace accel::comm {
 
 // Joins the world `c` describes on CUDA device c.device (-1: local_rank modulo the devices
-// this process sees). Error(Unsupported) when the process sees no CUDA device.
-// Error(Unsupported) in a build without NCCL.
+// this process sees). Error(Unsupported) when the process sees no CUDA device, or when the
+// real NCCL or CUDA runtime cannot be loaded (the message names the files tried).
 std::shared_ptr<Communicator> make_nccl_communicator(const GroupConfig& c);
 
 // The same backend on the simulated NCCL (sim/nccl.cpp, loaded from libaccel-nccl-sim.so):
@@ -36,5 +36,10 @@ std::shared_ptr<Communicator> make_sim_nccl_communicator(const GroupConfig& c);
 // The path of the simulated NCCL library this process loads for backend 'sim' (loading it
 // if not yet loaded); Error(Unsupported) naming the paths tried when it cannot be loaded.
 std::string sim_nccl_library();
+
+// The real NCCL and CUDA runtime this process loads for backend 'nccl' ("PATH (NCCL x.y.z);
+// PATH"), loading them if not yet loaded; Error(Unsupported) naming the files tried when
+// they cannot be loaded (`accel env`).
+std::string real_nccl_library();
 
 }  // namespace accel::comm
