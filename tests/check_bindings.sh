@@ -13,7 +13,7 @@ export ACCEL_LIBRARY="$build/libaccel.so" ACCEL_LIB_DIR="$build"
 export ACCEL_LAYOUT_PROBE="$build/tests/abi/abi_layout_probe"
 export ACCEL_SIM_NCCL_LIBRARY="$build/libaccel-nccl-sim.so"
 export ACCEL_TEST_TORCHSCRIPT="$build/tests/digits_model.pt"  # a TorchScript MLP the build makes
-accuracy() { "$src/tests/check_accuracy.sh" 0.95 180 "$@"; }
+accuracy() { "$src/tests/check_accuracy.sh" 0.95 "$@"; }
 need() {
   command -v "$1" >/dev/null || { echo "check_bindings: '$1' is not installed (scripts/setup installs $2)" >&2; exit 1; }
 }

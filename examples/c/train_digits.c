@@ -1,11 +1,12 @@
 /* Trains accel's built-in MLP on the UCI handwritten digits through the C ABI. By default
- * on 4 simulated GPUs with ZeRO stage 2 and bf16: every rank trains on its shard of each
+ * on 4 simulated GPUs with ZeRO stage 2 and bf16 (where the CPU computes bf16 natively, else
+ * fp32: --precision auto): every rank trains on its shard of each
  * batch, gradients are reduce-scattered, optimizer state and fp32 master weights sharded.
  * Prints progress per epoch, each rank's peak device memory, the predicted time per step on
  * the simulator's topology (8xH100 by default) and, on its last line, the held-out accuracy
  * ("accuracy: 0.9722").
  *
- *   train_digits [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16]
+ *   train_digits [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision auto|no|bf16|fp16]
  *                [--accum K] [--epochs N] [--batch B] [--topology 8xH100] [--memory 80GiB]
  *                [--trace out.json] [--data PATH] [--save PATH.safetensors] [--project DIR]
  *                [--log-dir DIR]
@@ -51,6 +52,8 @@ typedef struct job {
     int epochs, batch, accum, precision_fp16;
     const char *save, *project, *log_dir;
     int stop_after; /* --stop-after N: end after N epochs of this run, as if killed (a test aid) */
+    int resave;     /* --resave: after resuming, save the state again at once and end: what was
+                       loaded, written back (a test aid: tests/check_legacy_checkpoint.sh) */
     int crash_after; /* --crash-after N: process 1 kills itself (SIGKILL) in epoch N+1 of a launched
                         world's first attempt (a test aid for accel launch --max-restarts) */
     double accuracy;
@@ -77,7 +80,7 @@ static accel_status train(accel_context *ctx, void *user) {
     accel_dataloader *loader = NULL;
     accel_step_result r;
     int32_t nproc = 1;
-    int epoch, ran = 0;
+    int epoch, ran = 0, epochs = j->epochs;
     const int64_t accum = j->accum;
     char line[256];
 
@@ -114,6 +117,13 @@ static accel_status train(accel_context *ctx, void *user) {
             epoch = (int)e;
             snprintf(line, sizeof line, "resumed from %s at epoch %d", from, epoch + 1);
             TRY(accel_print(ctx, line));
+            if (j->resave) { /* every process: a collective */
+                TRY(accel_save_state(ctx, NULL));
+                TRY(accel_last_checkpoint(ctx, &from));
+                snprintf(line, sizeof line, "saved again as %s", from);
+                TRY(accel_print(ctx, line));
+                epochs = epoch; /* no training */
+            }
         }
     }
 
@@ -124,7 +134,7 @@ static accel_status train(accel_context *ctx, void *user) {
         to.writers = with && *with ? 0 : ACCEL_LOG_JSONL | ACCEL_LOG_CSV | ACCEL_LOG_TENSORBOARD;
         TRY(accel_init_trackers(ctx, &to));
     }
-    for (; epoch < j->epochs; ++epoch) {
+    for (; epoch < epochs; ++epoch) {
         accel_tensor *x = NULL, *y = NULL, *mean = NULL, *sum = NULL;
         double loss_sum = 0, lr = 0, global = 0;
         int64_t n = 0, skipped = 0, batches = 0;
@@ -214,13 +224,13 @@ int main(int argc, char **argv) {
     /* started by a launcher: one process of its world (accel_init joins it) */
     const int launched = getenv("WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE") ||
                          getenv("SLURM_NTASKS");
-    accel_precision precision = ACCEL_PRECISION_BF16;
+    accel_precision precision = ACCEL_PRECISION_AUTO; /* bf16 where this CPU or GPU has it natively, else fp32 */
     accel_strategy strategy = ACCEL_STRATEGY_ZERO2;
     digits all;
     job j;
     accel_options opts = ACCEL_OPTIONS_INIT;
     static const char *usage =
-        "usage: %s [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision no|bf16|fp16] [--accum K]\n"
+        "usage: %s [--ranks N] [--strategy no|ddp|zero1|zero2|zero3] [--precision auto|no|bf16|fp16] [--accum K]\n"
         "       [--epochs N] [--batch B] [--topology NAME] [--memory BYTES] [--trace FILE] [--data PATH] [--save FILE]\n"
         "       [--project DIR] [--log-dir DIR]\n";
 
@@ -240,13 +250,15 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--project") && i + 1 < argc) j.project = argv[++i];
         else if (!strcmp(argv[i], "--log-dir") && i + 1 < argc) j.log_dir = argv[++i];
         else if (!strcmp(argv[i], "--stop-after") && i + 1 < argc) j.stop_after = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--resave")) j.resave = 1;
         else if (!strcmp(argv[i], "--crash-after") && i + 1 < argc) j.crash_after = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--precision") && i + 1 < argc) {
             const char *p = argv[++i];
             if (!strcmp(p, "no")) precision = ACCEL_PRECISION_NO;
             else if (!strcmp(p, "bf16")) precision = ACCEL_PRECISION_BF16;
             else if (!strcmp(p, "fp16")) precision = ACCEL_PRECISION_FP16;
-            else { fprintf(stderr, "unknown precision '%s' (no, bf16, fp16)\n", p); return 2; }
+            else if (!strcmp(p, "auto")) precision = ACCEL_PRECISION_AUTO;
+            else { fprintf(stderr, "unknown precision '%s' (auto, no, bf16, fp16)\n", p); return 2; }
         } else if (!strcmp(argv[i], "--strategy") && i + 1 < argc) {
             const char *p = argv[++i];
             if (!strcmp(p, "no")) strategy = ACCEL_STRATEGY_NO;
@@ -299,7 +311,7 @@ int main(int argc, char **argv) {
                    strategy_env ? strategy_env : strategy == ACCEL_STRATEGY_NO ? "no" : strategy == ACCEL_STRATEGY_DDP ? "ddp"
                    : strategy == ACCEL_STRATEGY_ZERO1 ? "zero1" : strategy == ACCEL_STRATEGY_ZERO2 ? "zero2" : "zero3",
                    precision_env ? precision_env : precision == ACCEL_PRECISION_NO ? "fp32"
-                   : precision == ACCEL_PRECISION_BF16 ? "bf16" : "fp16");
+                   : precision == ACCEL_PRECISION_BF16 ? "bf16" : precision == ACCEL_PRECISION_FP16 ? "fp16" : "auto");
             fflush(stdout);
         }
         CHECK(ctx, train(ctx, &j));
@@ -317,7 +329,8 @@ int main(int argc, char **argv) {
         printf("training on %d simulated GPUs (%s), strategy %s, precision %s\n", ranks, topology,
                strategy == ACCEL_STRATEGY_NO ? "no" : strategy == ACCEL_STRATEGY_DDP ? "ddp"
                : strategy == ACCEL_STRATEGY_ZERO1 ? "zero1" : strategy == ACCEL_STRATEGY_ZERO2 ? "zero2" : "zero3",
-               precision == ACCEL_PRECISION_NO ? "fp32" : precision == ACCEL_PRECISION_BF16 ? "bf16" : "fp16");
+               precision == ACCEL_PRECISION_NO ? "fp32" : precision == ACCEL_PRECISION_BF16 ? "bf16"
+               : precision == ACCEL_PRECISION_FP16 ? "fp16" : "auto");
         fflush(stdout);
         st = accel_sim_run(&so, &opts, train, &j, &rep);
         if (st != ACCEL_OK) {

@@ -125,9 +125,10 @@ EOF
   if contains "$tmp/err" "    err line 3"; then fail "the report holds more than 10 lines"; fi
   grep -qE "rank 0 \(pid [0-9]+\): stopped by the launcher \(SIGTERM\)" "$tmp/err" || fail "rank 0 not reported stopped by SIGTERM"
   grep -qE "rank 2 \(pid [0-9]+\): killed by the launcher \(SIGKILL" "$tmp/err" || fail "rank 2 not reported killed after the grace period"
-  # 0.5 s until the failure, 1 s of grace for rank 2; not the 30 s they would sleep
+  # 0.5 s until the failure, 1 s of grace for rank 2; not the 30 s they would sleep (the upper
+  # bound is far from both, so a loaded machine's slowness cannot decide it)
   less_than 1.4 "$elapsed" || fail "done in $elapsed s: rank 2 was not given its 1 s grace period"
-  less_than "$elapsed" 6 || fail "took $elapsed s: the sleeping ranks were not stopped"
+  less_than "$elapsed" 20 || fail "took $elapsed s: the sleeping ranks were not stopped"
   [ "$failures" = 0 ] || show "$tmp/err"
   ok "rank 1 exits 3: exit 1 in $elapsed s, the report names it with its last stderr lines, the others stopped"
 
@@ -142,7 +143,7 @@ EOF
   [ "$rc" = 1 ] || fail "SIGKILL: exit status $rc, not 1"
   grep -qE "FAILED after [0-9.]+ s: rank 1 \(pid [0-9]+\) was killed by signal 9 \(SIGKILL\)$" "$tmp/err" || fail "SIGKILL not reported"
   contains "$tmp/err" "    about to die" || fail "SIGKILL: the report lacks the last stderr line"
-  less_than "$elapsed" 4 || fail "SIGKILL: took $elapsed s"
+  less_than "$elapsed" 20 || fail "SIGKILL: took $elapsed s: the rank sleeping 30 s was not stopped"
   [ "$failures" = 0 ] || show "$tmp/err"
   ok "a rank killed by SIGKILL is reported with the signal's name"
 }
@@ -188,9 +189,12 @@ EOF
 case_orphans() {
   program leaves.sh <<'EOF'
 #!/bin/bash
-# rank 0 leaves a job that would write a file in 2 s, with a child of its own that would too
+# rank 0 leaves a job that would write a file in 30 s, with a child of its own that would too;
+# each writes its pid first
 if [ "$RANK" = 0 ]; then
-  ( (sleep 2; echo grandchild > "$MARK.grandchild") & sleep 2; echo child > "$MARK.child" ) &
+  ( (sh -c 'echo $$ > "$MARK.pid.grandchild"; exec sleep 30'; echo grandchild > "$MARK.grandchild") &
+    echo $BASHPID > "$MARK.pid.child"; sleep 30; echo child > "$MARK.child" ) &
+  for _ in $(seq 1 100); do [ -s "$MARK.pid.child" ] && [ -s "$MARK.pid.grandchild" ] && break; sleep 0.02; done
 fi
 echo "rank $RANK ends; restart $ACCEL_RESTART_COUNT"
 [ "$RANK" = 1 ] && [ "$ACCEL_RESTART_COUNT" = 0 ] && exit 3
@@ -203,9 +207,16 @@ EOF
   took=$(seconds_since "$start")
   [ "$rc" = 0 ] || fail "exit status $rc, not 0"
   has "$tmp/out" "[0] rank 0 ends; restart 1" || fail "no second attempt"
-  less_than "$took" 1.8 || fail "the launcher took $took s: it waited for the jobs instead of stopping them"
-  sleep 2.5
-  for f in "$tmp"/late.*; do [ -e "$f" ] && fail "a job the ranks left wrote $(basename "$f") after the launcher ended"; done
+  # the jobs would run 30 s: a launcher that waited for them takes that long (the bound is far
+  # from it and from the launcher's own second or two, so a loaded machine cannot decide it)
+  less_than "$took" 20 || fail "the launcher took $took s: it waited for the jobs instead of stopping them"
+  for who in child grandchild; do
+    [ -s "$tmp/late.pid.$who" ] || fail "the rank's $who did not start"
+    pid=$(cat "$tmp/late.pid.$who" 2>/dev/null || echo 0)
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done  # reaped within 5 s
+    kill -0 "$pid" 2>/dev/null && fail "the rank's $who (pid $pid) still runs after the launcher ended"
+  done
+  for f in "$tmp"/late.child "$tmp"/late.grandchild; do [ -e "$f" ] && fail "a job the ranks left wrote $(basename "$f") after the launcher ended"; done
   [ "$failures" = 0 ] || { show "$tmp/out"; show "$tmp/err"; }
   ok "the jobs a rank leaves running are stopped at the end of its attempt: none writes afterwards ($took s)"
 }
@@ -273,7 +284,7 @@ EOF
     has "$tmp/out" "[$i] rank $i got TERM" || fail "rank $i's last words are missing"
   done
   contains "$tmp/err" "interrupted by SIGTERM" || fail "no interruption report"
-  less_than "$elapsed" 3 || fail "took $elapsed s to stop"
+  less_than "$elapsed" 20 || fail "took $elapsed s to stop"  # the processes would wait forever
   [ "$failures" = 0 ] || { show "$tmp/out"; show "$tmp/err"; }
   ok "SIGTERM to the launcher reaches every process; exit 143"
 
