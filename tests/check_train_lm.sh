@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The language-model example end to end (examples/c/train_lm.c --quick): a tiny Llama trained
-# from scratch on 4 simulated GPUs under ZeRO-3 + bf16 + checkpointing beats the unigram
+# from scratch on 4 simulated GPUs under ZeRO-3 + precision auto (bf16 where the CPU has it,
+# else fp32) + checkpointing beats the unigram
 # baseline's validation perplexity clearly (below 0.75 of it), LoRA on Proverbs lowers its
 # perplexity, both phases generate greedy and top-k text from their prompts, the directories
 # are written, and the measured per-GPU peak is within 20% of accel_estimate_memory.
