@@ -56,6 +56,10 @@ def main():
         "CGO_CFLAGS": f"-I{ROOT / 'include'}", "CGO_LDFLAGS": f"-L{build} -Wl,-rpath,{build}",
         "GOPROXY": "off", "GOFLAGS": "-mod=mod", "GOCACHE": str(build / "bindings/go-cache"),
         "GOPATH": str(build / "bindings/gopath"),
+        # the Go binding finds libaccel with pkg-config (#cgo pkg-config: accel): the build
+        # tree's accel-uninstalled.pc
+        "PKG_CONFIG_PATH": os.pathsep.join(p for p in (str(build / "meson-uninstalled"),
+                                                       os.environ.get("PKG_CONFIG_PATH", "")) if p),
     })
     c_prog = build / "bench/binding_steps_c"
     if not c_prog.exists():

@@ -10,6 +10,10 @@ it in each binding's own layer (not in the hand-written declarations):
   go      `C.NAME(` in bindings/go/**.go files that are not tests, or `NAME(` inside the
           C code of a cgo preamble (a wrapper written in C) of such a file
 
+Each binding's README.md must also name every function (its C → language table), so the
+table a user reads cannot fall behind the header: a name missing there is reported as
+`missing in LANG's README`.
+
 Usage: check_coverage.py [--root DIR] [--header FILE] [--lang python|rust|go ...]
 (--header: another header to read the names from.) --selftest checks the checker: a function
 appended to the header must be reported missing in every language (exit 0 when it is).
@@ -112,15 +116,26 @@ def main() -> int:
             print(f"check_coverage: {root} does not exist", file=sys.stderr)
             return 2
         missing = bound(lang, root, names)
+        readme = root / "README.md"
+        try:
+            readme_text = readme.read_text()
+        except OSError as e:
+            print(f"check_coverage: cannot read {readme}: {e}", file=sys.stderr)
+            return 2
+        unlisted = [n for n in names if not re.search(r"(?<![\w])" + n + r"(?![\w])", readme_text)]
         if args.selftest:
-            ok = missing == [fake]
+            ok = missing == [fake] and fake in unlisted
+            missing = missing + ([f"README: {fake}"] if fake in unlisted else [])
             print(f"{lang}: {'detects' if ok else 'FAILS to detect'} an unbound function ({missing})")
             failed |= not ok
             continue
         print(f"{lang}: {len(names) - len(missing)}/{len(names)} functions of accel.h bound")
+        print(f"{lang}: {len(names) - len(unlisted)}/{len(names)} functions named in {readme.name}")
         for n in missing:
             print(f"  missing in {lang}: {n}")
-        failed |= bool(missing)
+        for n in unlisted:
+            print(f"  missing in {lang}'s README: {n}")
+        failed |= bool(missing) or bool(unlisted)
     return 1 if failed else 0
 
 

@@ -1,22 +1,27 @@
 // Package accel is the Go binding of accel, an embeddable training runtime, over its C ABI
 // (include/accel/accel.h). It uses cgo and the standard library only.
 //
-// The header and the library are found through the usual cgo variables, for example
+// The header and the library are found with pkg-config (#cgo pkg-config: accel): an
+// installed libaccel's accel.pc, or, from a build tree, the accel-uninstalled.pc meson
+// writes, with PKG_CONFIG_PATH=BUILD/meson-uninstalled. At run time the dynamic loader
+// finds libaccel.so: a system prefix, LD_LIBRARY_PATH, or an rpath
+// (CGO_LDFLAGS=-Wl,-rpath,DIR).
 //
-//	CGO_CFLAGS=-I/opt/accel/include
-//	CGO_LDFLAGS="-L/opt/accel/lib -Wl,-rpath,/opt/accel/lib"
-//
-// or, with libaccel installed in a system prefix, nothing at all.
-//
-// Objects (Context, Model, Tensor, Optimizer, Scheduler, DataLoader, SimReport, Inference)
-// have a Close method (idempotent) and a finalizer as a safety net; using an object after
-// Close, or after the Context that made it was closed, returns an error matching ErrClosed
-// (an Inference outlives its Context: only its own Close ends it).
-// Errors are *Error values carrying the accel status and the library's message.
+// Every type is safe for concurrent use. A Context serialises the calls on it and on the
+// objects made from it (a mutex: the ABI lets one thread at a time use a context); a
+// simulated rank's Context (SimRun) may be used only by the goroutine running that rank's
+// function, and refuses other goroutines with an error. Objects (Context, Model, Tensor,
+// Optimizer, Scheduler, DataLoader, SimReport, Inference) are used through pointers whose
+// state is shared by copies of their values; each has a Close method (idempotent, safe
+// against concurrent use and concurrent Close) and a finalizer as a safety net; using an
+// object after Close, or after the Context that made it was closed, returns an error
+// matching ErrClosed (an Inference outlives its Context: only its own Close ends it).
+// Strings passed to the library are refused (ErrInvalidArgument) when they hold a NUL
+// byte. Errors are *Error values carrying the accel status and the library's message.
 package accel
 
 /*
-#cgo LDFLAGS: -laccel
+#cgo pkg-config: accel
 #include "shim.h"
 
 */

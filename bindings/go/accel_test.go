@@ -682,13 +682,27 @@ func TestFinalizers(t *testing.T) {
 	}
 }
 
+// torchScriptModel is the TorchScript MLP (64 -> 10) the build writes: ACCEL_TEST_TORCHSCRIPT,
+// else the checkout's build/tests/digits_model.pt; the test skips, saying why, without one.
+func torchScriptModel(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("ACCEL_TEST_TORCHSCRIPT"); p != "" {
+		return p
+	}
+	p, err := filepath.Abs(filepath.Join("..", "..", "build", "tests", "digits_model.pt"))
+	if err == nil {
+		if _, err = os.Stat(p); err == nil {
+			return p
+		}
+	}
+	t.Skipf("no TorchScript model file to load: ACCEL_TEST_TORCHSCRIPT is not set and %s is missing (%v)", p, err)
+	return ""
+}
+
 // TestTorchScriptLoad loads the TorchScript MLP (64 -> 10) named by ACCEL_TEST_TORCHSCRIPT,
 // runs it and saves it back as TorchScript and as safetensors.
 func TestTorchScriptLoad(t *testing.T) {
-	path := os.Getenv("ACCEL_TEST_TORCHSCRIPT")
-	if path == "" {
-		t.Skip("ACCEL_TEST_TORCHSCRIPT is not set: no TorchScript model file to load")
-	}
+	path := torchScriptModel(t)
 	ctx := newCtx(t, nil)
 	m, err := ctx.LoadTorchScript(path)
 	ok(t, err)
@@ -779,12 +793,14 @@ func TestFinalizerDefersToContext(t *testing.T) {
 	var st *objState
 	func() {
 		m := must(ctx.NewMLP(DefaultMLPOptions(4, 2)))
-		st = m.st
+		st = m.o.st
 	}() // m is dropped
 	queued := func() bool {
 		ctx.st.mu.Lock()
 		defer ctx.st.mu.Unlock()
-		return len(ctx.st.pending) == 1 && st.userClosed && !st.destroyed
+		ctx.st.pmu.Lock()
+		defer ctx.st.pmu.Unlock()
+		return len(ctx.st.pending) == 1 && !st.destroyed
 	}
 	for i := 0; i < 100 && !queued(); i++ {
 		runtime.GC()
@@ -795,7 +811,9 @@ func TestFinalizerDefersToContext(t *testing.T) {
 	}
 	_ = must(ctx.DeviceKind()) // the context's goroutine: destroys it now
 	ctx.st.mu.Lock()
-	done := st.destroyed && len(ctx.st.pending) == 0
+	ctx.st.pmu.Lock()
+	done := st.destroyed && st.userClosed && len(ctx.st.pending) == 0
+	ctx.st.pmu.Unlock()
 	ctx.st.mu.Unlock()
 	if !done {
 		t.Fatal("the queued model was not destroyed at the context's next call")

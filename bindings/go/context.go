@@ -8,54 +8,91 @@ static ag_res ag_init(const accel_options *o, accel_context **out) { return ag_f
 import "C"
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 )
 
-// ctxState is the part of a Context that objects made from it share. It carries no
-// finalizer, so the objects can point at it without making finalizer cycles.
+// ctxState is a context's shared state: the Context value (and its copies) and every
+// object made from it point at it. It holds no pointer back to those objects, so the
+// finalizer on it (and those on the objects) make no cycles.
+//
+// Concurrency: the ABI lets one thread at a time use a context and the objects made from
+// it. mu serialises every C call on the context or its objects (held for the call), so
+// any number of goroutines may use them. A simulated rank's context (borrowed) is further
+// tied to its rank's OS thread: the simulator schedules ranks by thread (its rank state,
+// wake-ups and memory accounting are per thread), and a call made for rank R from another
+// thread corrupts that schedule (it hung past the timeout): such calls are refused.
 type ctxState struct {
-	mu       sync.Mutex
+	mu       sync.Mutex // held for each C call on the context or its objects
 	h        *C.accel_context
-	closed   bool
+	closed   atomic.Bool // set under mu; read without it for a fast ErrClosed
 	borrowed bool        // a simulator rank's context: never destroyed by Go
-	pinned   []*objState // objects bound by Prepare: kept until the context closes
-	// Objects whose finalizer ran while the context was open. A finalizer runs on its own
-	// goroutine, and the ABI lets one thread at a time use a context and its objects, so
-	// the finalizer only queues the object; the goroutine that uses the context destroys
-	// it at its next call (drain), or Close does.
+	tid      int64       // borrowed: the OS thread of the rank (the only one allowed)
+	rank     int         // borrowed: the rank
+	pinned   []*objState // objects bound by Prepare: kept until the context closes (under mu)
+	// Objects finalized (or closed from a thread that may not call the context) while the
+	// context was open. A finalizer must not wait for a call in progress (mu), so it only
+	// queues the object under pmu; the next call (under mu) or Close destroys it.
+	pmu        sync.Mutex
 	pending    []*objState
+	pendClosed bool // Close took the queue: later finalizers release directly
 	hasPending atomic.Bool
 }
 
-// drain destroys the objects finalized while the context was open. It runs on the
-// goroutine that uses the context, before its next call.
-func (c *ctxState) drain() {
-	if !c.hasPending.Load() {
-		return
+// lock takes the context for one call (the caller calls unlock): ErrClosed once closed,
+// and, for a simulated rank's context, an error on a thread other than the rank's.
+func (c *ctxState) lock(op string) error {
+	if c.closed.Load() {
+		return errClosed(op, "context")
+	}
+	if c.borrowed && osThreadID() != c.tid {
+		return c.errThread(op)
 	}
 	c.mu.Lock()
-	c.releasePending()
-	c.mu.Unlock()
+	if c.closed.Load() {
+		c.mu.Unlock()
+		return errClosed(op, "context")
+	}
+	if c.hasPending.Load() {
+		c.drain()
+	}
+	return nil
 }
 
-// releasePending destroys the queued objects. Called with c.mu held.
-func (c *ctxState) releasePending() {
-	for _, o := range c.pending {
-		o.release()
-	}
+func (c *ctxState) unlock() { c.mu.Unlock() }
+
+func (c *ctxState) errThread(op string) error {
+	return &Error{Status: StatusInvalidState, Op: op, Message: fmt.Sprintf(
+		"%s: this Context (and what was made from it) belongs to simulated rank %d and may be used only "+
+			"by the goroutine running rank %d's function, on the rank's own thread: the simulator ties each rank "+
+			"to its thread. Use it there, and pass plain values (not the Context) to other goroutines",
+		op, c.rank, c.rank)}
+}
+
+// drain destroys the queued objects. Called with mu held.
+func (c *ctxState) drain() {
+	c.pmu.Lock()
+	q := c.pending
 	c.pending = nil
 	c.hasPending.Store(false)
+	c.pmu.Unlock()
+	for _, o := range q {
+		if !o.userClosed {
+			o.userClosed = true
+			o.release()
+		}
+	}
 }
 
-// objState tracks a model, optimizer, scheduler or loader made from a context. Its C
-// handle is destroyed once the user closed it (or it was finalized) and nothing pins it:
-// Prepare pins an object until the context closes (the context borrows it and uses it in
-// Backward, Step, Next...), an optimizer pins its model and a scheduler its optimizer.
+// objState tracks a model, optimizer, scheduler or loader made from a context; its fields
+// are used under the context's mu. Its C handle is destroyed once the user closed it (or
+// it was finalized) and nothing pins it: Prepare pins an object until the context closes
+// (the context borrows it and uses it in Backward, Step, Next...), an optimizer pins its
+// model and a scheduler its optimizer.
 type objState struct {
-	ctx        *ctxState
 	destroy    func()
 	userClosed bool
 	destroyed  bool
@@ -64,7 +101,7 @@ type objState struct {
 	dep        *objState
 }
 
-// release destroys the object when allowed. Called with ctx.mu held.
+// release destroys the object when allowed. Called with the context's mu held.
 func (o *objState) release() {
 	if o.destroyed || !o.userClosed || o.pins > 0 {
 		return
@@ -77,19 +114,23 @@ func (o *objState) release() {
 	}
 }
 
+// newObj registers an object; called with mu held.
 func (c *ctxState) newObj(destroy func(), dep *objState) *objState {
-	o := &objState{ctx: c, destroy: destroy, dep: dep}
+	o := &objState{destroy: destroy, dep: dep}
 	if dep != nil {
-		c.mu.Lock()
 		dep.pins++
-		c.mu.Unlock()
 	}
 	return o
 }
 
-// close is the Close of a context object.
-func (o *objState) close() {
-	c := o.ctx
+// closeObj is the Close of a context object: it waits for a call in progress. On a
+// simulated rank's context, from another thread, it only queues the object (as a
+// finalizer does): the rank's thread destroys it.
+func (c *ctxState) closeObj(o *objState) {
+	if c.borrowed && !c.closed.Load() && osThreadID() != c.tid {
+		c.queue(o)
+		return
+	}
 	c.mu.Lock()
 	if !o.userClosed {
 		o.userClosed = true
@@ -98,34 +139,40 @@ func (o *objState) close() {
 	c.mu.Unlock()
 }
 
-// finalize is the finalizer of a context object: as close, but while the context is open
-// the destruction is left to the context's goroutine (see ctxState.pending).
-func (o *objState) finalize() {
-	c := o.ctx
-	c.mu.Lock()
+// queue is the finalizer of a context object: while the context is open, the destruction
+// is left to the next call (see pending); once closed, it happens here.
+func (c *ctxState) queue(o *objState) {
+	c.pmu.Lock()
+	if !c.pendClosed {
+		c.pending = append(c.pending, o)
+		c.hasPending.Store(true)
+		c.pmu.Unlock()
+		return
+	}
+	c.pmu.Unlock()
+	c.mu.Lock() // no call runs on a closed context: mu is free at once
 	if !o.userClosed {
 		o.userClosed = true
-		if c.closed {
-			o.release()
-		} else {
-			c.pending = append(c.pending, o)
-			c.hasPending.Store(true)
-		}
+		o.release()
 	}
 	c.mu.Unlock()
 }
 
-// invalidate ends the context for Go: later uses are ErrClosed; objects pinned by
-// Prepare and already closed by the user are destroyed now. destroyCtx destroys the
-// C context afterwards (objects first, which the ABI allows in either order).
+// invalidate ends the context for Go: later uses are ErrClosed; queued objects and objects
+// pinned by Prepare and already closed by the user are destroyed now. destroyCtx destroys
+// the C context afterwards (objects first, which the ABI allows in either order). It waits
+// for a call in progress.
 func (c *ctxState) invalidate(destroyCtx bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		return
 	}
-	c.closed = true
-	c.releasePending()
+	c.closed.Store(true)
+	c.pmu.Lock()
+	c.pendClosed = true
+	c.pmu.Unlock()
+	c.drain()
 	for _, o := range c.pinned {
 		o.pins--
 		o.release()
@@ -136,10 +183,30 @@ func (c *ctxState) invalidate(destroyCtx bool) {
 	}
 }
 
+// ctxFinalized, when set (by tests), is called after a context's finalizer ran.
+var ctxFinalized func()
+
+func finalizeCtx(st *ctxState) {
+	st.invalidate(true)
+	if f := ctxFinalized; f != nil {
+		f()
+	}
+}
+
 // Context is an accel context (the Accelerator): it makes models, optimizers, schedulers
-// and loaders, and trains them. A Context and the objects made from it must be used by
-// one goroutine at a time. Objects keep their Context reachable, so its finalizer never
-// runs while they live; Close ends it at once.
+// and loaders, and trains them.
+//
+// A *Context, and the objects made from it, are safe for concurrent use: the binding
+// serialises their calls with a mutex (the ABI's one-thread-at-a-time rule), so two
+// goroutines never run C calls on one context at once. (Calls of a training step from two
+// goroutines still interleave step by step; give each its own Context to train in
+// parallel.) Close waits for a call in progress. A simulated rank's Context (SimRun) is
+// the exception: only the goroutine running that rank's function may use it (an error
+// says so otherwise).
+//
+// The state lives behind a pointer: a copy of a Context value shares it. Objects keep
+// their Context's state reachable, so its finalizer never runs while they live; Close
+// ends it at once.
 type Context struct {
 	st *ctxState
 }
@@ -158,55 +225,67 @@ func Init(opts *Options) (*Context, error) {
 	if err := resErr("accel_init", C.ag_init(co, &h)); err != nil {
 		return nil, err
 	}
-	ctx := &Context{st: &ctxState{h: h}}
-	runtime.SetFinalizer(ctx, (*Context).Close)
-	return ctx, nil
+	st := &ctxState{h: h}
+	runtime.SetFinalizer(st, finalizeCtx)
+	return &Context{st: st}, nil
 }
 
 // Close destroys the context (accel_destroy) and the objects it borrowed through Prepare
-// that were already closed. Objects made from it stay to be closed, but any use now
-// returns ErrClosed. Idempotent. On a simulator rank's context it only ends its use.
+// that were already closed, after any call in progress on another goroutine. Objects made
+// from it stay to be closed, but any use now returns ErrClosed. Idempotent. On a simulator
+// rank's context it only ends its use (from the rank's goroutine; elsewhere it is refused
+// until the rank's function returns, when it is a no-op).
 func (c *Context) Close() error {
 	if c == nil || c.st == nil {
 		return nil
 	}
-	runtime.SetFinalizer(c, nil)
-	c.st.invalidate(true)
+	st := c.st
+	if st.borrowed {
+		if st.closed.Load() {
+			return nil
+		}
+		if osThreadID() != st.tid {
+			return st.errThread("Context.Close")
+		}
+	} else {
+		runtime.SetFinalizer(st, nil)
+	}
+	st.invalidate(true)
 	return nil
 }
 
-func (c *Context) handle(op string) (*C.accel_context, error) {
+// lock takes the context for one call; the caller calls c.st.unlock().
+func (c *Context) lock(op string) (*C.accel_context, error) {
 	if c == nil || c.st == nil {
-		return nil, errArg(op, "ctx is nil")
+		return nil, errArg(op, "ctx is nil (or a zero Context value: contexts come from Init and SimRun)")
 	}
-	if c.st.closed {
-		return nil, errClosed(op, "context")
+	if err := c.st.lock(op); err != nil {
+		return nil, err
 	}
-	c.st.drain()
 	return c.st.h, nil
 }
 
 // err builds the error of a failed call that took this context: the message is the
-// context's own (accel_last_error(ctx)), not thread-local, so it may be read after the call.
-func (c *Context) err(op string, st C.accel_status) error {
+// context's own (accel_last_error(ctx)), read under the context's lock.
+func (c *ctxState) err(op string, st C.accel_status) error {
 	if st == C.ACCEL_OK {
 		return nil
 	}
-	msg := C.GoString(C.accel_last_error(c.st.h))
-	runtime.KeepAlive(c)
-	return &Error{Status: Status(st), Op: op, Message: msg}
+	return &Error{Status: Status(st), Op: op, Message: C.GoString(C.accel_last_error(c.h))}
 }
+
+func (c *Context) err(op string, st C.accel_status) error { return c.st.err(op, st) }
 
 // DeviceKind returns the device the context placed itself on.
 func (c *Context) DeviceKind() (Device, error) {
 	const op = "accel_device_kind"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return 0, err
 	}
+	defer c.st.unlock()
 	var out C.accel_device
 	err = c.err(op, C.accel_device_kind(h, &out))
-	runtime.KeepAlive(c)
 	return Device(out), err
 }
 
@@ -215,13 +294,13 @@ func (c *Context) DeviceKind() (Device, error) {
 // PrecisionNo; never PrecisionAuto.
 func (c *Context) MixedPrecision() (Precision, error) {
 	const op = "accel_mixed_precision"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return 0, err
 	}
+	defer c.st.unlock()
 	var out C.accel_precision
 	err = c.err(op, C.accel_mixed_precision(h, &out))
-	runtime.KeepAlive(c)
 	return Precision(out), err
 }
 
@@ -232,59 +311,39 @@ func (c *Context) MixedPrecision() (Precision, error) {
 // only ends its use from Go, and its memory is released when the Context closes.
 func (c *Context) Prepare(model *Model, opt *Optimizer, sched *Scheduler, loader *DataLoader) error {
 	const op = "accel_prepare"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
+	defer c.st.unlock()
 	var (
-		mh  *C.accel_model
-		oh  *C.accel_optimizer
-		sh  *C.accel_scheduler
-		lh  *C.accel_dataloader
+		hs  [4]unsafe.Pointer
 		sts []*objState
 	)
-	if model != nil {
-		if mh, err = model.handle(op); err != nil {
+	for i, o := range [4]struct {
+		obj  *ctxObj
+		what string
+	}{{model.obj(), "model"}, {opt.obj(), "optimizer"}, {sched.obj(), "scheduler"}, {loader.obj(), "data loader"}} {
+		if o.obj == nil {
+			continue // nil (or a zero value): NULL
+		}
+		if hs[i], err = o.obj.in(c.st, op, o.what); err != nil {
 			return err
 		}
-		sts = append(sts, model.st)
+		sts = append(sts, o.obj.st)
 	}
-	if opt != nil {
-		if oh, err = opt.handle(op); err != nil {
-			return err
-		}
-		sts = append(sts, opt.st)
-	}
-	if sched != nil {
-		if sh, err = sched.handle(op); err != nil {
-			return err
-		}
-		sts = append(sts, sched.st)
-	}
-	if loader != nil {
-		if lh, err = loader.handle(op); err != nil {
-			return err
-		}
-		sts = append(sts, loader.st)
-	}
-	err = c.err(op, C.accel_prepare(h, mh, oh, sh, lh))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(model)
-	runtime.KeepAlive(opt)
-	runtime.KeepAlive(sched)
-	runtime.KeepAlive(loader)
+	err = c.err(op, C.accel_prepare(h, (*C.accel_model)(hs[0]), (*C.accel_optimizer)(hs[1]),
+		(*C.accel_scheduler)(hs[2]), (*C.accel_dataloader)(hs[3])))
 	if err != nil {
 		return err
 	}
-	c.st.mu.Lock()
 	for _, o := range sts {
-		if !o.prepared && o.ctx == c.st {
+		if !o.prepared {
 			o.prepared = true
 			o.pins++
 			c.st.pinned = append(c.st.pinned, o)
 		}
 	}
-	c.st.mu.Unlock()
 	return nil
 }
 
@@ -292,23 +351,23 @@ func (c *Context) Prepare(model *Model, opt *Optimizer, sched *Scheduler, loader
 // int32) class indices [batch] (accel_loss_cross_entropy).
 func (c *Context) CrossEntropy(logits, targets *Tensor) (*Tensor, error) {
 	const op = "accel_loss_cross_entropy"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return nil, err
 	}
-	lh, err := logits.handle(op)
+	defer c.st.unlock()
+	ls, lh, err := logits.acquire(op)
 	if err != nil {
 		return nil, err
 	}
-	th, err := targets.handle(op)
+	defer ls.release()
+	ts, th, err := targets.acquire(op)
 	if err != nil {
 		return nil, err
 	}
+	defer ts.release()
 	var out *C.accel_tensor
 	err = c.err(op, C.accel_loss_cross_entropy(h, lh, th, &out))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(logits)
-	runtime.KeepAlive(targets)
 	if err != nil {
 		return nil, err
 	}
@@ -318,23 +377,23 @@ func (c *Context) CrossEntropy(logits, targets *Tensor) (*Tensor, error) {
 // MSE is the mean squared error of input against a float target of the same shape.
 func (c *Context) MSE(input, target *Tensor) (*Tensor, error) {
 	const op = "accel_loss_mse"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return nil, err
 	}
-	ih, err := input.handle(op)
+	defer c.st.unlock()
+	is, ih, err := input.acquire(op)
 	if err != nil {
 		return nil, err
 	}
-	th, err := target.handle(op)
+	defer is.release()
+	ts, th, err := target.acquire(op)
 	if err != nil {
 		return nil, err
 	}
+	defer ts.release()
 	var out *C.accel_tensor
 	err = c.err(op, C.accel_loss_mse(h, ih, th, &out))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(input)
-	runtime.KeepAlive(target)
 	if err != nil {
 		return nil, err
 	}
@@ -344,30 +403,30 @@ func (c *Context) MSE(input, target *Tensor) (*Tensor, error) {
 // Backward backpropagates a scalar loss (accel_backward).
 func (c *Context) Backward(loss *Tensor) error {
 	const op = "accel_backward"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
-	lh, err := loss.handle(op)
+	defer c.st.unlock()
+	ls, lh, err := loss.acquire(op)
 	if err != nil {
 		return err
 	}
+	defer ls.release()
 	err = c.err(op, C.accel_backward(h, lh))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(loss)
 	return err
 }
 
 // SyncGradients reports whether the next Step is a real optimizer step.
 func (c *Context) SyncGradients() (bool, error) {
 	const op = "accel_sync_gradients"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return false, err
 	}
+	defer c.st.unlock()
 	var out C.int
 	err = c.err(op, C.accel_sync_gradients(h, &out))
-	runtime.KeepAlive(c)
 	return out != 0, err
 }
 
@@ -375,13 +434,13 @@ func (c *Context) SyncGradients() (bool, error) {
 // before clipping (NaN on an accumulation micro-step).
 func (c *Context) ClipGradNorm(maxNorm float64) (float64, error) {
 	const op = "accel_clip_grad_norm"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return 0, err
 	}
+	defer c.st.unlock()
 	var out C.double
 	err = c.err(op, C.accel_clip_grad_norm(h, C.double(maxNorm), &out))
-	runtime.KeepAlive(c)
 	return float64(out), err
 }
 
@@ -398,13 +457,13 @@ type StepResult struct {
 // Step ends a micro-batch (accel_step).
 func (c *Context) Step() (StepResult, error) {
 	const op = "accel_step"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return StepResult{}, err
 	}
+	defer c.st.unlock()
 	var r C.accel_step_result
 	err = c.err(op, C.accel_step(h, &r))
-	runtime.KeepAlive(c)
 	return StepResult{Stepped: r.stepped != 0, Skipped: r.skipped != 0, SyncStep: r.sync_step != 0,
 		LossScale: float64(r.loss_scale), OptimizerSteps: int64(r.optimizer_steps), MicroSteps: int64(r.micro_steps)}, err
 }
@@ -412,26 +471,26 @@ func (c *Context) Step() (StepResult, error) {
 // LossScale returns the current loss scale (1 unless fp16).
 func (c *Context) LossScale() (float64, error) {
 	const op = "accel_loss_scale"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return 0, err
 	}
+	defer c.st.unlock()
 	var out C.double
 	err = c.err(op, C.accel_loss_scale(h, &out))
-	runtime.KeepAlive(c)
 	return float64(out), err
 }
 
 // ---- processes ----
 
 func (c *Context) int32Query(op string, f func(*C.accel_context, *C.int32_t) C.accel_status) (int, error) {
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return 0, err
 	}
+	defer c.st.unlock()
 	var out C.int32_t
 	err = c.err(op, f(h, &out))
-	runtime.KeepAlive(c)
 	return int(out), err
 }
 
@@ -455,54 +514,54 @@ func (c *Context) LocalProcessIndex() (int, error) {
 // IsMainProcess reports whether this is process 0.
 func (c *Context) IsMainProcess() (bool, error) {
 	const op = "accel_is_main_process"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return false, err
 	}
+	defer c.st.unlock()
 	var out C.int
 	err = c.err(op, C.accel_is_main_process(h, &out))
-	runtime.KeepAlive(c)
 	return out != 0, err
 }
 
 // IsLocalMainProcess reports whether this is the main process of its node.
 func (c *Context) IsLocalMainProcess() (bool, error) {
 	const op = "accel_is_local_main_process"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return false, err
 	}
+	defer c.st.unlock()
 	var out C.int
 	err = c.err(op, C.accel_is_local_main_process(h, &out))
-	runtime.KeepAlive(c)
 	return out != 0, err
 }
 
 // Barrier waits until every process has called it (wait_for_everyone).
 func (c *Context) Barrier() error {
 	const op = "accel_barrier"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
+	defer c.st.unlock()
 	err = c.err(op, C.accel_barrier(h))
-	runtime.KeepAlive(c)
 	return err
 }
 
 func (c *Context) tensorOp(op string, t *Tensor, f func(*C.accel_context, *C.accel_tensor, **C.accel_tensor) C.accel_status) (*Tensor, error) {
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return nil, err
 	}
-	th, err := t.handle(op)
+	defer c.st.unlock()
+	ts, th, err := t.acquire(op)
 	if err != nil {
 		return nil, err
 	}
+	defer ts.release()
 	var out *C.accel_tensor
 	err = c.err(op, f(h, th, &out))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(t)
 	if err != nil {
 		return nil, err
 	}
@@ -547,26 +606,29 @@ func (c *Context) PadAcrossProcesses(t *Tensor, dim int, padValue float64, padFi
 // Print writes message and a newline to standard output on the main process only.
 func (c *Context) Print(message string) error {
 	const op = "accel_print"
-	h, err := c.handle(op)
+	cs, err := cString(op, "message", message)
 	if err != nil {
 		return err
 	}
-	cs := C.CString(message)
 	defer C.free(unsafe.Pointer(cs))
+	h, err := c.lock(op)
+	if err != nil {
+		return err
+	}
+	defer c.st.unlock()
 	err = c.err(op, C.accel_print(h, cs))
-	runtime.KeepAlive(c)
 	return err
 }
 
 // SetSeed reseeds the context's generator (plus the process index when perProcess).
 func (c *Context) SetSeed(seed uint64, perProcess bool) error {
 	const op = "accel_set_seed"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
+	defer c.st.unlock()
 	err = c.err(op, C.accel_set_seed(h, C.uint64_t(seed), cbool(perProcess)))
-	runtime.KeepAlive(c)
 	return err
 }
 
@@ -574,17 +636,20 @@ func (c *Context) SetSeed(seed uint64, perProcess bool) error {
 // (accel_sim_charge_compute; a no-op outside it). label may be "".
 func (c *Context) ChargeCompute(seconds float64, label string) error {
 	const op = "accel_sim_charge_compute"
-	h, err := c.handle(op)
+	var cs *C.char
+	if label != "" {
+		var err error
+		if cs, err = cString(op, "label", label); err != nil {
+			return err
+		}
+		defer C.free(unsafe.Pointer(cs))
+	}
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
-	var cs *C.char
-	if label != "" {
-		cs = C.CString(label)
-		defer C.free(unsafe.Pointer(cs))
-	}
+	defer c.st.unlock()
 	err = c.err(op, C.accel_sim_charge_compute(h, C.double(seconds), cs))
-	runtime.KeepAlive(c)
 	return err
 }
 
@@ -593,30 +658,36 @@ func (c *Context) ChargeCompute(seconds float64, label string) error {
 // SetProject sets the project directory SaveState("") and LoadState("") use.
 func (c *Context) SetProject(opts ProjectOptions) error {
 	const op = "accel_set_project"
-	h, err := c.handle(op)
-	if err != nil {
-		return err
-	}
 	var s cstrs
 	defer s.free()
 	co := opts.toC(&s)
+	if s.err != nil {
+		return s.err
+	}
+	h, err := c.lock(op)
+	if err != nil {
+		return err
+	}
+	defer c.st.unlock()
 	err = c.err(op, C.accel_set_project(h, &co))
-	runtime.KeepAlive(c)
 	return err
 }
 
 func (c *Context) dirOp(op, dir string, f func(*C.accel_context, *C.char) C.accel_status) error {
-	h, err := c.handle(op)
+	var cs *C.char // "" -> NULL: the project's checkpoint
+	if dir != "" {
+		var err error
+		if cs, err = cString(op, "dir", dir); err != nil {
+			return err
+		}
+		defer C.free(unsafe.Pointer(cs))
+	}
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
-	var cs *C.char // "" -> NULL: the project's checkpoint
-	if dir != "" {
-		cs = C.CString(dir)
-		defer C.free(unsafe.Pointer(cs))
-	}
+	defer c.st.unlock()
 	err = c.err(op, f(h, cs))
-	runtime.KeepAlive(c)
 	return err
 }
 
@@ -634,13 +705,13 @@ func (c *Context) LoadState(dir string) error {
 // LastCheckpoint is the directory of the last successful SaveState or LoadState ("" before).
 func (c *Context) LastCheckpoint() (string, error) {
 	const op = "accel_last_checkpoint"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return "", err
 	}
+	defer c.st.unlock()
 	var out *C.char
 	err = c.err(op, C.accel_last_checkpoint(h, &out))
 	s := goStr(out)
-	runtime.KeepAlive(c)
 	return s, err
 }

@@ -28,19 +28,27 @@ type Error struct {
 	Message string
 	Op      string
 
-	sentinel bool // a package-level ErrXxx value: matches any *Error of its status
-	closed   bool // use of a closed object (ErrClosed)
+	sentinel bool  // a package-level ErrXxx value: matches any *Error of its status
+	closed   bool  // use of a closed object (ErrClosed)
+	cause    error // a Go error this one stands for (a rank function's plain error)
 }
 
-func (e *Error) Error() string {
+// Unwrap returns the Go error an *Error stands for, if any (SimRun's RankError wraps a
+// rank function's plain error in an *Error with StatusInternal, which unwraps to it).
+func (e *Error) Unwrap() error { return e.cause }
+
+func (e *Error) Error() string { return "accel: " + e.text() }
+
+// text is the error without the "accel: " prefix: "message (STATUS)".
+func (e *Error) text() string {
 	msg := e.Message
 	if msg == "" {
 		msg = e.Op
 	}
 	if msg == "" {
-		return "accel: " + e.Status.String()
+		return e.Status.String()
 	}
-	return fmt.Sprintf("accel: %s (%s)", msg, e.Status.String())
+	return msg + " (" + e.Status.String() + ")"
 }
 
 // Is makes errors.Is(err, accel.ErrInvalidArgument) (or any other sentinel) true for
@@ -86,13 +94,24 @@ func errArg(op, format string, args ...interface{}) error {
 }
 
 // RankError is what SimRun returns when a rank failed: the first failing rank and its
-// *Error (errors.As(err, &e) with var e *accel.Error gives its status and message).
+// error: the error its function returned (errors.Is/As see through it: errors.As(err, &e)
+// with var e *accel.Error gives the status and the library's message), an *Error with
+// StatusInternal for a panic, or the library's *Error for a failure it decided.
 type RankError struct {
 	Rank int
 	Err  error
 }
 
-func (e *RankError) Error() string { return fmt.Sprintf("accel: rank %d failed: %v", e.Rank, e.Err) }
+// Error reads "accel: rank R failed: MESSAGE (STATUS)" (the prefix once).
+func (e *RankError) Error() string {
+	inner := "<nil>"
+	if ae, ok := e.Err.(*Error); ok {
+		inner = ae.text()
+	} else if e.Err != nil {
+		inner = e.Err.Error()
+	}
+	return fmt.Sprintf("accel: rank %d failed: %s", e.Rank, inner)
+}
 
-// Unwrap returns the rank's *Error.
+// Unwrap returns the rank's error.
 func (e *RankError) Unwrap() error { return e.Err }

@@ -3,18 +3,27 @@ package accel
 /*
 #include "shim.h"
 
-static ag_res ag_lm_options_init(accel_lm_options *o) { return ag_fail(accel_lm_options_init(o, ACCEL_LM_OPTIONS_VERSION)); }
-static ag_res ag_generate_options_init(accel_generate_options *o) { return ag_fail(accel_generate_options_init(o, ACCEL_GENERATE_OPTIONS_VERSION)); }
-static ag_res ag_adafactor_options_init(accel_adafactor_options *o) { return ag_fail(accel_adafactor_options_init(o, ACCEL_ADAFACTOR_OPTIONS_VERSION)); }
-static ag_res ag_lora_options_init(accel_lora_options *o) { return ag_fail(accel_lora_options_init(o, ACCEL_LORA_OPTIONS_VERSION)); }
-static ag_res ag_lm_data_options_init(accel_lm_data_options *o) { return ag_fail(accel_lm_data_options_init(o, ACCEL_LM_DATA_OPTIONS_VERSION)); }
+static void ag_lm_options_init(accel_lm_options *o) {
+    if (accel_lm_options_init(o, ACCEL_LM_OPTIONS_VERSION) != ACCEL_OK) { accel_lm_options d = ACCEL_LM_OPTIONS_INIT; *o = d; }
+}
+static void ag_generate_options_init(accel_generate_options *o) {
+    if (accel_generate_options_init(o, ACCEL_GENERATE_OPTIONS_VERSION) != ACCEL_OK) { accel_generate_options d = ACCEL_GENERATE_OPTIONS_INIT; *o = d; }
+}
+static void ag_adafactor_options_init(accel_adafactor_options *o) {
+    if (accel_adafactor_options_init(o, ACCEL_ADAFACTOR_OPTIONS_VERSION) != ACCEL_OK) { accel_adafactor_options d = ACCEL_ADAFACTOR_OPTIONS_INIT; *o = d; }
+}
+static void ag_lora_options_init(accel_lora_options *o) {
+    if (accel_lora_options_init(o, ACCEL_LORA_OPTIONS_VERSION) != ACCEL_OK) { accel_lora_options d = ACCEL_LORA_OPTIONS_INIT; *o = d; }
+}
+static void ag_lm_data_options_init(accel_lm_data_options *o) {
+    if (accel_lm_data_options_init(o, ACCEL_LM_DATA_OPTIONS_VERSION) != ACCEL_OK) { accel_lm_data_options d = ACCEL_LM_DATA_OPTIONS_INIT; *o = d; }
+}
 static ag_res ag_token_file_write(const char *p, const accel_tensor *t, int32_t w) { return ag_fail(accel_token_file_write(p, t, w)); }
 static ag_res ag_token_file_read(const char *p, accel_tensor **out) { return ag_fail(accel_token_file_read(p, out)); }
 */
 import "C"
 
 import (
-	"runtime"
 	"strings"
 	"unsafe"
 )
@@ -30,13 +39,13 @@ type LMOptions struct {
 // DefaultLMOptions returns the library's defaults.
 func DefaultLMOptions() LMOptions {
 	var c C.accel_lm_options
-	mustInit("accel_lm_options_init", C.ag_lm_options_init(&c))
+	C.ag_lm_options_init(&c)
 	return LMOptions{DType: DType(c.dtype), GradientCheckpointing: c.gradient_checkpointing != 0}
 }
 
 func (o *LMOptions) toC() C.accel_lm_options {
 	var c C.accel_lm_options
-	mustInit("accel_lm_options_init", C.ag_lm_options_init(&c))
+	C.ag_lm_options_init(&c)
 	if o == nil {
 		return c
 	}
@@ -60,39 +69,35 @@ func (c *Context) NewLM(config string, opts *LMOptions) (*Model, error) {
 }
 
 func (c *Context) newLM(op, path string, opts *LMOptions, pretrained bool) (*Model, error) {
-	h, err := c.handle(op)
+	cs, err := cString(op, "path", path)
 	if err != nil {
 		return nil, err
 	}
-	co := opts.toC()
-	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
+	h, err := c.lock(op)
+	if err != nil {
+		return nil, err
+	}
+	defer c.st.unlock()
+	co := opts.toC()
 	var out *C.accel_model
 	if pretrained {
 		err = c.err(op, C.accel_model_load_pretrained(h, cs, &co, &out))
 	} else {
 		err = c.err(op, C.accel_model_create_lm(h, cs, &co, &out))
 	}
-	runtime.KeepAlive(c)
 	if err != nil {
 		return nil, err
 	}
-	return c.wrapModel(out), nil
+	return c.st.wrapModel(out), nil
 }
 
 // SavePretrained writes a causal LM as a Hugging Face directory (config.json,
 // model.safetensors) that transformers loads (accel_save_pretrained; every process calls it).
 func (m *Model) SavePretrained(dir string) error {
-	const op = "accel_save_pretrained"
-	h, err := m.handle(op)
-	if err != nil {
-		return err
-	}
-	cs := C.CString(dir)
-	defer C.free(unsafe.Pointer(cs))
-	err = m.ctx.err(op, C.accel_save_pretrained(m.ctx.st.h, h, cs))
-	runtime.KeepAlive(m)
-	return err
+	return m.pathOp("accel_save_pretrained", "dir", dir, func(c *C.accel_context, h *C.accel_model, p *C.char) C.accel_status {
+		return C.accel_save_pretrained(c, h, p)
+	})
 }
 
 // GenerateOptions says how a causal LM continues prompts (accel_generate_options).
@@ -108,7 +113,7 @@ type GenerateOptions struct {
 // DefaultGenerateOptions returns the library's defaults (32 greedy tokens, the KV cache).
 func DefaultGenerateOptions() GenerateOptions {
 	var c C.accel_generate_options
-	mustInit("accel_generate_options_init", C.ag_generate_options_init(&c))
+	C.ag_generate_options_init(&c)
 	return GenerateOptions{int64(c.max_new_tokens), float64(c.temperature), int64(c.top_k), int64(c.eos_token_id),
 		uint64(c.seed), c.use_cache != 0}
 }
@@ -118,27 +123,28 @@ func DefaultGenerateOptions() GenerateOptions {
 // SetTraining(false) first (dropout).
 func (m *Model) Generate(inputIDs *Tensor, opts *GenerateOptions) (*Tensor, error) {
 	const op = "accel_lm_generate"
-	h, err := m.handle(op)
-	if err != nil {
-		return nil, err
-	}
 	if inputIDs == nil {
 		return nil, errArg(op, "inputIDs is nil")
 	}
-	ih, err := inputIDs.handle(op)
+	h, err := m.lock(op)
 	if err != nil {
 		return nil, err
 	}
+	ctx := m.o.ctx
+	defer ctx.unlock()
+	is, ih, err := inputIDs.acquire(op)
+	if err != nil {
+		return nil, err
+	}
+	defer is.release()
 	var c C.accel_generate_options
-	mustInit("accel_generate_options_init", C.ag_generate_options_init(&c))
+	C.ag_generate_options_init(&c)
 	if opts != nil {
 		c.max_new_tokens, c.temperature, c.top_k = C.int64_t(opts.MaxNewTokens), C.double(opts.Temperature), C.int64_t(opts.TopK)
 		c.eos_token_id, c.seed, c.use_cache = C.int64_t(opts.EOSTokenID), C.uint64_t(opts.Seed), cbool(opts.UseCache)
 	}
 	var out *C.accel_tensor
-	err = m.ctx.err(op, C.accel_lm_generate(m.ctx.st.h, h, ih, &c, &out))
-	runtime.KeepAlive(m)
-	runtime.KeepAlive(inputIDs)
+	err = ctx.err(op, C.accel_lm_generate(ctx.h, h, ih, &c, &out))
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +163,7 @@ type LoRAOptions struct {
 // DefaultLoRAOptions returns the library's defaults (r 8, alpha 8).
 func DefaultLoRAOptions() LoRAOptions {
 	var c C.accel_lora_options
-	mustInit("accel_lora_options_init", C.ag_lora_options_init(&c))
+	C.ag_lora_options_init(&c)
 	return LoRAOptions{R: int32(c.r), Alpha: float64(c.alpha), Dropout: float64(c.dropout), UseRSLoRA: c.use_rslora != 0}
 }
 
@@ -165,12 +171,19 @@ func DefaultLoRAOptions() LoRAOptions {
 // parameters become the adapters. Call it before NewAdamW/NewSGD and before Prepare.
 func (m *Model) AddLoRA(opts LoRAOptions) error {
 	const op = "accel_model_add_lora"
-	h, err := m.handle(op)
+	for _, t := range opts.TargetModules {
+		if err := checkNUL(op, "TargetModules", t); err != nil {
+			return err
+		}
+	}
+	h, err := m.lock(op)
 	if err != nil {
 		return err
 	}
+	ctx := m.o.ctx
+	defer ctx.unlock()
 	var c C.accel_lora_options
-	mustInit("accel_lora_options_init", C.ag_lora_options_init(&c))
+	C.ag_lora_options_init(&c)
 	c.r = C.int32_t(opts.R)
 	c.alpha = C.double(opts.Alpha)
 	c.dropout = C.double(opts.Dropout)
@@ -180,39 +193,23 @@ func (m *Model) AddLoRA(opts LoRAOptions) error {
 		defer C.free(unsafe.Pointer(cs))
 		c.target_modules = cs
 	}
-	err = m.ctx.err(op, C.accel_model_add_lora(m.ctx.st.h, h, &c))
-	runtime.KeepAlive(m)
-	return err
+	return ctx.err(op, C.accel_model_add_lora(ctx.h, h, &c))
 }
 
 // LoadAdapter loads a PEFT LoRA adapter directory onto this base model
 // (accel_model_load_adapter), as peft.PeftModel.from_pretrained(base, dir).
 func (m *Model) LoadAdapter(dir string) error {
-	const op = "accel_model_load_adapter"
-	h, err := m.handle(op)
-	if err != nil {
-		return err
-	}
-	cs := C.CString(dir)
-	defer C.free(unsafe.Pointer(cs))
-	err = m.ctx.err(op, C.accel_model_load_adapter(m.ctx.st.h, h, cs))
-	runtime.KeepAlive(m)
-	return err
+	return m.pathOp("accel_model_load_adapter", "dir", dir, func(c *C.accel_context, h *C.accel_model, p *C.char) C.accel_status {
+		return C.accel_model_load_adapter(c, h, p)
+	})
 }
 
 // SaveAdapter writes the adapters as a PEFT adapter directory (accel_save_adapter; every
 // process calls it).
 func (m *Model) SaveAdapter(dir string) error {
-	const op = "accel_save_adapter"
-	h, err := m.handle(op)
-	if err != nil {
-		return err
-	}
-	cs := C.CString(dir)
-	defer C.free(unsafe.Pointer(cs))
-	err = m.ctx.err(op, C.accel_save_adapter(m.ctx.st.h, h, cs))
-	runtime.KeepAlive(m)
-	return err
+	return m.pathOp("accel_save_adapter", "dir", dir, func(c *C.accel_context, h *C.accel_model, p *C.char) C.accel_status {
+		return C.accel_save_adapter(c, h, p)
+	})
 }
 
 // CausalLMOutput is what LMForward returns (transformers' CausalLMOutput fields).
@@ -229,36 +226,37 @@ type CausalLMOutput struct {
 func (m *Model) LMForward(inputIDs, mask, labels *Tensor) (CausalLMOutput, error) {
 	const op = "accel_lm_forward"
 	var res CausalLMOutput
-	h, err := m.handle(op)
-	if err != nil {
-		return res, err
-	}
 	if inputIDs == nil {
 		return res, errArg(op, "inputIDs is nil")
 	}
-	ih, err := inputIDs.handle(op)
+	h, err := m.lock(op)
 	if err != nil {
 		return res, err
 	}
-	mh, err := mask.handle(op)
+	ctx := m.o.ctx
+	defer ctx.unlock()
+	is, ih, err := inputIDs.acquire(op)
 	if err != nil {
 		return res, err
 	}
-	lh, err := labels.handle(op)
+	defer is.release()
+	ms, mh, err := mask.acquire(op)
 	if err != nil {
 		return res, err
 	}
+	defer ms.release()
+	ls, lh, err := labels.acquire(op)
+	if err != nil {
+		return res, err
+	}
+	defer ls.release()
 	var logits, loss *C.accel_tensor
 	var tokens C.int64_t
 	if labels != nil {
-		err = m.ctx.err(op, C.accel_lm_forward(m.ctx.st.h, h, ih, mh, lh, &logits, &loss, &tokens))
+		err = ctx.err(op, C.accel_lm_forward(ctx.h, h, ih, mh, lh, &logits, &loss, &tokens))
 	} else {
-		err = m.ctx.err(op, C.accel_lm_forward(m.ctx.st.h, h, ih, mh, lh, &logits, nil, nil))
+		err = ctx.err(op, C.accel_lm_forward(ctx.h, h, ih, mh, lh, &logits, nil, nil))
 	}
-	runtime.KeepAlive(m)
-	runtime.KeepAlive(inputIDs)
-	runtime.KeepAlive(mask)
-	runtime.KeepAlive(labels)
 	if err != nil {
 		return res, err
 	}
@@ -277,21 +275,26 @@ func WriteTokenFile(path string, tokens *Tensor, tokenBytes int) error {
 	if tokens == nil {
 		return errArg(op, "tokens is nil")
 	}
-	th, err := tokens.handle(op)
+	cs, err := cString(op, "path", path)
 	if err != nil {
 		return err
 	}
-	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
-	err = resErr(op, C.ag_token_file_write(cs, th, C.int32_t(tokenBytes)))
-	runtime.KeepAlive(tokens)
-	return err
+	ts, th, err := tokens.acquire(op)
+	if err != nil {
+		return err
+	}
+	defer ts.release()
+	return resErr(op, C.ag_token_file_write(cs, th, C.int32_t(tokenBytes)))
 }
 
 // ReadTokenFile reads a packed token file into an int64 tensor [count] (accel_token_file_read).
 func ReadTokenFile(path string) (*Tensor, error) {
 	const op = "accel_token_file_read"
-	cs := C.CString(path)
+	cs, err := cString(op, "path", path)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(cs))
 	var out *C.accel_tensor
 	if err := resErr(op, C.ag_token_file_read(cs, &out)); err != nil {
@@ -312,14 +315,14 @@ type LMDataOptions struct {
 // DefaultLMDataOptions returns the library's defaults.
 func DefaultLMDataOptions() LMDataOptions {
 	var c C.accel_lm_data_options
-	mustInit("accel_lm_data_options_init", C.ag_lm_data_options_init(&c))
+	C.ag_lm_data_options_init(&c)
 	return LMDataOptions{BlockSize: int64(c.block_size), MaxLength: int64(c.max_length), PadID: int64(c.pad_id),
 		PadToMultipleOf: int64(c.pad_to_multiple_of), GroupByLength: c.group_by_length != 0}
 }
 
 func (o *LMDataOptions) toC() C.accel_lm_data_options {
 	var c C.accel_lm_data_options
-	mustInit("accel_lm_data_options_init", C.ag_lm_data_options_init(&c))
+	C.ag_lm_data_options_init(&c)
 	c.block_size = C.int64_t(o.BlockSize)
 	c.max_length = C.int64_t(o.MaxLength)
 	c.pad_id = C.int64_t(o.PadID)
@@ -334,32 +337,32 @@ func (o *LMDataOptions) toC() C.accel_lm_data_options {
 // labels), labels -100 at padding: pass both to LMForward (no mask needed).
 func (c *Context) NewLMDataLoader(tokens, offsets *Tensor, lm LMDataOptions, opts DataLoaderOptions) (*DataLoader, error) {
 	const op = "accel_lm_dataloader_create"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return nil, err
 	}
+	defer c.st.unlock()
 	if tokens == nil {
 		return nil, errArg(op, "tokens is nil")
 	}
-	th, err := tokens.handle(op)
+	ts, th, err := tokens.acquire(op)
 	if err != nil {
 		return nil, err
 	}
-	oh, err := offsets.handle(op)
+	defer ts.release()
+	ofs, oh, err := offsets.acquire(op)
 	if err != nil {
 		return nil, err
 	}
+	defer ofs.release()
 	cl := lm.toC()
 	co := opts.toC()
 	var out *C.accel_dataloader
 	err = c.err(op, C.accel_lm_dataloader_create(h, th, oh, &cl, &co, &out))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(tokens)
-	runtime.KeepAlive(offsets)
 	if err != nil {
 		return nil, err
 	}
-	return c.wrapLoader(out), nil
+	return c.st.wrapLoader(out), nil
 }
 
 // ---- Adafactor ----
@@ -374,7 +377,7 @@ type AdafactorOptions struct {
 // DefaultAdafactorOptions returns the library's defaults (transformers' Adafactor defaults).
 func DefaultAdafactorOptions() AdafactorOptions {
 	var c C.accel_adafactor_options
-	mustInit("accel_adafactor_options_init", C.ag_adafactor_options_init(&c))
+	C.ag_adafactor_options_init(&c)
 	return AdafactorOptions{float64(c.lr), float64(c.eps1), float64(c.eps2), float64(c.clip_threshold),
 		float64(c.decay_rate), float64(c.beta1), float64(c.weight_decay), c.scale_parameter != 0,
 		c.relative_step != 0, c.warmup_init != 0}
@@ -388,7 +391,7 @@ func (c *Context) NewAdafactor(model *Model, opts *AdafactorOptions) (*Optimizer
 			return C.accel_optimizer_create_adafactor(h, m, nil, out)
 		}
 		var co C.accel_adafactor_options
-		mustInit("accel_adafactor_options_init", C.ag_adafactor_options_init(&co))
+		C.ag_adafactor_options_init(&co)
 		co.lr, co.eps1, co.eps2 = C.double(opts.LR), C.double(opts.Eps1), C.double(opts.Eps2)
 		co.clip_threshold, co.decay_rate = C.double(opts.ClipThreshold), C.double(opts.DecayRate)
 		co.beta1, co.weight_decay = C.double(opts.Beta1), C.double(opts.WeightDecay)

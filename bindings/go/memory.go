@@ -3,7 +3,9 @@ package accel
 /*
 #include "shim.h"
 
-static ag_res ag_memory_estimate_options_init(accel_memory_estimate_options *o) { return ag_fail(accel_memory_estimate_options_init(o, ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION)); }
+static void ag_memory_estimate_options_init(accel_memory_estimate_options *o) {
+    if (accel_memory_estimate_options_init(o, ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION) != ACCEL_OK) { accel_memory_estimate_options d = ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT; *o = d; }
+}
 static ag_res ag_estimate_memory(const char *m, const accel_memory_estimate_options *o, accel_memory_estimate *out) { return ag_fail(accel_estimate_memory(m, o, out)); }
 */
 import "C"
@@ -57,7 +59,7 @@ type MemoryEstimateOptions struct {
 // micro-batch 1).
 func DefaultMemoryEstimateOptions() MemoryEstimateOptions {
 	var c C.accel_memory_estimate_options
-	mustInit("accel_memory_estimate_options_init", C.ag_memory_estimate_options_init(&c))
+	C.ag_memory_estimate_options_init(&c)
 	return MemoryEstimateOptions{MixedPrecision: Precision(c.mixed_precision), WeightsDType: DType(c.weights_dtype),
 		Optimizer: OptimizerKind(c.optimizer), Strategy: Strategy(c.strategy), WorldSize: int32(c.world_size),
 		MicroBatch: int64(c.micro_batch), SeqLen: int64(c.seq_len), GradientCheckpointing: c.gradient_checkpointing != 0,
@@ -67,7 +69,7 @@ func DefaultMemoryEstimateOptions() MemoryEstimateOptions {
 // toC fills a C struct; the LoRA targets are copied to C memory, which s holds until free.
 func (o *MemoryEstimateOptions) toC(s *cstrs) C.accel_memory_estimate_options {
 	var c C.accel_memory_estimate_options
-	mustInit("accel_memory_estimate_options_init", C.ag_memory_estimate_options_init(&c))
+	C.ag_memory_estimate_options_init(&c)
 	c.mixed_precision = C.accel_precision(o.MixedPrecision)
 	c.weights_dtype = C.accel_dtype(o.WeightsDType)
 	c.optimizer = C.accel_optimizer_kind(o.Optimizer)
@@ -77,7 +79,7 @@ func (o *MemoryEstimateOptions) toC(s *cstrs) C.accel_memory_estimate_options {
 	c.seq_len = C.int64_t(o.SeqLen)
 	c.gradient_checkpointing = cbool(o.GradientCheckpointing)
 	c.lora_rank = C.int32_t(o.LoRARank)
-	c.lora_target_modules = s.str(strings.Join(o.LoRATargetModules, ","))
+	c.lora_target_modules = s.str("accel_estimate_memory", "LoRATargetModules", strings.Join(o.LoRATargetModules, ","))
 	c.attention = C.int32_t(o.Attention)
 	return c
 }
@@ -115,9 +117,12 @@ func EstimateMemory(model string, opts *MemoryEstimateOptions) (MemoryEstimate, 
 	defer s.free()
 	var c C.accel_memory_estimate_options
 	if opts == nil {
-		mustInit("accel_memory_estimate_options_init", C.ag_memory_estimate_options_init(&c))
+		C.ag_memory_estimate_options_init(&c)
 	} else {
 		c = opts.toC(&s)
+		if s.err != nil {
+			return MemoryEstimate{}, s.err
+		}
 	}
 	cm := C.CString(model)
 	defer C.free(unsafe.Pointer(cm))

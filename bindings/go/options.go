@@ -3,31 +3,44 @@ package accel
 /*
 #include "shim.h"
 
-static ag_res ag_options_init(accel_options *o) { return ag_fail(accel_options_init(o, ACCEL_OPTIONS_VERSION)); }
-static ag_res ag_mlp_options_init(accel_mlp_options *o) { return ag_fail(accel_mlp_options_init(o, ACCEL_MLP_OPTIONS_VERSION)); }
-static ag_res ag_sgd_options_init(accel_sgd_options *o) { return ag_fail(accel_sgd_options_init(o, ACCEL_SGD_OPTIONS_VERSION)); }
-static ag_res ag_adamw_options_init(accel_adamw_options *o) { return ag_fail(accel_adamw_options_init(o, ACCEL_ADAMW_OPTIONS_VERSION)); }
-static ag_res ag_lamb_options_init(accel_lamb_options *o) { return ag_fail(accel_lamb_options_init(o, ACCEL_LAMB_OPTIONS_VERSION)); }
-static ag_res ag_scheduler_options_init(accel_scheduler_options *o) { return ag_fail(accel_scheduler_options_init(o, ACCEL_SCHEDULER_OPTIONS_VERSION)); }
-static ag_res ag_dataloader_options_init(accel_dataloader_options *o) { return ag_fail(accel_dataloader_options_init(o, ACCEL_DATALOADER_OPTIONS_VERSION)); }
-static ag_res ag_sim_options_init(accel_sim_options *o) { return ag_fail(accel_sim_options_init(o, ACCEL_SIM_OPTIONS_VERSION)); }
-static ag_res ag_project_options_init(accel_project_options *o) { return ag_fail(accel_project_options_init(o, ACCEL_PROJECT_OPTIONS_VERSION)); }*/
+static void ag_options_init(accel_options *o) {
+    if (accel_options_init(o, ACCEL_OPTIONS_VERSION) != ACCEL_OK) { accel_options d = ACCEL_OPTIONS_INIT; *o = d; }
+}
+static void ag_mlp_options_init(accel_mlp_options *o) {
+    if (accel_mlp_options_init(o, ACCEL_MLP_OPTIONS_VERSION) != ACCEL_OK) { accel_mlp_options d = ACCEL_MLP_OPTIONS_INIT; *o = d; }
+}
+static void ag_sgd_options_init(accel_sgd_options *o) {
+    if (accel_sgd_options_init(o, ACCEL_SGD_OPTIONS_VERSION) != ACCEL_OK) { accel_sgd_options d = ACCEL_SGD_OPTIONS_INIT; *o = d; }
+}
+static void ag_adamw_options_init(accel_adamw_options *o) {
+    if (accel_adamw_options_init(o, ACCEL_ADAMW_OPTIONS_VERSION) != ACCEL_OK) { accel_adamw_options d = ACCEL_ADAMW_OPTIONS_INIT; *o = d; }
+}
+static void ag_lamb_options_init(accel_lamb_options *o) {
+    if (accel_lamb_options_init(o, ACCEL_LAMB_OPTIONS_VERSION) != ACCEL_OK) { accel_lamb_options d = ACCEL_LAMB_OPTIONS_INIT; *o = d; }
+}
+static void ag_scheduler_options_init(accel_scheduler_options *o) {
+    if (accel_scheduler_options_init(o, ACCEL_SCHEDULER_OPTIONS_VERSION) != ACCEL_OK) { accel_scheduler_options d = ACCEL_SCHEDULER_OPTIONS_INIT; *o = d; }
+}
+static void ag_dataloader_options_init(accel_dataloader_options *o) {
+    if (accel_dataloader_options_init(o, ACCEL_DATALOADER_OPTIONS_VERSION) != ACCEL_OK) { accel_dataloader_options d = ACCEL_DATALOADER_OPTIONS_INIT; *o = d; }
+}
+static void ag_sim_options_init(accel_sim_options *o) {
+    if (accel_sim_options_init(o, ACCEL_SIM_OPTIONS_VERSION) != ACCEL_OK) { accel_sim_options d = ACCEL_SIM_OPTIONS_INIT; *o = d; }
+}
+static void ag_project_options_init(accel_project_options *o) {
+    if (accel_project_options_init(o, ACCEL_PROJECT_OPTIONS_VERSION) != ACCEL_OK) { accel_project_options d = ACCEL_PROJECT_OPTIONS_INIT; *o = d; }
+}*/
 import "C"
 
 import (
 	"unsafe"
 )
 
-func mustInit(op string, r C.ag_res) {
-	if err := resErr(op, r); err != nil {
-		// Only a library that does not know this header's options versions fails here: an
-		// older or newer major version says so first, with the versions.
-		if verr := libCheck(); verr != nil {
-			panic(verr)
-		}
-		panic(err)
-	}
-}
+// The ag_*_options_init wrappers above fill a struct with the loaded library's defaults
+// for the header's version (accel_*_options_init), or, should the library not know that
+// version (an older minor release), with the header's own ACCEL_*_OPTIONS_INIT defaults:
+// the DefaultXxx functions never fail (and never panic); a library that does not know the
+// version refuses the struct, with its message, where it is used.
 
 // Options configures a Context (accel_options). Start from DefaultOptions(): the zero
 // value is not the defaults (a zero GradientAccumulationSteps is refused).
@@ -51,7 +64,7 @@ type Options struct {
 // DefaultOptions returns the library's defaults (accel_options_init).
 func DefaultOptions() Options {
 	var c C.accel_options
-	mustInit("accel_options_init", C.ag_options_init(&c))
+	C.ag_options_init(&c)
 	return Options{
 		MixedPrecision: Precision(c.mixed_precision), GradientAccumulationSteps: int32(c.gradient_accumulation_steps),
 		Seed: uint64(c.seed), Device: Device(c.device), DeviceIndex: int32(c.device_index),
@@ -64,7 +77,7 @@ func DefaultOptions() Options {
 
 func (o *Options) toC() C.accel_options {
 	var c C.accel_options
-	mustInit("accel_options_init", C.ag_options_init(&c))
+	C.ag_options_init(&c)
 	c.mixed_precision = C.accel_precision(o.MixedPrecision)
 	c.gradient_accumulation_steps = C.int32_t(o.GradientAccumulationSteps)
 	c.seed = C.uint64_t(o.Seed)
@@ -93,7 +106,7 @@ type MLPOptions struct {
 // DefaultMLPOptions returns the library's defaults with the given layer sizes.
 func DefaultMLPOptions(layerSizes ...int64) MLPOptions {
 	var c C.accel_mlp_options
-	mustInit("accel_mlp_options_init", C.ag_mlp_options_init(&c))
+	C.ag_mlp_options_init(&c)
 	return MLPOptions{LayerSizes: append([]int64(nil), layerSizes...), Activation: Activation(c.activation),
 		Dropout: float64(c.dropout), Bias: c.bias != 0}
 }
@@ -102,7 +115,7 @@ func DefaultMLPOptions(layerSizes ...int64) MLPOptions {
 // in memory passed to C). The caller calls the returned free function.
 func (o *MLPOptions) toC() (C.accel_mlp_options, func()) {
 	var c C.accel_mlp_options
-	mustInit("accel_mlp_options_init", C.ag_mlp_options_init(&c))
+	C.ag_mlp_options_init(&c)
 	var sizes *C.int64_t
 	if n := len(o.LayerSizes); n > 0 {
 		sizes = (*C.int64_t)(C.malloc(C.size_t(n) * 8))
@@ -129,14 +142,14 @@ type SGDOptions struct {
 // DefaultSGDOptions returns the library's defaults (lr 0.01).
 func DefaultSGDOptions() SGDOptions {
 	var c C.accel_sgd_options
-	mustInit("accel_sgd_options_init", C.ag_sgd_options_init(&c))
+	C.ag_sgd_options_init(&c)
 	return SGDOptions{LR: float64(c.lr), Momentum: float64(c.momentum), Dampening: float64(c.dampening),
 		WeightDecay: float64(c.weight_decay), Nesterov: c.nesterov != 0}
 }
 
 func (o *SGDOptions) toC() C.accel_sgd_options {
 	var c C.accel_sgd_options
-	mustInit("accel_sgd_options_init", C.ag_sgd_options_init(&c))
+	C.ag_sgd_options_init(&c)
 	c.lr, c.momentum, c.dampening, c.weight_decay = C.double(o.LR), C.double(o.Momentum), C.double(o.Dampening), C.double(o.WeightDecay)
 	c.nesterov = C.int32_t(cbool(o.Nesterov))
 	return c
@@ -148,13 +161,13 @@ type AdamWOptions struct{ LR, Beta1, Beta2, Eps, WeightDecay float64 }
 // DefaultAdamWOptions returns the library's defaults (lr 1e-3, weight decay 0.01).
 func DefaultAdamWOptions() AdamWOptions {
 	var c C.accel_adamw_options
-	mustInit("accel_adamw_options_init", C.ag_adamw_options_init(&c))
+	C.ag_adamw_options_init(&c)
 	return AdamWOptions{float64(c.lr), float64(c.beta1), float64(c.beta2), float64(c.eps), float64(c.weight_decay)}
 }
 
 func (o *AdamWOptions) toC() C.accel_adamw_options {
 	var c C.accel_adamw_options
-	mustInit("accel_adamw_options_init", C.ag_adamw_options_init(&c))
+	C.ag_adamw_options_init(&c)
 	c.lr, c.beta1, c.beta2, c.eps, c.weight_decay = C.double(o.LR), C.double(o.Beta1), C.double(o.Beta2), C.double(o.Eps), C.double(o.WeightDecay)
 	return c
 }
@@ -165,13 +178,13 @@ type LAMBOptions struct{ LR, Beta1, Beta2, Eps, WeightDecay float64 }
 // DefaultLAMBOptions returns the library's defaults (lr 1e-3, eps 1e-6).
 func DefaultLAMBOptions() LAMBOptions {
 	var c C.accel_lamb_options
-	mustInit("accel_lamb_options_init", C.ag_lamb_options_init(&c))
+	C.ag_lamb_options_init(&c)
 	return LAMBOptions{float64(c.lr), float64(c.beta1), float64(c.beta2), float64(c.eps), float64(c.weight_decay)}
 }
 
 func (o *LAMBOptions) toC() C.accel_lamb_options {
 	var c C.accel_lamb_options
-	mustInit("accel_lamb_options_init", C.ag_lamb_options_init(&c))
+	C.ag_lamb_options_init(&c)
 	c.lr, c.beta1, c.beta2, c.eps, c.weight_decay = C.double(o.LR), C.double(o.Beta1), C.double(o.Beta2), C.double(o.Eps), C.double(o.WeightDecay)
 	return c
 }
@@ -187,13 +200,13 @@ type SchedulerOptions struct {
 // DefaultSchedulerOptions returns the library's defaults (constant, no warm-up).
 func DefaultSchedulerOptions() SchedulerOptions {
 	var c C.accel_scheduler_options
-	mustInit("accel_scheduler_options_init", C.ag_scheduler_options_init(&c))
+	C.ag_scheduler_options_init(&c)
 	return SchedulerOptions{Schedule(c.kind), int64(c.warmup_steps), int64(c.total_steps), float64(c.min_lr_ratio)}
 }
 
 func (o *SchedulerOptions) toC() C.accel_scheduler_options {
 	var c C.accel_scheduler_options
-	mustInit("accel_scheduler_options_init", C.ag_scheduler_options_init(&c))
+	C.ag_scheduler_options_init(&c)
 	c.kind = C.accel_schedule(o.Kind)
 	c.warmup_steps, c.total_steps = C.int64_t(o.WarmupSteps), C.int64_t(o.TotalSteps)
 	c.min_lr_ratio = C.double(o.MinLRRatio)
@@ -216,7 +229,7 @@ type DataLoaderOptions struct {
 // DefaultDataLoaderOptions returns the library's defaults (batch 1, even batches).
 func DefaultDataLoaderOptions() DataLoaderOptions {
 	var c C.accel_dataloader_options
-	mustInit("accel_dataloader_options_init", C.ag_dataloader_options_init(&c))
+	C.ag_dataloader_options_init(&c)
 	return DataLoaderOptions{BatchSize: int64(c.batch_size), Shuffle: c.shuffle != 0, Seed: uint64(c.seed),
 		DropLast: c.drop_last != 0, EvenBatches: c.even_batches != 0, SplitBatches: c.split_batches != 0,
 		Iterable: c.iterable != 0}
@@ -224,7 +237,7 @@ func DefaultDataLoaderOptions() DataLoaderOptions {
 
 func (o *DataLoaderOptions) toC() C.accel_dataloader_options {
 	var c C.accel_dataloader_options
-	mustInit("accel_dataloader_options_init", C.ag_dataloader_options_init(&c))
+	C.ag_dataloader_options_init(&c)
 	c.batch_size = C.int64_t(o.BatchSize)
 	c.shuffle = C.int32_t(cbool(o.Shuffle))
 	c.seed = C.uint64_t(o.Seed)
@@ -257,40 +270,22 @@ func goStr(p *C.char) string {
 // DefaultSimOptions returns the library's defaults (2 ranks, "8xH100", 60 s).
 func DefaultSimOptions() SimOptions {
 	var c C.accel_sim_options
-	mustInit("accel_sim_options_init", C.ag_sim_options_init(&c))
+	C.ag_sim_options_init(&c)
 	return SimOptions{WorldSize: int32(c.world_size), DeviceMemory: goStr(c.device_memory), Topology: goStr(c.topology),
 		TimeoutSeconds: float64(c.timeout_seconds), Faults: goStr(c.faults), TracePath: goStr(c.trace_path),
 		EngineThreads: int32(c.engine_threads)}
 }
 
-// cstrs holds C copies of Go strings until free.
-type cstrs []unsafe.Pointer
-
-func (s *cstrs) str(v string) *C.char {
-	if v == "" {
-		return nil
-	}
-	p := C.CString(v)
-	*s = append(*s, unsafe.Pointer(p))
-	return p
-}
-
-func (s *cstrs) free() {
-	for _, p := range *s {
-		C.free(p)
-	}
-	*s = nil
-}
-
 func (o *SimOptions) toC(s *cstrs) C.accel_sim_options {
 	var c C.accel_sim_options
-	mustInit("accel_sim_options_init", C.ag_sim_options_init(&c))
+	C.ag_sim_options_init(&c)
 	c.world_size = C.int32_t(o.WorldSize)
-	c.device_memory = s.str(o.DeviceMemory)
-	c.topology = s.str(o.Topology)
+	const op = "accel_sim_run"
+	c.device_memory = s.str(op, "DeviceMemory", o.DeviceMemory)
+	c.topology = s.str(op, "Topology", o.Topology)
 	c.timeout_seconds = C.double(o.TimeoutSeconds)
-	c.faults = s.str(o.Faults)
-	c.trace_path = s.str(o.TracePath)
+	c.faults = s.str(op, "Faults", o.Faults)
+	c.trace_path = s.str(op, "TracePath", o.TracePath)
 	c.engine_threads = C.int32_t(o.EngineThreads)
 	return c
 }
@@ -304,14 +299,14 @@ type ProjectOptions struct {
 // DefaultProjectOptions returns the library's defaults with the given directory.
 func DefaultProjectOptions(dir string) ProjectOptions {
 	var c C.accel_project_options
-	mustInit("accel_project_options_init", C.ag_project_options_init(&c))
+	C.ag_project_options_init(&c)
 	return ProjectOptions{ProjectDir: dir, TotalLimit: int32(c.total_limit)}
 }
 
 func (o *ProjectOptions) toC(s *cstrs) C.accel_project_options {
 	var c C.accel_project_options
-	mustInit("accel_project_options_init", C.ag_project_options_init(&c))
-	c.project_dir = s.str(o.ProjectDir)
+	C.ag_project_options_init(&c)
+	c.project_dir = s.str("accel_set_project", "ProjectDir", o.ProjectDir)
 	c.total_limit = C.int32_t(o.TotalLimit)
 	return c
 }

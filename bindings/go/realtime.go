@@ -3,7 +3,9 @@ package accel
 /*
 #include "shim.h"
 
-static ag_res ag_inference_options_init(accel_inference_options *o) { return ag_fail(accel_inference_options_init(o, ACCEL_INFERENCE_OPTIONS_VERSION)); }
+static void ag_inference_options_init(accel_inference_options *o) {
+    if (accel_inference_options_init(o, ACCEL_INFERENCE_OPTIONS_VERSION) != ACCEL_OK) { accel_inference_options d = ACCEL_INFERENCE_OPTIONS_INIT; *o = d; }
+}
 static ag_res ag_inference_run(accel_inference *inf, accel_tensor *const *in, size_t n, accel_tensor **out) { return ag_fail(accel_inference_run(inf, in, n, out)); }
 static ag_res ag_inference_weights(const accel_inference *inf, uint64_t *v, double *age) { return ag_fail(accel_inference_weights(inf, v, age)); }
 */
@@ -26,13 +28,13 @@ type InferenceOptions struct {
 // DefaultInferenceOptions returns the library's defaults (one thread).
 func DefaultInferenceOptions() InferenceOptions {
 	var c C.accel_inference_options
-	mustInit("accel_inference_options_init", C.ag_inference_options_init(&c))
+	C.ag_inference_options_init(&c)
 	return InferenceOptions{NumThreads: int32(c.num_threads)}
 }
 
 func (o *InferenceOptions) toC() C.accel_inference_options {
 	var c C.accel_inference_options
-	mustInit("accel_inference_options_init", C.ag_inference_options_init(&c))
+	C.ag_inference_options_init(&c)
 	if o == nil {
 		return c
 	}
@@ -56,41 +58,52 @@ func (o *InferenceOptions) toC() C.accel_inference_options {
 // goroutines at once. Pin the goroutine that runs a copy (runtime.LockOSThread): Run sets
 // the intra-op threads of the OS thread it runs on, which an unpinned goroutine leaves to
 // the next goroutine scheduled there.
+//
+// The state lives behind a pointer: a copy of an Inference value shares it.
 type Inference struct {
+	s *infState
+}
+
+type infState struct {
 	mu sync.Mutex // held by Run, Weights (TryLock: they do not wait) and Close
 	h  *C.accel_inference
+}
+
+func (s *infState) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.h != nil {
+		C.accel_inference_destroy(s.h)
+		s.h = nil
+	}
 }
 
 // Close releases the copy (accel_inference_destroy), waiting for a Run or Weights of
 // another goroutine in progress. Idempotent.
 func (i *Inference) Close() error {
-	if i == nil {
+	if i == nil || i.s == nil {
 		return nil
 	}
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	if i.h != nil {
-		runtime.SetFinalizer(i, nil)
-		C.accel_inference_destroy(i.h)
-		i.h = nil
-	}
+	runtime.SetFinalizer(i.s, nil)
+	i.s.close()
 	return nil
 }
 
-// lock takes the copy for one call; the caller unlocks i.mu when the handle is returned.
-func (i *Inference) lock(op string) (*C.accel_inference, error) {
-	if i == nil {
-		return nil, errArg(op, "inference is nil")
+// lock takes the copy for one call; the caller unlocks the returned state's mu.
+func (i *Inference) lock(op string) (*infState, error) {
+	if i == nil || i.s == nil {
+		return nil, errArg(op, "inference is nil (or a zero Inference value)")
 	}
-	if !i.mu.TryLock() {
+	s := i.s
+	if !s.mu.TryLock() {
 		return nil, &Error{Status: StatusInvalidState, Op: op, Message: op +
 			": the inference copy is in use by another goroutine (a copy is used by one goroutine at a time)"}
 	}
-	if i.h == nil {
-		i.mu.Unlock()
+	if s.h == nil {
+		s.mu.Unlock()
 		return nil, &Error{Status: StatusInvalidState, Op: op, closed: true, Message: op + ": the inference copy is closed"}
 	}
-	return i.h, nil
+	return s, nil
 }
 
 // Inference creates an inference copy of model on the context's device
@@ -103,25 +116,23 @@ func (i *Inference) lock(op string) (*C.accel_inference, error) {
 // shards (save it with SavePretrained and load that instead).
 func (c *Context) Inference(model *Model, opts *InferenceOptions) (*Inference, error) {
 	const op = "accel_inference_create"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return nil, err
 	}
-	mh, err := model.handle(op)
+	defer c.st.unlock()
+	mh, err := model.in(c.st, op)
 	if err != nil {
 		return nil, err
 	}
 	co := opts.toC()
 	var out *C.accel_inference
-	err = c.err(op, C.accel_inference_create(h, mh, &co, &out))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(model)
-	if err != nil {
+	if err = c.err(op, C.accel_inference_create(h, mh, &co, &out)); err != nil {
 		return nil, err
 	}
-	inf := &Inference{h: out} // not among the context's objects: it outlives the context
-	runtime.SetFinalizer(inf, (*Inference).Close)
-	return inf, nil
+	s := &infState{h: out} // not among the context's objects: it outlives the context
+	runtime.SetFinalizer(s, (*infState).close)
+	return &Inference{s: s}, nil
 }
 
 // PublishWeights publishes model's current trained weights (fp32 masters, or a causal LM's
@@ -133,18 +144,17 @@ func (c *Context) Inference(model *Model, opts *InferenceOptions) (*Inference, e
 // weight set can be allocated (the copies keep the weights they had).
 func (c *Context) PublishWeights(model *Model) (uint64, error) {
 	const op = "accel_publish_weights"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return 0, err
 	}
-	mh, err := model.handle(op)
+	defer c.st.unlock()
+	mh, err := model.in(c.st, op)
 	if err != nil {
 		return 0, err
 	}
 	var v C.uint64_t
 	err = c.err(op, C.accel_publish_weights(h, mh, &v))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(model)
 	if err != nil {
 		return 0, err
 	}
@@ -159,20 +169,20 @@ func (c *Context) PublishWeights(model *Model) (uint64, error) {
 // the copy; ErrClosed after Close.
 func (i *Inference) Run(inputs ...*Tensor) (*Tensor, error) {
 	const op = "accel_inference_run"
-	h, err := i.lock(op)
+	s, err := i.lock(op)
 	if err != nil {
 		return nil, err
 	}
-	defer i.mu.Unlock()
+	defer s.mu.Unlock()
 	var one [1]*C.accel_tensor
-	p, n, err := tensorHandles(op, inputs, &one)
+	var st [1]*tensorState
+	p, n, ss, err := tensorHandles(op, inputs, &one, &st)
+	defer releaseAll(ss)
 	if err != nil {
 		return nil, err
 	}
 	var out *C.accel_tensor
-	err = resErr(op, C.ag_inference_run(h, p, n, &out))
-	runtime.KeepAlive(i)
-	runtime.KeepAlive(inputs)
+	err = resErr(op, C.ag_inference_run(s.h, p, n, &out))
 	if err != nil {
 		return nil, err
 	}
@@ -185,15 +195,14 @@ func (i *Inference) Run(inputs ...*Tensor) (*Tensor, error) {
 // copy; ErrClosed after Close.
 func (i *Inference) Weights() (version uint64, ageSeconds float64, err error) {
 	const op = "accel_inference_weights"
-	h, err := i.lock(op)
+	s, err := i.lock(op)
 	if err != nil {
 		return 0, 0, err
 	}
-	defer i.mu.Unlock()
+	defer s.mu.Unlock()
 	var v C.uint64_t
 	var age C.double
-	err = resErr(op, C.ag_inference_weights(h, &v, &age))
-	runtime.KeepAlive(i)
+	err = resErr(op, C.ag_inference_weights(s.h, &v, &age))
 	if err != nil {
 		return 0, 0, err
 	}
@@ -242,24 +251,22 @@ type TrainResult struct {
 // another context.
 func (c *Context) TrainMicroBatches(model *Model, loader *DataLoader, loss Loss, maxMicroBatches int32, maxSeconds float64) (TrainResult, error) {
 	const op = "accel_train_micro_batches"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return TrainResult{}, err
 	}
-	mh, err := model.handle(op)
+	defer c.st.unlock()
+	mh, err := model.in(c.st, op)
 	if err != nil {
 		return TrainResult{}, err
 	}
-	lh, err := loader.handle(op)
+	lh, err := loader.obj().in(c.st, op, "data loader")
 	if err != nil {
 		return TrainResult{}, err
 	}
 	out := C.accel_train_result{version: C.ACCEL_TRAIN_RESULT_VERSION} // the fields of this version
-	err = c.err(op, C.accel_train_micro_batches(h, mh, lh, C.accel_loss(loss), C.int32_t(maxMicroBatches),
+	err = c.err(op, C.accel_train_micro_batches(h, mh, (*C.accel_dataloader)(lh), C.accel_loss(loss), C.int32_t(maxMicroBatches),
 		C.double(maxSeconds), &out))
-	runtime.KeepAlive(c)
-	runtime.KeepAlive(model)
-	runtime.KeepAlive(loader)
 	if err != nil {
 		return TrainResult{}, err
 	}

@@ -3,7 +3,6 @@ package accel
 import (
 	"errors"
 	"math"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -213,14 +212,15 @@ func TestInferenceOutlivesItsModelAndContext(t *testing.T) {
 
 	// dropped without Close: the context's finalizer runs while the copy lives, and the
 	// copy keeps working
-	var st *ctxState
+	var finalized atomic.Bool
+	ctxFinalized = func() { finalized.Store(true) }
+	defer func() { ctxFinalized = nil }()
 	var inf2 *Inference
 	var want2 []float32
 	func() {
 		o := DefaultOptions()
 		o.Seed, o.NumThreads, o.Device = 7, 1, DeviceCPU
 		ctx := must(Init(&o))
-		st = ctx.st
 		m := must(ctx.NewMLP(DefaultMLPOptions(5, 4, 2)))
 		inf2 = must(ctx.Inference(m, nil))
 		x := must(NewTensor(tr.xs, 8, 5))
@@ -230,11 +230,7 @@ func TestInferenceOutlivesItsModelAndContext(t *testing.T) {
 		y.Close()
 	}()
 	defer inf2.Close()
-	closed := func() bool {
-		st.mu.Lock()
-		defer st.mu.Unlock()
-		return st.closed
-	}
+	closed := finalized.Load
 	for i := 0; i < 100 && !closed(); i++ {
 		runtime.GC()
 		time.Sleep(time.Millisecond)
@@ -345,12 +341,12 @@ func TestInferenceOneGoroutineAtATime(t *testing.T) {
 	x := must(NewTensor(tr.xs, 8, 5))
 	defer x.Close()
 
-	inf.mu.Lock() // as another goroutine's run in progress
+	inf.s.mu.Lock() // as another goroutine's run in progress
 	_, err := inf.Run(x)
 	wantErr(t, err, ErrInvalidState, "in use by another goroutine")
 	_, _, err = inf.Weights()
 	wantErr(t, err, ErrInvalidState, "accel_inference_weights")
-	inf.mu.Unlock()
+	inf.s.mu.Unlock()
 
 	// two goroutines on one copy: each run succeeds with the right output or is refused
 	var okRuns, refused atomic.Int64
@@ -404,10 +400,7 @@ func TestInferenceOneGoroutineAtATime(t *testing.T) {
 
 // TestInferenceTorchScript: a copy of a TorchScript module gives the module's output.
 func TestInferenceTorchScript(t *testing.T) {
-	path := os.Getenv("ACCEL_TEST_TORCHSCRIPT")
-	if path == "" {
-		t.Skip("ACCEL_TEST_TORCHSCRIPT is not set: no TorchScript model file to load")
-	}
+	path := torchScriptModel(t)
 	ctx := newCtx(t, func(o *Options) { o.Device = DeviceCPU })
 	m := must(ctx.LoadTorchScript(path))
 	defer m.Close()

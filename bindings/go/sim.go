@@ -36,32 +36,39 @@ type simRun struct {
 	seq  int
 }
 
+// rankFailure is a rank's failure decided in Go: msg is what the report shows (the
+// library's message for an *Error returned as is), err what the RankError wraps.
 type rankFailure struct {
 	status Status
 	msg    string
+	err    error
 	seq    int
 }
 
-func (r *simRun) fail(rank int, st Status, msg string) {
+func (r *simRun) fail(rank int, st Status, msg string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seq++
-	r.msgs[rank] = rankFailure{st, msg, r.seq}
+	r.msgs[rank] = rankFailure{st, msg, err, r.seq}
 }
 
-// runRank runs the user's function on one rank's borrowed context.
+// runRank runs the user's function on one rank's borrowed context. C calls it on the
+// rank's own thread, and the goroutine stays on that thread until it returns (cgo locks a
+// callback's goroutine to its thread): the context remembers the thread and refuses calls
+// from any other (another goroutine), which the simulator cannot schedule.
 func (r *simRun) runRank(h *C.accel_context) (status C.accel_status) {
-	st := &ctxState{h: h, borrowed: true}
-	ctx := &Context{st: st}
 	var rank C.int32_t
 	C.accel_process_index(h, &rank)
+	st := &ctxState{h: h, borrowed: true, tid: osThreadID(), rank: int(rank)}
+	ctx := &Context{st: st}
 	// Runs last: the context is valid only during fn; a kept *Context now gives ErrClosed.
 	defer st.invalidate(false)
 	returned := false
 	defer func() {
 		if p := recover(); p != nil {
 			msg := fmt.Sprintf("panic: %v", p)
-			r.fail(int(rank), StatusInternal, msg)
+			r.fail(int(rank), StatusInternal, msg, &Error{Status: StatusInternal, Op: "accel_sim_run",
+				Message: fmt.Sprintf("the function of rank %d panicked: %v", int(rank), p)})
 			status = C.ACCEL_ERR_INTERNAL
 		} else if !returned {
 			// fn called runtime.Goexit (t.Fatal, t.FailNow, t.SkipNow). A goroutine that C
@@ -78,18 +85,37 @@ func (r *simRun) runRank(h *C.accel_context) (status C.accel_status) {
 		return C.ACCEL_OK
 	}
 	s := StatusInternal
+	msg := err.Error()
 	var ae *Error
 	if errors.As(err, &ae) && ae.Status < 0 && ae.Status.String() != "ACCEL_ERR_UNKNOWN" {
 		s = ae.Status // a status the library knows (it refuses others as fn's bug)
+		if err == error(ae) && ae.Message != "" {
+			msg = ae.Message // the library's own message, without the "accel: ... (STATUS)" dressing
+		}
+	} else {
+		// a plain Go error (or an unknown status): StatusInternal, the error kept inside
+		err = &Error{Status: s, Op: "accel_sim_run", Message: msg, cause: err}
 	}
-	r.fail(int(rank), s, err.Error())
+	r.fail(int(rank), s, msg, err)
 	return C.accel_status(s)
 }
 
-// SimReport is the outcome of SimRun (accel_sim_report).
+// SimReport is the outcome of SimRun (accel_sim_report). Safe for concurrent use (Close
+// included); copies of the value share it.
 type SimReport struct {
+	s *reportState
+}
+
+type reportState struct {
+	ref  refState
 	h    *C.accel_sim_report
-	msgs map[int]rankFailure
+	msgs map[int]rankFailure // written before the report is returned, then only read
+}
+
+func (s *reportState) finalize() {
+	if s.ref.close() {
+		C.accel_sim_report_destroy(s.h)
+	}
 }
 
 // RankResult is one rank's outcome in a SimReport.
@@ -124,6 +150,9 @@ func SimRun(sim *SimOptions, ctxOpts *Options, fn func(ctx *Context) error) (*Si
 	var s cstrs
 	defer s.free()
 	cs := sim.toC(&s)
+	if s.err != nil {
+		return nil, s.err
+	}
 	var co *C.accel_options
 	if ctxOpts != nil {
 		c := ctxOpts.toC()
@@ -142,8 +171,9 @@ func SimRun(sim *SimOptions, ctxOpts *Options, fn func(ctx *Context) error) (*Si
 	if rptr == nil {
 		return nil, err
 	}
-	rep := &SimReport{h: rptr, msgs: run.msgs}
-	runtime.SetFinalizer(rep, (*SimReport).Close)
+	rs := &reportState{h: rptr, msgs: run.msgs}
+	runtime.SetFinalizer(rs, (*reportState).finalize)
+	rep := &SimReport{s: rs}
 	if err == nil {
 		return rep, nil
 	}
@@ -167,6 +197,9 @@ func SimRun(sim *SimOptions, ctxOpts *Options, fn func(ctx *Context) error) (*Si
 	if rank < 0 {
 		return rep, err
 	}
+	if f, ok := run.msgs[rank]; ok {
+		return rep, &RankError{Rank: rank, Err: f.err} // the rank function's own error
+	}
 	rr, rerr := rep.Rank(rank)
 	if rerr != nil {
 		return rep, &RankError{Rank: rank, Err: err}
@@ -174,34 +207,43 @@ func SimRun(sim *SimOptions, ctxOpts *Options, fn func(ctx *Context) error) (*Si
 	return rep, &RankError{Rank: rank, Err: &Error{Status: rr.Status, Op: op, Message: rr.Error}}
 }
 
-// Close releases the report. Idempotent.
+// Close releases the report (at once, or as a use in progress on another goroutine ends).
+// Idempotent.
 func (r *SimReport) Close() error {
-	if r == nil || r.h == nil {
+	if r == nil || r.s == nil {
 		return nil
 	}
-	runtime.SetFinalizer(r, nil)
-	C.accel_sim_report_destroy(r.h)
-	r.h = nil
+	if r.s.ref.close() {
+		runtime.SetFinalizer(r.s, nil)
+		C.accel_sim_report_destroy(r.s.h)
+	}
 	return nil
 }
 
-func (r *SimReport) handle(op string) (*C.accel_sim_report, error) {
-	if r == nil || r.h == nil {
+// acquire starts a use of the report (the caller calls s.release()).
+func (r *SimReport) acquire(op string) (*reportState, error) {
+	if r == nil || r.s == nil || !r.s.ref.acquire() {
 		return nil, errClosed(op, "report")
 	}
-	return r.h, nil
+	return r.s, nil
+}
+
+func (s *reportState) release() {
+	if s.ref.release() {
+		C.accel_sim_report_destroy(s.h)
+	}
 }
 
 // WorldSize returns the number of ranks.
 func (r *SimReport) WorldSize() (int, error) {
 	const op = "accel_sim_report_world_size"
-	h, err := r.handle(op)
+	s, err := r.acquire(op)
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.int32_t
-	err = resErr(op, C.ag_sim_report_world_size(h, &out))
-	runtime.KeepAlive(r)
+	err = resErr(op, C.ag_sim_report_world_size(s.h, &out))
 	return int(out), err
 }
 
@@ -209,17 +251,17 @@ func (r *SimReport) WorldSize() (int, error) {
 // error's (or panic's) text rather than the library's.
 func (r *SimReport) Rank(rank int) (RankResult, error) {
 	const op = "accel_sim_report_rank"
-	h, err := r.handle(op)
+	s, err := r.acquire(op)
 	if err != nil {
 		return RankResult{}, err
 	}
+	defer s.release()
 	var st C.accel_status
 	var msg *C.char
 	var peak C.uint64_t
-	err = resErr(op, C.ag_sim_report_rank(h, C.int32_t(rank), &st, &msg, &peak))
+	err = resErr(op, C.ag_sim_report_rank(s.h, C.int32_t(rank), &st, &msg, &peak))
 	res := RankResult{Status: Status(st), Error: goStr(msg), PeakBytes: uint64(peak)}
-	runtime.KeepAlive(r)
-	if f, ok := r.msgs[rank]; ok && err == nil {
+	if f, ok := s.msgs[rank]; ok && err == nil {
 		res.Error = f.msg
 	}
 	return res, err
@@ -228,12 +270,12 @@ func (r *SimReport) Rank(rank int) (RankResult, error) {
 // PredictedSeconds is the cost model's predicted wall time of the run.
 func (r *SimReport) PredictedSeconds() (float64, error) {
 	const op = "accel_sim_report_predicted_seconds"
-	h, err := r.handle(op)
+	s, err := r.acquire(op)
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.double
-	err = resErr(op, C.ag_sim_report_predicted_seconds(h, &out))
-	runtime.KeepAlive(r)
+	err = resErr(op, C.ag_sim_report_predicted_seconds(s.h, &out))
 	return float64(out), err
 }

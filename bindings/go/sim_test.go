@@ -309,6 +309,12 @@ func TestCgocheck2(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short")
 	}
+	if strings.Contains(os.Getenv("GODEBUG"), "cgocheck=2") {
+		t.Skip("this run checks with GODEBUG=cgocheck=2 already")
+	}
+	if raceEnabled {
+		t.Skip("under -race: the README's command runs GODEBUG=cgocheck=2 go test separately")
+	}
 	cmd := exec.Command(os.Args[0], "-test.run", "^Test[^C]|^TestC[^g]", "-test.count=1")
 	cmd.Env = append(os.Environ(), "GODEBUG=cgocheck=2", "ACCEL_GO_CGOCHECK_CHILD=1")
 	out, err := cmd.CombinedOutput()

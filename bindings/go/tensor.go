@@ -26,42 +26,81 @@ import (
 )
 
 // Tensor is a typed n-dimensional array (accel_tensor), independent of any Context.
-// Several goroutines may read a tensor at once, but Close must not run concurrently
-// with another use.
+// A *Tensor is safe for concurrent use: several goroutines may read it at once, and Close
+// may run concurrently with a use (or another Close): the C tensor is destroyed when the
+// last use in flight ends, and uses that start after Close return ErrClosed. The state
+// lives behind a pointer, so a copy of a Tensor value shares it (Close on either closes
+// both; nothing is freed twice).
 type Tensor struct {
-	h *C.accel_tensor
+	s *tensorState
+}
+
+type tensorState struct {
+	ref refState
+	h   *C.accel_tensor
 }
 
 func wrapTensor(h *C.accel_tensor) *Tensor {
 	if h == nil {
 		return nil
 	}
-	t := &Tensor{h: h}
-	runtime.SetFinalizer(t, (*Tensor).Close)
-	return t
+	// one allocation for both: the state first, so that the finalizer may be set on it
+	b := &tensorBox{s: tensorState{h: h}}
+	b.t.s = &b.s
+	runtime.SetFinalizer(&b.s, (*tensorState).finalize)
+	return &b.t
 }
 
-// Close releases the tensor (accel_tensor_destroy). Idempotent.
+// tensorBox allocates a Tensor and its state together. The *Tensor returned points into
+// the box, so it (or a copy of the Tensor, which points at the state) keeps the whole box,
+// and the state's finalizer, alive.
+type tensorBox struct {
+	s tensorState // first: &b.s is the allocation's start, where a finalizer may be set
+	t Tensor
+}
+
+func (s *tensorState) finalize() {
+	if s.ref.close() {
+		C.accel_tensor_destroy(s.h)
+	}
+}
+
+// Close releases the tensor (accel_tensor_destroy), at once or, when another goroutine
+// is using it, as that use ends. Idempotent, and safe to call concurrently.
 func (t *Tensor) Close() error {
-	if t == nil || t.h == nil {
+	if t == nil || t.s == nil {
 		return nil
 	}
-	runtime.SetFinalizer(t, nil)
-	C.accel_tensor_destroy(t.h)
-	t.h = nil
+	if t.s.ref.close() {
+		runtime.SetFinalizer(t.s, nil)
+		C.accel_tensor_destroy(t.s.h)
+	}
 	return nil
 }
 
-// handle returns the C handle, or ErrClosed. A nil *Tensor gives a NULL handle (the
-// library refuses it with its own message where a tensor is required).
-func (t *Tensor) handle(op string) (*C.accel_tensor, error) {
+// acquire starts a use of the C handle (ended by release), or returns ErrClosed. A nil
+// *Tensor gives a NULL handle (the library refuses it with its own message where a tensor
+// is required) and a nil state, whose release does nothing.
+func (t *Tensor) acquire(op string) (*tensorState, *C.accel_tensor, error) {
 	if t == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	if t.h == nil {
-		return nil, errClosed(op, "tensor")
+	s := t.s
+	if s == nil {
+		return nil, nil, &Error{Status: StatusInvalidState, Op: op, closed: true,
+			Message: op + ": a zero Tensor value (tensors come from NewTensor and the library's calls, as *Tensor)"}
 	}
-	return t.h, nil
+	if !s.ref.acquire() {
+		return nil, nil, errClosed(op, "tensor")
+	}
+	return s, s.h, nil
+}
+
+// release ends a use started by acquire (nil: nothing to do).
+func (s *tensorState) release() {
+	if s != nil && s.ref.release() {
+		C.accel_tensor_destroy(s.h)
+	}
 }
 
 // Element is a Go type with an accel dtype.
@@ -165,42 +204,41 @@ func NewTensorBytes(dtype DType, data []byte, shape ...int64) (*Tensor, error) {
 
 // DType returns the tensor's element type.
 func (t *Tensor) DType() (DType, error) {
-	h, err := t.handle("accel_tensor_dtype")
+	s, h, err := t.acquire("accel_tensor_dtype")
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.accel_dtype
 	err = resErr("accel_tensor_dtype", C.ag_tensor_dtype(h, &out))
-	runtime.KeepAlive(t)
 	return DType(out), err
 }
 
 // NDim returns the number of dimensions.
 func (t *Tensor) NDim() (int, error) {
-	h, err := t.handle("accel_tensor_ndim")
+	s, h, err := t.acquire("accel_tensor_ndim")
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.size_t
 	err = resErr("accel_tensor_ndim", C.ag_tensor_ndim(h, &out))
-	runtime.KeepAlive(t)
 	return int(out), err
 }
 
 // Shape returns the dimensions.
 func (t *Tensor) Shape() ([]int64, error) {
-	h, err := t.handle("accel_tensor_shape")
+	s, h, err := t.acquire("accel_tensor_shape")
 	if err != nil {
 		return nil, err
 	}
+	defer s.release()
 	var buf [16]int64
-	err = resErr("accel_tensor_shape", C.ag_tensor_shape(h, (*C.int64_t)(unsafe.Pointer(&buf[0])), 16))
-	if err != nil {
+	if err = resErr("accel_tensor_shape", C.ag_tensor_shape(h, (*C.int64_t)(unsafe.Pointer(&buf[0])), 16)); err != nil {
 		return nil, err
 	}
-	n, err := t.NDim()
-	runtime.KeepAlive(t)
-	if err != nil {
+	var n C.size_t
+	if err = resErr("accel_tensor_ndim", C.ag_tensor_ndim(h, &n)); err != nil {
 		return nil, err
 	}
 	return append([]int64{}, buf[:n]...), nil
@@ -208,70 +246,68 @@ func (t *Tensor) Shape() ([]int64, error) {
 
 // Numel returns the number of elements.
 func (t *Tensor) Numel() (int64, error) {
-	h, err := t.handle("accel_tensor_numel")
+	s, h, err := t.acquire("accel_tensor_numel")
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.int64_t
 	err = resErr("accel_tensor_numel", C.ag_tensor_numel(h, &out))
-	runtime.KeepAlive(t)
 	return int64(out), err
 }
 
 // NBytes returns numel * dtype size, the byte count Bytes returns.
 func (t *Tensor) NBytes() (int, error) {
-	h, err := t.handle("accel_tensor_nbytes")
+	s, h, err := t.acquire("accel_tensor_nbytes")
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.size_t
 	err = resErr("accel_tensor_nbytes", C.ag_tensor_nbytes(h, &out))
-	runtime.KeepAlive(t)
 	return int(out), err
 }
 
 // Item returns the single element as float64 (the tensor must have exactly one element).
 func (t *Tensor) Item() (float64, error) {
-	h, err := t.handle("accel_tensor_item")
+	s, h, err := t.acquire("accel_tensor_item")
 	if err != nil {
 		return 0, err
 	}
+	defer s.release()
 	var out C.double
 	err = resErr("accel_tensor_item", C.ag_tensor_item(h, &out))
-	runtime.KeepAlive(t)
 	return float64(out), err
 }
 
 // CopyBytes copies the elements (row-major, the tensor's dtype) into dst, whose length
 // must equal NBytes. The library writes straight into dst during the call.
 func (t *Tensor) CopyBytes(dst []byte) error {
-	h, err := t.handle("accel_tensor_copy_to_host")
+	s, h, err := t.acquire("accel_tensor_copy_to_host")
 	if err != nil {
 		return err
 	}
+	defer s.release()
 	var p unsafe.Pointer
 	if len(dst) > 0 {
 		p = unsafe.Pointer(&dst[0])
 	}
-	err = resErr("accel_tensor_copy_to_host", C.ag_tensor_copy_to_host(h, p, C.size_t(len(dst))))
-	runtime.KeepAlive(t)
-	return err
+	return resErr("accel_tensor_copy_to_host", C.ag_tensor_copy_to_host(h, p, C.size_t(len(dst))))
 }
 
 // CopyBytesAs converts the elements to dtype and copies them into dst (len = numel *
 // dtype.Size()).
 func (t *Tensor) CopyBytesAs(dtype DType, dst []byte) error {
-	h, err := t.handle("accel_tensor_copy_to_host_as")
+	s, h, err := t.acquire("accel_tensor_copy_to_host_as")
 	if err != nil {
 		return err
 	}
+	defer s.release()
 	var p unsafe.Pointer
 	if len(dst) > 0 {
 		p = unsafe.Pointer(&dst[0])
 	}
-	err = resErr("accel_tensor_copy_to_host_as", C.ag_tensor_copy_to_host_as(h, C.accel_dtype(dtype), p, C.size_t(len(dst))))
-	runtime.KeepAlive(t)
-	return err
+	return resErr("accel_tensor_copy_to_host_as", C.ag_tensor_copy_to_host_as(h, C.accel_dtype(dtype), p, C.size_t(len(dst))))
 }
 
 // Bytes returns a copy of the raw elements in the tensor's dtype.
@@ -288,19 +324,18 @@ func (t *Tensor) Bytes() ([]byte, error) {
 // read as float32); len(dst) must equal the tensor's element count. The library writes
 // straight into dst during the call.
 func CopyTo[T Element](t *Tensor, dst []T) error {
-	h, err := t.handle("accel_tensor_copy_to_host_as")
+	s, h, err := t.acquire("accel_tensor_copy_to_host_as")
 	if err != nil {
 		return err
 	}
+	defer s.release()
 	var p unsafe.Pointer
 	if len(dst) > 0 {
 		p = unsafe.Pointer(&dst[0])
 	}
 	var z T
 	nbytes := C.size_t(uintptr(len(dst)) * unsafe.Sizeof(z))
-	err = resErr("accel_tensor_copy_to_host_as", C.ag_tensor_copy_to_host_as(h, C.accel_dtype(DTypeOf[T]()), p, nbytes))
-	runtime.KeepAlive(t)
-	return err
+	return resErr("accel_tensor_copy_to_host_as", C.ag_tensor_copy_to_host_as(h, C.accel_dtype(DTypeOf[T]()), p, nbytes))
 }
 
 // ToSlice returns the elements converted to T (row-major).

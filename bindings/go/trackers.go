@@ -3,7 +3,9 @@ package accel
 /*
 #include "shim.h"
 
-static ag_res ag_tracker_options_init(accel_tracker_options *o) { return ag_fail(accel_tracker_options_init(o, ACCEL_TRACKER_OPTIONS_VERSION)); }
+static void ag_tracker_options_init(accel_tracker_options *o) {
+    if (accel_tracker_options_init(o, ACCEL_TRACKER_OPTIONS_VERSION) != ACCEL_OK) { accel_tracker_options d = ACCEL_TRACKER_OPTIONS_INIT; *o = d; }
+}
 */
 import "C"
 
@@ -39,14 +41,14 @@ type TrackerOptions struct {
 // DefaultTrackerOptions returns the library's defaults (no LogDir: set one).
 func DefaultTrackerOptions() TrackerOptions {
 	var c C.accel_tracker_options
-	mustInit("accel_tracker_options_init", C.ag_tracker_options_init(&c))
+	C.ag_tracker_options_init(&c)
 	return TrackerOptions{Writers: LogWriter(c.writers), AllProcesses: c.all_processes != 0}
 }
 
 func (o *TrackerOptions) toC(s *cstrs) C.accel_tracker_options {
 	var c C.accel_tracker_options
-	mustInit("accel_tracker_options_init", C.ag_tracker_options_init(&c))
-	c.log_dir = s.str(o.LogDir)
+	C.ag_tracker_options_init(&c)
+	c.log_dir = s.str("accel_init_trackers", "LogDir", o.LogDir)
 	c.writers = C.uint32_t(o.Writers)
 	c.all_processes = C.int32_t(cbool(o.AllProcesses))
 	return c
@@ -59,19 +61,18 @@ func (o *TrackerOptions) toC(s *cstrs) C.accel_tracker_options {
 // trackers are already open.
 func (c *Context) InitTrackers(opts TrackerOptions) error {
 	const op = "accel_init_trackers"
-	h, err := c.handle(op)
-	if err != nil {
-		return err
-	}
-	if strings.IndexByte(opts.LogDir, 0) >= 0 {
-		return errArg(op, "LogDir contains a NUL byte: %q", opts.LogDir)
-	}
 	var s cstrs
 	defer s.free()
 	co := opts.toC(&s)
-	err = c.err(op, C.accel_init_trackers(h, &co))
-	runtime.KeepAlive(c)
-	return err
+	if s.err != nil {
+		return s.err
+	}
+	h, err := c.lock(op)
+	if err != nil {
+		return err
+	}
+	defer c.st.unlock()
+	return c.err(op, C.accel_init_trackers(h, &co))
 }
 
 // Log logs the scalars names[i] = values[i] at step (accel_log), in this order, written and
@@ -81,10 +82,11 @@ func (c *Context) InitTrackers(opts TrackerOptions) error {
 // lengths, an empty or repeated name; ErrIO when a write fails.
 func (c *Context) Log(step int64, names []string, values []float64) error {
 	const op = "accel_log"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
+	defer c.st.unlock()
 	if len(names) != len(values) {
 		return errArg(op, "%d names and %d values", len(names), len(values))
 	}
@@ -114,7 +116,6 @@ func (c *Context) Log(step int64, names []string, values []float64) error {
 		vp = (*C.double)(unsafe.Pointer(&values[0]))
 	}
 	err = c.err(op, C.accel_log(h, C.int64_t(step), np, vp, C.int32_t(len(names))))
-	runtime.KeepAlive(c)
 	runtime.KeepAlive(values)
 	return err
 }
@@ -124,11 +125,11 @@ func (c *Context) Log(step int64, names []string, values []float64) error {
 // cannot be closed (its last writes may be lost).
 func (c *Context) EndTraining() error {
 	const op = "accel_end_training"
-	h, err := c.handle(op)
+	h, err := c.lock(op)
 	if err != nil {
 		return err
 	}
+	defer c.st.unlock()
 	err = c.err(op, C.accel_end_training(h))
-	runtime.KeepAlive(c)
 	return err
 }

@@ -184,6 +184,22 @@ def test_tensor_from_buffers():
     assert accel.tensor([1, 2]).dtype == accel.DType.INT64
 
 
+def test_tensor_other_byte_order_is_converted():
+    # README: "non-native-byte-order arrays are made contiguous first" -- and converted.
+    swapped = ">" if sys.byteorder == "little" else "<"
+    for name in ("f4", "f8", "f2", "i8", "i4"):
+        native = np.array([[1.5, -2.0, 3.0], [4.0, 1e3, -0.5]], dtype=name)
+        other = native.astype(swapped + name)
+        assert other.tobytes() != native.tobytes()
+        for data in (other, other[:, ::2], memoryview(other)):  # numpy, non-contiguous, a plain buffer
+            t = accel.tensor(data)
+            want = np.asarray(data).astype(name)
+            assert t.dtype == accel.tensor(want).dtype and t.shape == want.shape
+            np.testing.assert_array_equal(t.numpy(), want)
+    bf = accel.tensor(np.array([1.0, -3.5], dtype=swapped + "f4"), dtype="bf16")
+    np.testing.assert_array_equal(bf.numpy(), [1.0, -3.5])
+
+
 def test_tensor_copy_to_and_item():
     t = accel.tensor(np.array([[1, 2], [3, 4]], np.int32))
     buf = bytearray(16)

@@ -13,10 +13,12 @@ import accel
 from conftest import REPO
 
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "lm")
+NO_SAFETENSORS = ("safetensors is not installed (pip install './bindings/python[test]'): "
+                  "it reads the fixtures' reference tensors and the saved files")
 
 
 def reference(name):
-    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    safetensors_numpy = pytest.importorskip("safetensors.numpy", reason=NO_SAFETENSORS)
     return safetensors_numpy.load_file(os.path.join(FIXTURES, name, "reference.safetensors"))
 
 
@@ -75,7 +77,7 @@ def test_from_config_and_bf16(acc, tmp_path):
     model.save_pretrained(tmp_path / "out")
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert cfg["dtype"] == "bfloat16"
-    st = pytest.importorskip("safetensors.numpy")
+    st = pytest.importorskip("safetensors.numpy", reason=NO_SAFETENSORS)
     header_len = int.from_bytes((tmp_path / "out" / "model.safetensors").read_bytes()[:8], "little")
     header = json.loads((tmp_path / "out" / "model.safetensors").read_bytes()[8:8 + header_len])
     assert {v["dtype"] for k, v in header.items() if k != "__metadata__"} == {"BF16"}

@@ -11,7 +11,8 @@ import pytest
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.mark.skipif(os.environ.get("ACCEL_TEST_PIP_INSTALL") != "1", reason="set ACCEL_TEST_PIP_INSTALL=1")
+@pytest.mark.skipif(os.environ.get("ACCEL_TEST_PIP_INSTALL") != "1", reason="set ACCEL_TEST_PIP_INSTALL=1 to pip-install the package into a fresh venv "
+                                                                            "(needs PyPI for cffi; slow)")
 def test_pip_install_in_fresh_venv(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)

@@ -75,7 +75,9 @@ def test_log_all_writers_reads_back(acc, tmp_path):
 
 
 def test_tensorboard_reads_the_event_file(acc, tmp_path):
-    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    ea = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                             reason="tensorboard is not installed (pip install './bindings/python[test]'): "
+                                    "it reads the event file back")
     acc.init_trackers(tmp_path, writers=["tensorboard"])
     for step, values in _steps():
         acc.log(values, step)

@@ -27,13 +27,13 @@ fn main() -> Result<()> {
         eprintln!("{}", e);
         std::process::exit(1)
     });
-    let ctx = Context::new(&Options { num_threads: 1, seed: 42, ..Options::default() })?;
+    let ctx = Context::new(&Options::default().with_num_threads(1).with_seed(42))?;
     let x = Tensor::from_slice(&all.x, &[all.n as i64, digits::FEATURES as i64])?;
     let y = Tensor::from_slice(&all.y, &[all.n as i64])?;
     let model = ctx.mlp(&MlpOptions::new(&[64, 128, 64, 10]))?;
-    let opt = ctx.adamw(&model, &AdamWOptions { lr: 3e-3, ..Default::default() })?;
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(3e-3))?;
     let mut loader =
-        ctx.dataloader(&x, Some(&y), &DataLoaderOptions { batch_size: 32, shuffle: true, seed: 42, ..Default::default() })?;
+        ctx.dataloader(&x, Some(&y), &DataLoaderOptions::default().with_batch_size(32).with_shuffle(true).with_seed(42))?;
     ctx.prepare(Some(&model), Some(&opt), None, Some(&loader))?;
 
     let step = |loader: &mut DataLoader<'_>| -> Result<()> {

@@ -47,20 +47,23 @@ fn main() {
         let ys = Tensor::from_slice(&train.y, &[train.n as i64]).map_err(to_sim)?;
         let xt = Tensor::from_slice(&test.x, &[test.n as i64, digits::FEATURES as i64]).map_err(to_sim)?;
         let accuracy = Mutex::new(0.0f64);
-        let opts = Options { seed: 42, strategy: Strategy::Ddp, num_threads: 1, ..Options::default() };
+        let opts = Options::default().with_seed(42).with_strategy(Strategy::Ddp).with_num_threads(1);
         let report = sim::run(&SimOptions::with_world_size(2), &opts, |ctx: &Context| -> Result<()> {
             let model = ctx.mlp(&MlpOptions::new(&[64, 128, 64, 10]))?;
-            let opt = ctx.adamw(&model, &AdamWOptions { lr: 6e-3, ..Default::default() })?;
+            let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(6e-3))?;
             let mut loader = ctx.dataloader(
                 &xs,
                 Some(&ys),
-                &DataLoaderOptions { batch_size: 32, shuffle: true, seed: 42, ..Default::default() },
+                &DataLoaderOptions::default().with_batch_size(32).with_shuffle(true).with_seed(42),
             )?;
             ctx.prepare(None, None, None, Some(&loader))?; // shards the batches across ranks
             let total = epochs * loader.num_batches()?;
             let sched = ctx.scheduler(
                 &opt,
-                &SchedulerOptions { kind: Schedule::Cosine, warmup_steps: total / 20, total_steps: total, ..Default::default() },
+                &SchedulerOptions::default()
+                    .with_kind(Schedule::Cosine)
+                    .with_warmup_steps(total / 20)
+                    .with_total_steps(total),
             )?;
             ctx.prepare(Some(&model), Some(&opt), Some(&sched), None)?;
             for epoch in 0..epochs {

@@ -612,7 +612,7 @@ impl Context {
     /// # fn main() -> accel::Result<()> {
     /// let ctx = Context::new(&Options::default())?;
     /// let writers = LogWriters::JSONL | LogWriters::TENSORBOARD;
-    /// ctx.init_trackers(&TrackerOptions { writers, ..TrackerOptions::new("runs/a") })?;
+    /// ctx.init_trackers(&TrackerOptions::new("runs/a").with_writers(writers))?;
     /// for step in 0..3 {
     ///     ctx.log(step, &[("loss", 1.0 / (step + 1) as f64), ("lr", 1e-3)])?;
     /// }
@@ -723,7 +723,7 @@ impl Context {
     /// let model = ctx.mlp(&MlpOptions::new(&[4, 2]))?;
     /// let opt = ctx.sgd(&model, &SgdOptions::default())?;
     /// let (x, y) = (Tensor::from_slice(&[0.5f32; 64], &[16, 4])?, Tensor::from_slice(&[1.0f32; 32], &[16, 2])?);
-    /// let mut loader = ctx.dataloader(&x, Some(&y), &DataLoaderOptions { batch_size: 4, ..Default::default() })?;
+    /// let mut loader = ctx.dataloader(&x, Some(&y), &DataLoaderOptions::default().with_batch_size(4))?;
     /// ctx.prepare(Some(&model), Some(&opt), None, Some(&loader))?;
     /// // between two frames: at most 8 micro-batches, within 4 ms
     /// let r = ctx.train_micro_batches(&model, &mut loader, Loss::Mse, 8, 0.004)?;

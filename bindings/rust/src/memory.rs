@@ -42,12 +42,10 @@ pub struct MemoryEstimate {
 /// ```no_run
 /// use accel::{estimate_memory, MemoryEstimateOptions, Precision, Strategy};
 /// # fn main() -> accel::Result<()> {
-/// let opts = MemoryEstimateOptions {
-///     mixed_precision: Precision::Bf16,
-///     strategy: Strategy::Zero3,
-///     world_size: 8,
-///     ..MemoryEstimateOptions::default()
-/// };
+/// let opts = MemoryEstimateOptions::default()
+///     .with_mixed_precision(Precision::Bf16)
+///     .with_strategy(Strategy::Zero3)
+///     .with_world_size(8);
 /// let e = estimate_memory("llama-7b", &opts)?;
 /// println!("{:.1} GiB per GPU", e.total as f64 / (1u64 << 30) as f64);
 /// # Ok(()) }

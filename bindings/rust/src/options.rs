@@ -2,7 +2,7 @@
 //! conversion to the raw struct starts from the library's `accel_*_options_init` (so a
 //! field this binding does not set keeps the library's default) and then sets every field.
 use std::ffi::CString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::error::{check, Result};
 use crate::sys;
@@ -24,6 +24,29 @@ macro_rules! c_enum {
             }
         }
     };
+}
+
+/// Builder-style setters, one per field: `fn with_FIELD(self, value) -> Self`. The options
+/// structs are `#[non_exhaustive]` (the C structs grow by appending fields, and so do these):
+/// outside this crate they are made from `Default` (or a constructor such as
+/// [`MlpOptions::new`]) and these setters, or a `let mut` value whose fields are assigned;
+/// a struct literal does not compile, so a new field breaks no one.
+macro_rules! setters {
+    ($name:ident { $($setter:ident $field:ident : $ty:ty $(=> |$v:ident| $conv:expr)?),+ $(,)? }) => {
+        impl $name {
+            $(
+                #[doc = concat!("Sets `", stringify!($field), "` (builder style; the other fields are kept).")]
+                #[must_use]
+                #[inline]
+                pub fn $setter(mut self, value: $ty) -> $name {
+                    self.$field = setters!(@conv value $(, |$v| $conv)?);
+                    self
+                }
+            )+
+        }
+    };
+    (@conv $value:ident) => { $value };
+    (@conv $value:ident, |$v:ident| $conv:expr) => { { let $v = $value; $conv } };
 }
 
 c_enum!(
@@ -156,6 +179,7 @@ impl Attention {
 /// `accel_options` (version 3). See the header for each field's domain; the library checks
 /// them in `Context::new` / `sim::run` (`Status::InvalidArgument` naming the field).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Options {
     pub mixed_precision: Precision,
     pub gradient_accumulation_steps: i32,
@@ -221,6 +245,7 @@ impl Options {
 
 /// `accel_mlp_options`: `layer_sizes` holds input, hidden..., output (>= 2 entries).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct MlpOptions {
     pub layer_sizes: Vec<i64>,
     pub activation: Activation,
@@ -257,6 +282,7 @@ impl MlpOptions {
 
 /// `accel_lm_options`: how a language model is loaded or created.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LmOptions {
     /// The parameters' dtype: `DType::F32` (default) or `DType::BF16`.
     pub dtype: DType,
@@ -285,6 +311,7 @@ impl LmOptions {
 
 /// `accel_lora_options` (PEFT's LoraConfig): rank, alpha, dropout, target modules.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LoraOptions {
     pub r: i32,
     pub alpha: f64,
@@ -320,6 +347,7 @@ impl LoraOptions {
 
 /// `accel_generate_options`: how a causal LM continues prompts.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct GenerateOptions {
     pub max_new_tokens: i64,
     /// 0: greedy; > 0: sampling.
@@ -358,6 +386,7 @@ impl GenerateOptions {
 /// `accel_memory_estimate_options`: what [`estimate_memory`](crate::estimate_memory) assumes
 /// of the training run.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct MemoryEstimateOptions {
     /// Autocast with fp32 master weights.
     pub mixed_precision: Precision,
@@ -430,6 +459,7 @@ impl MemoryEstimateOptions {
 
 /// `accel_lm_data_options`: how a causal-LM loader makes samples and pads them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct LmDataOptions {
     /// Without offsets: fixed blocks of this many tokens (>= 2).
     pub block_size: i64,
@@ -460,6 +490,7 @@ impl LmDataOptions {
 
 /// `accel_sgd_options`
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SgdOptions {
     pub lr: f64,
     pub momentum: f64,
@@ -492,6 +523,7 @@ impl SgdOptions {
 
 /// `accel_adamw_options`
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AdamWOptions {
     pub lr: f64,
     pub beta1: f64,
@@ -524,6 +556,7 @@ impl AdamWOptions {
 
 /// `accel_lamb_options`
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LambOptions {
     pub lr: f64,
     pub beta1: f64,
@@ -557,6 +590,7 @@ impl LambOptions {
 /// `accel_adafactor_options` (transformers' Adafactor defaults; `beta1` 0 is no first moment,
 /// `lr` 0 with `relative_step`).
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AdafactorOptions {
     pub lr: f64,
     pub eps1: f64,
@@ -610,6 +644,7 @@ impl AdafactorOptions {
 
 /// `accel_scheduler_options`
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SchedulerOptions {
     pub kind: Schedule,
     pub warmup_steps: i64,
@@ -643,6 +678,7 @@ impl SchedulerOptions {
 
 /// `accel_dataloader_options` (version 3)
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct DataLoaderOptions {
     pub batch_size: i64,
     pub shuffle: bool,
@@ -692,6 +728,7 @@ impl DataLoaderOptions {
 
 /// `accel_sim_options`. `None` strings are NULL in C.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct SimOptions {
     pub world_size: i32,
     /// per-rank capacity, "80GiB", "64MiB", ...; None = unlimited
@@ -759,6 +796,7 @@ pub struct RawSimOptions {
 
 /// `accel_project_options`
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct ProjectOptions {
     /// non-empty; checkpoints go to `<project_dir>/checkpoints/checkpoint_N`
     pub project_dir: PathBuf,
@@ -767,6 +805,11 @@ pub struct ProjectOptions {
 }
 
 impl ProjectOptions {
+    /// A project in `project_dir`, the other fields at their defaults.
+    pub fn new(project_dir: impl Into<PathBuf>) -> ProjectOptions {
+        ProjectOptions { project_dir: project_dir.into(), ..ProjectOptions::default() }
+    }
+
     /// The raw struct (version and defaults from `accel_project_options_init`) and the
     /// C string its `project_dir` points into.
     pub fn to_sys(&self) -> Result<(sys::accel_project_options, CString)> {
@@ -862,6 +905,7 @@ impl std::fmt::Debug for LogWriters {
 /// `accel_tracker_options`: where and how [`Context::init_trackers`](crate::Context::init_trackers)
 /// opens the trackers (Accelerate's `init_trackers`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct TrackerOptions {
     /// Required (empty is NULL in C, which `init_trackers` refuses); created where missing.
     pub log_dir: PathBuf,
@@ -902,6 +946,7 @@ impl TrackerOptions {
 /// `accel_inference_options`: how [`Context::inference`](crate::Context::inference) makes an
 /// inference copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct InferenceOptions {
     /// The intra-op threads of the thread that calls [`Inference::run`](crate::Inference::run)
     /// (libtorch counts them per thread: this sets the calling thread's, leaving the trainer's);
@@ -929,3 +974,149 @@ impl InferenceOptions {
         Ok(o)
     }
 }
+
+setters!(Options {
+    with_mixed_precision mixed_precision: Precision,
+    with_gradient_accumulation_steps gradient_accumulation_steps: i32,
+    with_seed seed: u64,
+    with_device device: Device,
+    with_device_index device_index: i32,
+    with_loss_scale_init loss_scale_init: f64,
+    with_loss_scale_growth_factor loss_scale_growth_factor: f64,
+    with_loss_scale_backoff_factor loss_scale_backoff_factor: f64,
+    with_loss_scale_growth_interval loss_scale_growth_interval: i32,
+    with_num_threads num_threads: i32,
+    with_strategy strategy: Strategy,
+    with_bucket_bytes bucket_bytes: i64,
+    with_backend backend: Backend,
+    with_timeout_seconds timeout_seconds: f64,
+});
+
+setters!(MlpOptions {
+    with_layer_sizes layer_sizes: &[i64] => |v| v.to_vec(),
+    with_activation activation: Activation,
+    with_dropout dropout: f64,
+    with_bias bias: bool,
+});
+
+setters!(LmOptions {
+    with_dtype dtype: DType,
+    with_gradient_checkpointing gradient_checkpointing: bool,
+});
+
+setters!(LoraOptions {
+    with_r r: i32,
+    with_alpha alpha: f64,
+    with_dropout dropout: f64,
+    with_target_modules target_modules: Vec<String>,
+    with_use_rslora use_rslora: bool,
+});
+
+setters!(GenerateOptions {
+    with_max_new_tokens max_new_tokens: i64,
+    with_temperature temperature: f64,
+    with_top_k top_k: i64,
+    with_eos_token_id eos_token_id: Option<i64>,
+    with_seed seed: u64,
+    with_use_cache use_cache: bool,
+});
+
+setters!(MemoryEstimateOptions {
+    with_mixed_precision mixed_precision: Precision,
+    with_weights_dtype weights_dtype: DType,
+    with_optimizer optimizer: OptimizerKind,
+    with_strategy strategy: Strategy,
+    with_world_size world_size: i32,
+    with_micro_batch micro_batch: i64,
+    with_seq_len seq_len: i64,
+    with_gradient_checkpointing gradient_checkpointing: bool,
+    with_lora_rank lora_rank: i32,
+    with_lora_target_modules lora_target_modules: Vec<String>,
+    with_attention attention: Attention,
+});
+
+setters!(LmDataOptions {
+    with_block_size block_size: i64,
+    with_max_length max_length: i64,
+    with_pad_id pad_id: i64,
+    with_pad_to_multiple_of pad_to_multiple_of: i64,
+    with_group_by_length group_by_length: bool,
+});
+
+setters!(SgdOptions {
+    with_lr lr: f64,
+    with_momentum momentum: f64,
+    with_dampening dampening: f64,
+    with_weight_decay weight_decay: f64,
+    with_nesterov nesterov: bool,
+});
+
+setters!(AdamWOptions {
+    with_lr lr: f64,
+    with_beta1 beta1: f64,
+    with_beta2 beta2: f64,
+    with_eps eps: f64,
+    with_weight_decay weight_decay: f64,
+});
+
+setters!(LambOptions {
+    with_lr lr: f64,
+    with_beta1 beta1: f64,
+    with_beta2 beta2: f64,
+    with_eps eps: f64,
+    with_weight_decay weight_decay: f64,
+});
+
+setters!(AdafactorOptions {
+    with_lr lr: f64,
+    with_eps1 eps1: f64,
+    with_eps2 eps2: f64,
+    with_clip_threshold clip_threshold: f64,
+    with_decay_rate decay_rate: f64,
+    with_beta1 beta1: f64,
+    with_weight_decay weight_decay: f64,
+    with_scale_parameter scale_parameter: bool,
+    with_relative_step relative_step: bool,
+    with_warmup_init warmup_init: bool,
+});
+
+setters!(SchedulerOptions {
+    with_kind kind: Schedule,
+    with_warmup_steps warmup_steps: i64,
+    with_total_steps total_steps: i64,
+    with_min_lr_ratio min_lr_ratio: f64,
+});
+
+setters!(DataLoaderOptions {
+    with_batch_size batch_size: i64,
+    with_shuffle shuffle: bool,
+    with_seed seed: u64,
+    with_drop_last drop_last: bool,
+    with_even_batches even_batches: bool,
+    with_split_batches split_batches: bool,
+    with_iterable iterable: bool,
+});
+
+setters!(SimOptions {
+    with_device_memory device_memory: Option<&str> => |v| v.map(str::to_string),
+    with_topology topology: Option<&str> => |v| v.map(str::to_string),
+    with_timeout_seconds timeout_seconds: f64,
+    with_faults faults: Option<&str> => |v| v.map(str::to_string),
+    with_trace_path trace_path: Option<&Path> => |v| v.map(Path::to_path_buf),
+    with_engine_threads engine_threads: i32,
+});
+
+setters!(ProjectOptions {
+    with_project_dir project_dir: impl Into<PathBuf> => |v| v.into(),
+    with_total_limit total_limit: i32,
+});
+
+setters!(TrackerOptions {
+    with_log_dir log_dir: impl Into<PathBuf> => |v| v.into(),
+    with_writers writers: LogWriters,
+    with_all_processes all_processes: bool,
+});
+
+setters!(InferenceOptions {
+    with_num_threads num_threads: i32,
+});

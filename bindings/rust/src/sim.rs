@@ -26,11 +26,18 @@ pub struct RankOutcome {
 /// The outcome of a simulated run (`accel_sim_report`), destroyed on drop.
 pub struct SimReport {
     raw: NonNull<sys::accel_sim_report>,
+    /// Held by every read: the header promises concurrent reads only for tensors, so reads
+    /// of one report from several threads (through `&SimReport`, which `Sync` allows) take
+    /// turns. Reports are read rarely, after a run: the lock costs nothing that matters.
+    lock: Mutex<()>,
 }
 
-// SAFETY: a report is independent of any context; it is only read, through &self, and
-// destroyed through ownership. Not Sync: the header promises concurrent reads only for tensors.
+// SAFETY: a report is independent of any context and of the thread that made it; it is
+// destroyed through ownership (Drop, `&mut`), and every read through `&self` holds `lock`, so
+// no two threads use the C object at once.
 unsafe impl Send for SimReport {}
+// SAFETY: see Send: the reads through `&self` are serialised by `lock`.
+unsafe impl Sync for SimReport {}
 
 impl Drop for SimReport {
     fn drop(&mut self) {
@@ -40,13 +47,19 @@ impl Drop for SimReport {
 }
 
 impl SimReport {
-    /// The raw handle (still owned by this report; do not destroy it).
+    fn turn(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The raw handle (still owned by this report; do not destroy it, and do not read it
+    /// while another thread reads the report).
     pub fn as_raw(&self) -> *mut sys::accel_sim_report {
         self.raw.as_ptr()
     }
 
     /// The number of ranks (`accel_sim_report_world_size`).
     pub fn world_size(&self) -> Result<i32> {
+        let _turn = self.turn();
         let mut v = 0;
         // SAFETY: the report is live (owned by `self`); out-parameters are locals.
         check(unsafe { sys::accel_sim_report_world_size(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
@@ -55,6 +68,7 @@ impl SimReport {
 
     /// Rank `rank`'s outcome (`accel_sim_report_rank`).
     pub fn rank(&self, rank: i32) -> Result<RankOutcome> {
+        let _turn = self.turn();
         let mut st = 0;
         let mut msg: *const c_char = std::ptr::null();
         let mut peak = 0u64;
@@ -78,6 +92,7 @@ impl SimReport {
 
     /// The cost model's predicted wall time (`accel_sim_report_predicted_seconds`).
     pub fn predicted_seconds(&self) -> Result<f64> {
+        let _turn = self.turn();
         let mut v = 0.0;
         // SAFETY: the report is live (owned by `self`); out-parameters are locals.
         check(unsafe { sys::accel_sim_report_predicted_seconds(self.raw.as_ptr(), &mut v) }, std::ptr::null())?;
@@ -101,6 +116,9 @@ impl fmt::Debug for SimReport {
 /// `summary` keeps the library's own choice. When the failing rank's closure
 /// returned an `Err` or panicked, `error` is that error (a panic is `Status::Internal` with
 /// "rank R panicked: MESSAGE"); otherwise it is the library's error for the rank.
+///
+/// `Send + Sync + 'static` (the report's reads take turns on a lock), so `?` converts it into
+/// `Box<dyn std::error::Error + Send + Sync>` or `anyhow::Error`.
 #[derive(Debug)]
 pub struct SimError {
     pub report: Option<SimReport>,
@@ -253,19 +271,24 @@ where
     };
     // Read the thread-local message right away, on this thread.
     let summary = if status == sys::ACCEL_OK { String::new() } else { last_error(std::ptr::null()) };
-    let report = NonNull::new(report).map(|raw| SimReport { raw });
+    let report = NonNull::new(report).map(|raw| SimReport { raw, lock: Mutex::new(()) });
     let rank_errors = data.errors.into_inner().unwrap_or_else(|e| e.into_inner());
     if status == sys::ACCEL_OK {
         return Ok(report.expect("accel_sim_run returned OK without a report"));
     }
     // The failing rank to report: the lowest rank whose failure was its own (not
-    // ACCEL_ERR_COMMUNICATION / ACCEL_ERR_TIMEOUT, which a rank gets when a peer failed),
-    // else the one the library's "rank R: ..." summary names (the library names the lowest
-    // failing rank, which is often a rank that only saw its peer die).
+    // ACCEL_ERR_COMMUNICATION / ACCEL_ERR_TIMEOUT, which a rank gets when a peer failed, nor
+    // the simulator's "collective ... can never complete: rank Q died (...)", an
+    // ACCEL_ERR_INVALID_STATE of a rank left waiting for a dead peer), else the one the
+    // library's "rank R: ..." summary names (the library names the lowest failing rank, which
+    // is often a rank that only saw its peer die).
     let own = report.as_ref().and_then(|rep| rep.ranks().ok()).and_then(|ranks| {
         ranks
             .iter()
-            .position(|o| matches!(o.status, Some(s) if s != Status::Communication && s != Status::Timeout))
+            .position(|o| match o.status {
+                Some(Status::Communication) | Some(Status::Timeout) | None => false,
+                Some(_) => !(o.error.contains("can never complete") && o.error.contains(" died")),
+            })
             .map(|p| p as i32)
     });
     let mut rank = own.or_else(|| summary

@@ -146,15 +146,15 @@ fn objects_of_another_context_are_refused() {
 fn dropping_objects_in_any_order_while_the_context_works() {
     let ctx = ctx(4);
     let model = ctx.mlp(&MlpOptions::new(&[2, 2])).unwrap();
-    let opt = ctx.sgd(&model, &SgdOptions { lr: 0.5, ..Default::default() }).unwrap();
+    let opt = ctx.sgd(&model, &SgdOptions::default().with_lr(0.5)).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     // a scheduler made on the prepared optimizer, never prepared, dropped before the step
     let sched = ctx
-        .scheduler(&opt, &SchedulerOptions { kind: Schedule::Linear, warmup_steps: 0, total_steps: 4, ..Default::default() })
+        .scheduler(&opt, &SchedulerOptions::default().with_kind(Schedule::Linear).with_warmup_steps(0).with_total_steps(4))
         .unwrap();
     drop(sched);
     let x = Tensor::from_slice(&[1f32, 2.0, 3.0, 4.0, 5.0], &[5, 1]).unwrap();
-    let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions { batch_size: 2, ..Default::default() }).unwrap();
+    let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions::default().with_batch_size(2)).unwrap();
     ctx.prepare(None, None, None, Some(&loader)).unwrap();
     let batch = loader.next().unwrap().unwrap();
     drop(loader); // prepared: the context keeps it for gather_for_metrics

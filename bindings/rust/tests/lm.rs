@@ -39,12 +39,12 @@ fn batch() -> (Tensor, Tensor, Tensor, i64) {
 #[test]
 fn load_train_save_and_reload() {
     let ctx = ctx(1);
-    let opts = LmOptions { gradient_checkpointing: true, ..LmOptions::default() };
+    let opts = LmOptions::default().with_gradient_checkpointing(true);
     let model = ctx.load_pretrained(fixture("llama-tiny"), &opts).unwrap();
     let (n, _) = model.num_parameters().unwrap();
     assert_eq!(model.parameter_name(0).unwrap(), "model.embed_tokens.weight");
     assert!(n > 10);
-    let opt = ctx.adamw(&model, &AdamWOptions { lr: 1e-2, ..Default::default() }).unwrap();
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(1e-2)).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     let (ids, mask, labels, targets) = batch();
     let mut losses = Vec::new();
@@ -73,7 +73,7 @@ fn load_train_save_and_reload() {
 #[test]
 fn create_from_config_in_bf16() {
     let ctx = ctx(2);
-    let opts = LmOptions { dtype: DType::BF16, ..LmOptions::default() };
+    let opts = LmOptions::default().with_dtype(DType::BF16);
     let model = ctx.create_lm(fixture("gpt2-tiny").join("config.json"), &opts).unwrap();
     let (ids, mask, labels, _) = batch();
     let out = model.lm_forward(&ids, Some(&mask), Some(&labels)).unwrap();
@@ -90,7 +90,7 @@ fn errors_name_the_problem() {
     let ctx = ctx(3);
     let e = err(ctx.load_pretrained(temp_dir("lm-missing").join("nothing"), &LmOptions::default()));
     assert_eq!(e.status, Status::Io);
-    let e = err(ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions { dtype: DType::I64, ..Default::default() }));
+    let e = err(ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default().with_dtype(DType::I64)));
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.message.contains("dtype"), "{}", e.message);
     let model = ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default()).unwrap();
@@ -127,8 +127,8 @@ fn token_file_and_lm_loader() {
     let back = Tensor::read_token_file(&path).unwrap();
     assert_eq!(back.to_vec::<i64>().unwrap(), tokens);
     let off = Tensor::from_slice(&offsets, &[offsets.len() as i64]).unwrap();
-    let lm = LmDataOptions { pad_to_multiple_of: 4, ..Default::default() };
-    let opts = accel::DataLoaderOptions { batch_size: 8, ..Default::default() };
+    let lm = LmDataOptions::default().with_pad_to_multiple_of(4);
+    let opts = accel::DataLoaderOptions::default().with_batch_size(8);
     let mut loader = ctx.lm_dataloader(&back, Some(&off), &lm, &opts).unwrap();
     let model = ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default()).unwrap();
     let opt = ctx.adamw(&model, &AdamWOptions::default()).unwrap();
@@ -156,12 +156,15 @@ fn token_file_and_lm_loader() {
 fn lora_train_save_and_reload() {
     let ctx = ctx(5);
     let model = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
-    let opts = LoraOptions { r: 2, alpha: 4.0, target_modules: vec!["q_proj".into(), "v_proj".into()], ..Default::default() };
+    let opts = LoraOptions::default()
+        .with_r(2)
+        .with_alpha(4.0)
+        .with_target_modules(vec!["q_proj".into(), "v_proj".into()]);
     model.add_lora(&opts).unwrap();
     let (n, _) = model.num_parameters().unwrap();
     assert_eq!(n, 8);
     assert_eq!(model.parameter_name(0).unwrap(), "model.layers.0.self_attn.q_proj.lora_A.weight");
-    let opt = ctx.adamw(&model, &AdamWOptions { lr: 1e-2, ..Default::default() }).unwrap();
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(1e-2)).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     let (ids, mask, labels, _) = batch();
     for _ in 0..3 {
@@ -177,7 +180,7 @@ fn lora_train_save_and_reload() {
     back.load_adapter(&dir).unwrap();
     back.set_training(false).unwrap();
     assert_eq!(back.lm_forward(&ids, Some(&mask), None).unwrap().logits.to_vec::<f32>().unwrap(), mine);
-    let bad = LoraOptions { target_modules: vec!["c_attn".into()], ..Default::default() };
+    let bad = LoraOptions::default().with_target_modules(vec!["c_attn".into()]);
     let other = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
     assert_eq!(other.add_lora(&bad).unwrap_err().status, Status::InvalidArgument);
     assert_eq!(model.add_lora(&opts).unwrap_err().status, Status::InvalidState);
@@ -187,7 +190,7 @@ fn lora_train_save_and_reload() {
 fn adafactor_trains() {
     let ctx = ctx(6);
     let model = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
-    let opts = AdafactorOptions { lr: 1e-2, relative_step: false, scale_parameter: false, ..Default::default() };
+    let opts = AdafactorOptions::default().with_lr(1e-2).with_relative_step(false).with_scale_parameter(false);
     let opt = ctx.adafactor(&model, &opts).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     let (ids, mask, labels, _) = batch();
@@ -200,7 +203,7 @@ fn adafactor_trains() {
         ctx.step().unwrap();
     }
     assert!(losses[3] < losses[0], "{:?}", losses);
-    let bad = AdafactorOptions { lr: 1e-3, ..Default::default() };
+    let bad = AdafactorOptions::default().with_lr(1e-3);
     let e = err(ctx.adafactor(&model, &bad));
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.message.contains("relative_step"), "{}", e.message);
@@ -212,12 +215,12 @@ fn generate_with_and_without_the_cache() {
     let model = ctx.load_pretrained(fixture("gpt2-tiny"), &LmOptions::default()).unwrap();
     model.set_training(false).unwrap();
     let prompt = Tensor::from_slice(&[5i64, 17, 3, 99], &[1, 4]).unwrap();
-    let opts = GenerateOptions { max_new_tokens: 6, ..Default::default() };
+    let opts = GenerateOptions::default().with_max_new_tokens(6);
     let out = model.generate(&prompt, &opts).unwrap();
     assert_eq!(out.shape().unwrap(), vec![1, 10]);
-    let no_cache = GenerateOptions { use_cache: false, ..opts.clone() };
+    let no_cache = opts.clone().with_use_cache(false);
     assert_eq!(out.to_vec::<i64>().unwrap(), model.generate(&prompt, &no_cache).unwrap().to_vec::<i64>().unwrap());
-    let bad = GenerateOptions { max_new_tokens: 100, ..Default::default() };
+    let bad = GenerateOptions::default().with_max_new_tokens(100);
     assert_eq!(err(model.generate(&prompt, &bad)).status, Status::InvalidArgument); // past n_positions (64)
 }
 
@@ -238,34 +241,30 @@ fn estimate_memory_of_llama_7b() {
     assert!(e.attention == Attention::Eager || e.attention == Attention::Fused, "{:?}", e.attention);
 
     // LoRA on PEFT's default targets (q_proj, v_proj): A [r, 4096] + B [4096, r] per module and layer
-    let lora = estimate_memory("llama-7b", &MemoryEstimateOptions { lora_rank: 16, ..Default::default() }).unwrap();
+    let lora = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_lora_rank(16)).unwrap();
     assert_eq!(lora.parameters, LLAMA_7B);
     assert_eq!(lora.trainable_parameters, 32 * 2 * 16 * (4096 + 4096));
     assert!(lora.total < e.total);
-    let named = MemoryEstimateOptions {
-        lora_rank: 16,
-        lora_target_modules: vec!["q_proj".to_string(), "v_proj".to_string()],
-        ..Default::default()
-    };
+    let named = MemoryEstimateOptions::default()
+        .with_lora_rank(16)
+        .with_lora_target_modules(vec!["q_proj".to_string(), "v_proj".to_string()]);
     assert_eq!(estimate_memory("llama-7b", &named).unwrap(), lora);
 
     // ZeRO-3 over 64 processes with bf16 autocast: (4 + 2 + 2 + 8) / 64 bytes per parameter
-    let z3 = MemoryEstimateOptions {
-        mixed_precision: Precision::Bf16,
-        strategy: Strategy::Zero3,
-        world_size: 64,
-        ..Default::default()
-    };
+    let z3 = MemoryEstimateOptions::default()
+        .with_mixed_precision(Precision::Bf16)
+        .with_strategy(Strategy::Zero3)
+        .with_world_size(64);
     let z = estimate_memory("llama-7b", &z3).unwrap();
     let per_param = (z.weights + z.gradients + z.optimizer_state) as f64 / LLAMA_7B as f64;
     assert!((per_param - 0.25).abs() < 1e-6, "{}", per_param);
 
     // the kernel asked for is the one reported; SGD keeps no state
-    let eager = estimate_memory("llama-7b", &MemoryEstimateOptions { attention: Attention::Eager, ..Default::default() }).unwrap();
-    let fused = estimate_memory("llama-7b", &MemoryEstimateOptions { attention: Attention::Fused, ..Default::default() }).unwrap();
+    let eager = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_attention(Attention::Eager)).unwrap();
+    let fused = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_attention(Attention::Fused)).unwrap();
     assert_eq!((eager.attention, fused.attention), (Attention::Eager, Attention::Fused));
     assert!(fused.activations < eager.activations);
-    let sgd = MemoryEstimateOptions { optimizer: OptimizerKind::Sgd, seq_len: 512, micro_batch: 2, ..Default::default() };
+    let sgd = MemoryEstimateOptions::default().with_optimizer(OptimizerKind::Sgd).with_seq_len(512).with_micro_batch(2);
     let s = estimate_memory("llama-7b", &sgd).unwrap();
     assert_eq!((s.optimizer_state, s.seq_len), (0, 512));
 
@@ -283,15 +282,13 @@ fn estimate_memory_errors() {
     let e = estimate_memory("llama-3b", &MemoryEstimateOptions::default()).unwrap_err();
     assert_eq!(e.status, Status::Io);
     assert!(e.message.contains("named shape"), "{}", e.message);
-    let e = estimate_memory("llama-7b", &MemoryEstimateOptions { world_size: 4, ..Default::default() }).unwrap_err();
+    let e = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_world_size(4)).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument);
     assert!(e.message.contains("strategy"), "{}", e.message);
-    let lamb = MemoryEstimateOptions {
-        optimizer: OptimizerKind::Lamb,
-        strategy: Strategy::Zero2,
-        world_size: 2,
-        ..Default::default()
-    };
+    let lamb = MemoryEstimateOptions::default()
+        .with_optimizer(OptimizerKind::Lamb)
+        .with_strategy(Strategy::Zero2)
+        .with_world_size(2);
     let e = estimate_memory("llama-7b", &lamb).unwrap_err();
     assert_eq!(e.status, Status::Unsupported);
     assert!(e.message.contains("LAMB"), "{}", e.message);

@@ -39,13 +39,13 @@ fn x_of(xs: &[f32]) -> Tensor {
 
 /// A context (CPU, `seed`, `accum` micro-batches a step) for an MLP 5 -> 16 -> 3 (tanh).
 fn trainer_ctx(seed: u64, accum: i32) -> Context {
-    Context::new(&Options { gradient_accumulation_steps: accum, ..cpu_options(seed) }).unwrap()
+    Context::new(&cpu_options(seed).with_gradient_accumulation_steps(accum)).unwrap()
 }
 
 /// The MLP and its AdamW (lr 0.01), prepared on `ctx`.
 fn mlp(ctx: &Context) -> (Model<'_>, Optimizer<'_>) {
-    let model = ctx.mlp(&MlpOptions { activation: Activation::Tanh, ..MlpOptions::new(&[5, 16, 3]) }).unwrap();
-    let opt = ctx.adamw(&model, &AdamWOptions { lr: 0.01, ..Default::default() }).unwrap();
+    let model = ctx.mlp(&MlpOptions::new(&[5, 16, 3]).with_activation(Activation::Tanh)).unwrap();
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(0.01)).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     (model, opt)
 }
@@ -92,7 +92,7 @@ fn inference_runs_the_models_forward_bit_for_bit() {
     let target = Tensor::from_slice(&ys, &[8, 3]).unwrap();
     assert!(ctx.mse(&got, &target).unwrap().item().unwrap() > 0.0);
     // more threads for the copy's runs: the same values on this MLP
-    let mut four = ctx.inference(&model, &InferenceOptions { num_threads: 4 }).unwrap();
+    let mut four = ctx.inference(&model, &InferenceOptions::default().with_num_threads(4)).unwrap();
     assert_eq!(four.weights().unwrap().0, 2, "each creation publishes");
     assert_eq!(bits(&four.run1(&x).unwrap()), bits(&want));
     // a tensor a run returned outlives the copy and the context
@@ -264,7 +264,7 @@ fn rows(n: usize) -> (Vec<f32>, Vec<f32>) {
 fn loader_of<'c>(ctx: &'c Context, xs: &[f32], ys: Option<&[f32]>, shuffle: bool) -> DataLoader<'c> {
     let x = Tensor::from_slice(xs, &[(xs.len() / 5) as i64, 5]).unwrap();
     let y = ys.map(|ys| Tensor::from_slice(ys, &[(ys.len() / 3) as i64, 3]).unwrap());
-    ctx.dataloader(&x, y.as_ref(), &DataLoaderOptions { batch_size: 4, shuffle, seed: 5, ..Default::default() }).unwrap()
+    ctx.dataloader(&x, y.as_ref(), &DataLoaderOptions::default().with_batch_size(4).with_shuffle(shuffle).with_seed(5)).unwrap()
 }
 
 /// At most `n` micro-batches of MSE through the calls one by one: (losses, real steps).
@@ -378,7 +378,7 @@ fn train_micro_batches_with_cross_entropy_learns() {
     }
     let x = Tensor::from_slice(&xs, &[60, 5]).unwrap();
     let y = Tensor::from_slice(&ys, &[60]).unwrap();
-    let mut loader = ctx.dataloader(&x, Some(&y), &DataLoaderOptions { batch_size: 6, ..Default::default() }).unwrap();
+    let mut loader = ctx.dataloader(&x, Some(&y), &DataLoaderOptions::default().with_batch_size(6)).unwrap();
     let first = ctx.train_micro_batches(&model, &mut loader, Loss::CrossEntropy, 10, 0.0).unwrap();
     let mut last = first;
     for _ in 0..10 {
@@ -403,10 +403,7 @@ fn a_causal_lm_trains_with_its_loss_and_runs_as_an_inference_copy() {
     let tokens: Vec<i64> = (0..64).map(|i| (i * 7) % 50).collect();
     let tokens = Tensor::from_vec1(&tokens).unwrap();
     let mut loader = ctx
-        .lm_dataloader(&tokens, None, &LmDataOptions { block_size: 8, ..Default::default() }, &DataLoaderOptions {
-            batch_size: 2,
-            ..Default::default()
-        })
+        .lm_dataloader(&tokens, None, &LmDataOptions::default().with_block_size(8), &DataLoaderOptions::default().with_batch_size(2))
         .unwrap();
     let batch = loader.next().unwrap().unwrap();
     let labels = batch.targets.as_ref().unwrap_or(&batch.inputs);
@@ -434,13 +431,13 @@ fn errors_carry_the_c_message() {
     let mut loader = loader_of(&ctx, &xs, Some(&ys), true);
 
     // inference copies
-    let e = err(ctx.inference(&model, &InferenceOptions { num_threads: 0 }));
+    let e = err(ctx.inference(&model, &InferenceOptions::default().with_num_threads(0)));
     assert_eq!(e.status, Status::InvalidArgument, "{}", e);
     assert!(e.message.starts_with("accel_inference_create"), "{}", e.message);
     assert!(e.message.contains("num_threads must be in [1, 4096], got 0"), "{}", e.message);
     assert_eq!(ctx.last_error(), e.message);
     for bad in [-1, 4097] {
-        let e = err(ctx.inference(&model, &InferenceOptions { num_threads: bad }));
+        let e = err(ctx.inference(&model, &InferenceOptions::default().with_num_threads(bad)));
         assert!(e.message.contains(&format!("num_threads must be in [1, 4096], got {}", bad)), "{}", e.message);
     }
     let other = trainer_ctx(9, 1);
@@ -515,7 +512,7 @@ fn loss_values_are_the_headers() {
         assert_eq!(Loss::from_raw(raw), Some(loss));
     }
     assert_eq!(Loss::from_raw(3), None);
-    assert_eq!(InferenceOptions::default(), InferenceOptions { num_threads: 1 });
+    assert_eq!(InferenceOptions::default().num_threads, 1);
 }
 
 /// An inference copy made by a simulated rank leaves the closure (it borrows nothing) and

@@ -63,7 +63,7 @@ fn collectives_on_three_ranks() {
 fn gather_for_metrics_counts_each_sample_once() {
     sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| {
         let x = Tensor::from_slice(&[0f32, 1.0, 2.0, 3.0, 4.0], &[5, 1])?;
-        let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions { batch_size: 2, ..Default::default() })?;
+        let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions::default().with_batch_size(2))?;
         ctx.prepare(None, None, None, Some(&loader))?;
         let mut seen = Vec::new();
         let mut gathered = 0;
@@ -90,7 +90,7 @@ fn iterable_loader_shards_the_stream() {
     sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| {
         let x = Tensor::from_slice(&[0f32, 1.0, 2.0, 3.0, 4.0], &[5, 1])?;
         let y = Tensor::from_slice(&[0i64, 1, 2, 3, 4], &[5])?;
-        let opts = DataLoaderOptions { batch_size: 2, iterable: true, ..Default::default() };
+        let opts = DataLoaderOptions::default().with_batch_size(2).with_iterable(true);
         let mut loader = ctx.dataloader(&x, Some(&y), &opts)?;
         ctx.prepare(None, None, None, Some(&loader))?;
         assert_eq!(loader.num_batches()?, 2);
@@ -105,7 +105,7 @@ fn iterable_loader_shards_the_stream() {
         let want: Vec<Vec<i64>> =
             if ctx.process_index()? == 0 { vec![vec![0, 1], vec![4, 0]] } else { vec![vec![2, 3], vec![1, 2]] };
         assert_eq!(batches, want, "rank {}", ctx.process_index()?);
-        let shuffled = DataLoaderOptions { shuffle: true, ..opts };
+        let shuffled = opts.clone().with_shuffle(true);
         let err = ctx.dataloader(&x, Some(&y), &shuffled).err().expect("iterable with shuffle is refused");
         assert_eq!(err.status, Status::InvalidArgument);
         assert!(err.message.contains("shuffle must be 0 for an iterable loader"), "{}", err.message);
@@ -159,7 +159,7 @@ fn a_rank_returning_err_fails_with_that_error() {
 fn an_accel_error_inside_a_rank_propagates() {
     let err = sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| {
         let model = ctx.mlp(&MlpOptions::new(&[2, 2]))?;
-        ctx.adamw(&model, &AdamWOptions { weight_decay: f64::INFINITY, ..Default::default() })?;
+        ctx.adamw(&model, &AdamWOptions::default().with_weight_decay(f64::INFINITY))?;
         Ok(())
     })
     .unwrap_err();
@@ -178,23 +178,23 @@ fn invalid_sim_options_fail_before_any_rank() {
     assert!(err.report.is_none() && err.rank.is_none());
     assert_eq!(err.error.status, Status::InvalidArgument);
     assert!(err.error.message.contains("world_size"), "{}", err.error.message);
-    let bad_mem = SimOptions { device_memory: Some("0".into()), ..SimOptions::default() };
+    let bad_mem = SimOptions::default().with_device_memory(Some("0".into()));
     assert_eq!(sim::run(&bad_mem, &cpu_options(0), f).unwrap_err().error.status, Status::InvalidArgument);
-    let cuda = Options { device: Device::Cuda, ..cpu_options(0) };
+    let cuda = cpu_options(0).with_device(Device::Cuda);
     assert_eq!(sim::run(&SimOptions::default(), &cuda, f).unwrap_err().error.status, Status::Unsupported);
-    let nul = SimOptions { topology: Some("8x\0H100".into()), ..SimOptions::default() };
+    let nul = SimOptions::default().with_topology(Some("8x\0H100".into()));
     assert_eq!(sim::run(&nul, &cpu_options(0), f).unwrap_err().error.status, Status::InvalidArgument);
     assert_eq!(ran.load(Ordering::SeqCst), 0);
 }
 
 #[test]
 fn ddp_keeps_ranks_in_sync_and_reports_memory() {
-    let sim_opts = SimOptions { device_memory: Some("1GiB".into()), ..SimOptions::with_world_size(2) };
-    let opts = Options { strategy: Strategy::Ddp, ..cpu_options(3) };
+    let sim_opts = SimOptions::with_world_size(2).with_device_memory(Some("1GiB".into()));
+    let opts = cpu_options(3).with_strategy(Strategy::Ddp);
     let report = sim::run(&sim_opts, &opts, |ctx| {
         let r = ctx.process_index()?;
         let model = ctx.mlp(&MlpOptions::new(&[2, 3, 1]))?;
-        let opt = ctx.sgd(&model, &SgdOptions { lr: 0.1, ..Default::default() })?;
+        let opt = ctx.sgd(&model, &SgdOptions::default().with_lr(0.1))?;
         ctx.prepare(Some(&model), Some(&opt), None, None)?;
         // different data per rank; DDP averages the gradients, so the weights stay equal
         let x = Tensor::from_slice(&[r as f32, 1.0], &[1, 2])?;

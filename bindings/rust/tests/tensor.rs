@@ -123,13 +123,16 @@ fn is_send<T: Send>() {}
 fn is_sync<T: Sync>() {}
 
 /// Which types are Send/Sync (the negative cases are compile_fail doctests in lib.rs):
-/// Tensor: Send + Sync; Context: Send only; SimReport: Send; Error: Send + Sync.
+/// Tensor: Send + Sync; Context: Send only; SimReport, SimError, Error: Send + Sync.
 #[test]
 fn send_and_sync() {
     is_send::<Tensor>();
     is_sync::<Tensor>();
     is_send::<accel::Context>();
     is_send::<accel::SimReport>();
+    is_sync::<accel::SimReport>();
+    is_send::<accel::SimError>();
+    is_sync::<accel::SimError>();
     is_send::<Error>();
     is_sync::<Error>();
     is_send::<accel::Options>();

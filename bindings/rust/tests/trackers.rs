@@ -397,7 +397,7 @@ fn logs_jsonl_csv_and_tensorboard_files_read_back_value_by_value() {
     let dir = root.join("run").join("a"); // created where missing
     let ctx = ctx(0);
     let before = now();
-    ctx.init_trackers(&TrackerOptions { writers: LogWriters::ALL, ..TrackerOptions::new(&dir) }).unwrap();
+    ctx.init_trackers(&TrackerOptions::new(&dir).with_writers(LogWriters::ALL)).unwrap();
     for (step, values) in STEPS {
         ctx.log(step, values).unwrap();
     }
@@ -478,7 +478,7 @@ fn logs_jsonl_csv_and_tensorboard_files_read_back_value_by_value() {
     assert!(e.scalars[2].1.is_sign_negative());
 
     // again: the lines and rows are appended to (no second header), a new event file
-    ctx.init_trackers(&TrackerOptions { writers: LogWriters::ALL, ..TrackerOptions::new(&dir) }).unwrap();
+    ctx.init_trackers(&TrackerOptions::new(&dir).with_writers(LogWriters::ALL)).unwrap();
     ctx.log(50, &[("loss", 0.05)]).unwrap();
     ctx.end_training().unwrap();
     let lines2 = read_jsonl(&dir.join("metrics.jsonl"));
@@ -510,7 +510,7 @@ fn only_the_writers_asked_for_are_written() {
     ];
     for (sub, writers) in cases {
         let dir = root.join(sub);
-        ctx.init_trackers(&TrackerOptions { writers, ..TrackerOptions::new(&dir) }).unwrap();
+        ctx.init_trackers(&TrackerOptions::new(&dir).with_writers(writers)).unwrap();
         ctx.log(1, &[("x", 1.0)]).unwrap();
         ctx.end_training().unwrap();
         assert_eq!(dir.join("metrics.jsonl").exists(), writers.contains(LogWriters::JSONL), "{:?}", writers);
@@ -552,17 +552,17 @@ fn misuse_gives_the_header_statuses_and_leaves_the_trackers_usable() {
     assert!(e.message.contains("log_dir"), "{}", e.message);
     let file = root.join("notes.txt");
     std::fs::write(&file, "mine").unwrap();
-    let e = ctx.init_trackers(&TrackerOptions { writers: LogWriters::JSONL, ..TrackerOptions::new(&file) }).unwrap_err();
+    let e = ctx.init_trackers(&TrackerOptions::new(&file).with_writers(LogWriters::JSONL)).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument, "{}", e);
     assert!(e.message.contains("not a directory"), "{}", e.message);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
-    let e = ctx.init_trackers(&TrackerOptions { log_dir: PathBuf::from("a\0b"), ..Default::default() }).unwrap_err();
+    let e = ctx.init_trackers(&TrackerOptions::default().with_log_dir(PathBuf::from("a\0b"))).unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument, "{}", e);
     assert!(e.message.contains("NUL"), "{}", e.message);
     // a failed init leaves nothing open
     assert_eq!(ctx.log(0, &[("loss", 1.0)]).unwrap_err().status, Status::InvalidState);
 
-    let opts = TrackerOptions { writers: LogWriters::JSONL | LogWriters::CSV, ..TrackerOptions::new(&dir) };
+    let opts = TrackerOptions::new(&dir).with_writers(LogWriters::JSONL | LogWriters::CSV);
     ctx.init_trackers(&opts).unwrap();
     // a second init while open: InvalidState
     let e = ctx.init_trackers(&opts).unwrap_err();
@@ -610,7 +610,7 @@ fn dropping_the_context_closes_the_trackers() {
     let root = temp_dir("trackers-drop");
     {
         let ctx = ctx(0);
-        ctx.init_trackers(&TrackerOptions { writers: LogWriters::ALL, ..TrackerOptions::new(&root) }).unwrap();
+        ctx.init_trackers(&TrackerOptions::new(&root).with_writers(LogWriters::ALL)).unwrap();
         for s in 0..5 {
             ctx.log(s, &[("loss", s as f64 / 8.0)]).unwrap();
         }
@@ -633,7 +633,7 @@ fn the_main_process_writes_unless_every_process_is_asked() {
         let dir = root.join(if all { "all" } else { "main" });
         sim::run(&SimOptions::with_world_size(3), &cpu_options(0), |ctx| {
             let writers = LogWriters::JSONL | LogWriters::CSV;
-            let opts = TrackerOptions { writers, all_processes: all, ..TrackerOptions::new(&dir) };
+            let opts = TrackerOptions::new(&dir).with_writers(writers).with_all_processes(all);
             ctx.init_trackers(&opts)?;
             let r = ctx.process_index()?;
             ctx.log(1, &[("rank", r as f64), ("half", r as f64 / 2.0)])?;

@@ -6,37 +6,37 @@ use common::*;
 
 #[test]
 fn invalid_options_are_refused() {
-    let err = Context::new(&Options { gradient_accumulation_steps: 0, ..cpu_options(0) }).err().unwrap();
+    let err = Context::new(&cpu_options(0).with_gradient_accumulation_steps(0)).err().unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
     assert!(err.message.contains("gradient_accumulation_steps"), "{}", err.message);
-    let err = Context::new(&Options { loss_scale_init: f64::NAN, ..cpu_options(0) }).err().unwrap();
+    let err = Context::new(&cpu_options(0).with_loss_scale_init(f64::NAN)).err().unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
     assert!(err.message.contains("loss_scale_init"), "{}", err.message);
     let ctx = ctx(0);
     assert_eq!(ctx.device().unwrap(), Device::Cpu);
     let model = ctx.mlp(&MlpOptions::new(&[4, 3])).unwrap();
     // AdamW weight_decay = inf: INVALID_ARGUMENT naming weight_decay
-    let err = ctx.adamw(&model, &AdamWOptions { weight_decay: f64::INFINITY, ..Default::default() }).err().unwrap();
+    let err = ctx.adamw(&model, &AdamWOptions::default().with_weight_decay(f64::INFINITY)).err().unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
     assert!(err.message.starts_with("accel_optimizer_create_adamw"), "{}", err.message);
     assert!(err.message.contains("weight_decay"), "{}", err.message);
     assert_eq!(ctx.last_error(), err.message);
-    let err = ctx.sgd(&model, &SgdOptions { nesterov: true, ..Default::default() }).err().unwrap();
+    let err = ctx.sgd(&model, &SgdOptions::default().with_nesterov(true)).err().unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
-    let err = ctx.lamb(&model, &LambOptions { beta1: 1.0, ..Default::default() }).err().unwrap();
+    let err = ctx.lamb(&model, &LambOptions::default().with_beta1(1.0)).err().unwrap();
     assert!(err.message.contains("beta1"), "{}", err.message);
     let err = ctx.mlp(&MlpOptions::new(&[4])).err().unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
-    let err = ctx.mlp(&MlpOptions { dropout: 1.0, ..MlpOptions::new(&[4, 2]) }).err().unwrap();
+    let err = ctx.mlp(&MlpOptions::new(&[4, 2]).with_dropout(1.0)).err().unwrap();
     assert!(err.message.contains("dropout"), "{}", err.message);
     let opt = ctx.sgd(&model, &SgdOptions::default()).unwrap();
     let err = ctx
-        .scheduler(&opt, &SchedulerOptions { kind: Schedule::Cosine, warmup_steps: 5, total_steps: 5, ..Default::default() })
+        .scheduler(&opt, &SchedulerOptions::default().with_kind(Schedule::Cosine).with_warmup_steps(5).with_total_steps(5))
         .err()
         .unwrap();
     assert_eq!(err.status, Status::InvalidArgument);
     let x = Tensor::from_slice(&[0f32; 8], &[2, 4]).unwrap();
-    let err = ctx.dataloader(&x, None, &DataLoaderOptions { batch_size: 0, ..Default::default() }).err().unwrap();
+    let err = ctx.dataloader(&x, None, &DataLoaderOptions::default().with_batch_size(0)).err().unwrap();
     assert!(err.message.contains("batch_size"), "{}", err.message);
     // the objects still work after the failed calls
     assert_eq!(model.num_parameters().unwrap(), (2, 15));
@@ -47,7 +47,7 @@ fn invalid_options_are_refused() {
 fn mixed_precision_is_resolved() {
     assert_eq!(Precision::from_raw(sys::ACCEL_PRECISION_AUTO), Some(Precision::Auto));
     assert_eq!(Precision::Auto.to_raw(), 3);
-    let with = |p: Precision| Context::new(&Options { mixed_precision: p, ..cpu_options(0) }).unwrap();
+    let with = |p: Precision| Context::new(&cpu_options(0).with_mixed_precision(p)).unwrap();
     // AUTO is resolved at init for the device: bf16 where it computes bf16 natively, else no
     let auto = with(Precision::Auto).mixed_precision().unwrap();
     assert!(auto == Precision::Bf16 || auto == Precision::No, "{:?}", auto);
@@ -59,7 +59,7 @@ fn mixed_precision_is_resolved() {
         assert_eq!(ctx(0).mixed_precision().unwrap(), Precision::No);
     }
     // accel_estimate_memory refuses AUTO: an estimate has no device to resolve it for
-    let e = estimate_memory("llama-7b", &MemoryEstimateOptions { mixed_precision: Precision::Auto, ..Default::default() })
+    let e = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_mixed_precision(Precision::Auto))
         .unwrap_err();
     assert_eq!(e.status, Status::InvalidArgument, "{}", e.message);
 }
@@ -137,7 +137,7 @@ fn model_parameters_forward_and_misuse() {
 fn clip_grad_norm_value_and_sgd_step() {
     let ctx = ctx(3);
     let model = ctx.mlp(&MlpOptions::new(&[1, 1])).unwrap();
-    let opt = ctx.sgd(&model, &SgdOptions { lr: 1.0, ..Default::default() }).unwrap();
+    let opt = ctx.sgd(&model, &SgdOptions::default().with_lr(1.0)).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     let w = model.parameter(0).unwrap().item().unwrap();
     let b = model.parameter(1).unwrap().item().unwrap();
@@ -176,9 +176,9 @@ fn clip_grad_norm_value_and_sgd_step() {
 fn scheduler_learning_rates() {
     let ctx = ctx(1);
     let model = ctx.mlp(&MlpOptions::new(&[1, 1])).unwrap();
-    let opt = ctx.sgd(&model, &SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    let opt = ctx.sgd(&model, &SgdOptions::default().with_lr(0.1)).unwrap();
     let sched = ctx
-        .scheduler(&opt, &SchedulerOptions { kind: Schedule::Linear, warmup_steps: 2, total_steps: 10, ..Default::default() })
+        .scheduler(&opt, &SchedulerOptions::default().with_kind(Schedule::Linear).with_warmup_steps(2).with_total_steps(10))
         .unwrap();
     ctx.prepare(Some(&model), Some(&opt), Some(&sched), None).unwrap();
     let (xs, ts) = line();
@@ -200,12 +200,10 @@ fn scheduler_learning_rates() {
 
 #[test]
 fn fp16_loss_scale() {
-    let ctx = Context::new(&Options {
-        mixed_precision: Precision::Fp16,
-        loss_scale_init: 1024.0,
-        loss_scale_growth_interval: 1,
-        ..cpu_options(5)
-    })
+    let ctx = Context::new(&cpu_options(5)
+        .with_mixed_precision(Precision::Fp16)
+        .with_loss_scale_init(1024.0)
+        .with_loss_scale_growth_interval(1))
     .unwrap();
     let model = ctx.mlp(&MlpOptions::new(&[1, 4, 1])).unwrap();
     let opt = ctx.adamw(&model, &AdamWOptions::default()).unwrap();
@@ -263,9 +261,9 @@ fn training_loop_loader_iterator_and_prepared_objects_outliving_their_handles() 
     let ctx = ctx(11);
     let (x, y) = digits_like(40);
     let model = ctx.mlp(&MlpOptions::new(&[4, 8, 2])).unwrap();
-    let opt = ctx.adamw(&model, &AdamWOptions { lr: 0.05, ..Default::default() }).unwrap();
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(0.05)).unwrap();
     let mut loader = ctx
-        .dataloader(&x, Some(&y), &DataLoaderOptions { batch_size: 8, shuffle: true, seed: 42, ..Default::default() })
+        .dataloader(&x, Some(&y), &DataLoaderOptions::default().with_batch_size(8).with_shuffle(true).with_seed(42))
         .unwrap();
     assert_eq!(loader.num_batches().unwrap(), 5);
     ctx.prepare(Some(&model), Some(&opt), None, Some(&loader)).unwrap();
@@ -317,7 +315,7 @@ fn training_loop_loader_iterator_and_prepared_objects_outliving_their_handles() 
 fn loader_without_targets_and_uneven_last_batch() {
     let ctx = ctx(0);
     let x = Tensor::from_slice(&(0..10).map(|v| v as f32).collect::<Vec<_>>(), &[10, 1]).unwrap();
-    let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions { batch_size: 4, ..Default::default() }).unwrap();
+    let mut loader = ctx.dataloader(&x, None, &DataLoaderOptions::default().with_batch_size(4)).unwrap();
     let sizes: Vec<i64> = loader
         .iter()
         .map(|b| {
@@ -341,9 +339,9 @@ fn lamb_and_sgd_momentum_train() {
         let ctx = ctx(4);
         let model = ctx.mlp(&MlpOptions::new(&[1, 1])).unwrap();
         let opt = if which == 0 {
-            ctx.lamb(&model, &LambOptions { lr: 0.02, weight_decay: 0.0, ..Default::default() }).unwrap()
+            ctx.lamb(&model, &LambOptions::default().with_lr(0.02).with_weight_decay(0.0)).unwrap()
         } else {
-            ctx.sgd(&model, &SgdOptions { lr: 0.1, momentum: 0.9, nesterov: true, ..Default::default() }).unwrap()
+            ctx.sgd(&model, &SgdOptions::default().with_lr(0.1).with_momentum(0.9).with_nesterov(true)).unwrap()
         };
         ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
         let (xs, ts) = line();
@@ -398,8 +396,8 @@ fn checkpoints_save_load_and_refuse_to_overwrite() {
     let ctx = ctx(12);
     let (x, y) = digits_like(16);
     let model = ctx.mlp(&MlpOptions::new(&[4, 2])).unwrap();
-    let opt = ctx.adamw(&model, &AdamWOptions { lr: 0.1, ..Default::default() }).unwrap();
-    let mut loader = ctx.dataloader(&x, Some(&y), &DataLoaderOptions { batch_size: 4, ..Default::default() }).unwrap();
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(0.1)).unwrap();
+    let mut loader = ctx.dataloader(&x, Some(&y), &DataLoaderOptions::default().with_batch_size(4)).unwrap();
     // before prepare: INVALID_STATE
     assert_eq!(ctx.save_state(Some(&dir.join("early"))).unwrap_err().status, Status::InvalidState);
     ctx.prepare(Some(&model), Some(&opt), None, Some(&loader)).unwrap();
@@ -439,7 +437,7 @@ fn checkpoints_save_load_and_refuse_to_overwrite() {
     assert!(matches!(e.status, Status::Io | Status::Format | Status::InvalidArgument), "{}", e);
     // a project: automatic checkpoint_N directories, the newest kept
     let project = dir.join("project");
-    ctx.set_project(&ProjectOptions { project_dir: project.clone(), total_limit: 1 }).unwrap();
+    ctx.set_project(&ProjectOptions::default().with_project_dir(project.clone()).with_total_limit(1)).unwrap();
     ctx.save_state(None).unwrap();
     train_step(&ctx);
     ctx.save_state(None).unwrap();
@@ -531,10 +529,18 @@ fn save_model_round_trip_through_the_safetensors_file() {
 /// TorchScript and as safetensors, load the saved module back and get the same outputs.
 #[test]
 fn torchscript_load_train_and_save_round_trip() {
-    let file = match std::env::var_os("ACCEL_TEST_TORCHSCRIPT") {
-        Some(f) => std::path::PathBuf::from(f),
+    // $ACCEL_TEST_TORCHSCRIPT, else the one in the meson build directory accel-sys linked
+    // (BUILD/tests/digits_model.pt, made by the build when libtorch's Python is there)
+    let in_build = option_env!("ACCEL_FOUND_LIB_DIR")
+        .map(|d| std::path::Path::new(d).join("tests/digits_model.pt"))
+        .filter(|p| p.exists());
+    let file = match std::env::var_os("ACCEL_TEST_TORCHSCRIPT").filter(|f| !f.is_empty()).map(std::path::PathBuf::from).or(in_build) {
+        Some(f) => f,
         None => {
-            eprintln!("skipped: ACCEL_TEST_TORCHSCRIPT is unset (the path of a TorchScript MLP 64 -> 10)");
+            eprintln!(
+                "skipped: ACCEL_TEST_TORCHSCRIPT is unset and the build directory has no tests/digits_model.pt \
+                 (the path of a TorchScript MLP 64 -> 10)"
+            );
             return;
         }
     };
@@ -546,7 +552,7 @@ fn torchscript_load_train_and_save_round_trip() {
     let x: Vec<f32> = (0..4 * 64).map(|i| (i % 17) as f32 / 16.0).collect();
     let x = Tensor::from_slice(&x, &[4, 64]).unwrap();
     let y = Tensor::from_slice(&[0i64, 3, 7, 9], &[4]).unwrap();
-    let opt = ctx.sgd(&model, &SgdOptions { lr: 0.1, ..Default::default() }).unwrap();
+    let opt = ctx.sgd(&model, &SgdOptions::default().with_lr(0.1)).unwrap();
     ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
     let before = model.parameter(0).unwrap().to_vec::<f32>().unwrap();
     let logits = model.forward1(&x).unwrap();

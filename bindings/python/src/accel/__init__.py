@@ -17,23 +17,26 @@ libaccel is loaded on first use (ACCEL_LIBRARY, then pkg-config, then the system
 from . import sim
 from ._core import (Accelerator, Activation, Adafactor, AdamW, Attention, Backend, CausalLMOutput, ClosedError, CommunicationError, DataLoader,
                     Device, DType, Error, FormatError, Inference, InferenceWeights, InternalError, InvalidArgumentError,
-                    InvalidStateError, IOError, LAMB, LibraryNotFoundError, LibraryVersionError, LogWriter, Loss, MemoryEstimate,
+                    InvalidStateError, LAMB, LogWriter, Loss, MemoryEstimate,
                     Model, NonFiniteError, Optimizer, OptimizerKind, OutOfMemoryError, Precision, ReduceOp, Schedule, Scheduler,
-                    SGD, Status, StepResult, Strategy, Tensor, TimeoutError, TrainResult, UnsupportedError, cross_entropy, dtype_size, error_for,
+                    SGD, Status, StepResult, Strategy, Tensor, TrainResult, UnsupportedError, cross_entropy, dtype_size, error_for,
                     estimate_memory, get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
                     get_linear_schedule_with_warmup, load_library, mse_loss, read_token_file, status_name, tensor, version,
                     version_number, write_token_file)
-from ._ffi import check_version
+from ._core import IOError as IOError, TimeoutError as TimeoutError  # noqa: A004 (not in __all__, see below)
+from ._ffi import LibraryNotFoundError, LibraryVersionError, check_version
 from .sim import RankOutcome, SimReport
 
 __version__ = "0.1.0"
 
+# accel.IOError and accel.TimeoutError (subclasses of the builtins OSError and TimeoutError) are
+# attributes only: `from accel import *` must not shadow the builtins of the same names.
 __all__ = [
     "Accelerator", "Activation", "Adafactor", "AdamW", "Attention", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
     "DType", "Error", "FormatError", "Inference", "InferenceWeights", "InternalError", "InvalidArgumentError",
-    "InvalidStateError", "IOError", "LAMB", "LibraryNotFoundError", "LibraryVersionError", "LogWriter", "Loss", "MemoryEstimate", "Model", "NonFiniteError",
+    "InvalidStateError", "LAMB", "LibraryNotFoundError", "LibraryVersionError", "LogWriter", "Loss", "MemoryEstimate", "Model", "NonFiniteError",
     "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",
-    "Status", "StepResult", "Strategy", "Tensor", "TimeoutError", "TrainResult", "UnsupportedError", "check_version",
+    "Status", "StepResult", "Strategy", "Tensor", "TrainResult", "UnsupportedError", "check_version",
     "cross_entropy", "dtype_size", "error_for", "estimate_memory", "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup", "get_linear_schedule_with_warmup", "load_library", "mse_loss", "read_token_file", "sim",
     "status_name", "tensor", "version", "version_number", "write_token_file",

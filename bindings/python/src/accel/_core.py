@@ -10,11 +10,12 @@ import builtins
 import contextlib
 import enum
 import os
+import reprlib
 import sys
 import threading
 import weakref
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union,
-                    overload, TYPE_CHECKING)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, NoReturn, Optional, Sequence, Tuple,
+                    Type, Union, overload, TYPE_CHECKING)
 
 from . import _ffi
 from ._ffi import ffi, LibraryNotFoundError, LibraryVersionError
@@ -47,13 +48,25 @@ def load_library() -> Any:
     global lib
     with _load_lock:
         if isinstance(lib, _LazyLib):
-            lib = _ffi.load()
+            loaded = _ffi.load()
+            # cffi resolves a function on its first use, under a lock of its own that is not
+            # reentrant: a finalizer (the garbage collector runs them anywhere, also inside cffi
+            # parsing a type for ffi.new) that looked one up for the first time would deadlock.
+            # The functions finalizers call are resolved now, before any object exists.
+            for name in _FINALIZER_FUNCTIONS:
+                getattr(loaded, name)
+            lib = loaded
     return lib
+
+
+_FINALIZER_FUNCTIONS = ("accel_tensor_destroy", "accel_destroy", "accel_model_destroy", "accel_optimizer_destroy",
+                        "accel_scheduler_destroy", "accel_dataloader_destroy", "accel_inference_destroy",
+                        "accel_sim_report_destroy", "accel_last_error", "accel_status_name")
 
 
 def version() -> str:
     """The version of the libaccel loaded ("0.1.0")."""
-    return ffi.string(lib.accel_version_string()).decode()
+    return str(ffi.string(lib.accel_version_string()).decode())
 
 
 def version_number() -> int:
@@ -242,11 +255,27 @@ class Error(Exception):
             pass
         self.status = status
         self.message = message
-        Exception.__init__(self, message)
+        if isinstance(self, OSError):  # IOError: OSError's own fields (errno, strerror) stay None
+            OSError.__init__(self, message)
+        else:
+            Exception.__init__(self, message)
 
     def __str__(self) -> str:
         name = self.status.name if isinstance(self.status, Status) else f"status {self.status}"
         return f"{self.message} [{name}]"
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickles as the class, its constructor's arguments (status, message) and the attributes
+        set on it (sim.run's .rank; not .report, which holds a C handle), so an error crosses
+        multiprocessing and process pools as the same class with the same status and message."""
+        state = {k: v for k, v in self.__dict__.items()
+                 if k not in ("status", "message") and not isinstance(v, _NoCopy)}
+        return (type(self), self._init_args(), state)
+
+    def _init_args(self) -> Tuple[Any, ...]:
+        """What the constructor takes to make this error again (a subclass with another signature
+        overrides it)."""
+        return (int(self.status), self.message)
 
 
 class InvalidArgumentError(Error, ValueError):
@@ -263,6 +292,9 @@ class ClosedError(InvalidStateError):
     def __init__(self, message: str) -> None:
         super().__init__(Status.INVALID_STATE, message)
 
+    def _init_args(self) -> Tuple[Any, ...]:
+        return (self.message,)
+
 
 class OutOfMemoryError(Error, MemoryError):
     """ACCEL_ERR_OUT_OF_MEMORY: a host or (simulated) device allocation failed (also a MemoryError)."""
@@ -278,10 +310,6 @@ class TimeoutError(Error, builtins.TimeoutError):  # noqa: A001 (accel.TimeoutEr
 
 class IOError(Error, OSError):  # noqa: A001 (accel.IOError)
     """ACCEL_ERR_IO: a file is missing, unreadable or unwritable (also an OSError)."""
-
-    def __init__(self, status: Union[Status, int], message: str) -> None:
-        OSError.__init__(self, message)
-        Error.__init__(self, status, message)
 
 
 class FormatError(Error):
@@ -300,7 +328,7 @@ class NonFiniteError(Error):
     """ACCEL_ERR_NON_FINITE: a loss or value is NaN or infinite."""
 
 
-_ERRORS: Dict[int, type] = {
+_ERRORS: Dict[int, Type[Error]] = {
     -1: InvalidArgumentError, -2: InvalidStateError, -3: OutOfMemoryError, -4: CommunicationError,
     -5: TimeoutError, -6: IOError, -7: FormatError, -8: UnsupportedError, -9: InternalError,
     -10: NonFiniteError,
@@ -314,7 +342,7 @@ def error_for(status: int, message: str) -> Error:
 
 def status_name(status: int) -> str:
     """The library's name for a status code ("ACCEL_ERR_IO"; "ACCEL_ERR_UNKNOWN" if unknown)."""
-    return ffi.string(lib.accel_status_name(int(status))).decode()
+    return str(ffi.string(lib.accel_status_name(int(status))).decode())
 
 
 def _fail(status: int, ctx: Any = ffi.NULL) -> Any:
@@ -338,6 +366,65 @@ def _cpath(path: Union[str, bytes, "os.PathLike[Any]"], what: str = "path") -> b
     if b"\0" in raw:
         raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{what} contains a NUL byte: {path!r}")
     return raw
+
+
+def _cstr(text: Union[str, bytes], what: str) -> bytes:
+    """A string for C (UTF-8): refuses an embedded NUL byte (C would silently see a shorter string)."""
+    raw = text.encode("utf-8") if isinstance(text, str) else bytes(text)
+    if b"\0" in raw:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"{what} contains a NUL byte: {text!r}")
+    return raw
+
+
+def _int(value: Any, what: str) -> int:
+    """int(value) for a C integer argument; InvalidArgumentError (not a builtin OverflowError or
+    ValueError) when it is not a number (infinity, NaN, "x"). The range is checked where C gets it."""
+    try:
+        return int(value)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{what}: {reprlib.repr(value)} is not an integer ({exc})") from None
+
+
+_FIELD_KINDS: Dict[str, Dict[str, Tuple[str, str]]] = {}
+
+
+def _fill(opts: Any, **fields: Any) -> None:
+    """Sets fields of an options struct (an `accel_xxx *`), converting each value as its C type
+    wants (int() for integers and enums, float() for floating point); a value C cannot hold
+    (seed=-1 for a uint64_t, 2**64, infinity for an integer) is InvalidArgumentError naming the
+    struct and the field, never a builtin OverflowError."""
+    ctype = ffi.typeof(opts).item
+    kinds = _FIELD_KINDS.get(ctype.cname)
+    if kinds is None:
+        kinds = {}
+        for name, field in ctype.fields:
+            t = field.type
+            if t.kind == "primitive" and t.cname in ("float", "double"):
+                kinds[name] = ("float", t.cname)
+            elif t.kind in ("primitive", "enum"):
+                kinds[name] = ("int", t.cname)
+            else:
+                kinds[name] = ("", t.cname)
+        _FIELD_KINDS[ctype.cname] = kinds
+    for name, value in fields.items():
+        kind, cname = kinds[name]
+        try:
+            if kind == "float":
+                value = float(value)
+            elif kind == "int":
+                value = int(value)
+            setattr(opts, name, value)
+        except (OverflowError, ValueError) as exc:
+            raise InvalidArgumentError(
+                Status.INVALID_ARGUMENT,
+                f"{ctype.cname}.{name}: {reprlib.repr(value)} does not fit in {cname} ({exc})") from None
+
+
+def _overflow(fn: Any, exc: BaseException) -> InvalidArgumentError:
+    """The error for an integer argument C cannot hold (cffi's OverflowError at the call)."""
+    name = next((k for k, v in vars(lib).items() if v is fn), "accel")
+    return InvalidArgumentError(Status.INVALID_ARGUMENT, f"{name}: an integer argument is out of range ({exc})")
 
 
 def _log_writers(writers: Union[LogWriter, int, str, Sequence[Union[LogWriter, int, str]], None]) -> int:
@@ -440,14 +527,47 @@ ArrayLike = Any  # a Tensor, a numpy array, a buffer (memoryview, bytes, array.a
 # ------------------------------------------------------------------------------------------
 
 
+class _NoCopy:
+    """For the objects that own a C handle and cannot be duplicated (a context, a model, ...):
+    copy.copy, copy.deepcopy and pickle raise a TypeError naming the alternative, instead of
+    duplicating the handle (which would free it twice)."""
+
+    __slots__ = ()
+    _copy_hint = ""
+
+    def _refuse_copy(self) -> NoReturn:
+        raise TypeError(f"accel.{type(self).__name__} cannot be copied or pickled (it owns a C handle): "
+                        f"{self._copy_hint}")
+
+    def __copy__(self) -> NoReturn:
+        self._refuse_copy()
+
+    def __deepcopy__(self, memo: Any) -> NoReturn:
+        self._refuse_copy()
+
+    def __reduce_ex__(self, protocol: Any) -> NoReturn:
+        self._refuse_copy()
+
+    def __reduce__(self) -> NoReturn:
+        self._refuse_copy()
+
+
 class Tensor:
     """A typed n-dimensional array owned by accel (host or device memory).
 
     Tensors are independent of any Accelerator; one that came out of a model, a loss or a loader
     remembers its Accelerator so that accel.cross_entropy(logits, y) needs no accelerator=.
-    Release with close() / `with` (or let it be garbage-collected)."""
+    Release with close() / `with` (or let it be garbage-collected).
+
+    copy.copy(t) and copy.deepcopy(t) are new tensors holding a copy of the data (same dtype,
+    shape and bytes); pickle stores the bytes, dtype and shape (unpickled: a host tensor)."""
 
     __slots__ = ("_h", "_acc", "_shape", "_pins", "_closing", "__weakref__")
+    _h: Any
+    _acc: Optional["Accelerator"]
+    _shape: Optional[Tuple[int, ...]]
+    _pins: int
+    _closing: bool
 
     def __init__(self) -> None:
         raise TypeError("make tensors with accel.tensor(data, dtype=None, shape=None)")
@@ -553,13 +673,13 @@ class Tensor:
 
         dtype=None keeps the tensor's dtype, except bfloat16 (numpy has none): read as float32.
         Another dtype converts in C (accel_tensor_copy_to_host_as)."""
-        np = _np("Tensor.numpy()")
+        numpy = _np("Tensor.numpy()")
         own = self.dtype
         want = (DType.FLOAT32 if own == DType.BFLOAT16 else own) if dtype is None else _enum(DType, dtype, "dtype")
         if want == DType.BFLOAT16:
             raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                        "numpy has no bfloat16: read the tensor as float32 (the default)")
-        arr = np.empty(self.shape, dtype=_NP_NAMES[want])
+        arr: "np.ndarray" = numpy.empty(self.shape, dtype=_NP_NAMES[want])
         dst = ffi.from_buffer(arr, require_writable=True)
         if want == own:
             self._call(lib.accel_tensor_copy_to_host, dst, arr.nbytes)
@@ -592,10 +712,71 @@ class Tensor:
     def __float__(self) -> float:
         return self.item()
 
+    def _raw(self) -> Tuple[DType, Tuple[int, ...], bytearray]:
+        """(dtype, shape, a copy of the bytes), read as one pinned use of the tensor."""
+        one = (self,)
+        h = _pin_all(one)[0]
+        try:
+            dtype_out = ffi.new("accel_dtype *")
+            _check(lib.accel_tensor_dtype(h, dtype_out))
+            ndim = ffi.new("size_t *")
+            _check(lib.accel_tensor_ndim(h, ndim))
+            dims = ffi.new("int64_t[]", max(int(ndim[0]), 1))
+            _check(lib.accel_tensor_shape(h, dims, ndim[0]))
+            nbytes = ffi.new("size_t *")
+            _check(lib.accel_tensor_nbytes(h, nbytes))
+            data = bytearray(int(nbytes[0]))
+            if data:
+                _check(lib.accel_tensor_copy_to_host(h, ffi.from_buffer(data, require_writable=True), len(data)))
+        finally:
+            _unpin_all(one)
+        return DType(dtype_out[0]), tuple(int(dims[i]) for i in range(int(ndim[0]))), data
+
+    def _clone(self) -> "Tensor":
+        dtype, shape, data = self._raw()
+        t = _tensor_from_raw(data, dtype, shape)
+        t._acc = self._acc
+        return t
+
+    def __copy__(self) -> "Tensor":
+        """A new tensor with a copy of the data (tensors are values: a copy never shares the handle)."""
+        return self._clone()
+
+    def __deepcopy__(self, memo: Any) -> "Tensor":
+        """A new tensor with a copy of the data."""
+        return self._clone()
+
+    def __reduce__(self) -> Tuple[Any, ...]:
+        """Pickles as (bytes, dtype, shape): unpickling makes a host tensor with the same data."""
+        dtype, shape, data = self._raw()
+        return (_tensor_from_raw, (bytes(data), int(dtype), shape))
+
     def __repr__(self) -> str:
         if self._h is None:
             return "<accel.Tensor closed>"
         return f"<accel.Tensor shape={self.shape} dtype={self.dtype.name.lower()}>"
+
+
+def _tensor_from_raw(data: Union[bytes, bytearray], dtype: Union[DType, int], shape: Sequence[int]) -> Tensor:
+    """A host tensor of `dtype` and `shape` holding `data`'s bytes (Tensor copies and unpickling);
+    the size is checked before C reads anything."""
+    code = _enum(DType, dtype, "dtype")
+    shp = tuple(_int(d, "shape") for d in shape)
+    if any(d < 0 for d in shp) or len(data) != _shape_numel(shp) * _SIZES[code]:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT,
+                                   f"{len(data)} bytes are not a {code.name.lower()} tensor of shape {shp}")
+    c_shape = ffi.new("int64_t[]", list(shp) or [0])
+    out = ffi.new("accel_tensor **")
+    _check(lib.accel_tensor_create(int(code), c_shape, len(shp), ffi.from_buffer(data) if data else ffi.NULL, out))
+    return Tensor._wrap(out[0])
+
+
+def _byteswap(data: bytes, itemsize: int) -> bytearray:
+    """`data` with the bytes of each `itemsize`-byte element reversed (byte order conversion)."""
+    out = bytearray(len(data))
+    for j in range(itemsize):
+        out[j::itemsize] = data[itemsize - 1 - j::itemsize]
+    return out
 
 
 def _shape_numel(shape: Sequence[int]) -> int:
@@ -629,6 +810,8 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
                 arr = arr.astype(np.int64)
         if arr.dtype == np.bool_:
             arr = arr.astype(np.uint8)
+        elif not arr.dtype.isnative:  # another byte order (">f4" on x86): converted to the machine's
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         code = _dtype_of_numpy(arr.dtype) if want is None else want
         if code == DType.BFLOAT16:
             buf = _to_bfloat16_bits(arr)
@@ -658,21 +841,23 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
                 Status.INVALID_ARGUMENT,
                 f"cannot make a tensor from {type(data).__name__}: pass a numpy array (pip install 'accel[numpy]'), "
                 "a flat list of numbers or a buffer (memoryview, bytes, array.array)") from None
-        if mv.format.startswith((">", "!")) and sys.byteorder == "little":
-            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"big-endian buffer format {mv.format!r}")
-        fmt = mv.format.lstrip("@=<")
-        code_of_fmt = _FORMATS.get((fmt, mv.itemsize))
-        if not mv.c_contiguous:
-            mv = memoryview(mv.tobytes())  # a contiguous copy (flat bytes)
-            mv = mv.cast(fmt) if code_of_fmt is not None else mv
+        form, itemsize, elem_shape = mv.format, mv.itemsize, tuple(mv.shape or ())
+        fmt = form.lstrip("@=<>!")
+        code_of_fmt = _FORMATS.get((fmt, itemsize))
+        if form.startswith((">", "!") if sys.byteorder == "little" else ("<",)):  # another byte order
+            if code_of_fmt is None:
+                raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"buffer format {form!r} has no accel dtype")
+            mv = memoryview(_byteswap(mv.tobytes(), itemsize))  # the machine's order, flat, row-major
+        elif not mv.c_contiguous:
+            mv = memoryview(mv.tobytes())  # a contiguous copy (flat bytes, row-major)
         if want is None:
             if code_of_fmt is None:
                 raise InvalidArgumentError(Status.INVALID_ARGUMENT,
-                                           f"buffer format {mv.format!r} has no accel dtype: pass dtype=")
+                                           f"buffer format {form!r} has no accel dtype: pass dtype=")
             want = code_of_fmt
         if code_of_fmt == want:
-            shp = tuple(mv.shape or ()) if numbers_shape is None else numbers_shape
-        elif fmt in ("B", "c", "b") or code_of_fmt is None or (want == DType.BFLOAT16 and mv.itemsize == 2):
+            shp = elem_shape if numbers_shape is None else numbers_shape
+        elif fmt in ("B", "c", "b") or code_of_fmt is None or (want == DType.BFLOAT16 and itemsize == 2):
             # raw bytes reinterpreted as `want` (e.g. bfloat16 bits in a uint16 buffer)
             if mv.nbytes % _SIZES[want]:
                 raise InvalidArgumentError(Status.INVALID_ARGUMENT,
@@ -680,12 +865,12 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
             shp = (mv.nbytes // _SIZES[want],)
         else:
             raise InvalidArgumentError(Status.INVALID_ARGUMENT,
-                                       f"a buffer of format {mv.format!r} cannot be converted to {want.name.lower()} "
+                                       f"a buffer of format {form!r} cannot be converted to {want.name.lower()} "
                                        "without numpy (pip install 'accel[numpy]')")
         buf = mv
         code = want
     if shape is not None:
-        new = tuple(int(d) for d in shape)
+        new = tuple(_int(d, "shape") for d in shape)
         if any(d < 0 for d in new):
             raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"shape {new} has a negative dimension")
         if _shape_numel(new) != _shape_numel(shp):
@@ -698,7 +883,10 @@ def tensor(data: ArrayLike, dtype: Union[DType, str, None] = None, shape: Option
     if nbytes and ffi.sizeof(src) != nbytes:  # never let C read past the data
         raise InvalidArgumentError(Status.INVALID_ARGUMENT,
                                    f"the data has {ffi.sizeof(src)} bytes, shape {shp} of {code.name.lower()} needs {nbytes}")
-    c_shape = ffi.new("int64_t[]", list(shp) or [0])
+    try:
+        c_shape = ffi.new("int64_t[]", list(shp) or [0])
+    except OverflowError as exc:
+        raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"shape {shp} does not fit int64_t ({exc})") from None
     out = ffi.new("accel_tensor **")
     _check(lib.accel_tensor_create(int(code), c_shape, len(shp), src, out))
     return Tensor._wrap(out[0])
@@ -791,7 +979,7 @@ def _destroy_handle(kind: str, handle: Any) -> None:
         lib.accel_dataloader_destroy(handle)
 
 
-class _Child:
+class _Child(_NoCopy):
     """Shared lifetime rules of Model, Optimizer, Scheduler and DataLoader.
 
     - close() is idempotent; use after close, or after the Accelerator was closed, is ClosedError.
@@ -804,6 +992,8 @@ class _Child:
 
     _order: int = 0  # release order when the Accelerator closes: schedulers, optimizers, loaders, models
     _destroy: str = ""
+    _copy_hint = ("make a new one from the Accelerator; acc.save_state(dir) and acc.load_state(dir) carry the "
+                  "training state (models, optimizers, schedulers, loaders' positions) to new objects")
 
     def __init__(self, acc: "Accelerator", create: Callable[..., int], *args: Any,
                  parent: Optional["_Child"] = None) -> None:
@@ -838,7 +1028,10 @@ class _Child:
         with self._acc._lock:
             ctx, h = self._p()
             with _Args(args) as c_args:
-                st = fn(ctx, h, *c_args) if with_ctx else fn(h, *c_args)
+                try:
+                    st = fn(ctx, h, *c_args) if with_ctx else fn(h, *c_args)
+                except OverflowError as exc:  # an int C cannot hold: refused by cffi before the call
+                    raise _overflow(fn, exc) from None
             _check(st, ctx if with_ctx else ffi.NULL)
 
     def _get(self, fn: Callable[..., int], ctype: str) -> Any:
@@ -917,6 +1110,9 @@ class Model(_Child):
 
     _order = 3
     _destroy = "model"
+    _copy_hint = ("save it with acc.save_state(dir) and load that into a new model with acc.load_state(dir); "
+                  "acc.save_model(model, path) writes its weights (a causal LM: model.save_pretrained(dir), "
+                  "loaded by accel.Model.from_pretrained(acc, dir)); acc.inference(model) makes an inference copy")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use accel.Model.mlp(accelerator, layer_sizes), accel.Model.load_torchscript(accelerator, path), "
@@ -929,11 +1125,15 @@ class Model(_Child):
         sizes (input, hidden..., output) with `activation` (and dropout) between them."""
         opts = ffi.new("accel_mlp_options *")
         _check(lib.accel_mlp_options_init(opts, lib.ACCEL_MLP_OPTIONS_VERSION))
-        sizes = ffi.new("int64_t[]", [int(s) for s in layer_sizes] or [0])
+        values = [_int(s, "layer_sizes") for s in layer_sizes]
+        try:
+            sizes = ffi.new("int64_t[]", values or [0])
+        except OverflowError as exc:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"layer_sizes: {values} do not fit int64_t ({exc})") from None
         opts.layer_sizes = sizes
         opts.num_layer_sizes = len(layer_sizes)
-        opts.activation = int(_enum(Activation, activation, "activation"))
-        opts.dropout = float(dropout)
+        _fill(opts, activation=_enum(Activation, activation, "activation"))
+        _fill(opts, dropout=dropout)
         opts.bias = 1 if bias else 0
         return cls._make(accelerator, lib.accel_model_create_mlp, opts)
 
@@ -946,7 +1146,7 @@ class Model(_Child):
     def _lm_options(dtype: Union[DType, str], gradient_checkpointing: bool) -> Any:
         opts = ffi.new("accel_lm_options *")
         _check(lib.accel_lm_options_init(opts, lib.ACCEL_LM_OPTIONS_VERSION))
-        opts.dtype = int(_enum(DType, dtype, "dtype"))
+        _fill(opts, dtype=_enum(DType, dtype, "dtype"))
         opts.gradient_checkpointing = 1 if gradient_checkpointing else 0
         return opts
 
@@ -1022,11 +1222,11 @@ class Model(_Child):
         likely). Returns the prompts followed by the new tokens. Call eval() first (dropout)."""
         opts = ffi.new("accel_generate_options *")
         _check(lib.accel_generate_options_init(opts, lib.ACCEL_GENERATE_OPTIONS_VERSION))
-        opts.max_new_tokens = int(max_new_tokens)
-        opts.temperature = float(temperature)
-        opts.top_k = int(top_k)
-        opts.eos_token_id = -1 if eos_token_id is None else int(eos_token_id)
-        opts.seed = int(seed)
+        _fill(opts, max_new_tokens=max_new_tokens)
+        _fill(opts, temperature=temperature)
+        _fill(opts, top_k=top_k)
+        _fill(opts, eos_token_id=-1 if eos_token_id is None else eos_token_id)
+        _fill(opts, seed=seed)
         opts.use_cache = 1 if use_cache else 0
         out = ffi.new("accel_tensor **")
         acc = self._acc
@@ -1045,9 +1245,9 @@ class Model(_Child):
         before making the optimizer and before prepare. Returns the model."""
         opts = ffi.new("accel_lora_options *")
         _check(lib.accel_lora_options_init(opts, lib.ACCEL_LORA_OPTIONS_VERSION))
-        opts.r = int(r)
-        opts.alpha = float(lora_alpha)
-        opts.dropout = float(lora_dropout)
+        _fill(opts, r=r)
+        _fill(opts, alpha=lora_alpha)
+        _fill(opts, dropout=lora_dropout)
         opts.use_rslora = 1 if use_rslora else 0
         keep = ffi.NULL
         if target_modules is not None:
@@ -1138,7 +1338,7 @@ class Model(_Child):
     def parameter(self, index: int) -> Tensor:
         """A host copy of parameter `index` (fp32 master weights). Under ZeRO a collective."""
         out = ffi.new("accel_tensor **")
-        self._call(lib.accel_model_parameter, int(index), out)
+        self._call(lib.accel_model_parameter, _int(index, "index"), out)
         return Tensor._wrap(out[0])
 
     def named_parameters(self) -> List[Tuple[str, "np.ndarray"]]:
@@ -1191,8 +1391,7 @@ class Optimizer(_Child):
         create = {"sgd": lib.accel_optimizer_create_sgd, "adamw": lib.accel_optimizer_create_adamw,
                   "lamb": lib.accel_optimizer_create_lamb, "adafactor": lib.accel_optimizer_create_adafactor,}[kind]
         _check(init(opts, getattr(lib, f"ACCEL_{kind.upper()}_OPTIONS_VERSION")))
-        for k, v in fields.items():
-            setattr(opts, k, v)
+        _fill(opts, **fields)
         _Child.__init__(self, model._acc, create, model, opts, parent=model)
         self.model = model
 
@@ -1217,8 +1416,8 @@ class SGD(Optimizer):
 
     def __init__(self, model: Model, lr: float = 0.01, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False) -> None:
-        self._create(model, "sgd", {"lr": float(lr), "momentum": float(momentum), "dampening": float(dampening),
-                                    "weight_decay": float(weight_decay), "nesterov": 1 if nesterov else 0})
+        self._create(model, "sgd", {"lr": lr, "momentum": momentum, "dampening": dampening,
+                                    "weight_decay": weight_decay, "nesterov": 1 if nesterov else 0})
 
 
 class AdamW(Optimizer):
@@ -1226,8 +1425,8 @@ class AdamW(Optimizer):
 
     def __init__(self, model: Model, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.01) -> None:
-        self._create(model, "adamw", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
-                                      "eps": float(eps), "weight_decay": float(weight_decay)})
+        self._create(model, "adamw", {"lr": lr, "beta1": betas[0], "beta2": betas[1],
+                                      "eps": eps, "weight_decay": weight_decay})
 
 
 class LAMB(Optimizer):
@@ -1236,8 +1435,8 @@ class LAMB(Optimizer):
 
     def __init__(self, model: Model, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-6, weight_decay: float = 0.01) -> None:
-        self._create(model, "lamb", {"lr": float(lr), "beta1": float(betas[0]), "beta2": float(betas[1]),
-                                     "eps": float(eps), "weight_decay": float(weight_decay)})
+        self._create(model, "lamb", {"lr": lr, "beta1": betas[0], "beta2": betas[1],
+                                     "eps": eps, "weight_decay": weight_decay})
 
 
 class Adafactor(Optimizer):
@@ -1250,9 +1449,9 @@ class Adafactor(Optimizer):
                  weight_decay: float = 0.0, scale_parameter: bool = True, relative_step: bool = True,
                  warmup_init: bool = False) -> None:
         self._create(model, "adafactor", {
-            "lr": 0.0 if lr is None else float(lr), "eps1": float(eps[0]), "eps2": float(eps[1]),
-            "clip_threshold": float(clip_threshold), "decay_rate": float(decay_rate),
-            "beta1": 0.0 if beta1 is None else float(beta1), "weight_decay": float(weight_decay),
+            "lr": 0.0 if lr is None else lr, "eps1": eps[0], "eps2": eps[1],
+            "clip_threshold": clip_threshold, "decay_rate": decay_rate,
+            "beta1": 0.0 if beta1 is None else float(beta1), "weight_decay": weight_decay,
             "scale_parameter": 1 if scale_parameter else 0, "relative_step": 1 if relative_step else 0,
             "warmup_init": 1 if warmup_init else 0})
 
@@ -1270,10 +1469,10 @@ class Scheduler(_Child):
             raise TypeError(f"a scheduler takes an accel.Optimizer, got {type(optimizer).__name__}")
         opts = ffi.new("accel_scheduler_options *")
         _check(lib.accel_scheduler_options_init(opts, lib.ACCEL_SCHEDULER_OPTIONS_VERSION))
-        opts.kind = int(_enum(Schedule, kind, "kind"))
-        opts.warmup_steps = int(warmup_steps)
-        opts.total_steps = int(total_steps)
-        opts.min_lr_ratio = float(min_lr_ratio)
+        _fill(opts, kind=_enum(Schedule, kind, "kind"))
+        _fill(opts, warmup_steps=warmup_steps)
+        _fill(opts, total_steps=total_steps)
+        _fill(opts, min_lr_ratio=min_lr_ratio)
         _Child.__init__(self, optimizer._acc, lib.accel_scheduler_create, optimizer, opts, parent=optimizer)
         self.optimizer = optimizer
 
@@ -1336,9 +1535,9 @@ class DataLoader(_Child):
                  even_batches: Optional[bool], split_batches: Optional[bool], iterable: bool = False) -> Any:
         opts = ffi.new("accel_dataloader_options *")
         _check(lib.accel_dataloader_options_init(opts, lib.ACCEL_DATALOADER_OPTIONS_VERSION))
-        opts.batch_size = int(batch_size)
+        _fill(opts, batch_size=batch_size)
         opts.shuffle = 1 if shuffle else 0
-        opts.seed = int(seed)
+        _fill(opts, seed=seed)
         opts.drop_last = 1 if drop_last else 0
         opts.even_batches = 1 if (accelerator.even_batches if even_batches is None else even_batches) else 0
         opts.split_batches = 1 if (accelerator.split_batches if split_batches is None else split_batches) else 0
@@ -1360,10 +1559,10 @@ class DataLoader(_Child):
         blocks) as a stream, as DataLoader's iterable (no shuffle, no group_by_length)."""
         lm = ffi.new("accel_lm_data_options *")
         _check(lib.accel_lm_data_options_init(lm, lib.ACCEL_LM_DATA_OPTIONS_VERSION))
-        lm.block_size = int(block_size)
-        lm.max_length = int(max_length)
-        lm.pad_id = int(pad_id)
-        lm.pad_to_multiple_of = int(pad_to_multiple_of)
+        _fill(lm, block_size=block_size)
+        _fill(lm, max_length=max_length)
+        _fill(lm, pad_id=pad_id)
+        _fill(lm, pad_to_multiple_of=pad_to_multiple_of)
         lm.group_by_length = 1 if group_by_length else 0
         opts = cls._options(accelerator, batch_size, shuffle, seed, drop_last, even_batches, split_batches,
                             iterable)
@@ -1410,7 +1609,7 @@ class DataLoader(_Child):
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch (>= 0) and rewinds to its first batch."""
-        self._call(lib.accel_dataloader_set_epoch, int(epoch), with_ctx=False)
+        self._call(lib.accel_dataloader_set_epoch, _int(epoch, "epoch"), with_ctx=False)
 
 
 # ------------------------------------------------------------------------------------------
@@ -1429,31 +1628,31 @@ def _options(mixed_precision: Union[Precision, str, None] = None, gradient_accum
     opts = ffi.new("accel_options *")
     _check(lib.accel_options_init(opts, lib.ACCEL_OPTIONS_VERSION))
     if mixed_precision is not None:
-        opts.mixed_precision = int(_enum(Precision, mixed_precision, "mixed_precision"))
-    opts.gradient_accumulation_steps = int(gradient_accumulation_steps)
-    opts.seed = int(seed)
+        _fill(opts, mixed_precision=_enum(Precision, mixed_precision, "mixed_precision"))
+    _fill(opts, gradient_accumulation_steps=gradient_accumulation_steps)
+    _fill(opts, seed=seed)
     if cpu:
         opts.device = lib.ACCEL_DEVICE_CPU
     elif device is not None:
-        opts.device = int(_enum(Device, device, "device"))
-    opts.device_index = int(device_index)
+        _fill(opts, device=_enum(Device, device, "device"))
+    _fill(opts, device_index=device_index)
     if loss_scale_init is not None:
-        opts.loss_scale_init = float(loss_scale_init)
+        _fill(opts, loss_scale_init=loss_scale_init)
     if loss_scale_growth_factor is not None:
-        opts.loss_scale_growth_factor = float(loss_scale_growth_factor)
+        _fill(opts, loss_scale_growth_factor=loss_scale_growth_factor)
     if loss_scale_backoff_factor is not None:
-        opts.loss_scale_backoff_factor = float(loss_scale_backoff_factor)
+        _fill(opts, loss_scale_backoff_factor=loss_scale_backoff_factor)
     if loss_scale_growth_interval is not None:
-        opts.loss_scale_growth_interval = int(loss_scale_growth_interval)
-    opts.num_threads = int(num_threads)
+        _fill(opts, loss_scale_growth_interval=loss_scale_growth_interval)
+    _fill(opts, num_threads=num_threads)
     if strategy is not None:
-        opts.strategy = int(_enum(Strategy, strategy, "strategy"))
+        _fill(opts, strategy=_enum(Strategy, strategy, "strategy"))
     if bucket_bytes is not None:
-        opts.bucket_bytes = int(bucket_bytes)
+        _fill(opts, bucket_bytes=bucket_bytes)
     if backend is not None:
-        opts.backend = int(_enum(Backend, backend, "backend"))
+        _fill(opts, backend=_enum(Backend, backend, "backend"))
     if timeout is not None:
-        opts.timeout_seconds = float(timeout)
+        _fill(opts, timeout_seconds=timeout)
     return opts
 
 
@@ -1483,14 +1682,19 @@ class _RankLock:
         pass
 
 
-class Accelerator:
+class Accelerator(_NoCopy):
     """The context (accel_context): device, precision, accumulation, processes, checkpoints.
 
         acc = accel.Accelerator(mixed_precision="bf16", gradient_accumulation_steps=4)
 
     Arguments left at None keep the library's default, which for mixed_precision, strategy,
     backend and timeout is the ACCEL_MIXED_PRECISION / ACCEL_STRATEGY / ACCEL_BACKEND /
-    ACCEL_TIMEOUT environment variable when set. Use it from one thread at a time."""
+    ACCEL_TIMEOUT environment variable when set. Calls from several threads are serialised (a lock).
+
+    It cannot be copied or pickled (TypeError): it owns the C context (a device, a process group)."""
+
+    _copy_hint = ("make another with accel.Accelerator(...); acc.save_state(dir) and acc.load_state(dir) "
+                  "carry the training state from one to the other")
 
     def __init__(self, mixed_precision: Union[Precision, str, None] = None, gradient_accumulation_steps: int = 1,
                  cpu: bool = False, seed: int = 0, strategy: Union[Strategy, str, None] = None,
@@ -1569,7 +1773,10 @@ class Accelerator:
         with self._lock:
             ctx = self._c()
             with _Args(args) as c_args:
-                st = fn(ctx, *c_args)
+                try:
+                    st = fn(ctx, *c_args)
+                except OverflowError as exc:  # an int C cannot hold: refused by cffi before the call
+                    raise _overflow(fn, exc) from None
             _check(st, ctx)
 
     def _get(self, fn: Callable[..., int], ctype: str) -> Any:
@@ -1628,7 +1835,7 @@ class Accelerator:
     def prepare(self, *objects: Any) -> Any:
         """Binds models, optimizers, schedulers and data loaders to this Accelerator (accel_prepare),
         in any order, any subset, several loaders. Returns the same objects (one, or a tuple)."""
-        groups: Dict[type, List[_Child]] = {Model: [], Optimizer: [], Scheduler: [], DataLoader: []}
+        groups: Dict[Type[_Child], List[_Child]] = {Model: [], Optimizer: [], Scheduler: [], DataLoader: []}
         for obj in objects:
             for kind in groups:
                 if isinstance(obj, kind):
@@ -1776,7 +1983,10 @@ class Accelerator:
         with self._lock:
             ctx = self._c()
             with _Args((x,) + args, convert=(0,)) as c_args:
-                st = fn(ctx, *c_args, out)
+                try:
+                    st = fn(ctx, *c_args, out)
+                except OverflowError as exc:
+                    raise _overflow(fn, exc) from None
             _check(st, ctx)
         return Tensor._wrap(out[0])
 
@@ -1786,7 +1996,7 @@ class Accelerator:
 
     def broadcast(self, tensor: ArrayLike, from_process: int = 0) -> Tensor:
         """Every process receives process `from_process`'s tensor (accel_broadcast)."""
-        return self._collective(lib.accel_broadcast, tensor, int(from_process))
+        return self._collective(lib.accel_broadcast, tensor, _int(from_process, "from_process"))
 
     def gather(self, tensor: ArrayLike) -> Tensor:
         """Concatenates every process's tensor along dimension 0, in process order."""
@@ -1799,21 +2009,21 @@ class Accelerator:
     def pad_across_processes(self, tensor: ArrayLike, dim: int = 0, pad_index: float = 0,
                              pad_first: bool = False) -> Tensor:
         """Pads dimension `dim` of every process's tensor to the largest size with pad_index."""
-        return self._collective(lib.accel_pad_across_processes, tensor, int(dim), float(pad_index),
+        return self._collective(lib.accel_pad_across_processes, tensor, _int(dim, "dim"), float(pad_index),
                                 1 if pad_first else 0)
 
     def print(self, *args: Any, sep: str = " ") -> None:
         """Prints on the main process only (accel_print)."""
         sys.stdout.flush()
-        self._call(lib.accel_print, sep.join(str(a) for a in args).encode())
+        self._call(lib.accel_print, _cstr(sep.join(str(a) for a in args), "print: the text"))
 
     def set_seed(self, seed: int, device_specific: bool = False) -> None:
         """Reseeds the generators (plus the process index when device_specific)."""
-        self._call(lib.accel_set_seed, int(seed), 1 if device_specific else 0)
+        self._call(lib.accel_set_seed, _int(seed, "seed"), 1 if device_specific else 0)
 
     def charge_compute(self, seconds: float, label: Optional[str] = None) -> None:
         """Simulator: charges compute time to this rank's virtual clock (a no-op outside it)."""
-        self._call(lib.accel_sim_charge_compute, float(seconds), ffi.NULL if label is None else label.encode())
+        self._call(lib.accel_sim_charge_compute, float(seconds), ffi.NULL if label is None else _cstr(label, "charge_compute: label"))
 
     # -- checkpoints -----------------------------------------------------------------------
 
@@ -1824,7 +2034,7 @@ class Accelerator:
         _check(lib.accel_project_options_init(opts, lib.ACCEL_PROJECT_OPTIONS_VERSION))
         path = ffi.new("char[]", _cpath(project_dir, "project_dir"))
         opts.project_dir = path
-        opts.total_limit = int(total_limit)
+        _fill(opts, total_limit=total_limit)
         self._call(lib.accel_set_project, opts)
         self._project_dir = os.fspath(project_dir)
 
@@ -1914,7 +2124,7 @@ class Accelerator:
                                            f"log: the value of {name!r} is not a number: {value!r}") from None
             keep.append(ffi.new("char[]", raw))
         names = ffi.new("const char *[]", keep)
-        self._call(lib.accel_log, int(step), names, ffi.new("double[]", nums), len(nums))
+        self._call(lib.accel_log, _int(step, "step"), names, ffi.new("double[]", nums), len(nums))
 
     def end_training(self) -> None:
         """Flushes and closes the trackers (accel_end_training; close() does too); nothing when
@@ -1940,7 +2150,7 @@ class Accelerator:
         self._own_model(model, "inference")
         opts = ffi.new("accel_inference_options *")
         _check(lib.accel_inference_options_init(opts, lib.ACCEL_INFERENCE_OPTIONS_VERSION))
-        opts.num_threads = int(num_threads)
+        _fill(opts, num_threads=num_threads)
         out = ffi.new("accel_inference **")
         self._call(lib.accel_inference_create, model, opts, out)
         return Inference._wrap(out[0], self)
@@ -1975,7 +2185,7 @@ class Accelerator:
         out = ffi.new("accel_train_result *")
         out.version = lib.ACCEL_TRAIN_RESULT_VERSION
         with self._lock:
-            self._call(lib.accel_train_micro_batches, model, loader, int(kind), int(max_micro_batches),
+            self._call(lib.accel_train_micro_batches, model, loader, int(kind), _int(max_micro_batches, "max_micro_batches"),
                        float(max_seconds), out)
             if out.micro_batches:
                 self._pending_backward = False  # each micro-batch ended with accel_step
@@ -2009,7 +2219,7 @@ class InferenceWeights(NamedTuple):
     age_seconds: float   # how long ago they were published
 
 
-class Inference:
+class Inference(_NoCopy):
     """An inference copy of a model (Accelerator.inference; accel_inference_*): `y = inf.run(x)`
     (or `inf(x)`) is the model's forward in evaluation mode, without autograd, with the latest
     weights the trainer published (Accelerator.publish_weights) when the run starts. It never
@@ -2022,6 +2232,12 @@ class Inference:
     a close() from another thread waits for the running call. Several copies run in parallel."""
 
     __slots__ = ("_h", "_lock", "_acc_ref", "_out", "_in_1", "__weakref__")
+    _copy_hint = "make another inference copy with accelerator.inference(model)"
+    _h: Any
+    _lock: threading.Lock
+    _acc_ref: "weakref.ref[Accelerator]"
+    _out: Any
+    _in_1: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("use accelerator.inference(model, num_threads=1)")
@@ -2130,7 +2346,11 @@ def write_token_file(path: Union[str, "os.PathLike[str]"], tokens: ArrayLike, to
     """Writes a packed token file (accel_token_file_write): int64/int32 tokens as 2- or 4-byte
     unsigned integers after a small header. Replaces only nothing or an earlier token file."""
     with _Args((tokens,), convert=(0,)) as (t,):
-        _check(lib.accel_token_file_write(_cpath(path), t, int(token_bytes)))
+        try:
+            st = lib.accel_token_file_write(_cpath(path), t, _int(token_bytes, "token_bytes"))
+        except OverflowError as exc:
+            raise _overflow(lib.accel_token_file_write, exc) from None
+        _check(st)
 
 
 def read_token_file(path: Union[str, "os.PathLike[str]"]) -> Tensor:
@@ -2179,21 +2399,21 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
     UnsupportedError for what prepare refuses (LAMB under ZeRO, ...)."""
     opts = ffi.new("accel_memory_estimate_options *")
     _check(lib.accel_memory_estimate_options_init(opts, lib.ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION))
-    opts.mixed_precision = int(_enum(Precision, mixed_precision, "mixed_precision"))
-    opts.weights_dtype = int(_enum(DType, weights_dtype, "weights_dtype"))
-    opts.optimizer = int(_enum(OptimizerKind, optimizer, "optimizer"))
-    opts.strategy = int(_enum(Strategy, strategy, "strategy"))
-    opts.world_size = int(world_size)
-    opts.micro_batch = int(micro_batch)
-    opts.seq_len = int(seq_len)
+    _fill(opts, mixed_precision=_enum(Precision, mixed_precision, "mixed_precision"))
+    _fill(opts, weights_dtype=_enum(DType, weights_dtype, "weights_dtype"))
+    _fill(opts, optimizer=_enum(OptimizerKind, optimizer, "optimizer"))
+    _fill(opts, strategy=_enum(Strategy, strategy, "strategy"))
+    _fill(opts, world_size=world_size)
+    _fill(opts, micro_batch=micro_batch)
+    _fill(opts, seq_len=seq_len)
     opts.gradient_checkpointing = 1 if gradient_checkpointing else 0
-    opts.lora_rank = int(lora_rank)
+    _fill(opts, lora_rank=lora_rank)
     keep = ffi.NULL
     if lora_target_modules is not None:
         names = [lora_target_modules] if isinstance(lora_target_modules, str) else list(lora_target_modules)
         keep = ffi.new("char[]", _cpath(",".join(names), "lora_target_modules"))
     opts.lora_target_modules = keep
-    opts.attention = int(Attention.AUTO if attention is None else _enum(Attention, attention, "attention"))
+    _fill(opts, attention=Attention.AUTO if attention is None else _enum(Attention, attention, "attention"))
     out = ffi.new("accel_memory_estimate *")
     out.version = lib.ACCEL_MEMORY_ESTIMATE_VERSION
     _check(lib.accel_estimate_memory(_cpath(model, "model"), opts, out))  # accel_last_error(NULL)

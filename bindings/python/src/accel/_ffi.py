@@ -12,9 +12,9 @@ import ctypes.util
 import os
 import shutil
 import subprocess
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Tuple
 
-from cffi import FFI
+from cffi import FFI  # type: ignore[import-untyped,unused-ignore]  # types-cffi is optional
 
 #: The major version of the C ABI this binding was written for.
 BINDING_MAJOR = 0
@@ -427,7 +427,8 @@ typedef struct accel_train_result {
 accel_status accel_train_micro_batches(accel_context *ctx, accel_model *model, accel_dataloader *loader, accel_loss loss, int32_t max_micro_batches, double max_seconds, accel_train_result *out);
 """
 
-ffi = FFI()
+# Any: the cdata cffi makes has the fields and functions of CDEF, which no stub can describe
+ffi: Any = FFI()
 ffi.cdef(CDEF)
 
 
@@ -462,7 +463,19 @@ def _pkg_config_libdir(env: Mapping[str, str]) -> Tuple[Optional[str], str]:
     if proc.returncode != 0 or not proc.stdout.strip():
         why = proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else "no accel.pc on PKG_CONFIG_PATH"
         return None, f"pkg-config --variable=libdir accel: {why}"
-    return proc.stdout.strip(), ""
+    libdir = proc.stdout.strip()
+    if not os.path.exists(os.path.join(libdir, "libaccel.so")):
+        # meson's accel-uninstalled.pc (a build directory, PKG_CONFIG_PATH=BUILD/meson-uninstalled)
+        # names the install's libdir; the library is in the -L directory of its Libs
+        try:
+            libs = subprocess.run([exe, "--libs-only-L", "accel"], capture_output=True, text=True, timeout=10,
+                                  env=dict(env)).stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            libs = []
+        for flag in libs:
+            if flag.startswith("-L") and os.path.exists(os.path.join(flag[2:], "libaccel.so")):
+                return flag[2:], ""
+    return libdir, ""
 
 
 def candidates(env: Optional[Mapping[str, str]] = None) -> List[Tuple[str, str]]:
@@ -488,7 +501,7 @@ def candidates(env: Optional[Mapping[str, str]] = None) -> List[Tuple[str, str]]
 
 
 def load(env: Optional[Mapping[str, str]] = None,
-         dlopen: Optional[Callable[[str], object]] = None) -> object:
+         dlopen: Optional[Callable[[str], Any]] = None) -> Any:
     """Finds, opens and version-checks libaccel; raises LibraryNotFoundError listing what was tried."""
     opener = dlopen if dlopen is not None else ffi.dlopen
     tried: List[str] = []
@@ -501,7 +514,7 @@ def load(env: Optional[Mapping[str, str]] = None,
         except OSError as exc:
             tried.append(f"{how}: {what}: {exc}")
             continue
-        check_version(int(lib.accel_version_number()))  # type: ignore[attr-defined]
+        check_version(int(lib.accel_version_number()))
         return lib
     raise LibraryNotFoundError(
         "libaccel was not found. Tried:\n  " + "\n  ".join(tried) + "\n"

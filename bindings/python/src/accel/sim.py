@@ -16,7 +16,9 @@ import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
 
 from . import _core
-from ._core import (Accelerator, ClosedError, Error, InternalError, Status, _check, _options, error_for, ffi)
+from ._core import (Accelerator, ClosedError, Error, InternalError, InvalidArgumentError, Status, _NoCopy, _check,
+                    _cpath, _cstr, _fill, _int, _options, error_for)
+from ._ffi import ffi
 
 __all__ = ["run", "SimReport", "RankOutcome"]
 
@@ -29,10 +31,13 @@ class RankOutcome(NamedTuple):
     peak_bytes: int
 
 
-class SimReport:
+class SimReport(_NoCopy):
     """The outcome of a simulated run (accel_sim_report): world_size, ranks, predicted_seconds,
     and results (fn's return value per rank; None for a rank that failed). Release with close()
-    or `with`; close() is idempotent and a closed report raises ClosedError."""
+    or `with`; close() is idempotent and a closed report raises ClosedError. It cannot be copied
+    or pickled (it owns a C handle): its fields (ranks, results, ...) can."""
+
+    _copy_hint = "copy or pickle what it says instead: report.ranks, report.results, report.predicted_seconds"
 
     def __init__(self, handle: Any, results: List[Any]) -> None:
         self._h: Any = handle
@@ -55,7 +60,11 @@ class SimReport:
         status = ffi.new("accel_status *")
         error = ffi.new("const char **")
         peak = ffi.new("uint64_t *")
-        _check(_core.lib.accel_sim_report_rank(self._p(), int(rank), status, error, peak))
+        try:
+            st = _core.lib.accel_sim_report_rank(self._p(), _int(rank, "rank"), status, error, peak)
+        except OverflowError as exc:
+            raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"accel_sim_report_rank: rank {rank!r} ({exc})") from None
+        _check(st)
         try:
             code: Union[Status, int] = Status(status[0])
         except ValueError:
@@ -140,20 +149,21 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     _check(lib.accel_sim_options_init(opts, lib.ACCEL_SIM_OPTIONS_VERSION))
     keep = []  # the strings must outlive the call
 
-    def cstr(value: Any) -> Any:
+    def cstr(value: Any, what: str, path: bool = False) -> Any:
         if value is None:
             return ffi.NULL
-        s = ffi.new("char[]", os.fsencode(str(value)) if not isinstance(value, bytes) else value)
+        raw = _cpath(value, what) if path else _cstr(value if isinstance(value, bytes) else str(value), what)
+        s = ffi.new("char[]", raw)
         keep.append(s)
         return s
 
-    opts.world_size = int(world_size)
-    opts.device_memory = cstr(device_memory)
-    opts.topology = cstr(topology)
-    opts.timeout_seconds = float(timeout)
-    opts.faults = cstr(faults)
-    opts.trace_path = cstr(None if trace_path is None else os.fspath(trace_path))
-    opts.engine_threads = int(engine_threads)
+    _fill(opts, world_size=world_size)
+    opts.device_memory = cstr(device_memory, "device_memory")
+    opts.topology = cstr(topology, "topology")
+    _fill(opts, timeout_seconds=timeout)
+    opts.faults = cstr(faults, "faults")
+    opts.trace_path = cstr(trace_path, "trace_path", path=True)
+    _fill(opts, engine_threads=engine_threads)
     split_batches = bool(accelerator_kwargs.pop("split_batches", False))
     even_batches = bool(accelerator_kwargs.pop("even_batches", True))
     ctx_opts = _options(**accelerator_kwargs)
@@ -199,11 +209,15 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     if python_errors:
         r = python_errors[0]
         raise _python_failure(raised[r], r, report) from raised[r]
-    m = re.match(r"rank (\d+):", message)
+    # The library's message is "accel_sim_run: rank R: <the rank's error>"; for an accel error the
+    # binding raised itself (an argument it refused before calling C) the library knew only the
+    # status ("rank R: ACCEL_ERR_INVALID_ARGUMENT"): the rank's own message replaces it.
+    m = re.search(r"\brank (\d+): ", message)
     first = int(m.group(1)) if m else next((o.rank for o in report.ranks if o.status != Status.OK), -1)
     cause = raised.get(first)
-    if isinstance(cause, Error) and m is not None and cause.message not in message:
-        message = f"rank {first}: {cause.message}"  # the library only knew the status
+    if isinstance(cause, Error) and cause.message not in message:
+        head = message[:m.end()] if m else f"accel_sim_run: rank {first}: "
+        message = head + cause.message
     err = error_for(st, message)
     err.report = report  # type: ignore[attr-defined]
     err.rank = first  # type: ignore[attr-defined]

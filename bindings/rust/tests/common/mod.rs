@@ -20,7 +20,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 pub fn cpu_options(seed: u64) -> Options {
-    Options { seed, device: accel::Device::Cpu, num_threads: 1, ..Options::default() }
+    Options::default().with_seed(seed).with_device(accel::Device::Cpu).with_num_threads(1)
 }
 
 pub fn ctx(seed: u64) -> Context {

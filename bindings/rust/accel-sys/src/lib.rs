@@ -3,12 +3,18 @@
 //! Every type, struct, enum constant, function and `ACCEL_*_OPTIONS_INIT` default of the
 //! header has its counterpart here, `#[repr(C)]`. C enums are `c_int` type aliases with one
 //! `pub const` per enumerator (a C function may return a value this version does not know,
-//! which a Rust `enum` could not hold). `tests/abi_layout.rs` checks every struct's size,
-//! alignment and field offsets, every constant and default, and the function list against
-//! the table printed by the C program `abi_layout_probe`, built from the real header.
+//! which a Rust `enum` could not hold). The `accel` crate's `tests/abi_layout.rs` checks every
+//! struct's size, alignment and field offsets, every constant and default, and the function
+//! list against the table printed by the C program `abi_layout_probe`, built from the real
+//! header.
 //!
-//! Everything here is `unsafe` and follows the header's rules; the safe layer is the rest of
-//! the crate.
+//! Everything here is `unsafe` and follows the header's rules; the safe layer is the `accel`
+//! crate, which re-exports this crate as `accel::sys`.
+//!
+//! Linking: `build.rs` finds `libaccel` (`$ACCEL_LIB_DIR`, else `pkg-config accel`, else the
+//! linker's default path) and, as the `links = "accel"` package, exports the directory it
+//! found to the build scripts of the packages that depend on this one directly, as
+//! `DEP_ACCEL_LIB_DIR`, so that they can set an rpath (see the accel crate's README).
 #![allow(non_camel_case_types)]
 
 use std::os::raw::{c_char, c_int, c_void};
@@ -640,7 +646,8 @@ pub struct accel_train_result {
 }
 
 // ---- Functions (112, in the header's order) -----------------------------------------
-// The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel).
+// The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel), for this crate and
+// every crate that depends on it.
 
 extern "C" {
     pub fn accel_version_number() -> c_int;

@@ -1,0 +1,273 @@
+//! Misuse, in Rust's terms: every case ends in `Err(accel::Error)` (or a compile error, see
+//! the `compile_fail` doctests of `src/lib.rs`), never a crash, an abort or a hang.
+//!
+//! * the error types cross threads and box into `Box<dyn Error + Send + Sync>` (`?`);
+//! * a NUL byte in any string or path given to the binding: `InvalidArgument`, nothing of the
+//!   call done (no file written at the truncated path);
+//! * wrong dtypes and shapes given to the library's functions;
+//! * panics in the simulator's closure (the only callback of the ABI): on one rank, on every
+//!   rank, with a non-string payload, while peers wait in a collective;
+//! * a rank that leaves while its peer waits in a collective: an error within the timeout;
+//! * contexts used from several threads, each its own (what `Send` allows): independent.
+mod common;
+
+use std::error::Error as StdError;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use accel::{
+    estimate_memory, sim, Context, Error, LmOptions, LoraOptions, MemoryEstimateOptions, MlpOptions, Options, ProjectOptions,
+    ReduceOp, SimError, SimOptions, SimReport, Status, Tensor, TrackerOptions,
+};
+use common::{cpu_options, ctx, temp_dir};
+
+fn assert_send_sync_static<T: Send + Sync + 'static>() {}
+
+/// Error and SimError are `Send + Sync + 'static`: `?` converts them into
+/// `Box<dyn Error + Send + Sync>` (what anyhow and most applications use).
+#[test]
+fn error_types_are_send_sync_static() {
+    assert_send_sync_static::<Error>();
+    assert_send_sync_static::<SimError>();
+    assert_send_sync_static::<SimReport>();
+    assert_send_sync_static::<Status>();
+
+    fn failing_sim() -> Result<(), Box<dyn StdError + Send + Sync>> {
+        sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| {
+            if ctx.process_index()? == 1 {
+                return Err(Error::new(Status::InvalidState, "rank 1 says no"));
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+    fn failing_call() -> Result<(), Box<dyn StdError + Send + Sync>> {
+        Tensor::from_slice(&[1f32], &[2])?;
+        Ok(())
+    }
+    let e = failing_sim().unwrap_err();
+    assert!(e.to_string().contains("rank 1 says no"), "{}", e);
+    let sim_error = e.downcast::<SimError>().unwrap();
+    assert_eq!(sim_error.rank, Some(1));
+    assert_eq!(sim_error.error.status, Status::InvalidState);
+    assert_eq!(sim_error.source().unwrap().to_string(), sim_error.error.to_string());
+    // the SimError (report included) moves to and is read from other threads
+    let shared = std::sync::Arc::new(*sim_error);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let s = shared.clone();
+            std::thread::spawn(move || s.report.as_ref().unwrap().ranks().unwrap().len())
+        })
+        .collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), 2);
+    }
+    let e = failing_call().unwrap_err();
+    assert_eq!(e.downcast_ref::<Error>().unwrap().status, Status::InvalidArgument);
+}
+
+fn nul(r: accel::Result<impl Sized>, what: &str) {
+    match r {
+        Ok(_) => panic!("{}: a string with a NUL byte was accepted", what),
+        Err(e) => {
+            assert_eq!(e.status, Status::InvalidArgument, "{}: {}", what, e);
+            assert!(e.message.contains("NUL"), "{}: {}", what, e.message);
+        }
+    }
+}
+
+/// Every string and path that crosses into C is checked for NUL: `InvalidArgument`, not a
+/// panic and not a shorter string (a save would otherwise write to the truncated path).
+#[test]
+fn a_nul_byte_in_any_string_is_an_error_not_a_truncation() {
+    let dir = temp_dir("nul");
+    let cut = dir.join("cut");
+    let at = |name: &str| -> PathBuf {
+        let mut s = cut.clone().into_os_string();
+        s.push(name);
+        PathBuf::from(s)
+    };
+    let ctx = ctx(0);
+    let model = ctx.mlp(&MlpOptions::new(&[2, 2])).unwrap();
+    let t = Tensor::from_slice(&[1i64, 2], &[2]).unwrap();
+
+    nul(ctx.load_torchscript(at("\0.pt")), "load_torchscript");
+    nul(ctx.load_pretrained(at("\0dir"), &LmOptions::default()), "load_pretrained");
+    nul(ctx.create_lm(at("\0.json"), &LmOptions::default()), "create_lm");
+    nul(ctx.save_model(&model, at("\0.safetensors")), "save_model");
+    nul(model.save(at("\0.safetensors")), "Model::save");
+    nul(ctx.save_pretrained(&model, at("\0dir")), "save_pretrained");
+    nul(model.save_pretrained(at("\0dir")), "Model::save_pretrained");
+    nul(model.save_adapter(at("\0dir")), "save_adapter");
+    nul(model.load_adapter(at("\0dir")), "load_adapter");
+    nul(model.add_lora(&LoraOptions::default().with_target_modules(vec!["q\0proj".into()])), "LoraOptions.target_modules");
+    nul(ctx.print("a\0b"), "print");
+    nul(ctx.sim_charge_compute(0.0, Some("a\0b")), "sim_charge_compute");
+    nul(ctx.set_project(&ProjectOptions::new(at("\0project"))), "set_project");
+    nul(ctx.save_state(Some(&at("\0ckpt"))), "save_state");
+    nul(ctx.load_state(Some(&at("\0ckpt"))), "load_state");
+    nul(ctx.init_trackers(&TrackerOptions::new(at("\0runs"))), "init_trackers");
+    nul(Tensor::read_token_file(at("\0.bin")), "read_token_file");
+    nul(t.write_token_file(at("\0.bin"), 2), "write_token_file");
+    nul(estimate_memory("llama\0-7b", &MemoryEstimateOptions::default()), "estimate_memory");
+    nul(
+        estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_lora_rank(8).with_lora_target_modules(vec!["q\0".into()])),
+        "MemoryEstimateOptions.lora_target_modules",
+    );
+    for (what, s) in [
+        ("device_memory", SimOptions::default().with_device_memory(Some("1\0GiB"))),
+        ("topology", SimOptions::default().with_topology(Some("8x\0H100"))),
+        ("faults", SimOptions::default().with_faults(Some("kill:0\0@collective:1"))),
+        ("trace_path", SimOptions::default().with_trace_path(Some(Path::new("a\0b")))),
+    ] {
+        let e = sim::run(&s, &Options::default(), |_| panic!("no rank may run")).unwrap_err();
+        assert_eq!(e.error.status, Status::InvalidArgument, "{}", what);
+        assert!(e.error.message.contains("NUL") && e.error.message.contains(what), "{}", e.error.message);
+        assert!(e.report.is_none() && e.rank.is_none());
+    }
+    // nothing was written at the truncated path, and the context still works
+    assert!(!cut.exists() && std::fs::read_dir(&dir).unwrap().next().is_none(), "a file appeared in {}", dir.display());
+    let out = dir.join("model.safetensors");
+    ctx.save_model(&model, &out).unwrap();
+    assert!(out.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Wrong dtypes and shapes given to the library's functions: `InvalidArgument` with the
+/// library's message, and the objects keep working.
+#[test]
+fn wrong_dtypes_and_shapes_are_errors() {
+    let ctx = ctx(1);
+    let model = ctx.mlp(&MlpOptions::new(&[4, 3])).unwrap();
+    let x = Tensor::from_slice(&[0.5f32; 8], &[2, 4]).unwrap();
+    let wrong_width = Tensor::from_slice(&[0.5f32; 10], &[2, 5]).unwrap();
+    let ints = Tensor::from_slice(&[1i64; 8], &[2, 4]).unwrap();
+    for (what, r) in [("width", model.forward1(&wrong_width)), ("dtype", model.forward1(&ints))] {
+        let e = r.unwrap_err();
+        assert_eq!(e.status, Status::InvalidArgument, "{}: {}", what, e);
+        assert!(!e.message.is_empty());
+    }
+    assert_eq!(model.forward(&[]).unwrap_err().status, Status::InvalidArgument);
+    let logits = model.forward1(&x).unwrap();
+    // cross-entropy: float targets, targets of another batch size, a class out of range
+    let float_targets = Tensor::from_slice(&[1f32, 0.0], &[2]).unwrap();
+    let three = Tensor::from_slice(&[1i64, 0, 2], &[3]).unwrap();
+    let out_of_range = Tensor::from_slice(&[7i64, 0], &[2]).unwrap();
+    for (what, t) in [("float", &float_targets), ("batch", &three), ("class", &out_of_range)] {
+        let e = ctx.cross_entropy(&logits, t).unwrap_err();
+        assert_eq!(e.status, Status::InvalidArgument, "{}: {}", what, e);
+    }
+    // mse of different shapes
+    let e = ctx.mse(&logits, &x).unwrap_err();
+    assert_eq!(e.status, Status::InvalidArgument, "{}", e);
+    // a dataloader whose targets have another number of samples
+    let e = ctx.dataloader(&x, Some(&three), &accel::DataLoaderOptions::default()).err().unwrap();
+    assert_eq!(e.status, Status::InvalidArgument, "{}", e);
+    // collectives of tensors whose shapes differ across ranks: an error, not a hang
+    let e = sim::run(&SimOptions::with_world_size(2).with_timeout_seconds(10.0), &cpu_options(0), |ctx| {
+        let n = 1 + ctx.process_index()? as usize;
+        ctx.reduce(&Tensor::from_slice(&vec![1f32; n], &[n as i64])?, ReduceOp::Sum)?;
+        Ok(())
+    })
+    .unwrap_err();
+    assert_ne!(e.error.status, Status::Internal, "{}", e);
+    // the model and the loss still work
+    let y = Tensor::from_slice(&[1i64, 0], &[2]).unwrap();
+    assert!(ctx.cross_entropy(&model.forward1(&x).unwrap(), &y).unwrap().item().unwrap().is_finite());
+}
+
+/// A panic in the simulator's closure (the ABI's one callback) fails its rank with
+/// `Status::Internal` and the panic's message; the peers waiting for it in a collective get
+/// an error, not a hang; `sim::run` returns `Err` (no abort, no unwinding into C).
+#[test]
+fn panics_in_the_callback_are_errors() {
+    // every rank panics, one with a non-string payload
+    let e = sim::run(&SimOptions::with_world_size(3), &cpu_options(0), |ctx| {
+        match ctx.process_index()? {
+            0 => panic!("rank zero gives up"),
+            1 => std::panic::panic_any(42u32),
+            _ => panic!("{}", String::from("an owned message")),
+        }
+    })
+    .unwrap_err();
+    assert_eq!(e.error.status, Status::Internal);
+    assert_eq!(e.rank, Some(0));
+    assert!(e.error.message.contains("rank 0 panicked: rank zero gives up"), "{}", e.error.message);
+    let mut by_rank = e.rank_errors.clone();
+    by_rank.sort_by_key(|(r, _)| *r);
+    assert_eq!(by_rank.len(), 3);
+    assert!(by_rank[1].1.message.contains("non-string payload"), "{}", by_rank[1].1.message);
+    assert!(by_rank[2].1.message.contains("an owned message"), "{}", by_rank[2].1.message);
+
+    // one rank panics after a collective, the other waits in the next one
+    let started = Instant::now();
+    let e = sim::run(&SimOptions::with_world_size(2).with_timeout_seconds(10.0), &cpu_options(0), |ctx| {
+        let t = Tensor::from_slice(&[1f32], &[1])?;
+        ctx.reduce(&t, ReduceOp::Sum)?;
+        if ctx.process_index()? == 1 {
+            panic!("rank one panics between collectives");
+        }
+        ctx.reduce(&t, ReduceOp::Sum)?;
+        ctx.barrier()?;
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(e.rank, Some(1), "{}", e);
+    assert_eq!(e.error.status, Status::Internal);
+    assert!(e.error.message.contains("rank one panics"), "{}", e.error.message);
+    let outcomes = e.report.as_ref().unwrap().ranks().unwrap();
+    assert!(outcomes[0].status.is_some(), "rank 0 must fail (its peer is gone): {:?}", outcomes[0]);
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+
+    // the process is fine: a clean run afterwards
+    sim::run(&SimOptions::with_world_size(2), &cpu_options(0), |ctx| ctx.barrier()).unwrap();
+}
+
+/// A rank that returns while its peer waits for it in a collective: the peer gets an error
+/// (the simulator knows the rank has finished), well within the run's timeout.
+#[test]
+fn a_collective_the_other_rank_never_joins_is_an_error_not_a_hang() {
+    let started = Instant::now();
+    let e = sim::run(&SimOptions::with_world_size(2).with_timeout_seconds(5.0), &cpu_options(0), |ctx| {
+        if ctx.process_index()? == 0 {
+            ctx.barrier()?;
+        }
+        Ok(())
+    })
+    .unwrap_err();
+    assert_eq!(e.rank, Some(0), "{}", e);
+    assert!(matches!(e.error.status, Status::Communication | Status::Timeout | Status::InvalidState), "{}", e);
+    assert!(started.elapsed() < Duration::from_secs(20), "took {:?}", started.elapsed());
+}
+
+/// `Context` is `Send`, not `Sync`: each thread uses its own context (or one moved to it);
+/// several such threads train at once, independently, with the same results as alone.
+#[test]
+fn contexts_on_several_threads_are_independent() {
+    fn train(seed: u64) -> Vec<f32> {
+        let ctx = Context::new(&cpu_options(seed)).unwrap();
+        train_on(&ctx)
+    }
+    fn train_on(ctx: &Context) -> Vec<f32> {
+        let model = ctx.mlp(&MlpOptions::new(&[4, 8, 2])).unwrap();
+        let opt = ctx.sgd(&model, &accel::SgdOptions::default().with_lr(0.1)).unwrap();
+        ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
+        let x = Tensor::from_slice(&[0.25f32; 32], &[8, 4]).unwrap();
+        let y = Tensor::from_slice(&[1i64; 8], &[8]).unwrap();
+        for _ in 0..5 {
+            let loss = ctx.cross_entropy(&model.forward1(&x).unwrap(), &y).unwrap();
+            ctx.backward(&loss).unwrap();
+            ctx.step().unwrap();
+        }
+        model.parameter(0).unwrap().to_vec::<f32>().unwrap()
+    }
+    let alone = train(7);
+    let threads: Vec<_> = (0..3).map(|_| std::thread::spawn(|| train(7))).collect();
+    for t in threads {
+        assert_eq!(t.join().unwrap(), alone);
+    }
+    // a context made here, moved to another thread, used there
+    let moved = Context::new(&cpu_options(7)).unwrap();
+    let got = std::thread::spawn(move || train_on(&moved)).join().unwrap();
+    assert_eq!(got, alone);
+}
