@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import accel
-from accel import _core, _ffi
+from accel import _ffi
 from accel._ffi import ffi
 
 

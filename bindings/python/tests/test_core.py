@@ -604,7 +604,7 @@ def test_close_from_another_thread_during_a_call_waits():
 
 def test_tensor_close_while_pinned_is_deferred():
     t = accel.tensor(np.ones(3, np.float32))
-    from accel._core import _pin_all, _unpin_all
+    from accel._tensor import _pin_all, _unpin_all
     h = _pin_all([t])[0]  # what every C call does around its use of the handle
     t.close()  # e.g. from another thread
     assert t.closed and t._h is h  # not destroyed under the call

@@ -91,11 +91,41 @@ def test_tensor_copy_keeps_its_accelerator_and_a_closed_tensor_cannot_be_copied(
 
 
 def test_unpickling_refuses_a_size_that_does_not_match():
-    bad = accel._core._tensor_from_raw
+    with accel.tensor([1.0]) as t:
+        bad = t.__reduce__()[0]  # what unpickling a tensor calls
     with pytest.raises(accel.InvalidArgumentError, match="bytes are not"):
         bad(b"\0" * 7, accel.DType.FLOAT32, (2,))
     with pytest.raises(accel.InvalidArgumentError, match="bytes are not"):
         bad(b"", accel.DType.FLOAT32, (-1,))
+
+
+# Pickles made when the binding was one module, accel._core (protocol 2): a pickle names the
+# module of each class and function it references, so accel._core must keep resolving them.
+OLD_PICKLES = {
+    "tensor": b'\x80\x02caccel._core\n_tensor_from_raw\nq\x00c_codecs\nencode\nq\x01X\x13\x00\x00\x00\x00\x00'
+              b'\xc3\x80?\x00\x00\x00@\x00\x00@@\x00\x00\xc2\x80\xc3\x80q\x02X\x06\x00\x00\x00latin1q\x03\x86q'
+              b'\x04Rq\x05K\x00K\x02K\x02\x86q\x06\x87q\x07Rq\x08.',
+    "error": b'\x80\x02caccel._core\nInvalidArgumentError\nq\x00J\xff\xff\xff\xffX\x1b\x00\x00\x00msg of '
+             b'InvalidArgumentErrorq\x01\x86q\x02Rq\x03}q\x04X\x04\x00\x00\x00rankq\x05K\x03sb.',
+    "closed": b'\x80\x02caccel._core\nClosedError\nq\x00X\x15\x00\x00\x00this Tensor is closedq\x01\x85q\x02Rq'
+              b'\x03}q\x04b.',
+    "step": b'\x80\x02caccel._core\nStepResult\nq\x00(\x88\x89\x88G?\xf0\x00\x00\x00\x00\x00\x00K\x03K\x0ctq\x01'
+            b'\x81q\x02.',
+    "dtype": b'\x80\x02caccel._core\nDType\nq\x00K\x02\x85q\x01Rq\x02.',
+}
+
+
+def test_pickles_of_the_one_module_binding_still_load():
+    t = pickle.loads(OLD_PICKLES["tensor"])
+    assert type(t) is accel.Tensor and t.dtype == accel.DType.FLOAT32 and t.tolist() == [[1.5, 2.0], [3.0, -4.0]]
+    t.close()
+    err = pickle.loads(OLD_PICKLES["error"])
+    assert (type(err), err.status, err.message, err.rank) == (
+        accel.InvalidArgumentError, accel.Status.INVALID_ARGUMENT, "msg of InvalidArgumentError", 3)
+    closed = pickle.loads(OLD_PICKLES["closed"])
+    assert type(closed) is accel.ClosedError and closed.message == "this Tensor is closed"
+    assert pickle.loads(OLD_PICKLES["step"]) == accel.StepResult(True, False, True, 1.0, 3, 12)
+    assert pickle.loads(OLD_PICKLES["dtype"]) is accel.DType.BFLOAT16
 
 
 def test_objects_that_own_a_handle_refuse_copy_and_pickle():

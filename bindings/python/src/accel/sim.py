@@ -15,10 +15,13 @@ import re
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
 
-from . import _core
-from ._core import (Accelerator, ClosedError, Error, InternalError, InvalidArgumentError, Status, _NoCopy, _check,
-                    _cpath, _cstr, _fill, _int, _options, error_for)
+from . import _lib
+from ._context import Accelerator
+from ._errors import ClosedError, Error, InternalError, InvalidArgumentError, Status, _check, error_for
 from ._ffi import ffi
+from ._lib import _NoCopy
+from ._options import _options
+from ._util import _cpath, _cstr, _fill, _int
 
 __all__ = ["run", "SimReport", "RankOutcome"]
 
@@ -52,7 +55,7 @@ class SimReport(_NoCopy):
     def world_size(self) -> int:
         """The number of ranks."""
         out = ffi.new("int32_t *")
-        _check(_core.lib.accel_sim_report_world_size(self._p(), out))
+        _check(_lib.lib.accel_sim_report_world_size(self._p(), out))
         return int(out[0])
 
     def rank(self, rank: int) -> RankOutcome:
@@ -61,7 +64,7 @@ class SimReport(_NoCopy):
         error = ffi.new("const char **")
         peak = ffi.new("uint64_t *")
         try:
-            st = _core.lib.accel_sim_report_rank(self._p(), _int(rank, "rank"), status, error, peak)
+            st = _lib.lib.accel_sim_report_rank(self._p(), _int(rank, "rank"), status, error, peak)
         except OverflowError as exc:
             raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"accel_sim_report_rank: rank {rank!r} ({exc})") from None
         _check(st)
@@ -81,14 +84,14 @@ class SimReport(_NoCopy):
     def predicted_seconds(self) -> float:
         """The cost model's predicted wall time of the run on the topology."""
         out = ffi.new("double *")
-        _check(_core.lib.accel_sim_report_predicted_seconds(self._p(), out))
+        _check(_lib.lib.accel_sim_report_predicted_seconds(self._p(), out))
         return float(out[0])
 
     def close(self) -> None:
         """Releases the report (accel_sim_report_destroy). Idempotent."""
         h, self._h = self._h, None
         if h is not None:
-            _core.lib.accel_sim_report_destroy(h)
+            _lib.lib.accel_sim_report_destroy(h)
 
     def __del__(self) -> None:
         try:
@@ -144,7 +147,7 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     If a rank fails, raises the error of the first failing rank (err.report holds the report,
     err.rank the rank); if fn raised a Python exception there, an exception of the same type
     naming the rank, chained to the original."""
-    lib = _core.lib
+    lib = _lib.lib
     opts = ffi.new("accel_sim_options *")
     _check(lib.accel_sim_options_init(opts, lib.ACCEL_SIM_OPTIONS_VERSION))
     keep = []  # the strings must outlive the call
