@@ -15,7 +15,6 @@
 // once complete and flushed, so a crash leaves either the old state or the new one.
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,6 +25,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/files.h"
 #include "include/accel/accel.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/paths.h"
@@ -43,12 +43,7 @@ namespace {
 
 std::string crc_hex(const std::string& bytes) { return safetensors::crc32_hex(bytes.data(), bytes.size()); }
 
-void fsync_dir(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
+void fsync_dir(const fs::path& dir) { files::fsync_dir(dir.string()); }
 
 }  // namespace
 }  // namespace accel
@@ -154,7 +149,7 @@ using Files = std::map<std::string, ckpt::FileEntry>;
 
 torch::Tensor read_checked(const fs::path& dir, const Files& files, const std::string& name) {
   auto it = files.find(name);
-  ACCEL_CHECK(it != files.end(), Status::Format, (dir / "manifest.json").string(), " does not list '", name, "'");
+  ACCEL_CHECK(it != files.end(), Status::Format, (dir / ckpt::names::kManifest).string(), " does not list '", name, "'");
   const fs::path p = dir / name;
   std::error_code ec;
   ACCEL_CHECK(fs::is_regular_file(p, ec), Status::IO, p.string(), ": missing from the checkpoint");
@@ -191,11 +186,8 @@ int64_t latest_index(const fs::path& root, std::vector<std::pair<int64_t, fs::pa
   if (!fs::is_directory(root, ec)) return -1;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("checkpoint_", 0) != 0) continue;
-    const std::string num = n.substr(11);
-    if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos || num.size() > 15) continue;
-    if (!fs::exists(e.path() / "manifest.json", ec) || num.size() > 15) continue;
-    const int64_t k = std::stoll(num);
+    const int64_t k = ckpt::names::checkpoint_index(n);
+    if (k < 0 || !fs::exists(e.path() / ckpt::names::kManifest, ec)) continue;
     if (all) all->push_back({k, e.path()});
     best = std::max(best, k);
   }
@@ -203,31 +195,12 @@ int64_t latest_index(const fs::path& root, std::vector<std::pair<int64_t, fs::pa
   return best;
 }
 
-// Moves `tmp` to `target` in one step: a rename, or an exchange with an existing target
-// (then the old one, now at tmp, is removed). The caller checked (paths::) that an existing
-// target is an earlier checkpoint and that `old` holds nothing but a save's leftovers.
+// Moves `tmp` to `target` in one step (base/files.h: a rename, or an exchange with an existing
+// target). The caller checked (paths::) that an existing target is an earlier checkpoint and
+// that `old` holds nothing but a save's leftovers.
 void publish(const fs::path& tmp, const fs::path& target, const fs::path& old) {
-  std::error_code ec;
-  if (fs::exists(target, ec)) {
-#ifdef SYS_renameat2
-    if (::syscall(SYS_renameat2, AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), 2 /* RENAME_EXCHANGE */) == 0) {
-      fsync_dir(target.parent_path());
-      fs::remove_all(tmp, ec);
-      return;
-    }
-#endif
-    fs::remove_all(old, ec);
-    fs::rename(target, old, ec);
-    ACCEL_CHECK(!ec, Status::IO, "cannot move the old checkpoint ", target.string(), " aside: ", ec.message());
-    fs::rename(tmp, target, ec);
-    ACCEL_CHECK(!ec, Status::IO, "cannot rename ", tmp.string(), " to ", target.string(), ": ", ec.message());
-    fsync_dir(target.parent_path());
-    fs::remove_all(old, ec);
-    return;
-  }
-  fs::rename(tmp, target, ec);
-  ACCEL_CHECK(!ec, Status::IO, "cannot rename ", tmp.string(), " to ", target.string(), ": ", ec.message());
-  fsync_dir(target.parent_path());
+  const files::Result r = files::publish_dir(tmp.string(), target.string(), old.string());
+  ACCEL_CHECK(r, Status::IO, "cannot publish the checkpoint: ", r.message);
 }
 
 const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : p == Precision::FP16 ? "fp16" : "no"; }
@@ -269,7 +242,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
     const fs::path root = fs::path(project_.dir) / "checkpoints";
     int64_t next = rank == 0 ? latest_index(root) + 1 : 0;
     comm::host_broadcast(*comm_, &next, 1, comm::DataType::Int64, 0);  // one name everywhere
-    target = root / ("checkpoint_" + std::to_string(next));
+    target = root / ckpt::names::checkpoint_dir(next);
   } else {
     target = fs::path(dir_arg);
   }
@@ -325,13 +298,13 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
           torch::Tensor t = strategy_->replicated_state(k, i);
           if (t.defined()) opt_file.add(k + "/" + names[i], t, true);
         }
-    written.push_back(model_file.write(tmp, "model-rank" + std::to_string(rank) + ".safetensors"));
+    written.push_back(model_file.write(tmp, ckpt::names::model_shard(rank)));
     protocol_point(2);
-    if (opt_) written.push_back(opt_file.write(tmp, "optimizer-rank" + std::to_string(rank) + ".safetensors"));
+    if (opt_) written.push_back(opt_file.write(tmp, ckpt::names::optimizer_shard(rank)));
   } else if (rank == 0) {
     TensorFile model_file, opt_file;
     for (size_t i = 0; i < params.size(); ++i) model_file.add(names[i], params[i], false);
-    written.push_back(model_file.write(tmp, "model.safetensors"));
+    written.push_back(model_file.write(tmp, ckpt::names::kModel));
     protocol_point(2);
     if (opt_) {
       for (const auto& k : kinds) {
@@ -339,7 +312,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
         for (size_t i = 0; i < params.size(); ++i)
           if (state[i].defined()) opt_file.add(k + "/" + names[i], state[i], false);
       }
-      written.push_back(opt_file.write(tmp, "optimizer.safetensors"));
+      written.push_back(opt_file.write(tmp, ckpt::names::kOptimizer));
     }
   }
   {
@@ -348,7 +321,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
     at::Generator def = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lk(def.mutex());
     rng.add_bytes("default_generator", def.get_state());
-    written.push_back(rng.write(tmp, "rng-rank" + std::to_string(rank) + ".safetensors"));
+    written.push_back(rng.write(tmp, ckpt::names::rng(rank)));
   }
   rs.rank = rank;
   rs.optimizer_steps = optimizer_steps_;
@@ -359,7 +332,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
   rs.optimizer_state_steps = strategy_->optimizer_state_steps(opt_.get());
   for (const auto& l : loaders_) rs.loaders.push_back({l->epoch(), l->position()});
   for (const auto& w : written) rs.files[w.name] = {w.bytes, w.crc};
-  const std::string rank_name = "rank-" + std::to_string(rank) + ".json";
+  const std::string rank_name = ckpt::names::rank_state(rank);
   safetensors::write_file_atomic((tmp / rank_name).string(), ckpt::to_json(rs));
   protocol_point(3);
   comm_->barrier();
@@ -380,7 +353,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
         m.optimizer_state = kinds;
       }
       for (int r = 0; r < world; ++r) {
-        const std::string rn = "rank-" + std::to_string(r) + ".json";
+        const std::string rn = ckpt::names::rank_state(r);
         const std::string bytes = safetensors::read_file((tmp / rn).string());
         const ckpt::RankState other = ckpt::parse_rank(bytes, (tmp / rn).string());
         for (const auto& [name, f] : other.files) m.files[name] = f;
@@ -388,14 +361,14 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
         if (sharded) {
           ckpt::Shard sh;
           sh.rank = r;
-          sh.model = "model-rank" + std::to_string(r) + ".safetensors";
-          if (opt_) sh.optimizer = "optimizer-rank" + std::to_string(r) + ".safetensors";
+          sh.model = ckpt::names::model_shard(r);
+          if (opt_) sh.optimizer = ckpt::names::optimizer_shard(r);
           sh.pieces = other.pieces;
           m.shards.push_back(sh);
         }
       }
       protocol_point(4);
-      safetensors::write_file_atomic((tmp / "manifest.json").string(), ckpt::to_json(m));
+      safetensors::write_file_atomic((tmp / ckpt::names::kManifest).string(), ckpt::to_json(m));
       fsync_dir(tmp);
       protocol_point(5);
       publish(tmp, target, old);
@@ -429,14 +402,14 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
     const fs::path root = fs::path(project_.dir) / "checkpoints";
     const int64_t latest = latest_index(root);
     ACCEL_CHECK(latest >= 0, Status::IO, "no complete checkpoint under ", root.string());
-    dir = root / ("checkpoint_" + std::to_string(latest));
+    dir = root / ckpt::names::checkpoint_dir(latest);
   } else {
     dir = fs::path(dir_arg);
   }
   std::error_code ec;
   ACCEL_CHECK(fs::is_directory(dir, ec), Status::IO, "no checkpoint directory ", dir.string(), " (there is ",
               paths::describe(dir), ")");
-  const fs::path mfile = dir / "manifest.json";
+  const fs::path mfile = dir / ckpt::names::kManifest;
   const std::string mpath = mfile.string();
   ACCEL_CHECK(fs::is_regular_file(mfile, ec), Status::IO, mpath, ": missing (an incomplete checkpoint?)");
 
@@ -479,10 +452,10 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
     full["weight"] = std::vector<torch::Tensor>(params.size());
     for (const auto& k : kinds) full[k] = std::vector<torch::Tensor>(params.size());
     if (m.layout == "full") {
-      Loaded mf = load_tensors(dir, files, "model.safetensors");
+      Loaded mf = load_tensors(dir, files, ckpt::names::kModel);
       for (size_t i = 0; i < params.size(); ++i) full["weight"][i] = mf.tensor(names[i], params[i].sizes().vec());
       if (!kinds.empty()) {
-        Loaded of = load_tensors(dir, files, "optimizer.safetensors");
+        Loaded of = load_tensors(dir, files, ckpt::names::kOptimizer);
         for (const auto& k : kinds)
           for (size_t i = 0; i < params.size(); ++i)
             if (of.by_name.count(k + "/" + names[i]))
@@ -543,12 +516,12 @@ std::string Accelerator::load_state(const std::string& dir_arg) {
     }
     // this process's counters and generators: its own when the world is the same size
     const int src = rank < old_world ? rank : 0;
-    const std::string rank_name = "rank-" + std::to_string(src) + ".json";
+    const std::string rank_name = ckpt::names::rank_state(src);
     const std::string rpath = (dir / rank_name).string();
     out.rs = ckpt::parse_rank(text_of(read_checked(dir, files, rank_name)), rpath);
     const ckpt::RankState& rs = out.rs;
     ACCEL_CHECK(rs.rank == src, Status::Format, rpath, ": field 'rank' must be ", src, ", got ", rs.rank);
-    Loaded rng = load_tensors(dir, files, "rng-rank" + std::to_string(src) + ".safetensors");
+    Loaded rng = load_tensors(dir, files, ckpt::names::rng(src));
     auto generator_state = [&](const char* name, const torch::Tensor& current) {
       const auto& info = rng.get(name);
       const int64_t n = static_cast<int64_t>(info.end - info.begin);

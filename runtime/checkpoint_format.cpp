@@ -79,7 +79,7 @@ struct Reader {
     std::map<std::string, FileEntry> out;
     for (auto it = j.begin(); it != j.end(); ++it) {
       const std::string fp = f + "." + it.key();
-      if (!is_checkpoint_file_name(it.key()) || it.key() == "manifest.json") {
+      if (!is_checkpoint_file_name(it.key()) || it.key() == names::kManifest) {
         const json k = it.key();
         bad(f, "an object whose keys name checkpoint files", &k);
       }
@@ -143,16 +143,38 @@ bool numbered(const std::string& n, const std::string& prefix, const std::string
          digits(n, prefix.size(), n.size() - suffix.size());
 }
 
+constexpr const char* kModelShard = "model-rank";
+constexpr const char* kOptimizerShard = "optimizer-rank";
+constexpr const char* kRng = "rng-rank";
+constexpr const char* kRankState = "rank-";
+constexpr const char* kSafetensors = ".safetensors";
+constexpr const char* kJson = ".json";
+constexpr const char* kCheckpointDir = "checkpoint_";
+
 }  // namespace
+
+namespace names {
+std::string model_shard(int rank) { return kModelShard + std::to_string(rank) + kSafetensors; }
+std::string optimizer_shard(int rank) { return kOptimizerShard + std::to_string(rank) + kSafetensors; }
+std::string rng(int rank) { return kRng + std::to_string(rank) + kSafetensors; }
+std::string rank_state(int rank) { return kRankState + std::to_string(rank) + kJson; }
+std::string checkpoint_dir(int64_t index) { return kCheckpointDir + std::to_string(index); }
+int64_t checkpoint_index(const std::string& n) {
+  const size_t p = std::char_traits<char>::length(kCheckpointDir);
+  if (n.size() <= p || n.size() > p + 15 || n.compare(0, p, kCheckpointDir) != 0) return -1;
+  if (n.find_first_not_of("0123456789", p) != std::string::npos) return -1;
+  return std::stoll(n.substr(p));
+}
+}  // namespace names
 
 bool is_checkpoint_file_name(const std::string& name, bool temporary) {
   if (temporary) {
     const size_t at = name.rfind(".tmp.");
     if (at != std::string::npos && digits(name, at + 5, name.size())) return is_checkpoint_file_name(name.substr(0, at));
   }
-  return name == "manifest.json" || name == "model.safetensors" || name == "optimizer.safetensors" ||
-         numbered(name, "model-rank", ".safetensors") || numbered(name, "optimizer-rank", ".safetensors") ||
-         numbered(name, "rng-rank", ".safetensors") || numbered(name, "rank-", ".json");
+  return name == names::kManifest || name == names::kModel || name == names::kOptimizer ||
+         numbered(name, kModelShard, kSafetensors) || numbered(name, kOptimizerShard, kSafetensors) ||
+         numbered(name, kRng, kSafetensors) || numbered(name, kRankState, kJson);
 }
 
 Manifest parse_manifest(std::string_view text, const std::string& path) {

@@ -82,6 +82,20 @@ RankState parse_rank(std::string_view text, const std::string& path);
 std::string to_json(const Manifest& m);
 std::string to_json(const RankState& r);
 
+// The names in a project and a checkpoint, made here and parsed here only.
+namespace names {
+inline constexpr const char* kManifest = "manifest.json";
+inline constexpr const char* kModel = "model.safetensors";          // a replicated model
+inline constexpr const char* kOptimizer = "optimizer.safetensors";  // a replicated optimizer
+std::string model_shard(int rank);      // model-rank<R>.safetensors (ZeRO-3, a rank's shard)
+std::string optimizer_shard(int rank);  // optimizer-rank<R>.safetensors (ZeRO, a rank's shard)
+std::string rng(int rank);              // rng-rank<R>.safetensors
+std::string rank_state(int rank);       // rank-<R>.json
+std::string checkpoint_dir(int64_t index);  // checkpoint_<N>, under a project's checkpoints/
+// N of "checkpoint_<N>" (decimal, at most 15 digits); -1 for any other name.
+int64_t checkpoint_index(const std::string& dir_name);
+}  // namespace names
+
 // A name a checkpoint may hold: manifest.json, model.safetensors, optimizer.safetensors,
 // model-rank<R>.safetensors, optimizer-rank<R>.safetensors, rng-rank<R>.safetensors,
 // rank-<R>.json (and, with `temporary`, a writer's "<one of those>.tmp.<pid>").

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "base/files.h"
 #include "runtime/compat.h"
 #include "runtime/model.h"
 #include "runtime/precision.h"
@@ -227,19 +228,15 @@ class ScriptModel final : public Model {
       nb.value.copy_((*live).value.to(torch::kCPU));
       ++live;
     }
-    std::string tmp = path + ".tmp." + std::to_string(::getpid());
-    for (int k = 1; ::access(tmp.c_str(), F_OK) == 0 || errno != ENOENT; ++k) {  // never over a file we did not make
-      ACCEL_CHECK(k < 100, Status::IO, "cannot find a free temporary name beside '", path, "'");
-      tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(k);
-    }
+    std::string tmp;  // made with O_EXCL: never a file we did not make (base/files.h)
+    if (files::Result r = files::make_temporary(path, tmp); !r) fail(status_of_errno(r.err), r.message);
     try {
       m.save(tmp);
     } catch (const c10::Error& e) {
       ::unlink(tmp.c_str());
       fail(Status::IO, "cannot write '", tmp, "': ", first_line(e.what_without_backtrace()));
     }
-    ACCEL_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, Status::IO, "cannot rename '", tmp, "' to '", path, "': ",
-                std::strerror(errno));
+    if (files::Result r = files::commit(tmp, path); !r) fail(status_of_errno(r.err), r.message);
   }
 
   void set_grad_rounding(bool on) override {

@@ -92,7 +92,7 @@ bool is_checkpoint_dir(const fs::path& dir, bool need_manifest) {
     const std::string name = it->path().filename().string();
     if (!fs::is_regular_file(it->symlink_status(ec)) || !ckpt::is_checkpoint_file_name(name, /*temporary=*/true))
       return false;
-    if (name == "manifest.json") manifest = is_manifest(it->path());
+    if (name == ckpt::names::kManifest) manifest = is_manifest(it->path());
   }
   return !ec && (manifest || !need_manifest);
 }

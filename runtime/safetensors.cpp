@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <zlib.h>
 
+#include "base/files.h"
 #include "runtime/status.h"
 
 namespace accel::safetensors {
@@ -208,50 +209,10 @@ namespace {
 namespace {
 
 // Writes the parts to a temporary file beside `path`, fsyncs it, renames it into place and
-// fsyncs the directory.
+// fsyncs the directory (base/files.h); throws Error (the status from errno) on failure.
 void write_parts_atomic(const std::string& path, const std::vector<std::pair<const char*, size_t>>& parts) {
-  // a name of our own: O_EXCL never opens (and truncates) a file someone else made
-  std::string tmp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    tmp = path + ".tmp." + std::to_string(::getpid()) + (attempt ? "." + std::to_string(attempt) : std::string());
-    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && (errno != EEXIST || attempt == 100)) io_fail("cannot create", tmp);
-  }
-  for (const auto& [data, size] : parts) {
-    size_t done = 0;
-    while (done < size) {
-      ssize_t w = ::write(fd, data + done, std::min<size_t>(size - done, 1u << 30));
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        int e = errno;
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        errno = e;
-        io_fail("cannot write", tmp);
-      }
-      done += static_cast<size_t>(w);
-    }
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    errno = e;
-    io_fail("cannot flush", tmp);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    errno = e;
-    io_fail("cannot rename into place", path);
-  }
-  std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
-  if (dir.empty()) dir = "/";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  if (files::Result r = files::write_atomic(path, parts, files::Durability::Sync); !r)
+    fail(status_of_errno(r.err), r.message);
 }
 
 }  // namespace

@@ -53,6 +53,7 @@
 #include <tuple>
 #include <vector>
 
+#include "base/files.h"
 #include "runtime/comm/kernels.h"
 #include "sim/cost.h"
 #include "sim/faults.h"
@@ -63,6 +64,7 @@
 
 using namespace accel::nccl_abi;
 namespace comm = accel::comm;
+namespace files = accel::files;
 namespace sim = accel::sim;
 
 namespace {
@@ -105,17 +107,13 @@ std::string json_escape(const std::string& s) {
   return o;
 }
 
-// Writes `text` to `path` through a temporary file and a rename: a reader never sees half.
+// Writes `text` to `path` through a temporary file and a rename (base/files.h): a reader (the
+// launcher) never sees half. The first failure is said on stderr (the launcher then reports
+// the file missing or stale, and why is here); the report is rewritten at every step.
 void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (!f) return;
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    return;
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  static std::atomic<bool> said{false};
+  if (files::Result r = files::write_atomic(path, text, files::Durability::Replace); !r && !said.exchange(true))
+    std::fprintf(stderr, "accel-nccl-sim: %s\n", r.message.c_str());
 }
 
 long futex(std::atomic<uint32_t>* addr, int op, uint32_t val, const timespec* ts) {

@@ -222,7 +222,7 @@ std::string checked(const std::string& dir, const std::map<std::string, accel::c
 
 int merge_weights(const std::string& dir, const std::string& out) {
   using accel::Status;
-  const std::string mpath = dir + "/manifest.json";
+  const std::string mpath = dir + "/" + accel::ckpt::names::kManifest;
   // the output never replaces anything but an earlier safetensors file
   accel::paths::check_file_target(out, accel::paths::FileKind::Safetensors, "OUT");
   const accel::ckpt::Manifest m = accel::ckpt::parse_manifest(accel::safetensors::read_file(mpath), mpath);
@@ -261,9 +261,9 @@ int merge_weights(const std::string& dir, const std::string& out) {
   };
   size_t files_read = 0;
   if (m.layout == "full") {
-    const std::string bytes = checked(dir, files, "model.safetensors");
+    const std::string bytes = checked(dir, files, accel::ckpt::names::kModel);
     ++files_read;
-    for (size_t i = 0; i < names.size(); ++i) take("model.safetensors", bytes, names[i], i, 0, static_cast<int64_t>(values[i].size()));
+    for (size_t i = 0; i < names.size(); ++i) take(accel::ckpt::names::kModel, bytes, names[i], i, 0, static_cast<int64_t>(values[i].size()));
   } else {
     for (const auto& sh : m.shards) {
       const std::string bytes = checked(dir, files, sh.model);

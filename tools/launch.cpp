@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
 #include "sim/cost.h"
 #include "sim/world.h"
 
@@ -376,29 +377,10 @@ bool read_file(const std::string& path, std::string& out) {
   return !in.bad();
 }
 
-// Writes `content` to a temporary file beside `path`, then renames it over `path`: a reader
-// sees the old file or the whole new one. Returns "" or why it failed.
+// Writes `content` to a temporary file beside `path`, then renames it over `path`
+// (base/files.h): a reader sees the old file or the whole new one. Returns "" or why it failed.
 std::string write_atomically(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".XXXXXX";
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return "cannot create " + tmp + ": " + errno_text(errno);
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);  // as an ordinary new file, not mkstemp's 0600
-  const char* p = content.data();
-  size_t n = content.size();
-  std::string error;
-  while (n > 0 && error.empty()) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) error = "cannot write " + tmp + ": " + errno_text(errno);
-    else p += w, n -= static_cast<size_t>(w);
-  }
-  if (::close(fd) != 0 && error.empty()) error = "cannot write " + tmp + ": " + errno_text(errno);
-  if (error.empty() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    error = "cannot rename " + tmp + " to " + path + ": " + errno_text(errno);
-  if (!error.empty()) ::unlink(tmp.c_str());
-  return error;
+  return accel::files::write_atomic(path, content, accel::files::Durability::Replace).message;
 }
 
 // What one rank wrote to ACCEL_SIM_OUT/rank-<R>.json (docs/launch.md lists the fields).

@@ -2,9 +2,6 @@
 // causal-LM loss, the attention core (see transformer.h).
 #include "runtime/models/transformer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -14,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "base/files.h"
 #include "runtime/compat.h"
 #include "runtime/safetensors.h"
 #include "runtime/status.h"
@@ -916,14 +914,6 @@ bool is_pretrained_dir(const fs::path& dir, bool allow_empty) {
   return holds_only(dir, allow_empty, is_pretrained_file, "config.json");
 }
 
-void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
 }  // namespace
 
 namespace {
@@ -965,14 +955,8 @@ void write_dir_atomically(const std::string& dir, const std::string& fn, const s
     fs::remove_all(tmp, ec);
     throw;
   }
-  if (fs::exists(target, ec)) {
-    fs::rename(target, old, ec);
-    ACCEL_CHECK(!ec, Status::IO, "cannot move the earlier '", target.string(), "' aside: ", ec.message());
-  }
-  fs::rename(tmp, target, ec);
-  ACCEL_CHECK(!ec, Status::IO, "cannot rename '", tmp.string(), "' to '", target.string(), "': ", ec.message());
-  fsync_path(parent);
-  fs::remove_all(old, ec);
+  const files::Result r = files::publish_dir(tmp.string(), target.string(), old.string());  // one step
+  ACCEL_CHECK(r, Status::IO, r.message);
 }
 
 // A directory of a PEFT adapter's files as accel writes them only (and, unless empty is

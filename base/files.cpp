@@ -1,0 +1,157 @@
+#include "base/files.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <type_traits>
+
+namespace accel::files {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+Result failure(int e, const std::string& what, const std::string& path) {
+  return {e != 0 ? e : EIO, what + " '" + path + "': " + errno_text(e)};
+}
+
+std::string parent_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// "PATH.tmp.PID[.K]", created with O_EXCL.
+Result create_temporary(const std::string& path, std::string& tmp, int& fd) {
+  const std::string stem = path + ".tmp." + std::to_string(::getpid());
+  fd = -1;
+  for (int attempt = 0; fd < 0; ++attempt) {
+    tmp = attempt ? stem + "." + std::to_string(attempt) : stem;
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && (errno != EEXIST || attempt == 100)) return failure(errno, "cannot create", tmp);
+  }
+  return {};
+}
+
+Result rename_into_place(const std::string& tmp, const std::string& path, Durability durability) {
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    return {e, "cannot rename '" + tmp + "' to '" + path + "': " + errno_text(e)};
+  }
+  if (durability == Durability::Sync) fsync_dir(parent_of(path));
+  return {};
+}
+
+}  // namespace
+
+std::string errno_text(int e) {
+  char buf[256];
+  // GNU strerror_r returns the text (possibly not in buf); the XSI one fills buf.
+  auto r = ::strerror_r(e, buf, sizeof buf);
+  if constexpr (std::is_same_v<decltype(r), char*>) return r;
+  else return r == 0 ? buf : "error " + std::to_string(e);
+}
+
+Result write_atomic(const std::string& path, const std::vector<std::pair<const char*, std::size_t>>& parts,
+                    Durability durability) {
+  std::string tmp;
+  int fd = -1;
+  if (Result r = create_temporary(path, tmp, fd); !r) return r;
+  for (const auto& [data, size] : parts) {
+    size_t done = 0;
+    while (done < size) {
+      const ssize_t w = ::write(fd, data + done, std::min<size_t>(size - done, size_t{1} << 30));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        const int e = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return failure(e, "cannot write", tmp);
+      }
+      done += static_cast<size_t>(w);
+    }
+  }
+  if ((durability == Durability::Sync && ::fsync(fd) != 0) || ::close(fd) != 0) {
+    const int e = errno;
+    if (durability == Durability::Sync) ::close(fd);  // fsync failed: fd still open (a second close is harmless)
+    ::unlink(tmp.c_str());
+    return failure(e, "cannot flush", tmp);
+  }
+  return rename_into_place(tmp, path, durability);
+}
+
+Result write_atomic(const std::string& path, const std::string& bytes, Durability durability) {
+  return write_atomic(path, {{bytes.data(), bytes.size()}}, durability);
+}
+
+Result make_temporary(const std::string& path, std::string& tmp) {
+  int fd = -1;
+  if (Result r = create_temporary(path, tmp, fd); !r) return r;
+  ::close(fd);
+  return {};
+}
+
+Result commit(const std::string& tmp, const std::string& path, Durability durability) {
+  if (durability == Durability::Sync) {
+    const int fd = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::fsync(fd) != 0) {
+      const int e = errno;
+      if (fd >= 0) ::close(fd);
+      ::unlink(tmp.c_str());
+      return failure(e, "cannot flush", tmp);
+    }
+    ::close(fd);
+  }
+  return rename_into_place(tmp, path, durability);
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void fsync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+Result publish_dir(const std::string& tmp, const std::string& target, const std::string& old) {
+  std::error_code ec;
+  const std::string parent = parent_of(target);
+  if (fs::exists(target, ec)) {
+#ifdef SYS_renameat2
+    if (::syscall(SYS_renameat2, AT_FDCWD, tmp.c_str(), AT_FDCWD, target.c_str(), 2 /* RENAME_EXCHANGE */) == 0) {
+      fsync_dir(parent);
+      fs::remove_all(tmp, ec);
+      return {};
+    }
+#endif
+    fs::remove_all(old, ec);
+    fs::rename(target, old, ec);
+    if (ec) return {ec.value(), "cannot move the earlier '" + target + "' aside: " + ec.message()};
+    fs::rename(tmp, target, ec);
+    if (ec) return {ec.value(), "cannot rename '" + tmp + "' to '" + target + "': " + ec.message()};
+    fsync_dir(parent);
+    fs::remove_all(old, ec);
+    return {};
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) return {ec.value(), "cannot rename '" + tmp + "' to '" + target + "': " + ec.message()};
+  fsync_dir(parent);
+  return {};
+}
+
+}  // namespace accel::files

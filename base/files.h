@@ -1,0 +1,62 @@
+// How accel writes files and directories so that a reader (or a crash) never sees half of
+// one: the one home of the atomic file write, the directory publish and the fsyncs, shared by
+// every floor (the runtime's saves and checkpoints, the simulated NCCL's rank reports and
+// traces, the launcher's reports). Torch-free, exception-free: each function returns a
+// Result (errno and a message naming the path) that the caller turns into its own kind of
+// error (the runtime throws accel::Error with status_of_errno(err), the simulator and the
+// launcher report the message).
+//
+// What may be replaced at a path is decided before these are called (runtime/paths.h).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace accel::files {
+
+struct Result {
+  int err = 0;          // errno of the failure; 0 on success
+  std::string message;  // "cannot rename '/a/.b.tmp.12' to '/a/b': No space left on device"
+  explicit operator bool() const { return err == 0 && message.empty(); }
+};
+
+// Whether a write waits for the bytes to reach the disk (fsync of the file before the rename
+// and of its directory after it): a checkpoint or a saved model must survive a power loss; a
+// report read back by the process that waits for it needs only to appear whole.
+enum class Durability { Replace, Sync };
+
+// strerror(e), thread-safe.
+std::string errno_text(int e);
+
+// Writes the parts, in order, to a fresh temporary file beside `path` ("NAME.tmp.PID[.K]",
+// the name ckpt::is_checkpoint_file_name knows as a save's leftover, made with O_EXCL, so no other file is ever opened or truncated; mode 0666 less the umask),
+// then renames it over `path`: a reader sees the old file or the whole new one. On failure
+// the temporary file is removed and `path` is untouched.
+Result write_atomic(const std::string& path, const std::vector<std::pair<const char*, std::size_t>>& parts,
+                    Durability durability = Durability::Sync);
+Result write_atomic(const std::string& path, const std::string& bytes, Durability durability = Durability::Sync);
+
+// For a writer that must open the file itself (libtorch's TorchScript save): makes an empty
+// temporary file beside `path` as write_atomic does and returns its name in `tmp`; the caller
+// fills it, then calls commit (or removes it on failure).
+Result make_temporary(const std::string& path, std::string& tmp);
+// fsyncs `tmp` (Durability::Sync), renames it over `path` and fsyncs the directory; removes
+// `tmp` when that fails.
+Result commit(const std::string& tmp, const std::string& path, Durability durability = Durability::Sync);
+
+// fsync of a directory (what makes a rename in it durable) or of a file; best effort, as a
+// file system that cannot fsync a directory still renames atomically.
+void fsync_dir(const std::string& dir);
+void fsync_path(const std::string& path);
+
+// Moves the finished directory `tmp` to `target` in one step: a rename when nothing is at
+// `target`; else an exchange of the two (renameat2 RENAME_EXCHANGE, then the old one, now at
+// `tmp`, is removed), or, where the kernel or file system has no exchange, the old one renamed
+// to `old` first (a crash between the two renames leaves it there, whole). The parent's
+// directory entry is fsynced. The caller checked that an existing `target` and `old` may be
+// replaced.
+Result publish_dir(const std::string& tmp, const std::string& target, const std::string& old);
+
+}  // namespace accel::files
