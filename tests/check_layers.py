@@ -1,0 +1,203 @@
+#!/usr/bin/env python3
+"""check_layers: fails when an #include crosses a floor of the library the wrong way.
+
+The floors, from the bottom (docs/architecture.md, "Floors"):
+
+  base      base/                      torch-free: status, files, text helpers
+  comm      runtime/comm/              communicators and their backends, the store, rendezvous
+  sim       sim/                       the simulator: depends on comm and base only
+  runtime   runtime/ (the rest)        the Accelerator, models, optimizers, strategies, checkpoints
+  capi      capi/                      the C ABI over the runtime: include/accel/accel.h's definitions
+  tools     tools/                     the `accel` command
+
+A file may include headers of its own floor and of the floors below it, with these rules
+besides: the public header (include/accel/accel.h) is included by capi/ and tools/ only
+(the runtime reports its version through runtime/, not the ABI's), and capi/ includes no
+sim/ header (running a simulated world belongs to the runtime). Bindings, tests, examples and
+benchmarks are outside the floors.
+
+Crossings the code still has are listed in KNOWN below, each with the step of issue 34 that
+removes it. The check fails on a crossing not listed and on a listed one that is gone (delete
+its line: the list only shrinks), so the rules hold from now on and the list says exactly
+what is left.
+
+  tests/check_layers.py [--root DIR] [--list]     (--list: every crossing found, listed or not)
+  tests/check_layers.py --selftest
+"""
+import argparse
+import pathlib
+import re
+import sys
+
+FLOORS = ["base", "comm", "sim", "runtime", "capi", "tools"]
+PUBLIC_HEADER = "include/accel/accel.h"
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+
+# file -> headers it may still include against the rules (today's crossings; only ever shrinks)
+KNOWN = {
+    # item 1: comm stops knowing the simulator (its factory names no sim world; the nccl
+    # backend gets the simulator's memory hooks from the runtime's one world-joining file)
+    "runtime/comm/factory.cpp": ["runtime/status.h", "sim/world.h"],
+    "runtime/comm/nccl/api.h": ["sim/nccl_abi.h"],
+    "runtime/comm/nccl/nccl.cpp": ["sim/world.h", "sim/nccl_abi.h"],
+    # item 1: comm_dtype moves to the comm side
+    "runtime/comm/tensors.cpp": ["runtime/options.h"],
+    # item 2: status moves to base/; libtorch version checks live only in compat.h
+    "runtime/comm/communicator.h": ["runtime/status.h"],
+    "runtime/comm/launch_env.cpp": ["runtime/status.h"],
+    "sim/cost.cpp": ["runtime/status.h"],
+    "sim/memory.cpp": ["runtime/torch_version.h"],
+    # item 2: the version string comes from the runtime, not the public header
+    "runtime/checkpoint.cpp": ["include/accel/accel.h"],
+    # item 3: a simulated world is run by the runtime, not by the C ABI
+    "capi/internal.h": ["sim/world.h"],
+}
+
+
+def floor_of(rel: str):
+    if rel.startswith("base/"):
+        return "base"
+    if rel.startswith("runtime/comm/"):
+        return "comm"
+    if rel.startswith("sim/"):
+        return "sim"
+    if rel.startswith("runtime/"):
+        return "runtime"
+    if rel.startswith("capi/"):
+        return "capi"
+    if rel.startswith("tools/"):
+        return "tools"
+    return None
+
+
+def resolve(header: str, src: pathlib.Path, root: pathlib.Path):
+    """The repository path of an #include "..." (from the root or the including file's folder)."""
+    for base in (root, src.parent, root / "include"):
+        p = (base / header).resolve()
+        if p.is_file():
+            try:
+                return p.relative_to(root).as_posix()
+            except ValueError:
+                return None
+    return None
+
+
+def allowed(frm: str, rel: str, to: str) -> bool:
+    if to == PUBLIC_HEADER:
+        return frm in ("capi", "tools")
+    target = floor_of(to)
+    if target is None:
+        return True  # vendored or generated headers outside the floors
+    if frm == "capi" and target == "sim":
+        return False
+    return FLOORS.index(target) <= FLOORS.index(frm)
+
+
+def crossings(root: pathlib.Path):
+    found = {}
+    for p in sorted(root.glob("**/*")):
+        if p.suffix not in (".h", ".hpp", ".cpp", ".cc", ".c") or not p.is_file():
+            continue
+        rel = p.relative_to(root).as_posix()
+        if rel.startswith(("build", ".git")):
+            continue
+        frm = floor_of(rel)
+        if frm is None:
+            continue
+        for m in INCLUDE.finditer(p.read_text(errors="replace")):
+            to = resolve(m.group(1), p, root)
+            if to is None or to == rel:
+                continue
+            if not allowed(frm, rel, to):
+                found.setdefault(rel, []).append(to)
+    return found
+
+
+def check(root: pathlib.Path, known: dict, out=sys.stdout) -> int:
+    found = crossings(root)
+    bad = 0
+    for f, tos in sorted(found.items()):
+        for to in tos:
+            if to not in known.get(f, []):
+                print(f"check_layers: {f} includes {to}: {floor_of(f)} may not include "
+                      f"{'the public header' if to == PUBLIC_HEADER else floor_of(to)} "
+                      f"(docs/architecture.md, 'Floors')", file=out)
+                bad += 1
+    for f, tos in sorted(known.items()):
+        for to in tos:
+            if to not in found.get(f, []):
+                print(f"check_layers: {f} no longer includes {to}: delete that line of KNOWN in "
+                      f"tests/check_layers.py (the list only shrinks)", file=out)
+                bad += 1
+    n_known = sum(len(v) for v in known.values())
+    print(f"check_layers: {sum(len(v) for v in found.values())} crossings, {n_known} of them known "
+          f"(issue 34 removes them), {bad} problem(s)", file=out)
+    return 1 if bad else 0
+
+
+def selftest() -> int:
+    import io
+    import tempfile
+    root = pathlib.Path(tempfile.mkdtemp(prefix="check_layers_"))
+    files = {
+        "base/files.h": "",
+        "runtime/status.h": "",
+        "runtime/comm/communicator.h": '#include "base/files.h"\n',
+        "sim/world.h": '#include "runtime/comm/communicator.h"\n',
+        "runtime/accelerator.cpp": '#include "sim/world.h"\n#include "base/files.h"\n',
+        "capi/context.cpp": '#include "runtime/status.h"\n#include "include/accel/accel.h"\n',
+        "include/accel/accel.h": "",
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    failures = []
+
+    def expect(name, want_rc, known):
+        out = io.StringIO()
+        rc = check(root, known, out)
+        if rc != want_rc:
+            failures.append(f"{name}: exit {rc}, expected {want_rc}\n{out.getvalue()}")
+
+    expect("clean tree", 0, {})
+    (root / "sim/world.h").write_text('#include "runtime/status.h"\n')  # sim -> runtime
+    expect("sim including runtime", 1, {})
+    expect("a known crossing", 0, {"sim/world.h": ["runtime/status.h"]})
+    (root / "sim/world.h").write_text("")
+    expect("a stale entry", 1, {"sim/world.h": ["runtime/status.h"]})
+    (root / "runtime/status.h").write_text('#include "include/accel/accel.h"\n')  # runtime -> ABI
+    expect("runtime including accel.h", 1, {})
+    (root / "runtime/status.h").write_text("")
+    (root / "capi/context.cpp").write_text('#include "sim/world.h"\n')  # capi -> sim
+    expect("capi including sim", 1, {})
+    (root / "capi/context.cpp").write_text("")
+    (root / "runtime/comm/communicator.h").write_text('#include "runtime/status.h"\n')  # comm -> runtime
+    expect("comm including runtime", 1, {})
+    import shutil
+    shutil.rmtree(root, ignore_errors=True)
+    if failures:
+        print("check_layers --selftest FAILED:\n" + "\n".join(failures), file=sys.stderr)
+        return 1
+    print("check_layers --selftest: every case behaved")
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parent.parent)
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--selftest", action="store_true")
+    a = ap.parse_args()
+    if a.selftest:
+        return selftest()
+    root = a.root.resolve()
+    if a.list:
+        for f, tos in sorted(crossings(root).items()):
+            for to in tos:
+                print(f"{f} -> {to}{'' if to in KNOWN.get(f, []) else '   (not known)'}")
+        return 0
+    return check(root, KNOWN, sys.stdout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
