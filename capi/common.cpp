@@ -1,7 +1,13 @@
 // The C ABI: versions, status names and the last error.
+#include <string_view>
+
 #include "capi/internal.h"
+#include "runtime/version.h"
 
 using namespace accel::capi;
+
+static_assert(std::string_view(ACCEL_VERSION_STRING) == accel::kVersion,
+              "runtime/version.h and include/accel/accel.h must give the same version");
 
 extern "C" {
 

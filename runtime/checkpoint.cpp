@@ -26,13 +26,13 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.h"
-#include "include/accel/accel.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/paths.h"
 #include "runtime/accelerator.h"
 #include "runtime/comm/tensors.h"
 #include "runtime/safetensors.h"
 #include "runtime/strategy/strategy.h"
+#include "runtime/version.h"
 
 namespace accel {
 
@@ -341,7 +341,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
   if (rank == 0) {
     try {
       ckpt::Manifest m;
-      m.accel_version = ACCEL_VERSION_STRING;
+      m.accel_version = kVersion;
       m.world_size = world;
       m.strategy = strategy_name(opts_.strategy);
       m.zero_stage = strategy_->zero_stage();

@@ -47,8 +47,6 @@ KNOWN = {
     "runtime/comm/launch_env.cpp": ["runtime/status.h"],
     "sim/cost.cpp": ["runtime/status.h"],
     "sim/memory.cpp": ["runtime/torch_version.h"],
-    # item 2: the version string comes from the runtime, not the public header
-    "runtime/checkpoint.cpp": ["include/accel/accel.h"],
     # item 3: a simulated world is run by the runtime, not by the C ABI
     "capi/internal.h": ["sim/world.h"],
 }
