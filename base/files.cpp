@@ -11,11 +11,13 @@
 #include <cstring>
 #include <filesystem>
 #include <system_error>
-#include <type_traits>
+
+#include "base/text.h"
 
 namespace accel::files {
 
 namespace fs = std::filesystem;
+using text::errno_text;
 
 namespace {
 
@@ -52,14 +54,6 @@ Result rename_into_place(const std::string& tmp, const std::string& path, Durabi
 }
 
 }  // namespace
-
-std::string errno_text(int e) {
-  char buf[256];
-  // GNU strerror_r returns the text (possibly not in buf); the XSI one fills buf.
-  auto r = ::strerror_r(e, buf, sizeof buf);
-  if constexpr (std::is_same_v<decltype(r), char*>) return r;
-  else return r == 0 ? buf : "error " + std::to_string(e);
-}
 
 Result write_atomic(const std::string& path, const std::vector<std::pair<const char*, std::size_t>>& parts,
                     Durability durability) {

@@ -27,9 +27,6 @@ struct Result {
 // report read back by the process that waits for it needs only to appear whole.
 enum class Durability { Replace, Sync };
 
-// strerror(e), thread-safe.
-std::string errno_text(int e);
-
 // Writes the parts, in order, to a fresh temporary file beside `path` ("NAME.tmp.PID[.K]",
 // the name ckpt::is_checkpoint_file_name knows as a save's leftover, made with O_EXCL, so no other file is ever opened or truncated; mode 0666 less the umask),
 // then renames it over `path`: a reader sees the old file or the whole new one. On failure

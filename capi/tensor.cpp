@@ -1,4 +1,5 @@
 // The C ABI: tensors, models and losses.
+#include "base/text.h"
 #include "capi/internal.h"
 #include "runtime/models/transformer.h"
 
@@ -82,8 +83,8 @@ accel_status accel_tensor_create(accel_dtype dtype, const int64_t* shape, size_t
       std::string what;
       const uint64_t ceiling = host_memory_ceiling(what);
       ACCEL_CHECK(ceiling == 0 || bytes <= ceiling, Status::OutOfMemory, "a tensor of ",
-                  accel::sim::format_bytes(bytes), " is more than this machine can hold (", what, ": ",
-                  accel::sim::format_bytes(ceiling), ")");
+                  accel::text::format_bytes(bytes), " is more than this machine can hold (", what, ": ",
+                  accel::text::format_bytes(ceiling), ")");
     }
     auto t = torch::empty(dims, torch::TensorOptions().dtype(st));
     if (numel > 0) std::memcpy(t.data_ptr(), data, static_cast<size_t>(bytes));

@@ -5,7 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::ckpt {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::domain {
 

@@ -4,7 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include "runtime/blas.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel {
 

@@ -10,7 +10,7 @@
 
 #include "runtime/comm/communicator.h"
 #include "runtime/compat.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel {
 

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/checkpoint_format.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::paths {
 

@@ -13,7 +13,7 @@
 #include <zlib.h>
 
 #include "base/files.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::safetensors {
 

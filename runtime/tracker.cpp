@@ -14,7 +14,7 @@
 #include <set>
 
 #include "runtime/paths.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::tracker {
 

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::sim {
 

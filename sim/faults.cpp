@@ -1,5 +1,5 @@
-// The simulator's settings as text: fault injection (parsing the fault list, arming it on the
-// ranks, firing the kills) and sizes (parse_bytes, format_bytes). Torch-free.
+// Fault injection: parsing the fault list, arming it on the ranks, firing the kills.
+// Torch-free.
 #include "sim/faults.h"
 
 #include <cctype>
@@ -11,51 +11,6 @@
 #include <string>
 
 namespace accel::sim {
-
-uint64_t parse_bytes(const std::string& text, const char* what) {
-  // digits, an optional fraction, optional spaces, an optional unit; nothing else
-  auto refuse = [&](const std::string& why) {
-    fail(Status::InvalidArgument, what, " '", text, "' ", why,
-         " (a positive number and a unit: 64MiB, 1.5GiB, 80GB, 1000000; units B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-  };
-  size_t i = 0;
-  while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i;
-  const size_t int_digits = i;
-  size_t frac_digits = 0;
-  if (i < text.size() && text[i] == '.') {
-    ++i;
-    while (i < text.size() && std::isdigit(static_cast<unsigned char>(text[i]))) ++i, ++frac_digits;
-    if (frac_digits == 0) refuse("is not a size");
-  }
-  if (int_digits == 0) refuse("is not a size");
-  const std::string number = text.substr(0, i);
-  while (i < text.size() && text[i] == ' ') ++i;
-  const std::string unit = text.substr(i);
-  static const std::map<std::string, double> units = {
-      {"", 1},           {"B", 1},         {"KiB", 1024.0},    {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},     {"GB", 1e9},        {"TB", 1e12},
-      {"K", 1024.0},     {"M", 1048576.0}, {"G", 1073741824.0}};
-  auto it = units.find(unit);
-  if (it == units.end()) refuse("has an unknown unit '" + unit + "'");
-  const double bytes = std::strtod(number.c_str(), nullptr) * it->second;  // digits only: strtod cannot fail
-  if (!(bytes < 18446744073709551616.0)) refuse("is too large (at most 16 EiB)");
-  const uint64_t out = static_cast<uint64_t>(bytes + 0.5);
-  if (out == 0) refuse("is zero (for no limit pass no size at all)");
-  return out;
-}
-
-std::string format_bytes(uint64_t b) {
-  char buf[64];
-  if (b >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(b) / (1ull << 30));
-  else if (b >= (1ull << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / (1ull << 20));
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof buf, "%.2f KiB", static_cast<double>(b) / 1024.0);
-  else
-    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(b));
-  return buf;
-}
 
 std::vector<Fault> parse_faults(const std::string& spec, int world_size) {
   std::vector<Fault> out;

@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/text.h"
 #include "runtime/comm/kernels.h"
 #include "sim/cost.h"
 #include "sim/faults.h"
@@ -65,6 +66,7 @@
 using namespace accel::nccl_abi;
 namespace comm = accel::comm;
 namespace files = accel::files;
+namespace text = accel::text;
 namespace sim = accel::sim;
 
 namespace {
@@ -90,22 +92,6 @@ void copy_text(char* dst, size_t cap, const std::string& s) {
   dst[n] = 0;
 }
 
-std::string json_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", c);
-      o += b;
-    } else {
-      o += c;
-    }
-  }
-  return o;
-}
 
 // Writes `text` to `path` through a temporary file and a rename (base/files.h): a reader (the
 // launcher) never sees half. The first failure is said on stderr (the launcher then reports
@@ -215,7 +201,7 @@ struct Process {
       if (!env("ACCEL_SIM_TOPOLOGY").empty()) topology_name = env("ACCEL_SIM_TOPOLOGY");
       topo = sim::topology_preset(topology_name);
       gpu_mem_text = env("ACCEL_SIM_GPU_MEM");
-      if (!gpu_mem_text.empty()) capacity = sim::parse_bytes(gpu_mem_text, "ACCEL_SIM_GPU_MEM");
+      if (!gpu_mem_text.empty()) capacity = text::parse_bytes(gpu_mem_text, "ACCEL_SIM_GPU_MEM");
       faults_text = env("ACCEL_SIM_FAULTS");
       // faults fire on the first attempt only: a restarted group resumes past them
       const std::string restart = env("ACCEL_RESTART_COUNT");
@@ -238,13 +224,13 @@ struct Process {
                   "{\"rank\":%d,\"world_size\":%d,\"topology\":\"%s\",\"status\":\"%s\",\"error\":\"%s\","
                   "\"peak_bytes\":%llu,\"capacity_bytes\":%llu,\"virtual_seconds\":%.9f,\"compute_seconds\":%.9f,"
                   "\"comm_seconds\":%.9f,\"steps\":%lld,\"collectives\":%llu,\"bytes_sent\":%llu}\n",
-                  rank, world, json_escape(topology_name).c_str(), status.c_str(), "%s",
+                  rank, world, text::json_escape(topology_name).c_str(), status.c_str(), "%s",
                   static_cast<unsigned long long>(peak), static_cast<unsigned long long>(capacity), now(), compute_t,
                   comm_t, static_cast<long long>(steps), static_cast<unsigned long long>(collectives),
                   static_cast<unsigned long long>(bytes_sent));
     std::string text = buf;
     const auto at = text.find("%s");
-    text.replace(at, 2, json_escape(error));
+    text.replace(at, 2, text::json_escape(error));
     write_atomically(out_dir + "/rank-" + std::to_string(rank) + ".json", text);
     if (!trace || !trace_too) return;
     std::ostringstream os;
@@ -259,7 +245,7 @@ struct Process {
       return std::tie(x.lane, x.ts, x.dur, x.name) < std::tie(y.lane, y.ts, y.dur, y.name);
     });
     for (const auto& e : ev)
-      os << ",\n{\"ph\":\"X\",\"name\":\"" << json_escape(e.name) << "\",\"cat\":\"" << (e.lane ? "comm" : "compute")
+      os << ",\n{\"ph\":\"X\",\"name\":\"" << text::json_escape(e.name) << "\",\"cat\":\"" << (e.lane ? "comm" : "compute")
          << "\",\"pid\":" << rank << ",\"tid\":" << e.lane << ",\"ts\":" << e.ts * 1e6 << ",\"dur\":" << e.dur * 1e6
          << ",\"args\":{" << e.args << "}}";
     os << "]\n";
@@ -1143,7 +1129,7 @@ void init_comm(ncclComm* c, std::string coord_name) {
     for (const auto& f : p.faults)
       if (f.rank == c->rank && f.kind == sim::Fault::Kind::Delay) p.delay += f.seconds;
     config = " topology " + p.topology_name + ", device memory " +
-             (p.capacity ? sim::format_bytes(p.capacity) : std::string("unlimited"));
+             (p.capacity ? text::format_bytes(p.capacity) : std::string("unlimited"));
     if (!p.exit_hook) {
       p.exit_hook = true;
       std::atexit(at_exit);
@@ -1686,10 +1672,10 @@ bool mem_charge(uint64_t bytes, std::string* msg) {
   p.configure();
   if (p.capacity && p.current + bytes > p.capacity) {
     std::ostringstream os;
-    os << "CUDA out of memory (simulated). Tried to allocate " << sim::format_bytes(bytes) << " (rank "
-       << p.rank << "; " << sim::format_bytes(p.capacity) << " total capacity; " << sim::format_bytes(p.current)
-       << " already allocated; " << sim::format_bytes(p.capacity - p.current) << " free; peak "
-       << sim::format_bytes(p.peak) << ")";
+    os << "CUDA out of memory (simulated). Tried to allocate " << text::format_bytes(bytes) << " (rank "
+       << p.rank << "; " << text::format_bytes(p.capacity) << " total capacity; " << text::format_bytes(p.current)
+       << " already allocated; " << text::format_bytes(p.capacity - p.current) << " free; peak "
+       << text::format_bytes(p.peak) << ")";
     if (msg) *msg = os.str();
     p.record_error(os.str());
     std::lock_guard<std::mutex> lc(g_comms_mu);

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "base/text.h"
 #include "runtime/comm/communicator.h"
 #include "sim/cost.h"
 
@@ -38,11 +39,9 @@ struct Fault {
 // With world_size > 0, a RANK outside [0, world_size) is refused with the item quoted.
 std::vector<Fault> parse_faults(const std::string& spec, int world_size = 0);
 
-// Parses "16GiB", "64MiB", "512KiB", "1.5GiB", "1000B", "80GB" (powers of 1000) or a plain
-// number of bytes: digits with an optional fraction, then an optional unit. Zero, a sign,
-// anything else, or more than 2^64 bytes: Error(InvalidArgument) naming `what` and the text.
-uint64_t parse_bytes(const std::string& text, const char* what = "size");
-std::string format_bytes(uint64_t bytes);
+// Sizes as users type them ("16GiB", "80GB"): base/text.h.
+using text::format_bytes;
+using text::parse_bytes;
 
 struct WorldOptions {
   int world_size = 1;

@@ -37,15 +37,13 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
 KNOWN = {
     # item 1: comm stops knowing the simulator (its factory names no sim world; the nccl
     # backend gets the simulator's memory hooks from the runtime's one world-joining file)
-    "runtime/comm/factory.cpp": ["runtime/status.h", "sim/world.h"],
+    "runtime/comm/factory.cpp": ["sim/world.h"],
     "runtime/comm/nccl/api.h": ["sim/nccl_abi.h"],
     "runtime/comm/nccl/nccl.cpp": ["sim/world.h", "sim/nccl_abi.h"],
     # item 1: comm_dtype moves to the comm side
     "runtime/comm/tensors.cpp": ["runtime/options.h"],
-    # item 2: status moves to base/; libtorch version checks live only in compat.h
-    "runtime/comm/communicator.h": ["runtime/status.h"],
-    "runtime/comm/launch_env.cpp": ["runtime/status.h"],
-    "sim/cost.cpp": ["runtime/status.h"],
+    # item 2: libtorch version checks live only in compat.h (with the allocator hook on the
+    # runtime's side)
     "sim/memory.cpp": ["runtime/torch_version.h"],
     # item 3: a simulated world is run by the runtime, not by the C ABI
     "capi/internal.h": ["sim/world.h"],

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "base/status.h"
 #include "sim/cost.h"
 
 #ifndef ACCEL_CALIBRATION_CSV

@@ -21,7 +21,7 @@
 #include "runtime/models/transformer.h"
 #include "runtime/runtime.h"
 #include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "base/status.h"
 #include "sim/world.h"
 
 namespace accel {

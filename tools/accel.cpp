@@ -45,6 +45,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "base/text.h"
 #include "runtime/blas.h"
 #include "runtime/checkpoint_format.h"
 #include "runtime/comm/factory.h"
@@ -158,9 +159,9 @@ int sim_bench(const BenchArgs& a) {
   const DataType t = parse_dtype(a.dtype);
   const RedOp op = parse_redop(a.redop);
   const accel::sim::Topology topo = accel::sim::topology_preset(a.topology);
-  const uint64_t lo = accel::sim::parse_bytes(a.min_bytes), hi = accel::sim::parse_bytes(a.max_bytes);
-  const uint64_t predict_hi = std::max(hi, accel::sim::parse_bytes(a.predict_to));
-  const uint64_t max_measure = accel::sim::parse_bytes(a.max_measure);
+  const uint64_t lo = accel::text::parse_bytes(a.min_bytes), hi = accel::text::parse_bytes(a.max_bytes);
+  const uint64_t predict_hi = std::max(hi, accel::text::parse_bytes(a.predict_to));
+  const uint64_t max_measure = accel::text::parse_bytes(a.max_measure);
   if (lo == 0 || lo > hi) throw accel::Error(accel::Status::InvalidArgument, "need 0 < --min-bytes <= --max-bytes");
   if (a.factor <= 1.0) throw accel::Error(accel::Status::InvalidArgument, "--factor must be > 1");
   const size_t es = accel::comm::dtype_size(t);

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "base/files.h"
+#include "base/text.h"
 #include "sim/cost.h"
 #include "sim/world.h"
 
@@ -307,7 +308,7 @@ void validate_sim(Options& o, const std::vector<std::string>& empty_given) {
   }
   if (!o.sim_gpu_mem.empty()) {
     try {
-      sim::parse_bytes(o.sim_gpu_mem, "--sim-gpu-mem");
+      accel::text::parse_bytes(o.sim_gpu_mem, "--sim-gpu-mem");
     } catch (const Error& e) {
       throw UsageError(e.what());
     }
@@ -1102,14 +1103,14 @@ class Launcher {
 
   // ---- --backend sim: the merged report --------------------------------------------------
 
-  uint64_t sim_capacity() const { return o_.sim_gpu_mem.empty() ? 0 : sim::parse_bytes(o_.sim_gpu_mem, "--sim-gpu-mem"); }
+  uint64_t sim_capacity() const { return o_.sim_gpu_mem.empty() ? 0 : accel::text::parse_bytes(o_.sim_gpu_mem, "--sim-gpu-mem"); }
 
   // "8xH100: 8 processes, 80.00 GiB of memory per GPU"
   std::string sim_setup() const {
     const int n = o_.nproc_per_node;
     const uint64_t cap = sim_capacity();
     return o_.sim_topology + ": " + std::to_string(n) + (n == 1 ? " process, " : " processes, ") +
-           (cap == 0 ? std::string("unlimited memory") : sim::format_bytes(cap) + " of memory") + " per GPU";
+           (cap == 0 ? std::string("unlimited memory") : accel::text::format_bytes(cap) + " of memory") + " per GPU";
   }
 
   // How a process ended, without pids or times: "exit 0", "exit 3", "SIGKILL", "not started".
@@ -1198,7 +1199,7 @@ class Launcher {
       if (r.exit != "exit 0" && r.status != "not started") status += " (" + r.exit + ")";
       if (!r.error.empty()) status += ": " + one_line(r.error);
       if (r.file.read)
-        cells.push_back({std::to_string(r.rank), sim::format_bytes(r.file.peak_bytes), fixed(r.file.virtual_seconds, 6),
+        cells.push_back({std::to_string(r.rank), accel::text::format_bytes(r.file.peak_bytes), fixed(r.file.virtual_seconds, 6),
                          std::to_string(r.file.steps),
                          r.file.steps > 0 ? fixed(r.file.virtual_seconds / static_cast<double>(r.file.steps), 6) : "-",
                          status});

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::comm {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/comm/launch_env.h"
-#include "runtime/status.h"
+#include "base/status.h"
 #include "sim/world.h"
 #ifdef ACCEL_HAVE_GLOO
 #include "runtime/comm/gloo/gloo.h"

@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel::comm {
 

@@ -23,7 +23,7 @@
 #include <sstream>
 
 #include "runtime/models/transformer.h"
-#include "runtime/status.h"
+#include "base/status.h"
 #include "runtime/torch_version.h"
 
 namespace accel {

@@ -14,7 +14,7 @@
 #include "base/files.h"
 #include "runtime/compat.h"
 #include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace accel {
 

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "runtime/checkpoint_format.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 using namespace accel;
 

@@ -7,7 +7,7 @@
 #include <cstdlib>
 
 #include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "base/status.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace accel;

@@ -10,7 +10,7 @@ src=$1 build=$2 seconds=$3 target=${4:-safetensors}
 clangxx=$(command -v clang++ || true)
 [ -n "$clangxx" ] || { echo "run_fuzzer.sh: clang++ is not installed (scripts/setup installs it)"; exit 1; }
 case "$target" in
-  safetensors) sources=("$src/tests/fuzz/fuzz_safetensors.cpp" "$src/runtime/safetensors.cpp") corpus_src="$src/tests/fuzz/corpus" ;;
+  safetensors) sources=("$src/tests/fuzz/fuzz_safetensors.cpp" "$src/runtime/safetensors.cpp" "$src/base/files.cpp" "$src/base/text.cpp") corpus_src="$src/tests/fuzz/corpus" ;;
   checkpoint) sources=("$src/tests/fuzz/fuzz_checkpoint.cpp" "$src/runtime/checkpoint_format.cpp") corpus_src="$src/tests/fuzz/corpus_checkpoint" ;;
   *) echo "run_fuzzer.sh: unknown target '$target' (safetensors, checkpoint)"; exit 2 ;;
 esac
