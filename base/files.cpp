@@ -74,11 +74,13 @@ Result write_atomic(const std::string& path, const std::vector<std::pair<const c
       done += static_cast<size_t>(w);
     }
   }
-  if ((durability == Durability::Sync && ::fsync(fd) != 0) || ::close(fd) != 0) {
-    const int e = errno;
-    if (durability == Durability::Sync) ::close(fd);  // fsync failed: fd still open (a second close is harmless)
+  // fd is closed exactly once, whether the fsync fails or not (a second close could close a
+  // descriptor another thread has just been given the same number for)
+  const int synced = durability == Durability::Sync && ::fsync(fd) != 0 ? errno : 0;
+  const int closed = ::close(fd) != 0 ? errno : 0;
+  if (synced != 0 || closed != 0) {
     ::unlink(tmp.c_str());
-    return failure(e, "cannot flush", tmp);
+    return failure(synced != 0 ? synced : closed, "cannot flush", tmp);
   }
   return rename_into_place(tmp, path, durability);
 }

@@ -50,20 +50,13 @@ KNOWN = {
 }
 
 
+# (path prefix, floor), the first that matches: runtime/comm/ before runtime/
+PREFIXES = [("base/", "base"), ("runtime/comm/", "comm"), ("sim/", "sim"), ("runtime/", "runtime"),
+            ("capi/", "capi"), ("tools/", "tools")]
+
+
 def floor_of(rel: str):
-    if rel.startswith("base/"):
-        return "base"
-    if rel.startswith("runtime/comm/"):
-        return "comm"
-    if rel.startswith("sim/"):
-        return "sim"
-    if rel.startswith("runtime/"):
-        return "runtime"
-    if rel.startswith("capi/"):
-        return "capi"
-    if rel.startswith("tools/"):
-        return "tools"
-    return None
+    return next((floor for prefix, floor in PREFIXES if rel.startswith(prefix)), None)
 
 
 def resolve(header: str, src: pathlib.Path, root: pathlib.Path):
@@ -78,7 +71,7 @@ def resolve(header: str, src: pathlib.Path, root: pathlib.Path):
     return None
 
 
-def allowed(frm: str, rel: str, to: str) -> bool:
+def allowed(frm: str, to: str) -> bool:
     if to == PUBLIC_HEADER:
         return frm in ("capi", "tools")
     target = floor_of(to)
@@ -104,7 +97,7 @@ def crossings(root: pathlib.Path):
             to = resolve(m.group(1), p, root)
             if to is None or to == rel:
                 continue
-            if not allowed(frm, rel, to):
+            if not allowed(frm, to):
                 found.setdefault(rel, []).append(to)
     return found
 

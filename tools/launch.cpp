@@ -85,7 +85,7 @@ void write_all(int fd, const std::string& s) { write_all(fd, s.data(), s.size())
 
 void say(const std::string& s) { write_all(2, "accel launch: " + s + "\n"); }
 
-std::string errno_text(int e) { return std::strerror(e); }
+using text::errno_text;  // base/text.h
 
 std::string signal_name(int sig) {
   const char* abbrev = ::sigabbrev_np(sig);
