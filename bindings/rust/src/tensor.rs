@@ -253,7 +253,7 @@ impl Tensor {
         Ok(n)
     }
 
-    /// Reads a packed token file (`accel_token_file_read`) into an int64 tensor [count].
+    /// Reads a packed token file (`accel_token_file_read`) into an int64 tensor \[count\].
     pub fn read_token_file(path: impl AsRef<std::path::Path>) -> Result<Tensor> {
         let p = path_cstring(path.as_ref(), "path")?;
         let mut out = std::ptr::null_mut();

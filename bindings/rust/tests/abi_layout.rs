@@ -505,12 +505,12 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(unsafe { std::ffi::CStr::from_ptr(sim.raw.topology) }, unsafe { std::ffi::CStr::from_ptr(init.topology) });
 }
 
-/// Every `pub fn accel_*` of the accel-sys crate (accel-sys/src/lib.rs) is a function of the header and vice versa, with
-/// the same number of parameters.
+/// Every `pub fn accel_*` of the accel-sys crate (accel-sys/src/lib.rs and its modules) is a function of the header and
+/// vice versa, with the same number of parameters.
 #[test]
 fn functions_match_the_header() {
     let t = table();
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/accel-sys/src/lib.rs")).unwrap();
+    let src = rs_files_text(concat!(env!("CARGO_MANIFEST_DIR"), "/accel-sys/src"));
     let mut mirrored = BTreeMap::new();
     let mut rest = src.as_str();
     while let Some(i) = rest.find("pub fn accel_") {
@@ -541,14 +541,26 @@ fn functions_match_the_header() {
 #[test]
 fn safe_layer_calls_every_function() {
     let t = table();
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/src");
-    let mut text = String::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().map_or(false, |x| x == "rs") && p.file_name().unwrap() != "sys.rs" {
-            text.push_str(&std::fs::read_to_string(&p).unwrap());
-        }
-    }
+    let text = rs_files_text(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
     let uncalled: Vec<_> = t.functions.keys().filter(|f| !text.contains(&format!("sys::{}(", f))).collect();
     assert!(uncalled.is_empty(), "functions the safe layer never calls: {:?}", uncalled);
+}
+
+/// The text of every `.rs` file under `dir`, its subdirectories (a module's submodules)
+/// included, other than a file named `sys.rs`, in a fixed order.
+fn rs_files_text(dir: &str) -> String {
+    fn walk(dir: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, files);
+            } else if p.extension().map_or(false, |x| x == "rs") && p.file_name().unwrap() != "sys.rs" {
+                files.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(std::path::Path::new(dir), &mut files);
+    files.sort();
+    files.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect::<Vec<_>>().join("\n")
 }
