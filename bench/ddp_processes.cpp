@@ -8,7 +8,7 @@
 //
 // multi_us: the optimizer step of 2 processes (this executable re-run with a hidden --worker
 //   flag), each with micro-batch B and 1 intra-op thread, through accel's C++ runtime as an
-//   application uses it (Accelerator with the communicator comm::make_process_group makes
+//   application uses it (Accelerator with the communicator world::make_process_group makes
 //   for backend "gloo", prepare, next_batch / forward / cross_entropy / backward / step; AdamW).
 //   A timed block is: a barrier, K steps, a barrier; its time over K is one sample, the
 //   slower process's.
@@ -49,7 +49,7 @@
 #include <vector>
 
 #include "bench/procs.h"
-#include "runtime/comm/factory.h"
+#include "runtime/world.h"
 #include "runtime/runtime.h"
 
 namespace {
@@ -130,7 +130,7 @@ int worker(int rank, int port, const ModelCase& c, Strategy s) {
   gc.master_addr = "127.0.0.1";
   gc.master_port = port;
   gc.timeout = std::chrono::seconds(300);
-  auto comm = comm::make_process_group(gc);
+  auto comm = world::make_process_group(gc);
   auto [X, Y] = make_data(c);
   Trainer t(c, s, 1, c.batch, comm, X, Y);
   t.run(3);  // warm-up

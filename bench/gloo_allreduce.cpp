@@ -8,7 +8,7 @@
 //   {"bench":"gloo_allreduce","procs":4,"bytes":16777216,"accel_s":…,"c10d_s":…,"sim_s":…,
 //    "bound_s":…,"algbw_gbps":…,"busbw_gbps":…,"vs_c10d":…,"vs_memcpy_bound":…,…}
 //
-// accel_s: the Communicator that comm::make_process_group makes for backend "gloo" (c10d's
+// accel_s: the Communicator that world::make_process_group makes for backend "gloo" (c10d's
 //   ProcessGroupGloo behind accel's Work; its own TCPStore rendezvous), all_reduce in place
 //   (send == recv), then wait().
 // c10d_s: a c10d::ProcessGroupGloo made directly, with the options accel gives its own (one
@@ -79,7 +79,7 @@
 #include <vector>
 
 #include "bench/procs.h"
-#include "runtime/comm/factory.h"
+#include "runtime/world.h"
 #include "sim/world.h"
 
 namespace {
@@ -172,14 +172,14 @@ int worker(int rank, int n, int port, const std::string& dir, const std::vector<
     gc.master_addr = "127.0.0.1";
     gc.master_port = port;
     gc.timeout = timeout;
-    comm = accel::comm::make_process_group(gc);
+    comm = accel::world::make_process_group(gc);
   };
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg;
   auto make_c10d = [&] {
     auto store = c10::make_intrusive<c10d::FileStore>(dir + "/c10d-store", n);
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-    opts->threads = 1;  // as accel's (runtime/comm/gloo/gloo.cpp)
+    opts->threads = 1;  // as accel's (comm/gloo/gloo.cpp)
     pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, n, opts);
   };
   if (accel_first) make_accel(), make_c10d();
@@ -425,7 +425,7 @@ CallCost call_cost(int rounds, int block) {
     gc.master_addr = "127.0.0.1";
     gc.master_port = bench::free_port();
     gc.timeout = std::chrono::seconds(60);
-    auto comm = accel::comm::make_process_group(gc);
+    auto comm = accel::world::make_process_group(gc);
     const std::string dir = bench::make_temp_dir("accel-bench-gloo-call");
     auto store = c10::make_intrusive<c10d::FileStore>(dir + "/c10d-store", 1);
     auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(60000));

@@ -10,7 +10,7 @@
 //       "busbw_gbps":…,"vs_memcpy_bound":…,"vs_gloo":…,…}
 //
 //    sim_s, gloo_s: N workers (this executable re-run with --worker, torchrun's variables
-//    set, each joining its world through comm::join_world as accel_init does), one launch
+//    set, each joining its world through world::join_world as accel_init does), one launch
 //    per backend. A repetition is a barrier, then the all-reduce and wait(), timed on rank 0
 //    (the all-reduce ends on every rank together); the median over the repetitions after a
 //    warm-up. Rank r's element i is (r + 1) + (i % 8) / 4, so every sum is exact, and every
@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "bench/procs.h"
-#include "runtime/comm/factory.h"
+#include "runtime/world.h"
 
 #ifndef ACCEL_TOOL_PATH
 #error "ACCEL_TOOL_PATH (build/tools/accel) must be defined"
@@ -58,6 +58,7 @@
 
 using namespace bench;
 namespace comm = accel::comm;
+namespace world = accel::world;
 
 namespace {
 
@@ -76,7 +77,7 @@ std::vector<int> parse_list(const std::string& s) {
 // all-reduces, checks every element, and (rank 0) writes "bytes median_s" lines to `out`.
 int worker(const std::string& backend, const std::vector<int>& mib, int reps, const std::string& out) {
   try {
-    auto c = comm::join_world(backend, std::chrono::seconds(120), false);
+    auto c = world::join_world(backend, std::chrono::seconds(120), false);
     const int rank = c->rank(), n = c->size();
     std::ofstream f;
     if (rank == 0) f.open(out);
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
     if (procs == "2,4,8") procs = "2,4";
     if (mib == "1,4,16,64,256") mib = "1,16";
   }
-  const bool have_gloo = gloo && comm::backend_names().find("gloo") != std::string::npos;
+  const bool have_gloo = gloo && world::backend_names().find("gloo") != std::string::npos;
   int failures = 0;
   for (int n : parse_list(procs)) {
     const std::vector<int> sizes = parse_list(mib);

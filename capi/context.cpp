@@ -1,6 +1,5 @@
 // The C ABI: contexts (options, devices) and the training step.
 #include "capi/internal.h"
-#include "runtime/comm/launch_env.h"
 #include "runtime/models/transformer.h"
 
 #include <chrono>
@@ -21,23 +20,7 @@ accel_status accel_init(const accel_options* opts, accel_context** out) {
   return guard(nullptr, "accel_init", [&] {
     NEED(out);
     auto ctx = std::make_unique<accel_context>();
-    const accel::Options ro = runtime_options(opts);
-    // a launched process joins its world (one per process: later contexts share it)
-    // auto: CUDA where each process of this node can have a GPU of its own (NCCL refuses two
-    // ranks on one GPU), else the CPU and Gloo
-    accel::Options placed = ro;
-    if (ro.device == accel::DeviceKind::Auto && torch::cuda::is_available() &&
-        static_cast<int>(torch::cuda::device_count()) < accel::comm::read_launch_env().local_world_size)
-      placed.device = accel::DeviceKind::CPU;
-    const bool cuda = placed.device == accel::DeviceKind::CUDA ||
-                      (placed.device == accel::DeviceKind::Auto && torch::cuda::is_available());
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(std::min(ro.timeout_seconds, 1e9) * 1000));
-    auto comm = accel::comm::join_world(ro.backend, timeout, cuda);
-    // on CUDA, a launched process left on device 0 takes the device of its local rank (the one
-    // the nccl backend's communicator uses), as torchrun's users set by hand
-    if (cuda && comm->size() > 1 && ro.device_index == 0 && torch::cuda::device_count() > 0)
-      placed.device_index = comm->local_rank() % static_cast<int>(torch::cuda::device_count());
-    ctx->acc = std::make_unique<accel::Accelerator>(placed, std::move(comm));
+    ctx->acc = accel::world::open(runtime_options(opts));  // placed on its device, in its world
     *out = ctx.release();
   });
 }

@@ -15,13 +15,12 @@
 #include <cstring>
 #include <new>
 
-#include "runtime/comm/factory.h"
 #include "runtime/inference.h"
 #include "runtime/paths.h"
 #include "runtime/runtime.h"
 #include "runtime/tracker.h"
+#include "runtime/world.h"
 #include "runtime/safetensors.h"
-#include "sim/world.h"
 
 using accel::Status;
 
@@ -81,20 +80,6 @@ inline accel_status record(const accel_context* ctx, accel_status s, const char*
   return s;
 }
 
-inline accel_status map_c10(const c10::Error& e) {
-  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return ACCEL_ERR_OUT_OF_MEMORY;
-  const std::string what = e.what_without_backtrace();
-  // libtorch's CPU allocator reports a failed allocation as a plain c10::Error
-  if (what.find("not enough memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos)
-    return ACCEL_ERR_OUT_OF_MEMORY;
-  if (what.find("backward through the graph a second time") != std::string::npos) return ACCEL_ERR_INVALID_STATE;
-  if (dynamic_cast<const c10::IndexError*>(&e) || dynamic_cast<const c10::ValueError*>(&e) ||
-      dynamic_cast<const c10::TypeError*>(&e))
-    return ACCEL_ERR_INVALID_ARGUMENT;
-  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return ACCEL_ERR_UNSUPPORTED;
-  return ACCEL_ERR_INTERNAL;
-}
-
 template <class F>
 accel_status guard(const accel_context* ctx, const char* fn, F&& body) {
   try {
@@ -104,7 +89,7 @@ accel_status guard(const accel_context* ctx, const char* fn, F&& body) {
     return record(ctx, static_cast<accel_status>(e.status()), fn, e.what());
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
-    return record(ctx, map_c10(e), fn, "libtorch: " + what.substr(0, what.find('\n')));
+    return record(ctx, static_cast<accel_status>(accel::compat::status_of(e)), fn, "libtorch: " + what.substr(0, what.find('\n')));
   } catch (const std::bad_alloc&) {
     return record(ctx, ACCEL_ERR_OUT_OF_MEMORY, fn, "out of host memory");
   } catch (const std::exception& e) {

@@ -25,19 +25,10 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
     ws.timeout_seconds = so.timeout_seconds;
     if (so.faults) ws.faults = so.faults;
     ws.engine_threads = so.engine_threads;
-    ws.record_trace = so.trace_path != nullptr;
-    accel::sim::World world(accel::sim::world_options(ws));  // checks every field, naming it
-    if (so.trace_path) accel::paths::check_file_target(so.trace_path, accel::paths::FileKind::ChromeTrace, "trace_path");
-    accel::Options ro = runtime_options(ctx_opts);
-    ACCEL_CHECK(ro.device != accel::DeviceKind::CUDA, Status::Unsupported,
-                "ctx_opts->device: simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
-    ro.device = accel::DeviceKind::CPU;
-    accel::sim::RunReport ran = world.run([&](accel::sim::Rank& rank) {
+    const std::string trace = so.trace_path ? so.trace_path : "";
+    accel::sim::RunReport ran = accel::world::run_simulated(ws, trace, runtime_options(ctx_opts), [&](std::unique_ptr<accel::Accelerator> acc) {
       auto ctx = std::make_unique<accel_context>();
-      accel::comm::GroupConfig group;
-      group.backend = "sim";
-      group.sim_rank = &rank;
-      ctx->acc = std::make_unique<accel::Accelerator>(ro, accel::comm::make_process_group(group));
+      ctx->acc = std::move(acc);
       tls_error.clear();
       const accel_status s = fn(ctx.get(), user);
       // read as an int: a value outside the enum's range may not be loaded as accel_status (UBSan);
@@ -53,7 +44,6 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
     });
     report = std::make_unique<accel_sim_report>();  // the world ran: the caller gets its report
     report->rep = std::move(ran);
-    if (so.trace_path) accel::safetensors::write_file_atomic(so.trace_path, world.trace_json());  // appears whole
     for (const auto& r : report->rep.ranks)
       if (r.status != Status::Ok) throw accel::Error(r.status, "rank " + std::to_string(r.rank) + ": " + r.error);
   });

@@ -315,7 +315,7 @@ void publish(accel_context* ctx, const accel_model* model, uint64_t* version) {
   const accel::Model& m = *model->impl;
   std::vector<torch::Tensor> src = acc.shards_parameters() && acc.prepared(&m) ? acc.full_parameters(m) : m.parameters();
   std::vector<c10::ScalarType> dtypes(src.size(), torch::kFloat);
-  if (const auto* lm = dynamic_cast<const accel::lm_detail::TransformerLM*>(&m); lm && !lm->lora())
+  if (const auto* lm = m.as_lm(); lm && !lm->lora())
     dtypes.assign(src.size(), lm->weights_dtype());
   for (const auto& b : m.buffers()) {
     src.push_back(b);
@@ -342,7 +342,7 @@ accel_status accel_inference_create(accel_context* ctx, const accel_model* model
     const accel_inference_options o = read_options(opts);
     ACCEL_CHECK(o.num_threads >= 1 && o.num_threads <= 4096, Status::InvalidArgument,
                 "num_threads must be in [1, 4096], got ", o.num_threads);
-    const auto* lm = dynamic_cast<const accel::lm_detail::TransformerLM*>(model->impl.get());
+    const auto* lm = std::as_const(*model->impl).as_lm();
     ACCEL_CHECK(!(lm && lm->lora() && ctx->acc->shards_parameters() && ctx->acc->prepared(lm)), Status::Unsupported,
                 "the model's LoRA base weights are sharded by ZeRO: save it with accel_save_pretrained and make the "
                 "inference copy from that");

@@ -13,57 +13,16 @@
 
 #include "runtime/blas.h"
 #include "runtime/compat.h"
-#include "runtime/domain.h"
+#include "runtime/device_memory.h"
 #include "runtime/paths.h"
 #include "runtime/precision.h"
 #include "runtime/accelerator.h"
-#include "runtime/comm/store.h"
-#include "runtime/comm/tensors.h"
+#include "comm/store.h"
+#include "comm/tensors.h"
 #include "runtime/models/transformer.h"
 #include "runtime/strategy/strategy.h"
 
 namespace accel {
-
-void validate(const Options& o) {
-  ACCEL_CHECK(o.precision == Precision::No || o.precision == Precision::BF16 || o.precision == Precision::FP16 ||
-                  o.precision == Precision::Auto,
-              Status::InvalidArgument, "mixed_precision must be 0 (no), 1 (bf16), 2 (fp16) or 3 (auto), got ",
-              static_cast<int>(o.precision));
-  domain::at_least("gradient_accumulation_steps", o.gradient_accumulation_steps, 1);
-  ACCEL_CHECK(o.device == DeviceKind::Auto || o.device == DeviceKind::CPU || o.device == DeviceKind::CUDA,
-              Status::InvalidArgument, "device must be 0 (auto), 1 (cpu) or 2 (cuda), got ", static_cast<int>(o.device));
-  domain::at_least("device_index", o.device_index, 0);
-  domain::positive("loss_scale_init", o.loss_scale_init);
-  domain::above("loss_scale_growth_factor", o.loss_scale_growth_factor, 1);
-  domain::open("loss_scale_backoff_factor", o.loss_scale_backoff_factor, 0, 1);
-  domain::at_least("loss_scale_growth_interval", o.loss_scale_growth_interval, 1);
-  domain::within("num_threads", o.num_threads, 0, 4096);
-  ACCEL_CHECK(static_cast<int>(o.strategy) >= 0 && static_cast<int>(o.strategy) <= 4, Status::InvalidArgument,
-              "strategy must be in [0, 4] (0 no, 1 DDP, 2-4 ZeRO stages 1-3), got ", static_cast<int>(o.strategy));
-  domain::at_least("bucket_bytes", o.bucket_bytes, 1);
-}
-
-const char* strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::None: return "no";
-    case Strategy::DDP: return "ddp";
-    case Strategy::Zero1: return "zero1";
-    case Strategy::Zero2: return "zero2";
-    case Strategy::Zero3: return "zero3";
-  }
-  return "unknown";
-}
-
-std::optional<Strategy> parse_strategy(const std::string& name) {
-  std::string v;
-  for (char c : name) v += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (v == "no" || v == "none" || v.empty()) return Strategy::None;
-  if (v == "ddp" || v == "multi_gpu") return Strategy::DDP;
-  if (v == "zero1" || v == "zero-1" || v == "zero_1") return Strategy::Zero1;
-  if (v == "zero2" || v == "zero-2" || v == "zero_2" || v == "shard_grad_op") return Strategy::Zero2;
-  if (v == "zero3" || v == "zero-3" || v == "zero_3" || v == "full_shard") return Strategy::Zero3;
-  return std::nullopt;
-}
 
 // ---------------------------------------------------------------------------------------
 // The Accelerator
@@ -104,30 +63,18 @@ void seed_default_generators(uint64_t seed, const torch::Device& device) {
 }
 }  // namespace
 
-comm::DataType comm_dtype(c10::ScalarType t) {
-  switch (t) {
-    case torch::kChar: return comm::DataType::Int8;
-    case torch::kByte: return comm::DataType::Uint8;
-    case torch::kInt: return comm::DataType::Int32;
-    case torch::kLong: return comm::DataType::Int64;
-    case torch::kHalf: return comm::DataType::Float16;
-    case torch::kBFloat16: return comm::DataType::BFloat16;
-    case torch::kFloat: return comm::DataType::Float32;
-    case torch::kDouble: return comm::DataType::Float64;
-    default: fail(Status::Unsupported, "tensors of ", c10::toString(t), " cannot be communicated");
-  }
-}
-
 Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm)
     : opts_((validate(opts), opts)),
       comm_(comm ? std::move(comm) : std::shared_ptr<comm::Communicator>(comm::make_local_communicator())),
       // simulated ranks, threads or processes on the simulated NCCL, keep their GPUs in this
-      // machine's memory: they run on the CPU even where a real GPU is present
-      device_(pick_device(opts, comm::clock_of(*comm_) != nullptr || comm_->backend() == "sim")),
+      // machine's memory (both are clocks): they run on the CPU even where a real GPU is present
+      device_(pick_device(opts, comm::clock_of(*comm_) != nullptr)),
       gen_(at::make_generator<at::CPUGeneratorImpl>(opts.seed)),
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
               opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {
   clock_ = comm::clock_of(*comm_);
+  // a rank of the in-process simulator: its tensors are charged to its simulated GPU's budget
+  if (clock_ != nullptr) device_memory::install();
   if (opts_.precision == Precision::Auto) {  // bf16 where the device computes it natively, else fp32
     std::string why;
     const bool native = bf16_native(device_, &why);
@@ -448,7 +395,7 @@ std::vector<int64_t> Accelerator::describe_across(const torch::Tensor& x, int64_
 
 torch::Tensor Accelerator::reduce(const torch::Tensor& t, comm::RedOp op) {
   torch::Tensor r = host_contiguous(t).clone();
-  comm::host_all_reduce(*comm_, r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), op);
+  comm::host_all_reduce(*comm_, r.data_ptr(), static_cast<size_t>(r.numel()), comm::dtype_of(r.scalar_type()), op);
   return r.device() == device_ ? r : r.to(device_);
 }
 
@@ -456,7 +403,7 @@ torch::Tensor Accelerator::broadcast(const torch::Tensor& t, int root) {
   ACCEL_CHECK(root >= 0 && root < comm_->size(), Status::InvalidArgument, "root must be in [0, ", comm_->size(),
               ") (a process index), got ", root);
   torch::Tensor r = host_contiguous(t).clone();
-  comm::host_broadcast(*comm_, r.data_ptr(), static_cast<size_t>(r.numel()), comm_dtype(r.scalar_type()), root);
+  comm::host_broadcast(*comm_, r.data_ptr(), static_cast<size_t>(r.numel()), comm::dtype_of(r.scalar_type()), root);
   return r.device() == device_ ? r : r.to(device_);
 }
 
@@ -476,7 +423,7 @@ torch::Tensor Accelerator::gather(const torch::Tensor& t) {
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape[0] *= n;
   torch::Tensor out = torch::empty(out_shape, x.options());
-  comm::host_all_gather(*comm_, x.data_ptr(), out.data_ptr(), static_cast<size_t>(x.numel()), comm_dtype(x.scalar_type()));
+  comm::host_all_gather(*comm_, x.data_ptr(), out.data_ptr(), static_cast<size_t>(x.numel()), comm::dtype_of(x.scalar_type()));
   return out.device() == device_ ? out : out.to(device_);
 }
 

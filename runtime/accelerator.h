@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "runtime/data.h"
 #include "runtime/model.h"
 #include "runtime/optim/optimizer.h"

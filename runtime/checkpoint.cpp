@@ -29,7 +29,7 @@
 #include "runtime/checkpoint_format.h"
 #include "runtime/paths.h"
 #include "runtime/accelerator.h"
-#include "runtime/comm/tensors.h"
+#include "comm/tensors.h"
 #include "runtime/safetensors.h"
 #include "runtime/strategy/strategy.h"
 #include "runtime/version.h"

@@ -5,9 +5,11 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 
+#include "base/status.h"
 #include "runtime/torch_version.h"
 
 namespace accel::compat {
@@ -79,5 +81,50 @@ class AutocastGuard {
   bool prev_enabled_;
   c10::ScalarType prev_dtype_;
 };
+
+// A fused attention kernel (at::scaled_dot_product_attention) exists from 2.1 on; callers
+// check kHasFusedAttention before calling scaled_dot_product_attention, which elsewhere is an
+// Internal error.
+constexpr bool kHasFusedAttention = ACCEL_TORCH_AT_LEAST(2, 1);
+inline at::Tensor scaled_dot_product_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                               const at::Tensor& bias, double scale) {
+#if ACCEL_TORCH_AT_LEAST(2, 1)
+  return at::scaled_dot_product_attention(q, k, v, bias, 0.0, /*is_causal=*/false, scale);
+#else
+  (void)q, (void)k, (void)v, (void)bias, (void)scale;
+  fail(Status::Internal, "this libtorch has no fused attention (check compat::kHasFusedAttention first)");
+#endif
+}
+
+// c10::Allocator: 2.3 made allocate() non-const and added the pure virtual copy_data(), which
+// an allocator of host memory implements as memcpy.
+#if ACCEL_TORCH_AT_LEAST(2, 3)
+#define ACCEL_ALLOCATE_CONST
+#define ACCEL_ALLOCATOR_COPY_DATA                                                  \
+  void copy_data(void* dest, const void* src, std::size_t count) const override { \
+    std::memcpy(dest, src, count);                                                 \
+  }
+#else
+#define ACCEL_ALLOCATE_CONST const
+#define ACCEL_ALLOCATOR_COPY_DATA
+#endif
+
+// What a libtorch error means as accel reports it: its exception type where libtorch gives one
+// (OutOfMemoryError, IndexError, ValueError, TypeError, NotImplementedError), else its
+// message, whose wording libtorch's versions keep (a failed CPU allocation is a plain
+// c10::Error; so is a second backward through a freed graph). Everything else is Internal.
+inline Status status_of(const c10::Error& e) {
+  if (dynamic_cast<const c10::OutOfMemoryError*>(&e)) return Status::OutOfMemory;
+  const std::string what = e.what_without_backtrace();
+  // libtorch's CPU allocator reports a failed allocation as a plain c10::Error
+  if (what.find("not enough memory") != std::string::npos || what.find("can't allocate memory") != std::string::npos)
+    return Status::OutOfMemory;
+  if (what.find("backward through the graph a second time") != std::string::npos) return Status::InvalidState;
+  if (dynamic_cast<const c10::IndexError*>(&e) || dynamic_cast<const c10::ValueError*>(&e) ||
+      dynamic_cast<const c10::TypeError*>(&e))
+    return Status::InvalidArgument;
+  if (dynamic_cast<const c10::NotImplementedError*>(&e)) return Status::Unsupported;
+  return Status::Internal;
+}
 
 }  // namespace accel::compat

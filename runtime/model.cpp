@@ -14,14 +14,6 @@
 
 namespace accel {
 
-std::string shape_str(const torch::Tensor& t) {
-  std::ostringstream os;
-  os << "[";
-  for (int64_t i = 0; i < t.dim(); ++i) os << (i ? ", " : "") << t.size(i);
-  os << "]";
-  return os.str();
-}
-
 std::vector<std::vector<size_t>> Model::units() const { return units_of_all(params_.size()); }
 
 std::vector<std::vector<size_t>> Model::units_of_all(size_t nparams) {

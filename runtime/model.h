@@ -25,6 +25,7 @@ class UnitGate {
 
 namespace lm_detail {
 struct KVCache;
+class TransformerLM;
 }
 
 struct ForwardMode {
@@ -80,6 +81,11 @@ class Model {
   virtual std::unique_ptr<Model> clone() const {
     fail(Status::Unsupported, "this kind of model cannot be copied for inference");
   }
+  // The causal-LM capability (runtime/models/transformer.h): the model itself where it is a
+  // causal LM (GPT-2, Llama), else null. What only LMs do (LoRA, Hugging Face I/O,
+  // generation, gradient checkpointing) asks this instead of casting.
+  virtual lm_detail::TransformerLM* as_lm() { return nullptr; }
+  virtual const lm_detail::TransformerLM* as_lm() const { return nullptr; }
 
  protected:
   void set_parameters(std::vector<std::string> names, std::vector<torch::Tensor> params) {

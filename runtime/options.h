@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 
-#include "runtime/comm/communicator.h"
 #include "runtime/compat.h"
 #include "base/status.h"
 
@@ -46,9 +45,6 @@ struct Options {
 // Validates options; throws Error(InvalidArgument) naming the bad field.
 void validate(const Options& o);
 
-
-// The communicator's element type for a tensor's dtype (Unsupported for bool, complex...).
-comm::DataType comm_dtype(c10::ScalarType t);
 
 // Human-readable "[32, 64]".
 std::string shape_str(const torch::Tensor& t);

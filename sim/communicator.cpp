@@ -2,7 +2,7 @@
 // posted to the simulation, and returns a Work that waits on it under the maestro.
 #include <algorithm>
 
-#include "runtime/comm/kernels.h"
+#include "comm/kernels.h"
 #include "sim/simulation.h"
 
 namespace accel::sim {

@@ -10,7 +10,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "runtime/comm/kernels.h"
+#include "comm/kernels.h"
 
 namespace accel::sim {
 

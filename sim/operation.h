@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
 #include "sim/cost.h"
 
 namespace accel::sim {

@@ -90,7 +90,6 @@ World::World(WorldOptions opts) : sim_(std::make_unique<Simulation>()) {
     sim_->missing.emplace_back(static_cast<comm::Collective>(c), t);
   }
   sim_->opts = std::move(opts);
-  install_allocator_hook();
 }
 
 World::~World() = default;

@@ -10,7 +10,7 @@
 // every run, whatever the OS does with the threads. Reductions combine ranks in rank order.
 // The collective engine itself may use several threads on disjoint slices of the data.
 //
-// Torch-free except sim/memory.cpp, which hooks libtorch's CPU allocator.
+// Torch-free: the runtime hooks libtorch's CPU allocator to charge the budgets (runtime/device_memory.cpp).
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "base/text.h"
-#include "runtime/comm/communicator.h"
+#include "comm/communicator.h"
 #include "sim/cost.h"
 
 namespace accel::sim {
@@ -149,8 +149,10 @@ class World {
 class MemoryBudget {
  public:
   MemoryBudget(int ranks, uint64_t capacity) : capacity_(capacity), current_(ranks, 0), peak_(ranks, 0) {}
-  // Throws an out-of-memory error shaped like CUDA's (c10::OutOfMemoryError) over capacity.
-  void charge(int rank, uint64_t bytes);
+  // Charges `bytes` to `rank`; over capacity, charges nothing and returns false with a
+  // CUDA-shaped out-of-memory message in *why (the runtime throws it as libtorch's
+  // OutOfMemoryError: runtime/device_memory.cpp).
+  bool try_charge(int rank, uint64_t bytes, std::string* why);
   void release(int rank, uint64_t bytes);
   uint64_t current(int rank) const;
   uint64_t peak(int rank) const;
@@ -166,17 +168,5 @@ class MemoryBudget {
 // The rank the calling thread runs as, and its world; -1 / nullptr outside a simulated rank.
 int current_rank();
 World* current_world();
-
-// A process that is one simulated rank (the multi-process simulator, ACCEL_BACKEND=sim):
-// from now on every libtorch CPU allocation of the process is charged through `charge`
-// (0, or non-zero with a CUDA-shaped out-of-memory message written into its buffer) and
-// released through `release`: the simulated library's per-process budget. Installs the
-// allocator hook.
-void set_process_memory_hooks(int (*charge)(unsigned long long bytes, char* msg, size_t len),
-                              void (*release)(unsigned long long bytes));
-
-// Installs (once per process) the CPU-allocator hook that charges every libtorch
-// allocation made on a rank thread to that rank's budget. Called by World's constructor.
-void install_allocator_hook();
 
 }  // namespace accel::sim

@@ -1,5 +1,5 @@
 // The communication layer's seams, without libtorch: the Store (c10d's operations, in
-// process), the process-group factory, and the simulator's settings checked at its boundary.
+// process), the process groups the runtime makes (runtime/world.h), and the simulator's settings checked at its boundary.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -8,10 +8,10 @@
 #include <string>
 #include <thread>
 
-#include "runtime/comm/factory.h"
-#include "runtime/comm/launch_env.h"
-#include "runtime/comm/nccl/nccl.h"
-#include "runtime/comm/store.h"
+#include "comm/launch_env.h"
+#include "comm/nccl/nccl.h"
+#include "comm/store.h"
+#include "runtime/world.h"
 #include "sim/world.h"
 
 namespace accel::comm {
@@ -124,19 +124,19 @@ TEST(Factory, NcclThatCannotBeLoadedIsUnsupportedNamingTheFilesTried) {
 TEST(Factory, MakesTheBackendsItNamesAndRefusesOthers) {
   // then gloo where c10d's Gloo headers were found at configure time; nccl in every build
   // (it loads NCCL at run time)
-  const std::string names = backend_names();
+  const std::string names = world::backend_names();
   EXPECT_TRUE(names == "local, sim, nccl" || names == "local, sim, gloo, nccl") << names;
-  auto local = make_process_group(GroupConfig{});
+  auto local = world::make_process_group(GroupConfig{});
   EXPECT_EQ(local->backend(), "local");
   EXPECT_EQ(local->size(), 1);
   std::string why;
   GroupConfig bad;
   bad.backend = "carrier-pigeon";
-  EXPECT_EQ(status_of([&] { make_process_group(bad); }, &why), Status::InvalidArgument);
+  EXPECT_EQ(status_of([&] { world::make_process_group(bad); }, &why), Status::InvalidArgument);
   EXPECT_TRUE(contains(why, "'carrier-pigeon'") && contains(why, "local, sim")) << why;
   GroupConfig sim;
   sim.backend = "sim";  // without a simulated world to join
-  EXPECT_EQ(status_of([&] { make_process_group(sim); }, &why), Status::InvalidArgument);
+  EXPECT_EQ(status_of([&] { world::make_process_group(sim); }, &why), Status::InvalidArgument);
   EXPECT_TRUE(contains(why, "accel_sim_run") && contains(why, "accel launch --backend sim")) << why;
 }
 
@@ -146,10 +146,7 @@ TEST(Factory, SimGroupsAreTheWorldsRanks) {
   sim::World world(sim::world_options(ws));
   std::atomic<int> sum{0};
   auto rep = world.run([&](sim::Rank& rank) {
-    GroupConfig g;
-    g.backend = "sim";
-    g.sim_rank = &rank;
-    auto c = make_process_group(g);
+    auto c = world::simulated_rank(rank);
     EXPECT_EQ(c->backend(), "sim");
     EXPECT_EQ(c->rank(), rank.rank());
     int v = rank.rank() + 1;

@@ -1,12 +1,12 @@
-// Backends of real processes: Gloo (runtime/comm/gloo/, c10d's ProcessGroupGloo behind the
+// Backends of real processes: Gloo (comm/gloo/, c10d's ProcessGroupGloo behind the
 // Communicator) and the nccl backend on the simulated NCCL (ACCEL_BACKEND=sim:
-// runtime/comm/nccl/ loaded with libaccel-nccl-sim.so, sim/nccl.cpp).
+// comm/nccl/ loaded with libaccel-nccl-sim.so, sim/nccl/).
 //
 // Collectives: ranks as threads of this process meeting through an in-process store (every
 // operation, type and op; in-place forms; groups; the rendezvous' errors; timeouts).
 // Training: real processes. This binary re-runs itself as the workers with torchrun's
 // variables set by hand (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: no launcher), each
-// joining its world through comm::join_world as accel_init does. A worker writes its status
+// joining its world through world::join_world as accel_init does. A worker writes its status
 // and its final weights into a directory; the test compares them with one process trained
 // on the global batch.
 #include <fcntl.h>
@@ -25,9 +25,9 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/comm/factory.h"
-#include "runtime/comm/kernels.h"
-#include "runtime/comm/store.h"
+#include "runtime/world.h"
+#include "comm/kernels.h"
+#include "comm/store.h"
 #include "runtime/runtime.h"
 #include "sim/world.h"
 
@@ -40,7 +40,7 @@ using comm::DataType;
 using comm::RedOp;
 using comm::Result;
 
-bool has_gloo() { return comm::backend_names().find("gloo") != std::string::npos; }
+bool has_gloo() { return world::backend_names().find("gloo") != std::string::npos; }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // ---------------------------------------------------------------------------------------
@@ -62,7 +62,7 @@ std::vector<std::string> on_threads(int n, const std::function<void(int, comm::C
         c.world_size = n;
         c.store = store;
         c.timeout = timeout;
-        auto g = comm::make_process_group(c);
+        auto g = world::make_process_group(c);
         fn(r, *g);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
@@ -257,7 +257,7 @@ TEST(GlooThreads, RendezvousErrorsNameTheProcesses) {
       c.world_size = world;
       c.store = store;
       c.timeout = 2s;
-      comm::make_process_group(c);
+      world::make_process_group(c);
     } catch (const std::exception& e) {
       *err = e.what();
     }
@@ -442,7 +442,7 @@ TEST(GlooProcess, Worker) {
       wide = 33;
     }
     const double timeout = std::getenv("ACCEL_TIMEOUT") ? std::atof(std::getenv("ACCEL_TIMEOUT")) : 20;
-    auto comm = comm::join_world(backend, std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
+    auto comm = world::join_world(backend, std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
     Accelerator acc(o, comm);
     params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at, wide, hog_at);
   } catch (const Error& e) {

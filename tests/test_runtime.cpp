@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/comm/tensors.h"
+#include "comm/tensors.h"
 #include "runtime/inference.h"
 #include "runtime/runtime.h"
 #include "runtime/torch_version.h"

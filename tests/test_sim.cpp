@@ -15,7 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "runtime/comm/kernels.h"
+#include "comm/kernels.h"
+#include "runtime/device_memory.h"
 #include "runtime/runtime.h"
 #include "sim/world.h"
 
@@ -27,7 +28,11 @@ using comm::DataType;
 using comm::RedOp;
 using comm::Result;
 
+// The worlds of these tests allocate libtorch tensors on their ranks without a context: the
+// runtime's allocator hook, which charges them to the ranks' budgets, is installed first (a
+// context on a simulated rank installs it itself).
 WorldOptions world(int n, double timeout = 5.0) {
+  accel::device_memory::install();
   WorldOptions o;
   o.world_size = n;
   o.timeout_seconds = timeout;

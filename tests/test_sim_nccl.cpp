@@ -1,4 +1,4 @@
-// The simulated NCCL library (libaccel-nccl-sim.so, sim/nccl.cpp) through its C API alone,
+// The simulated NCCL library (libaccel-nccl-sim.so, sim/nccl/) through its C API alone,
 // as a program written against nccl.h would call it: processes forked by the test, the
 // unique id passed over a pipe, every collective with its results checked element by
 // element (both data paths: staged through the segment, and direct access to the peers'
@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/comm/kernels.h"
-#include "sim/nccl_abi.h"
+#include "comm/kernels.h"
+#include "comm/nccl/nccl_abi.h"
 
 using namespace accel::nccl_abi;
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/comm/c10d/tcp_store.h"
-#include "runtime/comm/communicator.h"
+#include "comm/c10d/tcp_store.h"
+#include "comm/communicator.h"
 
 namespace accel::comm {
 namespace {

@@ -24,7 +24,7 @@
 
 #include "runtime/models/transformer.h"
 #include "base/status.h"
-#include "runtime/torch_version.h"
+#include "runtime/compat.h"
 
 namespace accel {
 
@@ -167,11 +167,8 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   const int N = o.world_size;
   bool fused = o.attention == EstimateAttention::Fused;
   if (o.attention == EstimateAttention::Auto) {
-#if ACCEL_TORCH_AT_LEAST(2, 1)
-    fused = !(c.attention_dropout > 0 || c.attn_pdrop > 0);  // dropout runs the eager path
-#else
-    fused = false;
-#endif
+    // libtorch's fused kernel where it has one; dropout runs the eager path
+    fused = compat::kHasFusedAttention && !(c.attention_dropout > 0 || c.attn_pdrop > 0);
   }
   r.fused_attention = fused;
   const bool zero = o.strategy >= 2;

@@ -297,23 +297,23 @@ torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, l
 }
 
 const LMConfig* lm_config_of(const Model& model) {
-  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   return m ? &m->config() : nullptr;
 }
 
 void add_lora(Model& model, const LoraConfig& cfg, at::Generator gen) {
-  auto* m = dynamic_cast<lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   ACCEL_CHECK(m, Status::InvalidArgument, "LoRA adapters go on the causal LMs (GPT-2, Llama), not on this model");
   m->enable_lora(cfg, gen);
 }
 
 const LoraConfig* lora_config_of(const Model& model) {
-  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   return m && m->lora() ? &m->lora()->cfg : nullptr;
 }
 
 std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<torch::Tensor>& lora) {
-  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   ACCEL_CHECK(m, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
   std::vector<torch::Tensor> out;
   for (const auto& w : m->base_weights()) out.push_back(w.detach().to(torch::kCPU, torch::kFloat, false, true));
@@ -338,20 +338,20 @@ std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<
 }
 
 void set_gradient_checkpointing(Model& model, bool on) {
-  auto* m = dynamic_cast<lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   ACCEL_CHECK(m, Status::InvalidArgument,
               "gradient checkpointing is an option of the causal LMs (GPT-2, Llama), not of this model");
   m->set_checkpointing(on);
 }
 
 torch::ScalarType lm_weights_dtype(const Model& model) {
-  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   ACCEL_CHECK(m, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
   return m->weights_dtype();
 }
 
 bool gradient_checkpointing(const Model& model) {
-  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   return m && m->checkpointing();
 }
 
@@ -501,14 +501,12 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   // the float minimum, as transformers' eager attention: a query that sees no key attends
   // uniformly instead of producing NaN
   const float lowest = std::numeric_limits<float>::lowest();
-#if ACCEL_TORCH_AT_LEAST(2, 1)
-  if (!training || drop <= 0.0) {  // libtorch's fused kernel (its dropout would not use `gen`)
+  if (compat::kHasFusedAttention && (!training || drop <= 0.0)) {  // libtorch's fused kernel (its dropout would not use `gen`)
     auto bias = torch::zeros(allowed.sizes(), q.options().dtype(torch::kFloat)).masked_fill(allowed.logical_not(), lowest);
-    auto out = at::scaled_dot_product_attention(q.to(torch::kFloat), kk.to(torch::kFloat), vv.to(torch::kFloat), bias,
-                                                0.0, /*is_causal=*/false, scale);
+    auto out = compat::scaled_dot_product_attention(q.to(torch::kFloat), kk.to(torch::kFloat), vv.to(torch::kFloat), bias,
+                                                    scale);
     return out.transpose(1, 2).reshape({B, T, H * D}).to(v.scalar_type());
   }
-#endif
   auto scores = torch::matmul(q.to(torch::kFloat), kk.to(torch::kFloat).transpose(-1, -2)) * scale;
   scores = scores.masked_fill(allowed.logical_not(), lowest);
   auto probs = torch::softmax(scores, -1, torch::kFloat);
@@ -978,7 +976,7 @@ void write_safetensors_file(const fs::path& path, const std::vector<std::string>
 }
 
 const lm_detail::TransformerLM& lm_of(const Model& model, const char* fn) {
-  auto* m = dynamic_cast<const lm_detail::TransformerLM*>(&model);
+  auto* m = model.as_lm();
   ACCEL_CHECK(m, Status::InvalidArgument, fn, ": the model is not a causal LM (GPT-2 or Llama)");
   return *m;
 }
@@ -1074,7 +1072,7 @@ void save_adapter(const Model& model, const std::vector<torch::Tensor>& lora, co
 }
 
 void load_adapter(Model& model, const std::string& dir) {
-  auto* lm = dynamic_cast<lm_detail::TransformerLM*>(&model);
+  auto* lm = model.as_lm();
   ACCEL_CHECK(lm, Status::InvalidArgument, "load_adapter: the model is not a causal LM (GPT-2 or Llama)");
   ACCEL_CHECK(!lm->lora(), Status::InvalidArgument, "load_adapter: the model has LoRA adapters already");
   ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");

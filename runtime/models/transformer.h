@@ -167,6 +167,8 @@ struct KVCache {
 class TransformerLM : public Model {
  public:
   explicit TransformerLM(LMConfig cfg, at::Generator gen) : cfg_(std::move(cfg)), gen_(std::move(gen)) {}
+  TransformerLM* as_lm() override { return this; }
+  const TransformerLM* as_lm() const override { return this; }
   const LMConfig& config() const { return cfg_; }
   torch::ScalarType weights_dtype() const { return dtype_; }
   bool sequence_inputs() const override { return true; }

@@ -3,7 +3,7 @@
 // (the gradients are views into their bucket, as DDP's gradient_as_bucket_view).
 #include "runtime/strategy/ddp.h"
 
-#include "runtime/comm/tensors.h"
+#include "comm/tensors.h"
 
 namespace accel {
 

@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "runtime/comm/tensors.h"
+#include "comm/tensors.h"
 #include "runtime/strategy/ddp.h"
 #include "runtime/strategy/zero.h"
 

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "runtime/model.h"
 #include "runtime/optim/optimizer.h"
 #include "runtime/precision.h"

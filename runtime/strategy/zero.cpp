@@ -1,7 +1,7 @@
 // ZeRO stages 1-3: see zero.h for the layout.
 #include "runtime/strategy/zero.h"
 
-#include "runtime/comm/tensors.h"
+#include "comm/tensors.h"
 #include "runtime/optim/update.h"
 
 #include <cmath>
@@ -610,7 +610,7 @@ class ZeroStrategy final : public ParallelStrategy {
   ZeroStrategy(const StrategySetup& s, int stage) : ParallelStrategy(s), stage_(stage) {}
 
   void check(const Model* model, const Optimizer* opt) const override {
-    const comm::DataType w = comm_dtype(opts_.precision == Precision::BF16   ? torch::kBFloat16
+    const comm::DataType w = comm::dtype_of(opts_.precision == Precision::BF16   ? torch::kBFloat16
                                         : opts_.precision == Precision::FP16 ? torch::kHalf
                                                                               : torch::kFloat);
     using comm::Collective;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `accel launch` (tools/launch.cpp): the real tool starting real processes (small shell
+# `accel launch` (tools/launch/): the real tool starting real processes (small shell
 # scripts written here) and what they saw, printed and left behind.
 #   check_launch.sh ACCEL_TOOL PORT_HELPER CASE
 # CASE: env, output, failure, restart, orphans, port, signal, usage, progress, and for --backend sim: sim_env,

@@ -1,0 +1,23 @@
+// The simulated devices' memory as libtorch sees it: the one bridge between libtorch's
+// allocator and the simulator's budgets (the simulator itself is torch-free).
+#pragma once
+
+#include <cstddef>
+
+namespace accel::device_memory {
+
+// Installs (once per process) the CPU-allocator hook that charges every libtorch allocation
+// made on a simulated rank's thread to that rank's budget (sim::World::budget()): an
+// allocation over the budget throws c10::OutOfMemoryError with a CUDA-shaped message. Off the
+// ranks, allocations pass through. The runtime installs it when a context joins a simulated
+// rank or runs a simulated world (runtime/world.cpp, Accelerator).
+void install();
+
+// A process that is one simulated rank (the multi-process simulator, ACCEL_BACKEND=sim):
+// from now on every libtorch CPU allocation of the process is charged through `charge`
+// (0, or non-zero with a CUDA-shaped out-of-memory message written into its buffer) and
+// released through `release`: the simulated library's per-process budget. Installs the hook.
+void set_process_hooks(int (*charge)(unsigned long long bytes, char* msg, size_t len),
+                       void (*release)(unsigned long long bytes));
+
+}  // namespace accel::device_memory
