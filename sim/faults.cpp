@@ -10,6 +10,9 @@
 #include <sstream>
 #include <string>
 
+#include "base/status.h"
+#include "comm/communicator.h"
+
 namespace accel::sim {
 
 std::vector<Fault> parse_faults(const std::string& spec, int world_size) {

@@ -1,13 +1,24 @@
-// Fault injection: the faults of WorldOptions (parsed by parse_faults, sim/world.h) armed on
-// their ranks, and where they fire. Torch-free.
+// Fault injection: the faults a user asks for (parse_faults), armed on their ranks, and where
+// they fire. Torch-free.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
-#include "sim/world.h"
-
 namespace accel::sim {
+
+struct Fault {
+  enum class Kind { KillAtCollective, KillAtStep, Delay };
+  Kind kind = Kind::KillAtCollective;
+  int rank = 0;
+  int64_t at = 0;        // the rank's k-th collective (1-based) or its step number
+  double seconds = 0.0;  // Delay: virtual seconds added before each of the rank's operations
+};
+
+// Parses "kill:3@collective:5,kill:1@step:10,delay:2:0.005" (comma-separated; rank first).
+// With world_size > 0, a RANK outside [0, world_size) is refused with the item quoted.
+std::vector<Fault> parse_faults(const std::string& spec, int world_size = 0);
 
 // One rank's armed faults.
 struct RankFaults {

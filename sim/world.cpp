@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "sim/settings.h"
 #include "sim/simulation.h"
 
 namespace accel::sim {
@@ -45,16 +46,18 @@ RankCommunicator& Rank::comm() { return *world_->sim_->comms.at(rank_); }
 void Rank::notify_step(int64_t step) { comm().on_step(step); }
 
 WorldOptions world_options(const WorldSettings& s) {
+  SettingsText text;
+  text.world_size = s.world_size;
+  text.topology = s.topology;
+  text.device_memory = s.device_memory;
+  text.faults = s.faults;
+  Settings parsed = parse_settings(text);  // each error names the C ABI's field
   WorldOptions wo;
   wo.world_size = s.world_size;
   wo.topology = s.topology;
-  const Topology topo = topology_preset(wo.topology);
-  const int64_t gpus = static_cast<int64_t>(topo.nodes) * topo.gpus_per_node;
-  ACCEL_CHECK(s.world_size >= 1 && s.world_size <= gpus, Status::InvalidArgument, "world_size must be in [1, ", gpus,
-              "] (the GPUs of topology '", wo.topology, "'; e.g. \"4x8xH100-IB\" has 32), got ", s.world_size);
-  if (s.device_memory) wo.device_capacity = parse_bytes(*s.device_memory, "device_memory");
+  wo.device_capacity = parsed.device_capacity;
   wo.timeout_seconds = s.timeout_seconds;
-  if (!s.faults.empty()) wo.faults = parse_faults(s.faults, s.world_size);
+  wo.faults = std::move(parsed.faults);
   wo.engine_threads = s.engine_threads;
   wo.record_trace = s.record_trace;
   return wo;

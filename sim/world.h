@@ -24,20 +24,9 @@
 #include "base/text.h"
 #include "comm/communicator.h"
 #include "sim/cost.h"
+#include "sim/faults.h"
 
 namespace accel::sim {
-
-struct Fault {
-  enum class Kind { KillAtCollective, KillAtStep, Delay };
-  Kind kind = Kind::KillAtCollective;
-  int rank = 0;
-  int64_t at = 0;        // the rank's k-th collective (1-based) or its step number
-  double seconds = 0.0;  // Delay: virtual seconds added before each of the rank's operations
-};
-
-// Parses "kill:3@collective:5,kill:1@step:10,delay:2:0.005" (comma-separated; rank first).
-// With world_size > 0, a RANK outside [0, world_size) is refused with the item quoted.
-std::vector<Fault> parse_faults(const std::string& spec, int world_size = 0);
 
 // Sizes as users type them ("16GiB", "80GB"): base/text.h.
 using text::format_bytes;

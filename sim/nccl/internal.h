@@ -59,6 +59,7 @@
 #include "comm/kernels.h"
 #include "sim/cost.h"
 #include "sim/faults.h"
+#include "sim/settings.h"
 #include "comm/nccl/nccl_abi.h"
 #include "sim/trace.h"
 
@@ -148,7 +149,7 @@ struct Process {
   std::mutex mu;
   bool configured = false;
   std::string config_error;  // a bad ACCEL_SIM_* variable
-  std::string topology_name = "8xH100", gpu_mem_text, faults_text, out_dir;
+  std::string topology_name = sim::kDefaultTopology, gpu_mem_text, faults_text, out_dir;
   bool trace = false;
   sim::Topology topo;
   uint64_t capacity = 0, current = 0, peak = 0;

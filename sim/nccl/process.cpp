@@ -76,14 +76,22 @@ void Process::configure() {
   if (configured) return;
   configured = true;
   try {
+    // the simulator's one parser (sim/settings.h); the world's size is not known yet
     if (!env("ACCEL_SIM_TOPOLOGY").empty()) topology_name = env("ACCEL_SIM_TOPOLOGY");
-    topo = sim::topology_preset(topology_name);
     gpu_mem_text = env("ACCEL_SIM_GPU_MEM");
-    if (!gpu_mem_text.empty()) capacity = text::parse_bytes(gpu_mem_text, "ACCEL_SIM_GPU_MEM");
     faults_text = env("ACCEL_SIM_FAULTS");
+    sim::SettingsText given;
+    given.topology = topology_name;
+    if (!gpu_mem_text.empty()) given.device_memory = gpu_mem_text;
     // faults fire on the first attempt only: a restarted group resumes past them
     const std::string restart = env("ACCEL_RESTART_COUNT");
-    if (!faults_text.empty() && (restart.empty() || restart == "0")) faults = sim::parse_faults(faults_text);
+    if (restart.empty() || restart == "0") given.faults = faults_text;
+    sim::SettingNames names;
+    names.device_memory = "ACCEL_SIM_GPU_MEM";
+    sim::Settings parsed = sim::parse_settings(given, names);
+    topo = parsed.topology;
+    capacity = parsed.device_capacity;
+    faults = std::move(parsed.faults);
     out_dir = env("ACCEL_SIM_OUT");
     trace = env("ACCEL_SIM_TRACE") == "1";
   } catch (const std::exception& e) {

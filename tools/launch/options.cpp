@@ -18,8 +18,7 @@
 
 #include "base/status.h"
 #include "base/text.h"
-#include "sim/cost.h"
-#include "sim/world.h"
+#include "sim/settings.h"
 
 namespace accel::launch {
 
@@ -81,7 +80,6 @@ bool is_sim(const Options& o) { return lowercase(o.backend) == "sim"; }
 
 namespace {
 
-constexpr const char* kDefaultTopology = "8xH100";
 
 // A file the launcher is to write (--sim-report, --sim-trace): its directory must exist.
 void check_output_file(const char* flag, const std::string& path) {
@@ -97,7 +95,7 @@ void check_output_file(const char* flag, const std::string& path) {
     throw UsageError(std::string(flag) + " " + path + ": cannot write in " + dir + " (" + errno_text(errno) + ")");
 }
 
-// The --sim-* flags: only with --backend sim, each checked by the simulator's own parser.
+// The --sim-* flags: only with --backend sim, checked by the simulator's own parser.
 void validate_sim(Options& o, const std::vector<std::string>& empty_given) {
   const std::pair<const char*, const std::string*> flags[] = {{"--sim-gpu-mem", &o.sim_gpu_mem},
                                                               {"--sim-topology", &o.sim_topology},
@@ -118,31 +116,23 @@ void validate_sim(Options& o, const std::vector<std::string>& empty_given) {
                      "topology's GPUs with -n (--sim-topology 4x8xH100-IB -n 32 simulates 4 nodes)");
   for (const auto& flag : empty_given)
     if (flag != "--sim-faults") throw UsageError(flag + ": the value is empty");
-  if (o.sim_topology.empty()) o.sim_topology = kDefaultTopology;
-  const int64_t world = static_cast<int64_t>(o.nproc_per_node) * o.nnodes;
+  if (o.sim_topology.empty()) o.sim_topology = sim::kDefaultTopology;
+  // the simulator's one parser (sim/settings.h), its fields named as this command's flags
+  sim::SettingsText text;
+  text.world_size = o.nproc_per_node * o.nnodes;
+  text.topology = o.sim_topology;
+  if (!o.sim_gpu_mem.empty()) text.device_memory = o.sim_gpu_mem;
+  text.faults = o.sim_faults;
+  sim::SettingNames names;
+  names.world_size = "-n/--nproc-per-node times --nnodes";
+  names.topology = "--sim-topology";
+  names.device_memory = "--sim-gpu-mem";
+  names.faults = "--sim-faults";
+  names.prefix_topology_errors = true;
   try {
-    const sim::Topology topo = sim::topology_preset(o.sim_topology);
-    const int64_t gpus = static_cast<int64_t>(topo.nodes) * topo.gpus_per_node;
-    if (world > gpus)
-      throw UsageError("-n/--nproc-per-node times --nnodes must be in [1, " + std::to_string(gpus) +
-                       "] (the GPUs of --sim-topology '" + o.sim_topology + "'; e.g. \"4x8xH100-IB\" has 32), got " +
-                       std::to_string(world));
+    sim::parse_settings(text, names);
   } catch (const Error& e) {
-    throw UsageError(std::string("--sim-topology: ") + e.what());
-  }
-  if (!o.sim_gpu_mem.empty()) {
-    try {
-      accel::text::parse_bytes(o.sim_gpu_mem, "--sim-gpu-mem");
-    } catch (const Error& e) {
-      throw UsageError(e.what());
-    }
-  }
-  try {
-    sim::parse_faults(o.sim_faults, static_cast<int>(world));
-  } catch (const Error& e) {
-    std::string why = e.what();
-    if (why.rfind("faults: ", 0) == 0) why.erase(0, 8);
-    throw UsageError("--sim-faults: " + why);
+    throw UsageError(e.what());
   }
   if (!o.sim_report.empty()) check_output_file("--sim-report", o.sim_report);
   if (!o.sim_trace.empty()) check_output_file("--sim-trace", o.sim_trace);

@@ -1,0 +1,49 @@
+// The simulator's settings as users write them, and the one parser that reads them, for
+// every door into a simulated world: the C ABI's accel_sim_options (world_options, world.h),
+// `accel launch --backend sim`'s --sim-* flags (tools/launch/options.cpp), and the ACCEL_SIM_*
+// variables a process of a launched simulated world reads (sim/nccl/process.cpp). Each caller
+// names the fields as its user wrote them, so an error says "--sim-gpu-mem '12XB' has an
+// unknown unit" to a launcher's user and "device_memory ..." to the C ABI's. Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/cost.h"
+#include "sim/faults.h"
+
+namespace accel::sim {
+
+// The topology a world has when nobody names one.
+constexpr const char* kDefaultTopology = "8xH100";
+
+// The settings as text, as given.
+struct SettingsText {
+  int world_size = -1;            // < 0: not known where they are read (a process of a launched
+                                  // world): the topology's size and the faults' ranks go unchecked
+  std::string topology = kDefaultTopology;  // a preset of sim/cost.h
+  std::optional<std::string> device_memory;  // a size (text::parse_bytes); none: unlimited
+  std::string faults;             // parse_faults' syntax; empty: none
+};
+
+// How the caller's user spells each field, for the messages.
+struct SettingNames {
+  std::string world_size = "world_size";
+  std::string topology = "topology";
+  std::string device_memory = "device_memory";
+  std::string faults = "faults";
+  bool prefix_topology_errors = false;  // "--sim-topology: unknown topology ..." (a flag among many)
+};
+
+// The settings, checked: Error(InvalidArgument) naming the field as `names` spells it, in this
+// order: the topology (a preset that has at least world_size GPUs), the device memory, the faults.
+struct Settings {
+  Topology topology;
+  uint64_t device_capacity = 0;  // bytes per simulated GPU; 0: unlimited
+  std::vector<Fault> faults;
+};
+Settings parse_settings(const SettingsText& text, const SettingNames& names = {});
+
+}  // namespace accel::sim
