@@ -101,6 +101,23 @@ accel_status guard(const accel_context* ctx, const char* fn, F&& body) {
 
 #define NEED(ptr) ACCEL_CHECK((ptr) != nullptr, Status::InvalidArgument, #ptr " is NULL")
 
+// A comma-separated list of module names (accel_lora_options.target_modules), trimmed.
+inline std::vector<std::string> target_list(const std::string& list) {
+  ACCEL_CHECK(!list.empty(), Status::InvalidArgument,
+              "target_modules is empty (NULL gives PEFT's default for the model family)");
+  std::vector<std::string> out;
+  for (size_t a = 0; a <= list.size();) {
+    const size_t b = std::min(list.find(',', a), list.size());
+    std::string item = list.substr(a, b - a);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    ACCEL_CHECK(!item.empty(), Status::InvalidArgument, "target_modules '", list, "' has an empty name");
+    out.push_back(item);
+    a = b + 1;
+  }
+  return out;
+}
+
 // ---------------------------------------------------------------------------------------
 // Versioned options (docs/api.md, "Versioning"). A program built against an older header
 // passes an older, shorter struct: version v's struct is the first bytes(v) bytes of

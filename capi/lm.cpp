@@ -22,23 +22,6 @@ accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, cons
   return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m)), nullptr};
 }
 
-// A comma-separated list of module names (accel_lora_options.target_modules), trimmed.
-std::vector<std::string> target_list(const std::string& list) {
-  ACCEL_CHECK(!list.empty(), Status::InvalidArgument,
-              "target_modules is empty (NULL gives PEFT's default for the model family)");
-  std::vector<std::string> out;
-  for (size_t a = 0; a <= list.size();) {
-    const size_t b = std::min(list.find(',', a), list.size());
-    std::string item = list.substr(a, b - a);
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    ACCEL_CHECK(!item.empty(), Status::InvalidArgument, "target_modules '", list, "' has an empty name");
-    out.push_back(item);
-    a = b + 1;
-  }
-  return out;
-}
-
 }  // namespace
 
 extern "C" {
@@ -261,50 +244,6 @@ accel_status accel_lm_dataloader_create(accel_context* ctx, const accel_tensor* 
     auto src = accel::make_lm_source(tokens->t, offsets ? offsets->t : torch::Tensor(), lc);
     auto dl = std::make_shared<accel::DataLoader>(std::move(src), c);
     *out = new accel_dataloader{ctx, std::move(dl)};
-  });
-}
-
-accel_status accel_memory_estimate_options_init(accel_memory_estimate_options* opts, uint32_t version) {
-  return guard(nullptr, "accel_memory_estimate_options_init", [&] { init_options(opts, version); });
-}
-
-accel_status accel_estimate_memory(const char* model, const accel_memory_estimate_options* opts,
-                                   accel_memory_estimate* out) {
-  return guard(nullptr, "accel_estimate_memory", [&] {
-    NEED(model);
-    NEED(out);
-    const size_t out_bytes = version_bytes<accel_memory_estimate>(out->version, "set out->version to ACCEL_MEMORY_ESTIMATE_VERSION");
-    const accel_memory_estimate_options o = read_options(opts);
-    accel::MemoryEstimateConfig c;
-    c.precision = raw(o.mixed_precision);
-    const int wd = raw(o.weights_dtype);
-    ACCEL_CHECK(wd == ACCEL_FLOAT32 || wd == ACCEL_BFLOAT16, Status::InvalidArgument,
-                "weights_dtype must be ACCEL_FLOAT32 or ACCEL_BFLOAT16, got ", wd);
-    c.bf16_weights = wd == ACCEL_BFLOAT16;
-    c.optimizer = static_cast<accel::EstimateOptimizer>(raw(o.optimizer));
-    c.strategy = raw(o.strategy);
-    c.world_size = o.world_size;
-    c.micro_batch = o.micro_batch;
-    c.seq_len = o.seq_len;
-    c.gradient_checkpointing = o.gradient_checkpointing != 0;
-    c.lora_rank = o.lora_rank;
-    if (o.lora_target_modules) c.lora_targets = target_list(o.lora_target_modules);
-    c.attention = static_cast<accel::EstimateAttention>(o.attention);
-    const accel::MemoryEstimate e = accel::estimate_memory(std::string(model), c);
-    accel_memory_estimate r{};
-    r.version = out->version;
-    r.parameters = e.parameters;
-    r.trainable_parameters = e.trainable_parameters;
-    r.seq_len = e.seq_len;
-    r.attention = e.fused_attention ? 2 : 1;
-    auto bytes = [](double b) { return static_cast<uint64_t>(std::llround(b)); };
-    r.weights = bytes(e.weights);
-    r.gradients = bytes(e.gradients);
-    r.optimizer_state = bytes(e.optimizer);
-    r.activations = bytes(e.activations);
-    r.temporaries = bytes(e.temporaries);
-    r.total = bytes(e.total);
-    std::memcpy(static_cast<void*>(out), &r, out_bytes);
   });
 }
 

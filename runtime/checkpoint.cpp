@@ -50,7 +50,7 @@ void fsync_dir(const fs::path& dir) { files::fsync_dir(dir.string()); }
 
 // Test-only observation of the save protocol: the library calls this at each numbered point
 // of a save when the program defines it (and exports it: -rdynamic), and nothing otherwise.
-// Only tests/checkpoint_crash.c defines it, to end the process abruptly there; the shipping
+// Only tests/checkpoint/checkpoint_crash.c defines it, to end the process abruptly there; the shipping
 // library holds no crash code and reads no environment for it.
 extern "C" __attribute__((weak, visibility("default"))) void accel_test_checkpoint_point(int point);
 

@@ -150,7 +150,7 @@ DataLoader::DataLoader(torch::Tensor inputs, torch::Tensor targets, DataLoaderCo
   inputs_ = inputs.to(torch::kCPU).contiguous();
   if (targets.defined()) targets_ = targets.to(torch::kCPU).contiguous();
   // with drop_last and fewer samples than a batch the loader yields no batch, as Accelerate's
-  // (and PyTorch's) does: not an error (tests/test_runtime.cpp, Sharding.MatchesAcceleratesTable)
+  // (and PyTorch's) does: not an error (tests/runtime/test_runtime.cpp, Sharding.MatchesAcceleratesTable)
 }
 
 DataLoader::DataLoader(std::shared_ptr<const SampleSource> source, DataLoaderConfig cfg)

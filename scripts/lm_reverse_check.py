@@ -3,7 +3,7 @@
 saved, and reproduces accel's logits.
 
 Run through scripts/lm_reverse_check, which makes the directories with
-`ACCEL_LM_EXPORT_DIR=DIR build/tests/test_lm --gtest_filter=LM.TrainedModelExportsForTransformers`
+`ACCEL_LM_EXPORT_DIR=DIR build/tests/lm/test_lm --gtest_filter=LM.TrainedModelExportsForTransformers`
 and runs this script with the lm venv's python (scripts/lm_fixtures makes it).
 
 Usage: lm_reverse_check.py DIR

@@ -3,7 +3,7 @@
 // across H100 nodes), each with NCCL's Simple and low-latency (LL) protocols. The
 // parameters were fitted to published nccl-tests results; the model, the fit, the sources
 // and the error reached are in docs/sim-calibration.md, the reference rows in
-// sim/calibration/nccl_tests.csv (checked by tests/test_calibration.cpp).
+// sim/calibration/nccl_tests.csv (checked by tests/sim/test_calibration.cpp).
 #include "sim/cost.h"
 
 #include <algorithm>
@@ -266,7 +266,7 @@ std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n) {
 
 // ---------------------------------------------------------------------------------------
 // Prediction from the spec sheet (docs/sim-calibration.md). The formulas are those of
-// sim/calibration/fit.py's derived() and cost(); tests/test_calibration.cpp checks that both
+// sim/calibration/fit.py's derived() and cost(); tests/sim/test_calibration.cpp checks that both
 // give the same held-out errors.
 
 SpecCoefficients spec_coefficients() {

@@ -53,7 +53,7 @@ typedef struct job {
     const char *save, *project, *log_dir;
     int stop_after; /* --stop-after N: end after N epochs of this run, as if killed (a test aid) */
     int resave;     /* --resave: after resuming, save the state again at once and end: what was
-                       loaded, written back (a test aid: tests/check_legacy_checkpoint.sh) */
+                       loaded, written back (a test aid: tests/scripts/check_legacy_checkpoint.sh) */
     int crash_after; /* --crash-after N: process 1 kills itself (SIGKILL) in epoch N+1 of a launched
                         world's first attempt (a test aid for accel launch --max-restarts) */
     double accuracy;

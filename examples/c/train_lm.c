@@ -13,7 +13,7 @@
  *
  * About 3 minutes on 2 cores. --quick trains on the first 64 KiB of each text, 2 epochs and
  * 1 of LoRA, 4 blocks per GPU per step (half a minute: the suite's check,
- * tests/check_train_lm.sh). Writes OUT/base (a Hugging Face directory transformers loads) and OUT/lora
+ * tests/scripts/check_train_lm.sh). Writes OUT/base (a Hugging Face directory transformers loads) and OUT/lora
  * (a PEFT adapter directory peft loads). */
 #define _POSIX_C_SOURCE 200809L
 #include <accel/accel.h>

@@ -4,7 +4,7 @@
 // term rounds as libtorch's CPU kernels round it (the same products, the same fused
 // multiply-adds, in the same order), so the results are bit for bit those of libtorch
 // 1.13's torch::optim::AdamW and torch::optim::SGD on the same CPU (2.x's kernels differ in
-// a last bit here and there; tests/test_runtime.cpp FusedOptimizers). Torch-free; compiled for the
+// a last bit here and there; tests/runtime/test_runtime.cpp FusedOptimizers). Torch-free; compiled for the
 // CPU's best vector unit (AVX-512, AVX2+FMA, or portable code), chosen at load time, and
 // split across `threads` OpenMP threads (libtorch's intra-op pool is OpenMP's too).
 // Used by the unsharded Optimizer per parameter and by ZeRO per shard (runtime/optim/update.h).

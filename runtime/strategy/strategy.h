@@ -41,13 +41,8 @@ inline bool communicates_in_backward(Cadence c, bool sync) {
   return c == Cadence::EveryMicroBatch || c == Cadence::EveryForward || (c == Cadence::OnSync && sync);
 }
 
-// A range of one parameter's flattened values that this process holds (sharded state).
-struct StatePiece {
-  size_t param = 0;
-  int64_t start = 0, len = 0;  // in the parameter's flattened values
-  size_t unit = 0;             // the strategy's own bookkeeping
-  int64_t in_chunk = 0;
-};
+// StatePiece (a range of one parameter's flattened values that this process holds) is the
+// optimizer's (runtime/optim/optimizer.h): ZeRO hands its pieces to the optimizer's step.
 
 class ParallelStrategy {
  public:

@@ -1,8 +1,8 @@
-// ZeRO stages 1-3: see zero.h for the layout.
+// ZeRO: the engine every stage shares and the strategy (see zero.h for the layout; the
+// stages' own parts are zero_stage1_2.cpp and zero_stage3.cpp).
 #include "runtime/strategy/zero.h"
 
 #include "comm/tensors.h"
-#include "runtime/optim/update.h"
 
 #include <cmath>
 
@@ -10,35 +10,12 @@ namespace accel {
 
 namespace {
 
-// Stage 3 frees a unit's gathered weights by emptying the storage they live in, not by
-// replacing the tensors: autograd saved views of them in forward (linear saves weight.t()),
-// and those views must see the weights again once backward gathers them back into the
-// same storage. The bytes go back to the allocator (and the simulator's budget).
-void free_storage(const torch::Tensor& t) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
-  s->set_nbytes(0);
-}
-
-void alloc_storage(const torch::Tensor& t, size_t nbytes) {
-  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
-  ACCEL_CHECK(s->allocator() != nullptr, Status::Internal, "a sharded unit's storage has no allocator");
-  s->set_data_ptr_noswap(s->allocator()->allocate(nbytes));
-  s->set_nbytes(nbytes);
-}
-
 int64_t ceil_to(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
-
-// Gradient reductions in flight at once under stages 2-3 while the next unit's gradient is
-// being filled (DeepSpeed's double buffer): bounds the unsharded gradient memory to two units.
-constexpr size_t kMaxInflight = 1;
 
 }  // namespace
 
-ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* clock, Model& model, c10::ScalarType work,
-                       int64_t bucket_bytes)
-    : stage_(stage),
-      comm_(comm),
+ZeroEngine::ZeroEngine(comm::Communicator& comm, comm::ComputeClock* clock, Model& model, c10::ScalarType work)
+    : comm_(comm),
       clock_(clock),
       model_(model),
       work_(work),
@@ -46,23 +23,17 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* 
       r_(comm.rank()),
       model_gates_(model.gates_units()),
       device_(model.parameters().empty() ? torch::Device(torch::kCPU) : model.parameters().front().device()) {
-  ACCEL_CHECK(stage >= 1 && stage <= 3, Status::InvalidArgument, "ZeRO stage ", stage, " does not exist (1, 2 or 3)");
-  const auto& params = model.parameters();
   broadcast_from_rank0(comm_, model);  // rank 0's weights and buffers everywhere
-  torch::NoGradGuard ng;
-  for (const auto& p : params)
+  for (const auto& p : model.parameters())
     ACCEL_CHECK(p.scalar_type() == torch::kFloat, Status::Unsupported, "ZeRO shards fp32 parameters; the model has a ",
                 c10::toString(p.scalar_type()), " parameter");
+}
 
+void ZeroEngine::layout(int64_t bucket_bytes) {
+  const auto& params = model_.parameters();
+  torch::NoGradGuard ng;
   // units
-  std::vector<std::vector<size_t>> groups;
-  if (model_gates_) {
-    groups = model.units();
-  } else if (stage_ == 3) {
-    groups = Model::units_of_all(params.size());
-  } else {  // buckets in reverse order, as DDP: backward completes the last layers first
-    groups = reverse_buckets(params, bucket_bytes);
-  }
+  const std::vector<std::vector<size_t>> groups = model_gates_ ? model_.units() : ungated_units(bucket_bytes);
   unit_of_.assign(params.size(), {SIZE_MAX, 0});
   int64_t total_chunks = 0;
   for (auto& g : groups) {
@@ -85,27 +56,23 @@ ZeroEngine::ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* 
     ACCEL_CHECK(unit_of_[k].first != SIZE_MAX, Status::Internal, "parameter ", k, " is in no unit");
 
   total_ = total_chunks;
-  const bool separate_master = !(work_ == torch::kFloat && stage_ <= 2);
-  if (separate_master) master_ = torch::zeros({total_chunks}, on(torch::kFloat));
-  if (stage_ == 3 && work_ != torch::kFloat) work_shard_ = torch::zeros({total_chunks}, on(work_));
-  if (stage_ >= 2) grad_ = torch::zeros({total_chunks}, on(work_));
+  if (separate_master()) master_ = torch::zeros({total_chunks}, on(torch::kFloat));
+  shard_buffers();
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
     torch::Tensor flat = torch::zeros({u.padded}, on(torch::kFloat));
     for (size_t i = 0; i < u.params.size(); ++i)
       flat.narrow(0, u.offsets[i], params[u.params[i]].numel()).copy_(params[u.params[i]].detach().reshape({-1}));
-    torch::Tensor mine = flat.narrow(0, r_ * u.chunk, u.chunk);
-    if (separate_master) master_.narrow(0, u.shard_offset, u.chunk).copy_(mine);
-    if (work_shard_.defined()) work_shard_.narrow(0, u.shard_offset, u.chunk).copy_(mine);
+    torch::Tensor mine = on_rank(flat, ui);
+    if (master_.defined()) master_.narrow(0, u.shard_offset, u.chunk).copy_(mine);
     u.full = work_ == torch::kFloat ? flat : flat.to(work_);
     flat = torch::Tensor();
     u.gathered = true;
-    if (stage_ == 1) u.gbuf = torch::zeros({u.padded}, on(work_));
     for (size_t i = 0; i < u.params.size(); ++i) {
       torch::Tensor p = params[u.params[i]];
       p.set_data(u.full.narrow(0, u.offsets[i], p.numel()).view(p.sizes()));
     }
-    if (stage_ == 3) release(ui);
+    laid_out(ui, mine);
   }
   for (size_t k = 0; k < params.size(); ++k)
     accumulators_.push_back(on_grad_accumulated(params[k], [owner = owner_, k] {
@@ -118,47 +85,7 @@ ZeroEngine::~ZeroEngine() { *owner_ = nullptr; }
 torch::Tensor ZeroEngine::master_chunk(size_t u) {
   const Unit& x = units_[u];
   if (master_.defined()) return master_.narrow(0, x.shard_offset, x.chunk);
-  return x.full.narrow(0, r_ * x.chunk, x.chunk);  // fp32 working weights, stages 1-2
-}
-
-torch::Tensor ZeroEngine::source_chunk(size_t u) {
-  const Unit& x = units_[u];
-  if (work_shard_.defined()) return work_shard_.narrow(0, x.shard_offset, x.chunk);
-  return master_chunk(u);
-}
-
-void ZeroEngine::gather(size_t u) {
-  Unit& x = units_[u];
-  if (x.gathered) return;
-  alloc_storage(x.full, static_cast<size_t>(x.padded) * x.full.element_size());
-  torch::Tensor src = source_chunk(u);
-  comm::all_gather(comm_, src, x.full)->wait();
-  x.gathered = true;
-}
-
-void ZeroEngine::release(size_t u) {
-  Unit& x = units_[u];
-  if (!x.gathered || stage_ != 3) return;
-  free_storage(x.full);
-  x.gathered = false;
-}
-
-void ZeroEngine::before(size_t unit) {
-  if (stage_ != 3) return;
-  ACCEL_CHECK(unit < units_.size(), Status::Internal, "unit ", unit, " out of range");
-  gather(unit);
-}
-
-void ZeroEngine::after(size_t unit, const torch::Tensor& out) {
-  if (stage_ != 3) return;
-  if (out.defined() && out.requires_grad()) {
-    // backward reaches this unit when the gradient of its output is known: gather again
-    const_cast<torch::Tensor&>(out).register_hook([owner = owner_, unit](const torch::Tensor& g) -> torch::Tensor {
-      if (ZeroEngine* e = *owner) e->gather(unit);
-      return g;
-    });
-  }
-  release(unit);
+  return on_rank(x.full, u);  // fp32 working weights, stages 1-2
 }
 
 void ZeroEngine::begin_backward(bool sync, int64_t rows) {
@@ -178,33 +105,32 @@ void ZeroEngine::accumulated(size_t k) {
   Unit& u = units_[ui];
   const auto& p = model_.parameters()[k];
   torch::NoGradGuard ng;
-  if (stage_ == 1) {
-    // the gradient lives in the unit's buffer: later micro-batches accumulate in place
-    grad_into_slot(p, u.gbuf, u.offsets[slot]);
-    if (!sync_) return;  // stage 1 reduces on the micro-batch that completes the gradients
-  } else {
-    if (u.launched) return;  // a parameter reached again after its unit was reduced
-    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
-    u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
-    const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the unsharded gradient goes at once
-  }
+  if (!take_grad(u, slot, p)) return;
   if (!u.launched && ++u.ready == u.params.size()) launch(ui);
+}
+
+bool ZeroEngine::take_grad(Unit& u, size_t slot, const torch::Tensor& p) {
+  if (u.launched) return false;  // a parameter reached again after its unit was reduced
+  if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
+  u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
+  const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the unsharded gradient goes at once
+  return true;
+}
+
+std::shared_ptr<comm::Work> ZeroEngine::reduce(size_t ui) {
+  Unit& u = units_[ui];
+  u.rs_out = torch::empty({u.chunk}, on(work_));
+  return comm::reduce_scatter(comm_, u.gbuf, u.rs_out, comm::RedOp::Avg);
 }
 
 void ZeroEngine::launch(size_t ui) {
   Unit& u = units_[ui];
   charge_backward(ui);
-  if (stage_ == 1) {  // in place: chunk r of the buffer receives the rank's average
-    u.work = comm::reduce_scatter(comm_, u.gbuf, u.gbuf.narrow(0, r_ * u.chunk, u.chunk), comm::RedOp::Avg);
-  } else {
-    u.rs_out = torch::empty({u.chunk}, on(work_));
-    u.work = comm::reduce_scatter(comm_, u.gbuf, u.rs_out, comm::RedOp::Avg);
-  }
+  u.work = reduce(ui);
   u.launched = true;
   inflight_.push_back(ui);
   release(ui);  // stage 3: the unit's backward is done with its weights
-  if (stage_ >= 2)
-    while (inflight_.size() > kMaxInflight) complete(inflight_.front());
+  while (inflight_.size() > max_inflight()) complete(inflight_.front());
 }
 
 void ZeroEngine::complete(size_t ui) {
@@ -213,14 +139,17 @@ void ZeroEngine::complete(size_t ui) {
   inflight_.pop_front();
   u.work->wait();
   u.work.reset();
-  if (stage_ >= 2) {
-    if (grad_valid_)  // an earlier micro-batch of this step: accumulate
-      grad_chunk(ui).add_(u.rs_out);
-    else
-      grad_chunk(ui).copy_(u.rs_out);
-    u.gbuf = torch::Tensor();
-    u.rs_out = torch::Tensor();
-  }
+  reduced(ui);
+}
+
+void ZeroEngine::reduced(size_t ui) {
+  Unit& u = units_[ui];
+  if (grad_valid_)  // an earlier micro-batch of this step: accumulate
+    grad_chunk(ui).add_(u.rs_out);
+  else
+    grad_chunk(ui).copy_(u.rs_out);
+  u.gbuf = torch::Tensor();
+  u.rs_out = torch::Tensor();
 }
 
 void ZeroEngine::clear_grads() {
@@ -230,20 +159,17 @@ void ZeroEngine::clear_grads() {
 
 void ZeroEngine::end_backward() {
   in_backward_ = false;
-  if (stage_ == 1 && !sync_) {
+  if (!reduces(sync_)) {
     for (size_t u = 0; u < units_.size(); ++u) charge_backward(u);
     return;
   }
-  const auto& params = model_.parameters();
   torch::NoGradGuard ng;
   // units whose parameters got no gradient (unused in this forward): zeros for them, so
   // every rank launches the same collectives in the same order
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
     if (u.launched) continue;
-    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
-    if (stage_ == 1)
-      for (size_t i = 0; i < u.params.size(); ++i) grad_into_slot(params[u.params[i]], u.gbuf, u.offsets[i]);
+    unreduced(u);
     launch(ui);
   }
   while (!inflight_.empty()) complete(inflight_.front());
@@ -269,8 +195,7 @@ void ZeroEngine::end_backward_abandoned() {
   }
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
-    if (stage_ >= 2) u.gbuf = torch::Tensor();
-    u.rs_out = torch::Tensor();
+    drop_partial(u);
     u.ready = 0;
     u.launched = false;
     release(ui);
@@ -304,187 +229,61 @@ double ZeroEngine::clip(double max_norm) {
   return total;
 }
 
+// The rank's chunks as the optimizer's shard: a segment per unit, the gradient read with
+// grad_factor_ applied, the state by the optimizer's scope, ZeRO's communicator as the
+// reducer (fp64 sums), and each stepped unit sent on as the stage requires.
+class ZeroEngine::RankShard final : public Shard, public Reducer {
+ public:
+  RankShard(ZeroEngine& e, const Optimizer& opt) : e_(e), opt_(opt), pieces_(e.pieces()) {
+    for (size_t i = 0; i < e.model_.parameters().size(); ++i) params_.push_back(i);
+  }
+  size_t segments() const override { return e_.units_.size(); }
+  torch::Tensor weight(size_t s) override { return e_.master_chunk(s); }
+  torch::Tensor grad(size_t s, int64_t at, int64_t len) override {
+    torch::Tensor g = e_.grad_chunk(s).narrow(0, at, len).to(torch::kFloat);  // a copy only for 16-bit gradients
+    return e_.grad_factor_ != 1.0 ? g * e_.grad_factor_ : g;
+  }
+  torch::Tensor state(const std::string& kind, size_t s) override {
+    torch::Tensor& all = e_.flat_state_[kind];
+    if (!all.defined()) all = torch::zeros({e_.total_}, e_.on(torch::kFloat));
+    return all.narrow(0, e_.units_[s].shard_offset, e_.units_[s].chunk);
+  }
+  torch::Tensor param_state(const std::string& kind, size_t param) override {
+    const bool whole = opt_.state_scope(kind) == StateScope::Parameter;
+    std::vector<torch::Tensor>& v = whole ? e_.whole_state_[kind] : e_.piece_state_[kind];
+    if (v.size() != params_.size()) v.resize(params_.size());
+    if (!v[param].defined()) {
+      std::vector<int64_t> shape = opt_.state_shape(kind, this->shape(param));
+      if (!whole)
+        for (const auto& pc : pieces_)
+          if (pc.param == param) shape = {pc.len};
+      v[param] = torch::zeros(shape, e_.on(torch::kFloat));
+    }
+    return v[param];
+  }
+  void stepped(size_t s) override { e_.stepped(s, gathers); }
+  const std::vector<StatePiece>& pieces() const override { return pieces_; }
+  const std::vector<size_t>& params() const override { return params_; }
+  std::vector<int64_t> shape(size_t param) const override { return e_.model_.parameters()[param].sizes().vec(); }
+  int64_t step() const override { return e_.steps_; }
+  Reducer& reducer() override { return *this; }
+  void sum(const torch::Tensor& t) override { comm::all_reduce(e_.comm_, t, comm::RedOp::Sum)->wait(); }
+
+  std::vector<std::shared_ptr<comm::Work>> gathers;
+
+ private:
+  ZeroEngine& e_;
+  const Optimizer& opt_;
+  std::vector<StatePiece> pieces_;
+  std::vector<size_t> params_;
+};
+
 void ZeroEngine::step(const Optimizer& opt) {
   torch::NoGradGuard ng;
-  const double lr = opt.lr();
-  const auto& sgd = opt.sgd_config();
-  const auto& adamw = opt.adamw_config();
-  const int64_t total = total_;
   ++steps_;
-  if (adamw && !exp_avg_.defined()) {
-    exp_avg_ = torch::zeros({total}, on(torch::kFloat));
-    exp_avg_sq_ = torch::zeros({total}, on(torch::kFloat));
-  }
-  const auto& adafactor = opt.adafactor_config();
-  if (adafactor) adafactor_step(*adafactor, lr);
-  std::vector<std::shared_ptr<comm::Work>> gathers;
-  for (size_t u = 0; u < units_.size(); ++u) {
-    const Unit& x = units_[u];
-    torch::Tensor p = master_chunk(u);
-    if (!adafactor) {  // (Adafactor stepped every chunk above)
-      torch::Tensor g = grad_chunk(u).to(torch::kFloat);  // a copy only for 16-bit gradients
-      if (grad_factor_ != 1.0) g = g * grad_factor_;
-      if (adamw) {
-        adamw_update(*adamw, lr, steps_, p, g, exp_avg_.narrow(0, x.shard_offset, x.chunk),
-                     exp_avg_sq_.narrow(0, x.shard_offset, x.chunk));
-      } else {
-        const bool momentum = sgd->momentum != 0;
-        if (momentum && !momentum_.defined()) momentum_ = torch::zeros({total}, on(torch::kFloat));
-        sgd_update(*sgd, lr, p, g, momentum ? momentum_.narrow(0, x.shard_offset, x.chunk) : torch::Tensor(),
-                   steps_ == 1);
-      }
-    }
-    if (stage_ <= 2) {
-      torch::Tensor slot = x.full.narrow(0, r_ * x.chunk, x.chunk);
-      if (master_.defined()) slot.copy_(p);
-      gathers.push_back(
-          comm::all_gather(comm_, slot, x.full));  // in place: slot is this rank's part of full
-    } else if (work_shard_.defined()) {
-      work_shard_.narrow(0, x.shard_offset, x.chunk).copy_(p);
-    }
-  }
-  for (auto& w : gathers) w->wait();
-}
-
-// Adafactor on the rank's chunks (transformers' update, as Optimizer::adafactor_step): the
-// sums it needs over a whole tensor (each matrix's row and column sums of g^2 + eps1, each
-// parameter's sum of squares before the step and its update's) are this rank's partial
-// sums, all-reduced in fp64 (two all-reduces a step); each rank then updates its elements.
-void ZeroEngine::adafactor_step(const AdafactorConfig& c, double base_lr) {
-  const auto& params = model_.parameters();
-  const size_t np = params.size();
-  const std::vector<StatePiece> mine = pieces();
-  const auto f32 = on(torch::kFloat), f64 = on(torch::kDouble);
-  if (af_row_.size() != np) {
-    af_row_.resize(np);
-    af_col_.resize(np);
-    af_sq_.resize(np);
-  }
-  for (size_t i = 0; i < np; ++i)
-    if (params[i].dim() == 2 && !af_row_[i].defined()) {
-      af_row_[i] = torch::zeros({params[i].size(0)}, f32);
-      af_col_[i] = torch::zeros({params[i].size(1)}, f32);
-    }
-  for (const auto& pc : mine)
-    if (params[pc.param].dim() < 2 && !af_sq_[pc.param].defined()) af_sq_[pc.param] = torch::zeros({pc.len}, f32);
-  if (c.beta1 > 0 && !exp_avg_.defined()) exp_avg_ = torch::zeros({total_}, f32);
-
-  // 1. partial sums: rows and columns of g^2 + eps1 per matrix, then each parameter's sum of squares
-  std::vector<int64_t> row_at(np, -1), col_at(np, -1);
-  int64_t n = 0;
-  for (size_t i = 0; i < np; ++i)
-    if (params[i].dim() == 2) {
-      row_at[i] = n;
-      n += params[i].size(0);
-      col_at[i] = n;
-      n += params[i].size(1);
-    }
-  const int64_t wsq_at = n;
-  n += static_cast<int64_t>(np);
-  torch::Tensor sums = torch::zeros({n}, f64);
-  // a piece's gradient (fp32, unscaled; a view when it already is)
-  auto grad_of = [&](const StatePiece& pc) {
-    torch::Tensor g = grad_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len).to(torch::kFloat);
-    return grad_factor_ != 1.0 ? g * grad_factor_ : g;
-  };
-  // a matrix piece (a range of its row-major elements) as at most three rectangles: the end
-  // of a first row, whole rows, the start of a last row
-  struct Rect {
-    int64_t at, row, rows, col, cols;  // at: the offset in the piece
-  };
-  auto rects = [&](const StatePiece& pc) {
-    const int64_t C = params[pc.param].size(1);
-    std::vector<Rect> out;
-    int64_t at = 0, e = pc.start;
-    while (at < pc.len) {
-      const int64_t row = e / C, col = e % C, left = pc.len - at;
-      Rect r{at, row, 1, col, std::min(C - col, left)};
-      if (col == 0 && left >= C) r = Rect{at, row, left / C, 0, C};
-      out.push_back(r);
-      at += r.rows * r.cols;
-      e += r.rows * r.cols;
-    }
-    return out;
-  };
-  for (const StatePiece& pc : mine) {
-    const torch::Tensor w = master_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len);
-    sums.narrow(0, wsq_at + static_cast<int64_t>(pc.param), 1).add_(w.pow(2).sum(torch::kDouble));
-    if (row_at[pc.param] >= 0) {
-      const torch::Tensor g = grad_of(pc);
-      for (const Rect& r : rects(pc)) {
-        auto sq = g.narrow(0, r.at, r.rows * r.cols).view({r.rows, r.cols}).pow(2).add_(c.eps1);
-        sums.narrow(0, row_at[pc.param] + r.row, r.rows).add_(sq.sum(1, false, torch::kDouble));
-        sums.narrow(0, col_at[pc.param] + r.col, r.cols).add_(sq.sum(0, false, torch::kDouble));
-      }
-    }
-  }
-  comm::all_reduce(comm_, sums, comm::RedOp::Sum)->wait();
-  const torch::Tensor sums_host = sums.narrow(0, wsq_at, static_cast<int64_t>(np)).cpu();
-  const double* wsq = sums_host.data_ptr<double>();
-
-  // 2. the step sizes and the factors (the same on every rank)
-  const double step = static_cast<double>(steps_);
-  double rel = base_lr;
-  if (c.relative_step) rel = std::min(c.warmup_init ? 1e-6 * step : 1e-2, 1.0 / std::sqrt(step));
-  const double beta2t = 1.0 - std::pow(step, c.decay_rate);
-  std::vector<double> lr(np);
-  for (size_t i = 0; i < np; ++i) {
-    const double numel = static_cast<double>(params[i].numel());
-    const double rms_w = std::sqrt(wsq[i] / numel);
-    lr[i] = (c.scale_parameter ? std::max(c.eps2, rms_w) : 1.0) * rel;
-    if (row_at[i] < 0) continue;
-    const int64_t R = params[i].size(0), C = params[i].size(1);
-    af_row_[i].mul_(beta2t).add_((sums.narrow(0, row_at[i], R) / static_cast<double>(C)).to(torch::kFloat), 1.0 - beta2t);
-    af_col_[i].mul_(beta2t).add_((sums.narrow(0, col_at[i], C) / static_cast<double>(R)).to(torch::kFloat), 1.0 - beta2t);
-  }
-
-  // 3. this rank's elements of each update, and their sums of squares for its RMS
-  std::vector<torch::Tensor> upd(mine.size());
-  torch::Tensor usq = torch::zeros({static_cast<int64_t>(np)}, f64);
-  std::vector<torch::Tensor> rfac(np), cfac(np);
-  for (size_t k = 0; k < mine.size(); ++k) {
-    const size_t i = mine[k].param;
-    const torch::Tensor g = grad_of(mine[k]);
-    if (row_at[i] >= 0) {
-      if (!rfac[i].defined()) {
-        rfac[i] = (af_row_[i] / af_row_[i].mean(-1, /*keepdim=*/true)).rsqrt_();
-        cfac[i] = af_col_[i].rsqrt();
-      }
-      upd[k] = torch::empty({mine[k].len}, f32);
-      for (const Rect& r : rects(mine[k]))
-        upd[k]
-            .narrow(0, r.at, r.rows * r.cols)
-            .view({r.rows, r.cols})
-            .copy_(rfac[i].narrow(0, r.row, r.rows).unsqueeze(1) * cfac[i].narrow(0, r.col, r.cols).unsqueeze(0))
-            .mul_(g.narrow(0, r.at, r.rows * r.cols).view({r.rows, r.cols}));
-    } else {
-      af_sq_[i].mul_(beta2t).add_(g * g + c.eps1, 1.0 - beta2t);
-      upd[k] = af_sq_[i].rsqrt().mul_(g);
-    }
-    usq.narrow(0, static_cast<int64_t>(i), 1).add_(upd[k].pow(2).sum(torch::kDouble));
-  }
-  comm::all_reduce(comm_, usq, comm::RedOp::Sum)->wait();
-  const torch::Tensor usq_host = usq.cpu();
-  const double* usq_of = usq_host.data_ptr<double>();
-
-  // 4. clip by the update's RMS, the step size, beta1, weight decay, the update
-  for (size_t k = 0; k < mine.size(); ++k) {
-    const StatePiece& pc = mine[k];
-    const size_t i = pc.param;
-    const double rms_u = std::sqrt(usq_of[i] / static_cast<double>(params[i].numel()));
-    torch::Tensor u = upd[k];
-    u.div_(std::max(rms_u / c.clip_threshold, 1.0));
-    u.mul_(lr[i]);
-    if (c.beta1 > 0) {
-      torch::Tensor ea = exp_avg_.narrow(0, units_[pc.unit].shard_offset + pc.in_chunk, pc.len);
-      ea.mul_(c.beta1).add_(u, 1.0 - c.beta1);
-      u = ea;
-    }
-    torch::Tensor w = master_chunk(pc.unit).narrow(0, pc.in_chunk, pc.len);
-    if (c.weight_decay != 0) w.add_(w, -c.weight_decay * lr[i]);
-    w.add_(-u);
-    upd[k] = torch::Tensor();
-  }
+  RankShard shard(*this, opt);
+  opt.step_shard(shard);
+  for (auto& w : shard.gathers) w->wait();
 }
 
 void ZeroEngine::zero_grad() {
@@ -529,54 +328,59 @@ torch::Tensor ZeroEngine::piece_state(const std::string& kind, const StatePiece&
   torch::Tensor chunk;
   if (kind == "weight") {
     chunk = master_chunk(p.unit);
-  } else if (kind == "exp_avg_sq_row" || kind == "exp_avg_sq_col") {
+  } else if (whole_state_.count(kind)) {
     return {};  // whole on every rank: replicated_state
-  } else if (kind == "exp_avg_sq" && !af_sq_.empty()) {  // Adafactor: a vector's piece
-    const torch::Tensor& t = af_sq_.at(p.param);
-    return t.defined() ? t : torch::Tensor();
+  } else if (auto it = piece_state_.find(kind); it != piece_state_.end()) {  // a parameter's piece
+    const std::vector<torch::Tensor>& v = it->second;
+    return p.param < v.size() && v[p.param].defined() ? v[p.param] : torch::Tensor();
   } else {
-    const torch::Tensor& all = kind == "exp_avg" ? exp_avg_ : kind == "exp_avg_sq" ? exp_avg_sq_ : momentum_;
-    if (!all.defined()) return {};
-    chunk = all.narrow(0, x.shard_offset, x.chunk);
+    auto f = flat_state_.find(kind);
+    if (f == flat_state_.end() || !f->second.defined()) return {};
+    chunk = f->second.narrow(0, x.shard_offset, x.chunk);
   }
   return chunk.narrow(0, p.in_chunk, p.len);
 }
 
 torch::Tensor ZeroEngine::replicated_state(const std::string& kind, size_t param) const {
-  const std::vector<torch::Tensor>* v = kind == "exp_avg_sq_row" ? &af_row_ : kind == "exp_avg_sq_col" ? &af_col_ : nullptr;
-  if (!v || param >= v->size()) return {};
-  return (*v)[param];
+  auto it = whole_state_.find(kind);
+  if (it == whole_state_.end() || param >= it->second.size()) return {};
+  return it->second[param];
 }
 
-void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, bool adafactor) {
+void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps,
+                         const Optimizer* opt) {
   torch::NoGradGuard ng;
   const auto& params = model_.parameters();
   const size_t np = params.size();
-  if (adafactor) {  // Adafactor's per-parameter state: the factors whole, a vector's second moment as this rank's piece
-    af_row_.assign(np, torch::Tensor());
-    af_col_.assign(np, torch::Tensor());
-    af_sq_.assign(np, torch::Tensor());
-  }
+  auto scope = [&](const std::string& kind) { return opt ? opt->state_scope(kind) : StateScope::Element; };
+  if (opt)  // the per-parameter state (Adafactor's): the factors whole, a vector's second moment as this rank's piece
+    for (const auto& k : opt->state_kinds()) {
+      if (scope(k) == StateScope::Parameter) whole_state_[k].assign(np, torch::Tensor());
+      if (scope(k) == StateScope::Piece) piece_state_[k].assign(np, torch::Tensor());
+    }
   for (const auto& [kind, tensors] : full) {
     ACCEL_CHECK(tensors.size() == params.size(), Status::Internal, "restore: ", tensors.size(), " tensors for ",
                 params.size(), " parameters");
     bool any = false;
     for (const auto& t : tensors) any = any || t.defined();
     if (!any) continue;
-    if (adafactor && (kind == "exp_avg_sq_row" || kind == "exp_avg_sq_col" || kind == "exp_avg_sq")) {
-      auto& dst = kind == "exp_avg_sq_row" ? af_row_ : kind == "exp_avg_sq_col" ? af_col_ : af_sq_;
-      if (kind != "exp_avg_sq") {
-        for (size_t i = 0; i < np; ++i)
-          if (tensors[i].defined()) dst[i] = tensors[i].to(device_, torch::kFloat).clone();
-      } else {
-        for (const auto& pc : pieces())
-          if (tensors[pc.param].defined())
-            dst[pc.param] = tensors[pc.param].reshape({-1}).narrow(0, pc.start, pc.len).to(device_, torch::kFloat).clone();
-      }
+    if (kind != "weight" && scope(kind) == StateScope::Parameter) {
+      auto& dst = whole_state_[kind];
+      for (size_t i = 0; i < np; ++i)
+        if (tensors[i].defined()) dst[i] = tensors[i].to(device_, torch::kFloat).clone();
       continue;
     }
-    torch::Tensor* opt_state = kind == "exp_avg" ? &exp_avg_ : kind == "exp_avg_sq" ? &exp_avg_sq_
-                               : kind == "momentum_buffer" ? &momentum_ : nullptr;
+    if (kind != "weight" && scope(kind) == StateScope::Piece) {
+      auto& dst = piece_state_[kind];
+      for (const auto& pc : pieces())
+        if (tensors[pc.param].defined())
+          dst[pc.param] = tensors[pc.param].reshape({-1}).narrow(0, pc.start, pc.len).to(device_, torch::kFloat).clone();
+      continue;
+    }
+    bool known = false;
+    if (opt)
+      for (const auto& k : opt->state_kinds()) known = known || k == kind;
+    torch::Tensor* opt_state = kind != "weight" && known ? &flat_state_[kind] : nullptr;
     ACCEL_CHECK(kind == "weight" || opt_state != nullptr, Status::Internal, "restore: unknown state '", kind, "'");
     if (opt_state && !opt_state->defined()) *opt_state = torch::zeros({total_}, on(torch::kFloat));
     for (size_t u = 0; u < units_.size(); ++u) {
@@ -586,14 +390,13 @@ void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>
         const torch::Tensor& t = tensors[x.params[i]];
         if (t.defined()) flat.narrow(0, x.offsets[i], params[x.params[i]].numel()).copy_(t.reshape({-1}));
       }
-      torch::Tensor mine = flat.narrow(0, r_ * x.chunk, x.chunk);
+      torch::Tensor mine = on_rank(flat, u);
       if (opt_state) {
         opt_state->narrow(0, x.shard_offset, x.chunk).copy_(mine);
         continue;
       }
       if (master_.defined()) master_.narrow(0, x.shard_offset, x.chunk).copy_(mine);
-      if (work_shard_.defined()) work_shard_.narrow(0, x.shard_offset, x.chunk).copy_(mine);
-      if (stage_ <= 2) x.full.copy_(flat);  // the replicated working weights (fp32: also the master)
+      restored_weights(u, flat);
     }
   }
   steps_ = steps;
@@ -607,7 +410,7 @@ namespace {
 
 class ZeroStrategy final : public ParallelStrategy {
  public:
-  ZeroStrategy(const StrategySetup& s, int stage) : ParallelStrategy(s), stage_(stage) {}
+  ZeroStrategy(const StrategySetup& s, const ZeroStage& stage) : ParallelStrategy(s), stage_(stage) {}
 
   void check(const Model* model, const Optimizer* opt) const override {
     const comm::DataType w = comm::dtype_of(opts_.precision == Precision::BF16   ? torch::kBFloat16
@@ -625,10 +428,7 @@ class ZeroStrategy final : public ParallelStrategy {
     ACCEL_CHECK(!opt || opt->shardable(), Status::Unsupported, "ZeRO cannot shard the ", opt->name(),
                 " optimizer: its update is not elementwise (it needs whole-tensor norms); use DDP, or SGD or AdamW");
     ACCEL_CHECK(!model || !model->parameters().empty(), Status::InvalidArgument, "ZeRO shards parameters; the model has none");
-    if (opt && opt->adafactor_config() && model)
-      for (size_t i = 0; i < model->parameters().size(); ++i)
-        ACCEL_CHECK(model->parameters()[i].dim() <= 2, Status::Unsupported, "ZeRO shards Adafactor for parameters of 1 or 2 ",
-                    "dimensions; '", model->parameter_names()[i], "' has ", model->parameters()[i].dim());
+    if (opt && model) opt->check_shardable(*model);  // what the optimizer cannot shard of this model
   }
 
   void prepare(Model& model) override {
@@ -640,30 +440,15 @@ class ZeroStrategy final : public ParallelStrategy {
     if (opts_.precision == Precision::FP16 && sixteen) work = torch::kHalf;
     // fp16 emulated on a CPU for a model that computes in fp32: round its gradients
     if (opts_.precision == Precision::FP16 && device_.is_cpu() && work == torch::kFloat) model.set_grad_rounding(true);
-    engine_ = std::make_unique<ZeroEngine>(stage_, comm_, clock_, model, work, opts_.bucket_bytes);
+    engine_ = stage_.make(comm_, clock_, model, work, opts_.bucket_bytes);
   }
   bool shards_state() const override { return true; }
 
-  Cadence cadence() const override {
-    return stage_ == 1 ? Cadence::OnSync : stage_ == 2 ? Cadence::EveryMicroBatch : Cadence::EveryForward;
-  }
-  const char* collectives_noun() const override {
-    return stage_ == 1 ? "gradient synchronisations"
-           : stage_ == 2 ? "gradient reduce-scatters"
-                         : "weight gathers and gradient reduce-scatters";
-  }
+  Cadence cadence() const override { return stage_.cadence; }
+  const char* collectives_noun() const override { return stage_.collectives_noun; }
 
   torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
-    if (stage_ != 3) return model.forward(inputs, mode);
-    if (engine_->gates_units()) {  // the model gathers unit by unit
-      ForwardMode gated = mode;
-      gated.gate = engine_.get();
-      return model.forward(inputs, gated);
-    }
-    engine_->before(0);
-    torch::Tensor out = model.forward(inputs, mode);
-    engine_->after(0, out);
-    return out;
+    return engine_->forward(model, inputs, mode);  // stage 3 gathers each unit around its use
   }
 
   void backward(const torch::Tensor& scaled_loss, bool sync, int64_t rows) override {
@@ -684,13 +469,10 @@ class ZeroStrategy final : public ParallelStrategy {
   double clip(double max_norm) override { return engine_->clip(max_norm); }  // the norm over every rank's shard
   void scale_gradients(double f) override { engine_->scale_gradients(f); }
   void step(Optimizer& opt) override { engine_->step(opt); }
-  void zero_grad(Optimizer& opt) override {
-    (void)opt;
-    engine_->zero_grad();
-  }
+  void zero_grad(Optimizer& /*opt*/) override { engine_->zero_grad(); }
 
   std::vector<torch::Tensor> full_parameters() override { return engine_->full_parameters(); }
-  int zero_stage() const override { return engine_ ? stage_ : 0; }
+  int zero_stage() const override { return engine_ ? stage_.number : 0; }
   std::vector<StatePiece> pieces() const override { return engine_->pieces(); }
   torch::Tensor piece_state(const std::string& kind, const StatePiece& p) override { return engine_->piece_state(kind, p); }
   torch::Tensor replicated_state(const std::string& kind, size_t param) const override {
@@ -698,22 +480,20 @@ class ZeroStrategy final : public ParallelStrategy {
   }
   void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, Optimizer* opt) override {
     // ZeRO keeps the optimizer's state itself
-    engine_->restore(full, steps, opt && opt->adafactor_config().has_value());
+    engine_->restore(full, steps, opt);
   }
-  int64_t optimizer_state_steps(const Optimizer* opt) const override {
-    (void)opt;
-    return engine_ ? engine_->steps() : 0;
-  }
+  int64_t optimizer_state_steps(const Optimizer* /*opt*/) const override { return engine_ ? engine_->steps() : 0; }
 
  private:
-  int stage_;
+  const ZeroStage& stage_;
   std::unique_ptr<ZeroEngine> engine_;
 };
 
 }  // namespace
 
 std::unique_ptr<ParallelStrategy> make_zero(const StrategySetup& setup, int stage) {
-  return std::make_unique<ZeroStrategy>(setup, stage);
+  ACCEL_CHECK(stage >= 1 && stage <= 3, Status::InvalidArgument, "ZeRO stage ", stage, " does not exist (1, 2 or 3)");
+  return std::make_unique<ZeroStrategy>(setup, stage == 1 ? zero_stage1() : stage == 2 ? zero_stage2() : zero_stage3());
 }
 
 }  // namespace accel

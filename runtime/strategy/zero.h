@@ -1,6 +1,13 @@
 // ZeRO stages 1-3 (FSDP's SHARD_GRAD_OP and FULL_SHARD): parameters, gradients and
 // optimizer state sharded across the ranks of a communicator. Internal to the runtime.
 //
+// Files, as DeepSpeed splits its stages: zero.cpp, the engine every stage shares (the layout,
+// the master weights and optimizer state, the step through the optimizer's Shard, unscale and
+// clip, checkpoints, the sharded gradient of stages 2-3) and the strategy; zero_stage1_2.cpp,
+// the replicated working weights of stages 1-2 and stage 1's whole gradient; zero_stage3.cpp,
+// stage 3's weights gathered per unit around their use. What differs by stage is a ZeroStage
+// (the strategy's answers and the engine's maker) and the engine's virtual hooks below.
+//
 // Layout (as FSDP's flat parameters): the model's parameters are grouped in units (a layer
 // of the built-in MLP; buckets of Options::bucket_bytes in reverse order for other models
 // under stages 1-2; the whole model for them under stage 3). Each unit's parameters are
@@ -33,27 +40,38 @@ namespace accel {
 // The ZeRO strategy at `stage` (1-3): a ZeroEngine made at prepare.
 std::unique_ptr<ParallelStrategy> make_zero(const StrategySetup& setup, int stage);
 
+class ZeroEngine;
+
+// What differs between the stages outside the engine: the strategy's answers (before prepare
+// too) and the engine's maker (the working dtype `work`).
+struct ZeroStage {
+  int number;
+  Cadence cadence;
+  const char* collectives_noun;  // in errors
+  std::unique_ptr<ZeroEngine> (*make)(comm::Communicator& comm, comm::ComputeClock* clock, Model& model,
+                                      c10::ScalarType work, int64_t bucket_bytes);
+};
+const ZeroStage& zero_stage1();  // zero_stage1_2.cpp
+const ZeroStage& zero_stage2();  // zero_stage1_2.cpp
+const ZeroStage& zero_stage3();  // zero_stage3.cpp
+
 // Every buffer below lives on the model's device (a GPU's when the model is there).
-class ZeroEngine final : public UnitGate {
+// A stage's engine derives from it; its maker calls layout() once constructed.
+class ZeroEngine {
  public:
-  // Broadcasts rank 0's parameters and buffers, shards them and points the model's
-  // parameters at the working copy. `work` is the working dtype.
-  // `clock`: the simulator's, to charge backward compute per unit (null on real backends).
-  ZeroEngine(int stage, comm::Communicator& comm, comm::ComputeClock* clock, Model& model, c10::ScalarType work,
-             int64_t bucket_bytes);
-  ~ZeroEngine() override;
+  virtual ~ZeroEngine();
   ZeroEngine(const ZeroEngine&) = delete;
   ZeroEngine& operator=(const ZeroEngine&) = delete;
 
-  int stage() const { return stage_; }
+  // Groups the parameters in units, shards them and points the model's parameters at the
+  // working copy (asks the stage's hooks: call once, after construction).
+  void layout(int64_t bucket_bytes);
   c10::ScalarType work_dtype() const { return work_; }
 
-  // Stage 3: gathers a unit before its use in forward, frees it after (and gathers it
-  // again when backward reaches its output).
-  void before(size_t unit) override;
-  void after(size_t unit, const torch::Tensor& out) override;
-  // Forward of a model that does not call the gate itself: the whole model is unit 0.
-  bool gates_units() const { return model_gates_; }
+  // The model's forward (stage 3 gathers each unit around its use).
+  virtual torch::Tensor forward(Model& model, const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) {
+    return model.forward(inputs, mode);
+  }
 
   // Brackets a backward. `sync`: this micro-batch completes the gradients. Stage 1 reduces
   // on sync micro-batches only (gradients accumulate unsharded in between, as DDP);
@@ -89,16 +107,20 @@ class ZeroEngine final : public UnitGate {
   // Sets the rank's chunks from whole flattened values per parameter (fp32, any device),
   // for "weight" and the optimizer kinds present (Adafactor's factors in their own shapes),
   // and the step count.
-  void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, bool adafactor);
+  void restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps, const Optimizer* opt);
   int64_t steps() const { return steps_; }
 
- private:
+ protected:
+  // Broadcasts rank 0's parameters and buffers. `work` is the working dtype.
+  // `clock`: the simulator's, to charge backward compute per unit (null on real backends).
+  ZeroEngine(comm::Communicator& comm, comm::ComputeClock* clock, Model& model, c10::ScalarType work);
+
   struct Unit {
     std::vector<size_t> params;
     std::vector<int64_t> offsets;  // element offsets in the unit's flat buffer
     int64_t numel = 0, padded = 0, chunk = 0, shard_offset = 0;
     torch::Tensor full;            // [padded], working dtype
-    bool gathered = false;
+    bool gathered = false;         // stage 3: `full` holds the weights
     // stage 1: the unit's whole gradient, persistent (the parameters' .grad are views; the
     // reduce-scatter runs in place, so chunk r of it is the rank's gradient shard);
     // stages 2-3: the micro-batch's gradient, alive only until it is reduce-scattered
@@ -107,21 +129,64 @@ class ZeroEngine final : public UnitGate {
     bool launched = false;
     std::shared_ptr<comm::Work> work;
   };
-  torch::Tensor master_chunk(size_t u);
-  torch::Tensor source_chunk(size_t u);  // what the all-gather sends
-  torch::Tensor grad_chunk(size_t u) {
-    const Unit& x = units_[u];
-    return stage_ == 1 ? x.gbuf.narrow(0, r_ * x.chunk, x.chunk) : grad_.narrow(0, x.shard_offset, x.chunk);
-  }
-  void gather(size_t u);
-  void release(size_t u);
-  void accumulated(size_t param);
-  void launch(size_t u);
-  void complete(size_t u);
-  void clear_grads();
-  void charge_backward(size_t u);
 
-  int stage_;
+  // --- the stage's hooks: layout
+  // How the parameters of a model that does not gate its units are grouped (stages 1-2:
+  // buckets in reverse order, as DDP: backward completes the last layers first).
+  virtual std::vector<std::vector<size_t>> ungated_units(int64_t bucket_bytes) const {
+    return reverse_buckets(model_.parameters(), bucket_bytes);
+  }
+  // Whether the master chunks are a buffer of their own (else views of `full`).
+  virtual bool separate_master() const = 0;
+  // The rank's buffers over its chunks, after the master: the sharded gradient (stages 2-3).
+  virtual void shard_buffers() { grad_ = torch::zeros({total_}, on(work_)); }
+  // Unit u is laid out (its whole weights in `full`, the parameters views of it); `mine`:
+  // the rank's chunk of its fp32 values.
+  virtual void laid_out(size_t u, const torch::Tensor& mine) { (void)u, (void)mine; }
+  // --- weights
+  // Unit u's weights are not needed until its next use (stage 3 frees them).
+  virtual void release(size_t u) { (void)u; }
+  // Unit u's master chunk is updated: the working weights follow (stages 1-2: an all-gather
+  // in flight, appended to `gathers`).
+  virtual void stepped(size_t u, std::vector<std::shared_ptr<comm::Work>>& gathers) = 0;
+  // Unit u's weights are restored: the master is; `flat` holds its whole fp32 values.
+  virtual void restored_weights(size_t u, const torch::Tensor& flat) = 0;
+  // --- gradients; the defaults are stages 2-3's sharded gradient, reduce-scattered every
+  // micro-batch (stage 1 keeps each unit's whole gradient and reduces on sync only)
+  // The rank's chunk of unit u's averaged gradient.
+  virtual torch::Tensor grad_chunk(size_t u) { return grad_.narrow(0, units_[u].shard_offset, units_[u].chunk); }
+  // Parameter p (slot `slot` of unit u) has its gradient: whether it counts towards
+  // reducing the unit now.
+  virtual bool take_grad(Unit& u, size_t slot, const torch::Tensor& p);
+  // Whether this backward reduces (`sync`: it completes the gradients).
+  virtual bool reduces(bool sync) const {
+    (void)sync;
+    return true;
+  }
+  // A unit no parameter of which got a gradient in this backward: its buffer before it is
+  // reduced like the others.
+  virtual void unreduced(Unit& u) {
+    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
+  }
+  // Launches unit u's reduction; the units whose reductions may stay in flight at once.
+  virtual std::shared_ptr<comm::Work> reduce(size_t u);
+  // Stages 2-3: gradient reductions in flight at once while the next unit's gradient is
+  // being filled (DeepSpeed's double buffer): bounds the unsharded gradient memory to two units.
+  virtual size_t max_inflight() const { return 1; }
+  // Unit u's reduction completed.
+  virtual void reduced(size_t u);
+  // Backward threw: what unit u drops of the micro-batch's gradient.
+  virtual void drop_partial(Unit& u) {
+    u.gbuf = torch::Tensor();
+    u.rs_out = torch::Tensor();
+  }
+
+  torch::Tensor master_chunk(size_t u);
+  torch::Tensor on_rank(const torch::Tensor& flat, size_t u) const {  // the rank's chunk of a unit's flat values
+    return flat.narrow(0, r_ * units_[u].chunk, units_[u].chunk);
+  }
+  torch::TensorOptions on(c10::ScalarType t) const { return torch::dtype(t).device(device_); }
+
   comm::Communicator& comm_;
   comm::ComputeClock* clock_;
   Model& model_;
@@ -129,26 +194,45 @@ class ZeroEngine final : public UnitGate {
   int n_, r_;
   bool model_gates_;
   torch::Device device_;
-  torch::TensorOptions on(c10::ScalarType t) const { return torch::dtype(t).device(device_); }
   std::vector<Unit> units_;
-  std::vector<std::pair<size_t, size_t>> unit_of_;  // param -> (unit, slot)
   int64_t total_ = 0;  // elements in the rank's chunks, all units
-  torch::Tensor master_, work_shard_, grad_;
+  torch::Tensor master_, grad_;
   bool grad_valid_ = false;
+  bool sync_ = false;
+  std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
+
+ private:
+  void accumulated(size_t param);
+  void launch(size_t u);
+  void complete(size_t u);
+  void clear_grads();
+  void charge_backward(size_t u);
+
+  std::vector<std::pair<size_t, size_t>> unit_of_;  // param -> (unit, slot)
   double grad_factor_ = 1.0;  // applied when the gradient is read: 1/loss scale, clipping
-  // optimizer state
-  torch::Tensor exp_avg_, exp_avg_sq_, momentum_;
-  // Adafactor: per parameter, the row and column factors of a matrix (whole, the same on
-  // every rank) or this rank's piece of a vector's second moment; exp_avg_ with beta1
-  std::vector<torch::Tensor> af_row_, af_col_, af_sq_;
-  void adafactor_step(const AdafactorConfig& c, double lr);
+  // optimizer state, by kind and the optimizer's StateScope: Element kinds flat over the
+  // rank's chunks ([total_]); per parameter, Piece kinds over the rank's piece of it and
+  // Parameter kinds whole (the same on every rank: Adafactor's row and column factors)
+  std::map<std::string, torch::Tensor> flat_state_;
+  std::map<std::string, std::vector<torch::Tensor>> piece_state_, whole_state_;
+  // the rank's chunks as the optimizer's Shard (zero.cpp)
+  class RankShard;
+  friend class RankShard;
   int64_t steps_ = 0;
   // backward
-  bool in_backward_ = false, sync_ = false;
+  bool in_backward_ = false;
   int64_t rows_ = 0;
   std::deque<size_t> inflight_;  // units whose reduce-scatter is launched, oldest first
   std::vector<compat::GradAccumulator> accumulators_;
-  std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
 };
+
+// A stage's maker: its engine E (constructed from these), laid out.
+template <class E>
+std::unique_ptr<ZeroEngine> make_zero_engine(comm::Communicator& comm, comm::ComputeClock* clock, Model& model,
+                                             c10::ScalarType work, int64_t bucket_bytes) {
+  std::unique_ptr<E> e = std::make_unique<E>(comm, clock, model, work);
+  e->layout(bucket_bytes);
+  return e;
+}
 
 }  // namespace accel

@@ -5,7 +5,7 @@ Reproducible fit of the "spec model" (docs/sim-calibration.md, "Prediction from 
 sheet"): every platform is described by its spec sheet only (NVLink/PCIe bandwidth per GPU,
 NVLink SHARP or not, NICs per node and their line rate, node count), and nine coefficients
 shared by all platforms turn a spec into alpha-beta parameters. The same formulas are in
-sim/cost.cpp (topology_from_spec); tests/test_calibration.cpp recomputes every number this
+sim/cost.cpp (topology_from_spec); tests/sim/test_calibration.cpp recomputes every number this
 script writes with the C++ code and fails when they disagree.
 
 Usage (pure Python 3, no packages):
@@ -265,7 +265,7 @@ def main():
         f.write("# Written by sim/calibration/fit.py: the spec model's coefficients fitted on every platform\n"
                 "# but the one held out (held_out = (none): fitted on all; sim/cost.cpp ships that row), and the\n"
                 "# largest |model busbw / measured busbw - 1| over the held-out platform's rows >= 16 MiB as\n"
-                "# this script computes it. tests/test_calibration.cpp recomputes it with the C++ model.\n")
+                "# this script computes it. tests/sim/test_calibration.cpp recomputes it with the C++ model.\n")
         f.write("held_out," + ",".join(NAMES) + ",max_error\n")
         for held, th, worst in out:
             f.write(held + "," + ",".join(f"{th[k]:.6g}" for k in NAMES) + f",{worst:.6f}\n")

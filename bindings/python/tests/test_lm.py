@@ -34,7 +34,7 @@ def test_forward_matches_transformers(acc, name):
     assert logits.shape == ref["logits"].shape and logits.dtype == np.float32
     scale = np.abs(ref["logits"]).max()
     # 1e-4 of the largest logit: fp32's rounding over the tiny models' reductions, whatever
-    # order this CPU's kernels add in (derived above LMFixture.MatchesTransformers, tests/test_lm.cpp)
+    # order this CPU's kernels add in (derived above LMFixture.MatchesTransformers, tests/lm/test_lm.cpp)
     assert np.abs(logits - ref["logits"]).max() / scale < 1e-4
     assert abs(out.loss.item() - float(ref["loss"])) / abs(float(ref["loss"])) < 1e-4
     # the loss averages the real targets: labels[:, 1:] that are not -100

@@ -1,4 +1,4 @@
-/* Helper of tests/test_checkpoint.cpp (Crash.*): trains the test's small model through the
+/* Helper of tests/checkpoint/test_checkpoint.cpp (Crash.*): trains the test's small model through the
  * C ABI and saves under a project directory.
  *   checkpoint_crash PROJECT STEPS
  * loads the project's latest checkpoint if there is one, trains STEPS more optimizer steps,

@@ -26,8 +26,8 @@ removes it. The check fails on a crossing not listed and on a listed one that is
 its line: the list only shrinks), so the rules hold from now on and the list says exactly
 what is left.
 
-  tests/check_layers.py [--root DIR] [--list]     (--list: every crossing found, listed or not)
-  tests/check_layers.py --selftest
+  tests/scripts/check_layers.py [--root DIR] [--list]     (--list: every crossing found, listed or not)
+  tests/scripts/check_layers.py --selftest
 """
 import argparse
 import pathlib
@@ -136,7 +136,7 @@ def check(root: pathlib.Path, known: dict, out=sys.stdout) -> int:
         for to in tos:
             if to not in found.get(f, []):
                 print(f"check_layers: {f} no longer includes {to}: delete that line of KNOWN in "
-                      f"tests/check_layers.py (the list only shrinks)", file=out)
+                      f"tests/scripts/check_layers.py (the list only shrinks)", file=out)
                 bad += 1
     n_known = sum(len(v) for v in known.values())
     print(f"check_layers: {sum(len(v) for v in found.values())} crossings, {n_known} of them known, "
@@ -208,7 +208,7 @@ def selftest() -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parent.parent)
+    ap.add_argument("--root", type=pathlib.Path, default=pathlib.Path(__file__).resolve().parents[2])
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--selftest", action="store_true")
     a = ap.parse_args()

@@ -396,7 +396,7 @@ TEST(Hostile, EveryCorruptionIsRefusedAndNothingLoads) {
   fs::remove_all(good);
 }
 
-// A process killed at every point of a save (tests/checkpoint_crash.c, through the C ABI)
+// A process killed at every point of a save (tests/checkpoint/checkpoint_crash.c, through the C ABI)
 // leaves the previous checkpoint loadable and no half checkpoint that "the latest" picks.
 TEST(Crash, KilledDuringASaveLeavesThePreviousCheckpoint) {
   const fs::path proj = scratch("crash");

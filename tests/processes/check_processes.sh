@@ -2,7 +2,7 @@
 # Real processes end to end: the digits example and a probe of the C ABI's process utilities,
 # started by accel launch, by hand with torchrun's variables, by mpirun, and as two "nodes"
 # (two launchers; where the machine allows it, in two network namespaces with their own
-# addresses). Each section is a test of its own (tests/meson.build).
+# addresses). Each section is a test of its own (tests/processes/meson.build).
 #   check_processes.sh ACCEL_TOOL TRAIN_DIGITS PROCESS_PROBE SECTION
 # SECTION: digits | restart | reshard | nodes | netns | mpirun | by-hand | no-destroy
 #          sim-digits | sim-failures | sim-restart | sim-determinism (accel launch --backend sim:

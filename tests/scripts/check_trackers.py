@@ -1,4 +1,4 @@
-"""Reads back what tests/tracker_probe.c wrote, with TensorBoard's own event reader (its
+"""Reads back what tests/capi/tracker_probe.c wrote, with TensorBoard's own event reader (its
 EventAccumulator), csv and json: the same steps and values in all three (TensorBoard's as
 float32). Usage: check_trackers.py PROBE. Exit 77 (skipped) without the tensorboard package."""
 import csv, glob, json, math, os, subprocess, sys, tempfile

@@ -1,4 +1,4 @@
-/* Writes a known series through accel_log with every writer, for tests/check_trackers.py:
+/* Writes a known series through accel_log with every writer, for tests/scripts/check_trackers.py:
  * steps 0..9, "loss" = 1/(step+1), "lr" = 0.001*step, "accuracy" at odd steps only (NaN at
  * step 5), "name, with \"quotes\"" at step 9. Usage: tracker_probe LOG_DIR */
 #include <accel/accel.h>

@@ -4,17 +4,17 @@
 # LANG: python (with the interpreter in $ACCEL_TEST_PYTHON: scripts/test makes a venv with
 # cffi and numpy), rust (Debian's rustc 1.63 or newer), go (Debian's golang-go 1.19 or newer).
 # The example trains the digits MLP on 2 simulated ranks and must reach an accuracy of 0.95
-# (tests/check_accuracy.sh). Rust's and Go's build outputs go under BUILD_DIR/bindings/.
-# The bindings' tests are their READMEs, run as written (tests/check_readme.py).
+# (tests/scripts/check_accuracy.sh). Rust's and Go's build outputs go under BUILD_DIR/bindings/.
+# The bindings' tests are their READMEs, run as written (tests/scripts/check_readme.py).
 set -euo pipefail
 lang=$1 src=$(cd "$2" && pwd) build=$(cd "$3" && pwd)
-[ "${4:-example}" = example ] || { echo "check_bindings: only 'example' (the tests are the READMEs: tests/check_readme.py)" >&2; exit 2; }
+[ "${4:-example}" = example ] || { echo "check_bindings: only 'example' (the tests are the READMEs: tests/scripts/check_readme.py)" >&2; exit 2; }
 data="$src/examples/data/digits.csv.gz"
 export ACCEL_LIBRARY="$build/libaccel.so" ACCEL_LIB_DIR="$build"
 export ACCEL_LAYOUT_PROBE="$build/tests/abi/abi_layout_probe"
 export ACCEL_SIM_NCCL_LIBRARY="$build/libaccel-nccl-sim.so"
 export ACCEL_TEST_TORCHSCRIPT="$build/tests/digits_model.pt"  # a TorchScript MLP the build makes
-accuracy() { "$src/tests/check_accuracy.sh" 0.95 "$@"; }
+accuracy() { "$src/tests/scripts/check_accuracy.sh" 0.95 "$@"; }
 need() {
   command -v "$1" >/dev/null || { echo "check_bindings: '$1' is not installed (scripts/setup installs $2)" >&2; exit 1; }
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """check_readme: runs a README's shell commands as written, so a README that drifts fails.
 
-  tests/check_readme.py [--build-dir BUILD] [--work DIR] [--list] README.md
-  tests/check_readme.py --selftest
+  tests/scripts/check_readme.py [--build-dir BUILD] [--work DIR] [--list] README.md
+  tests/scripts/check_readme.py --selftest
 
 Every fenced block whose info string starts with `sh` (```sh, ```sh title, ```bash) is run, in
 the README's order, in ONE `bash -euo pipefail` session, as a user types them into one
@@ -225,7 +225,7 @@ def main():
         src = pathlib.Path(subprocess.run(["git", "-C", str(readme.parent), "rev-parse", "--show-toplevel"],
                                           check=True, capture_output=True, text=True).stdout.strip())
     except (OSError, subprocess.CalledProcessError):
-        src = pathlib.Path(__file__).resolve().parent.parent
+        src = pathlib.Path(__file__).resolve().parents[2]
     if a.list:
         for line, info, body, reason in blocks(readme.read_text(encoding="utf-8")):
             if is_shell(info):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The exported symbols of libaccel.so must be exactly the functions declared ACCEL_API in
-# the public header and listed in tests/exported_symbols.txt: a new export, a missing one,
+# the public header and listed in tests/scripts/exported_symbols.txt: a new export, a missing one,
 # or a leaked C++ symbol fails. Usage: check_symbols.sh LIB HEADER LIST
 set -euo pipefail
 lib=$1 header=$2 list=$3
