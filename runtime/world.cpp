@@ -137,7 +137,6 @@ sim::RunReport run_simulated(const sim::WorldSettings& settings, const std::stri
               "ctx_opts->device: simulated ranks run on the CPU; ask for ACCEL_DEVICE_AUTO or ACCEL_DEVICE_CPU");
   Options ro = options;
   ro.device = DeviceKind::CPU;
-  device_memory::install();
   sim::RunReport report =
       world.run([&](sim::Rank& rank) { rank_fn(std::make_unique<Accelerator>(ro, simulated_rank(rank))); });
   if (!trace_path.empty()) safetensors::write_file_atomic(trace_path, world.trace_json());  // appears whole
