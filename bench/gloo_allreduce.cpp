@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "bench/procs.h"
+#include "comm/gloo/gloo.h"
 #include "runtime/world.h"
 #include "sim/world.h"
 
@@ -460,6 +461,97 @@ CallCost call_cost(int rounds, int block) {
   return res;
 }
 
+// ---------------------------------------------------------------------------------------
+// What the collective fingerprints (comm/guard.h) cost: 2 processes, each with accel's Gloo
+// communicator as world::make_process_group makes it (checked) and one made by
+// comm::make_gloo_communicator alone (unchecked, what ACCEL_COMM_CHECK=0 gives), each on its
+// own rendezvous; blocks of `block` 4 KiB float32 all-reduces, each waited on, the side
+// going first alternating. A block's time over `block` is one sample, the slower process's.
+
+int check_worker(int rank, int port, int port2, const std::string& dir, int rounds, int block) {
+  at::set_num_threads(1);
+  accel::comm::GroupConfig gc;
+  gc.backend = "gloo";
+  gc.rank = rank;
+  gc.world_size = 2;
+  gc.local_rank = rank;
+  gc.local_world_size = 2;
+  gc.master_addr = "127.0.0.1";
+  gc.master_port = port;
+  gc.timeout = std::chrono::seconds(120);
+  auto checked = accel::world::make_process_group(gc);
+  gc.master_port = port2;
+  auto unchecked = accel::comm::make_gloo_communicator(gc);
+  std::vector<float> buf(1024);
+  std::ostringstream out;
+  for (int r = 0; r <= rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int side = (r % 2 == 0) ? k : 1 - k;
+      accel::comm::Communicator& c = side == 0 ? *checked : *unchecked;
+      c.barrier();
+      const double t0 = mono_s();
+      for (int i = 0; i < block; ++i) {
+        std::fill(buf.begin(), buf.end(), 1.0f);
+        c.all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, RedOp::Sum)->wait();
+      }
+      const double us = (mono_s() - t0) / block * 1e6;
+      if (buf[1023] != 2.0f) {
+        std::fprintf(stderr, "gloo_allreduce check worker %d: WRONG RESULT %f\n", rank, buf[1023]);
+        return 3;
+      }
+      if (r > 0) out << side << " " << us << "\n";  // round 0 warms up
+    }
+  checked->barrier();
+  unchecked->barrier();
+  std::ofstream f(dir + "/check." + std::to_string(rank));
+  f << out.str();
+  return f ? 0 : 1;
+}
+
+struct CheckCost {
+  double checked_us = NAN, unchecked_us = NAN, checked_min_us = NAN, unchecked_min_us = NAN;
+  int samples = 0;
+  std::string error;
+};
+
+CheckCost check_cost(int rounds, int block) {
+  CheckCost res;
+  const std::string dir = bench::make_temp_dir("accel-bench-gloo-check");
+  const std::string exe = bench::self_exe();
+  const int port = bench::free_port(), port2 = bench::free_port();
+  if (dir.empty() || exe.empty() || port == 0 || port2 == 0 || port == port2) {
+    res.error = "cannot make a temporary directory, find this executable or two free ports";
+    return res;
+  }
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r)
+    pids.push_back(bench::spawn({exe, "--check-worker", std::to_string(r), "--port", std::to_string(port), "--port2",
+                                 std::to_string(port2), "--dir", dir, "--rounds", std::to_string(rounds), "--block",
+                                 std::to_string(block)}));
+  res.error = bench::wait_all(pids, 300);
+  std::vector<std::vector<double>> slowest(2, std::vector<double>(static_cast<size_t>(rounds), 0.0));
+  for (int r = 0; r < 2 && res.error.empty(); ++r) {
+    std::ifstream f(dir + "/check." + std::to_string(r));
+    std::vector<int> seen(2, 0);
+    int side;
+    double us;
+    while (f >> side >> us)
+      if ((side == 0 || side == 1) && seen[side] < rounds) {
+        auto& s = slowest[side][static_cast<size_t>(seen[side]++)];
+        s = std::max(s, us);
+      }
+    if (seen[0] != rounds || seen[1] != rounds) res.error = "check worker " + std::to_string(r) + " wrote too few times";
+  }
+  bench::remove_dir(dir);
+  if (!res.error.empty()) return res;
+  res.samples = rounds;
+  res.checked_us = median(slowest[0]);
+  res.unchecked_us = median(slowest[1]);
+  res.checked_min_us = *std::min_element(slowest[0].begin(), slowest[0].end());
+  res.unchecked_min_us = *std::min_element(slowest[1].begin(), slowest[1].end());
+  return res;
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::istringstream in(s);
@@ -473,7 +565,7 @@ std::vector<int> parse_list(const std::string& s) {
 }
 
 [[noreturn]] void usage(const char* argv0) {
-  std::fprintf(stderr, "usage: %s [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--launches L] [--warmup K] [--no-sim]\n",
+  std::fprintf(stderr, "usage: %s [--quick] [--procs 2,4] [--mib 1,4,16,64,256] [--reps K] [--launches L] [--warmup K] [--no-sim] [--check-only]\n",
                argv0);
   std::exit(2);
 }
@@ -481,6 +573,29 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--check-worker") == 0) {
+    int rank = -1, port = 0, port2 = 0, rounds = 0, block = 0;
+    std::string dir;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      const std::string a = argv[i], v = argv[i + 1];
+      if (a == "--check-worker") rank = std::atoi(v.c_str());
+      else if (a == "--port") port = std::atoi(v.c_str());
+      else if (a == "--port2") port2 = std::atoi(v.c_str());
+      else if (a == "--dir") dir = v;
+      else if (a == "--rounds") rounds = std::atoi(v.c_str());
+      else if (a == "--block") block = std::atoi(v.c_str());
+    }
+    if (rank < 0 || rank > 1 || port <= 0 || port2 <= 0 || dir.empty() || rounds < 1 || block < 1) {
+      std::fprintf(stderr, "gloo_allreduce check worker: bad arguments\n");
+      return 2;
+    }
+    try {
+      return check_worker(rank, port, port2, dir, rounds, block);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "gloo_allreduce check worker %d: %s\n", rank, e.what());
+      return 1;
+    }
+  }
   if (argc > 1 && std::strcmp(argv[1], "--gloo-worker") == 0) {
     int rank = -1, n = 0, port = 0;
     bool accel_first = true;
@@ -507,7 +622,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  bool quick = false, sim = true;
+  bool quick = false, sim = true, check_only = false;
   std::vector<int> procs = {2, 4}, mibs;
   int reps_override = 0, warmup_override = -1, launches = 0;
   for (int i = 1; i < argc; ++i) {
@@ -518,6 +633,7 @@ int main(int argc, char** argv) {
     };
     if (a == "--quick") quick = true;
     else if (a == "--no-sim") sim = false;
+    else if (a == "--check-only") check_only = true;
     else if (a == "--procs") {
       procs = parse_list(value());
       if (procs.empty() || *std::min_element(procs.begin(), procs.end()) < 2) usage(argv[0]);
@@ -540,6 +656,7 @@ int main(int argc, char** argv) {
     } else std::fprintf(stderr, "gloo_allreduce: ignoring unknown option '%s'\n", a.c_str());
   }
   if (mibs.empty()) mibs = quick ? std::vector<int>{1, 16} : std::vector<int>{1, 4, 16, 64, 256};
+  if (check_only) procs.clear();
   if (launches == 0) launches = quick ? 2 : 3;
 
   // Repetitions per size: more for the small ones, whose times are short and noisy; and
@@ -618,16 +735,30 @@ int main(int argc, char** argv) {
       ++failures;
     }
   }
-  const CallCost cc = call_cost(quick ? 7 : 21, 2000);
+  const CallCost cc = check_only ? CallCost{} : call_cost(quick ? 7 : 21, 2000);
   if (!cc.error.empty()) {
     std::fprintf(stderr, "gloo_allreduce: the per-call cost FAILED: %s\n", cc.error.c_str());
     ++failures;
   }
-  std::printf("{\"bench\":\"gloo_allreduce_call\",\"procs\":1,\"bytes\":4,\"calls_per_block\":2000,\"accel_us\":%s,"
+  if (!check_only)
+    std::printf("{\"bench\":\"gloo_allreduce_call\",\"procs\":1,\"bytes\":4,\"calls_per_block\":2000,\"accel_us\":%s,"
               "\"c10d_us\":%s,\"accel_min_us\":%s,\"c10d_min_us\":%s,\"overhead_us\":%s,\"error\":%s}\n",
               json_num(cc.accel_us, "%.2f").c_str(), json_num(cc.c10d_us, "%.2f").c_str(),
               json_num(cc.accel_min_us, "%.2f").c_str(), json_num(cc.c10d_min_us, "%.2f").c_str(),
               json_num(cc.accel_us - cc.c10d_us, "%.2f").c_str(), bench::json_str(cc.error).c_str());
+  std::fflush(stdout);
+  const CheckCost ck = check_cost(quick ? 11 : 41, 500);
+  if (!ck.error.empty()) {
+    std::fprintf(stderr, "gloo_allreduce: the fingerprints' cost FAILED: %s\n", ck.error.c_str());
+    ++failures;
+  }
+  std::printf("{\"bench\":\"gloo_check_cost\",\"procs\":2,\"bytes\":4096,\"calls_per_block\":500,\"blocks\":%d,"
+              "\"checked_us\":%s,\"unchecked_us\":%s,\"checked_min_us\":%s,\"unchecked_min_us\":%s,\"cost_us\":%s,"
+              "\"cost_fraction\":%s,\"error\":%s}\n",
+              ck.samples, json_num(ck.checked_us, "%.2f").c_str(), json_num(ck.unchecked_us, "%.2f").c_str(),
+              json_num(ck.checked_min_us, "%.2f").c_str(), json_num(ck.unchecked_min_us, "%.2f").c_str(),
+              json_num(ck.checked_us - ck.unchecked_us, "%.2f").c_str(),
+              json_num((ck.checked_us - ck.unchecked_us) / ck.unchecked_us, "%.4f").c_str(), bench::json_str(ck.error).c_str());
   std::fflush(stdout);
   return failures ? 1 : 0;
 }

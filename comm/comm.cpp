@@ -1,6 +1,7 @@
 // Data types, reduction kernels and the single-rank (local) backend.
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -29,6 +30,18 @@ const char* op_name(RedOp op) {
   static const char* names[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
   int i = static_cast<int>(op);
   return i >= 0 && i < kNumRedOps ? names[i] : "unknown-op";
+}
+
+bool Work::wait_for(std::chrono::milliseconds d) {
+  const auto deadline = std::chrono::steady_clock::now() + d;
+  auto nap = std::chrono::microseconds(20);
+  while (!test()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(nap);
+    nap = std::min<std::chrono::microseconds>(nap * 2, std::chrono::milliseconds(2));
+  }
+  wait();
+  return true;
 }
 
 const char* collective_name(Collective c) {

@@ -3,6 +3,7 @@
 // Torch-free: buffers are raw pointers with a count and a data type, as in nccl.h.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,6 +74,10 @@ class Work {
   virtual void wait() = 0;
   // Non-blocking: true once complete (successfully or not).
   virtual bool test() = 0;
+  // Waits up to `d`: true once complete (then as wait(): throws CommError if it failed),
+  // false while it still runs. The default polls test(); backends that can block with a
+  // deadline do (comm/guard.h checks a long wait across the processes in between).
+  virtual bool wait_for(std::chrono::milliseconds d);
 };
 
 // The operations of the interface below, for capability queries (Communicator::supports).

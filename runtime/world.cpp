@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "base/status.h"
+#include "comm/guard.h"
 #include "comm/launch_env.h"
 #include "comm/nccl/nccl.h"
 #ifdef ACCEL_HAVE_GLOO
@@ -57,7 +58,15 @@ const Backend kBackends[] = {
 
 std::shared_ptr<comm::Communicator> make_process_group(const comm::GroupConfig& config) {
   for (const Backend& b : kBackends)
-    if (config.backend == b.name) return b.make(config);
+    if (config.backend == b.name) {
+      auto c = b.make(config);
+      // Real processes (Gloo, a real NCCL) get their calls' fingerprints checked across the
+      // processes (comm/guard.h); the simulated NCCL checks its own.
+      const std::string kind = c->backend();
+      if ((kind == "gloo" || kind == "nccl") && comm::comm_check_enabled())
+        return comm::guard_communicator(std::move(c), config.timeout);
+      return c;
+    }
   fail(Status::InvalidArgument, "backend '", config.backend, "' is not one this build has (", backend_names(), ")");
 }
 

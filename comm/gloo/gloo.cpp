@@ -12,11 +12,14 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "comm/c10d/tcp_store.h"
+#include "comm/guard.h"
 #include "comm/kernels.h"
 
 namespace accel::comm {
@@ -117,6 +120,26 @@ class GlooWork final : public Work {
     wait();
     return true;
   }
+  // A collective's c10d Work blocks with a deadline (c10d::Work::wait(timeout) throws when
+  // it passes, the operation left running). Send and recv cannot: theirs end the operation
+  // with the timeout's error, so they are waited for whole.
+  bool wait_for(std::chrono::milliseconds d) override {
+    if (!done_ && sliceable_) {
+      const auto deadline = std::chrono::steady_clock::now() + d;
+      if (before_ && !before_->wait_for(d)) return false;
+      if (w_ && !w_->isCompleted()) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        try {
+          w_->wait(std::max(left, std::chrono::milliseconds(1)));
+        } catch (...) {  // the deadline, or the operation's own failure (wait() reports it)
+        }
+        if (!w_->isCompleted()) return false;
+      }
+    }
+    wait();
+    return true;
+  }
+  void not_sliceable() { sliceable_ = false; }
 
  private:
   c10::intrusive_ptr<C10Work> w_;
@@ -124,6 +147,7 @@ class GlooWork final : public Work {
   std::string what_;
   std::shared_ptr<Work> before_;
   bool done_ = false;
+  bool sliceable_ = true;
   std::exception_ptr failed_;
 };
 
@@ -138,6 +162,10 @@ class GroupedWork final : public Work {
   bool test() override {
     if (!inner) return false;
     return inner->test();
+  }
+  bool wait_for(std::chrono::milliseconds d) override {
+    if (!inner) throw CommError(Result::InvalidUsage, "gloo: waiting on an operation of a group before group_end");
+    return inner->wait_for(d);
   }
 };
 
@@ -325,7 +353,7 @@ class GlooCommunicator final : public Communicator {
     need(buf, buf, count);
     return run([this, buf, count, t, peer] {
       std::vector<at::Tensor> ts{bytes(buf, count, t)};
-      return post([&] { return pg_->send(ts, peer, 0); }, nullptr, what("send to " + std::to_string(peer), count, t));
+      return post([&] { return pg_->send(ts, peer, 0); }, nullptr, what("send to " + std::to_string(peer), count, t), true);
     });
   }
 
@@ -335,7 +363,7 @@ class GlooCommunicator final : public Communicator {
     need(buf, buf, count);
     return run([this, buf, count, t, peer] {
       std::vector<at::Tensor> ts{bytes(buf, count, t)};
-      return post([&] { return pg_->recv(ts, peer, 0); }, nullptr, what("recv from " + std::to_string(peer), count, t));
+      return post([&] { return pg_->recv(ts, peer, 0); }, nullptr, what("recv from " + std::to_string(peer), count, t), true);
     });
   }
 
@@ -381,14 +409,16 @@ class GlooCommunicator final : public Communicator {
   }
 
   template <class F>
-  std::shared_ptr<Work> post(F&& f, std::function<void()> finish, const std::string& w) {
+  std::shared_ptr<Work> post(F&& f, std::function<void()> finish, const std::string& w, bool p2p = false) {
     c10::intrusive_ptr<C10Work> work;
     try {
       work = f();
     } catch (...) {
       throw translate(std::current_exception(), w);
     }
-    return std::make_shared<GlooWork>(std::move(work), std::move(finish), w);
+    auto g = std::make_shared<GlooWork>(std::move(work), std::move(finish), w);
+    if (p2p) g->not_sliceable();
+    return g;
   }
 
   std::shared_ptr<Work> post_all_gather(const void* send, void* recv, size_t count, DataType t, const char* op,
@@ -447,6 +477,34 @@ class GlooCommunicator final : public Communicator {
   std::vector<std::pair<std::function<std::shared_ptr<Work>()>, std::shared_ptr<GroupedWork>>> queued_;
 };
 
+// Gloo's transport thread (its TCP device's event loop) throws when a message does not fit
+// the operation it arrives for (a peer that posted a collective of another size: "enforce
+// fail at gloo/transport/tcp/pair.cc ... op.preamble.length <= op.nbytes"), and nothing
+// catches it there: std::terminate, the process ends with SIGABRT. With the fingerprints
+// checked (comm/guard.h), that thread is parked instead: the operation never completes, the
+// waiting process finds out why from the other processes' calls, and fails with the calls
+// named, as its peers do. Other terminations go on as before.
+std::terminate_handler previous_terminate = nullptr;
+
+[[noreturn]] void park_gloo_transport() {
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      const std::string m = x.what();
+      if (m.find("gloo/transport") != std::string::npos) {
+        const std::string line = "accel: gloo's transport thread stopped (" + m.substr(0, m.find('\n')) +
+                                 "): the collective in progress cannot complete; the processes' calls are compared\n";
+        [[maybe_unused]] const ssize_t w = ::write(2, line.data(), line.size());
+        for (;;) ::pause();
+      }
+    } catch (...) {
+    }
+  }
+  if (previous_terminate) previous_terminate();
+  std::abort();
+}
+
 }  // namespace
 
 std::shared_ptr<Communicator> make_gloo_communicator(const GroupConfig& c) {
@@ -457,6 +515,10 @@ std::shared_ptr<Communicator> make_gloo_communicator(const GroupConfig& c) {
   // program chose its own disposition (Python, PyTorch's usual host, ignores it already).
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  if (comm_check_enabled()) {
+    static std::once_flag once;
+    std::call_once(once, [] { previous_terminate = std::set_terminate(park_gloo_transport); });
+  }
   std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
   return std::make_shared<GlooCommunicator>(c, std::move(store));

@@ -14,6 +14,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -237,7 +238,11 @@ TEST(GlooThreads, MissingPeerTimesOut) {
           ADD_FAILURE() << "an all-reduce without its peer completed";
         } catch (const CommError& e) {
           EXPECT_EQ(e.result(), Result::Timeout) << e.what();
-          EXPECT_TRUE(contains(e.what(), "all_reduce of 16 float32")) << e.what();
+          // the call, and where the other process is (comm/guard.h)
+          EXPECT_TRUE(contains(e.what(), "all_reduce #1(count=16, float32, sum)") || contains(e.what(), "all_reduce of 16 float32"))
+              << e.what();
+          EXPECT_TRUE(contains(e.what(), "the other processes: rank 1 (pid ") && contains(e.what(), ") has made no call yet"))
+              << e.what();
         }
       },
       2s);
@@ -394,6 +399,50 @@ std::vector<torch::Tensor> train(Accelerator& acc, int64_t batch, OptKind which,
   return acc.full_parameters(*model);
 }
 
+// The three classic bugs of a data-parallel program, made by one process (`kind`):
+//   skip   process 1 skips the backward and step of its 3rd batch (one optimizer step fewer),
+//          then both evaluate (a metric all-reduced);
+//   wider  process 1's metric is one element wider than process 0's;
+//   alone  process 0 alone reduces a metric after its 2nd step, then both train on.
+// `exit`: the process that made the mistake ends (exit code 3) right after it (process 0's
+// lone all-reduce posted, not waited for), instead of going on with its program.
+void classic_bug(Accelerator& acc, const std::string& kind, bool exit_after) {
+  const int rank = acc.process_index();
+  MLPConfig cfg;
+  cfg.sizes = {16, 32, 32, 5};
+  std::shared_ptr<Model> model = make_mlp(cfg, acc.generator());
+  auto opt = make_opt(model, OptKind::SGD);
+  auto [X, Y] = data(256);
+  DataLoaderConfig lc;
+  lc.batch_size = 4;
+  auto loader = std::make_shared<DataLoader>(X, Y, lc);
+  acc.prepare(model, opt, nullptr, loader);
+  int batches = 0;
+  while (acc.optimizer_steps() < 6) {
+    auto b = acc.next_batch(*loader);
+    if (!b) continue;
+    ++batches;
+    if (kind == "skip" && rank == 1 && batches == 3) {
+      if (exit_after) _exit(3);
+      continue;
+    }
+    acc.backward(cross_entropy(acc.forward(*model, {b->inputs}), b->targets));
+    acc.step();
+    if (kind == "alone" && rank == 0 && acc.optimizer_steps() == 2) {
+      if (exit_after) {  // posted, not waited for: the process ends with it in flight
+        static float metric[3] = {1, 1, 1};
+        acc.comm().all_reduce(metric, metric, 3, comm::DataType::Float32, comm::RedOp::Sum);
+        _exit(3);
+      }
+      acc.reduce(torch::ones({3}), comm::RedOp::Sum);
+    }
+    if (kind == "skip" && rank == 1 && acc.optimizer_steps() == 5) break;  // its 6 batches are done
+  }
+  const int64_t width = kind == "wider" && rank == 1 ? 5 : 4;
+  if (kind == "wider" && rank == 1 && exit_after) _exit(3);
+  acc.reduce(torch::ones({width}), comm::RedOp::Sum);
+}
+
 Options options(const Case& c) {
   Options o;
   o.gradient_accumulation_steps = c.k;
@@ -444,7 +493,12 @@ TEST(GlooProcess, Worker) {
     const double timeout = std::getenv("ACCEL_TIMEOUT") ? std::atof(std::getenv("ACCEL_TIMEOUT")) : 20;
     auto comm = world::join_world(backend, std::chrono::milliseconds(static_cast<int64_t>(timeout * 1000)), false);
     Accelerator acc(o, comm);
-    params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at, wide, hog_at);
+    if (what == "bug") {  // "bug ddp N 1 B KIND-stay" or "...KIND-exit"
+      const size_t dash = opt.find('-');
+      classic_bug(acc, opt.substr(0, dash), opt.substr(dash + 1) == "exit");
+    } else {
+      params = train(acc, c.b, c.opt, static_cast<int64_t>(c.n) * c.k * c.b * kSteps, kill_at, wide, hog_at);
+    }
   } catch (const Error& e) {
     status = static_cast<int>(e.status());
     msg = e.what();
@@ -475,6 +529,8 @@ std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s
   char tmpl[] = "/tmp/accel-test-gloo-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   const int port = free_port();
+  const std::string ends = dir + "/ends";
+  mkdir(ends.c_str(), 0755);
   std::vector<pid_t> kids;
   for (int r = 0; r < n; ++r) {
     const pid_t pid = fork();
@@ -490,6 +546,7 @@ std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s
       setenv("ACCEL_TEST_GLOO_DIR", dir.c_str(), 1);
       setenv("ACCEL_TEST_GLOO_SLOT", std::to_string(r).c_str(), 1);
       setenv("ACCEL_TEST_BACKEND", backend.c_str(), 1);
+      setenv("ACCEL_LAUNCH_STATUS_DIR", ends.c_str(), 1);
       // the simulated library's report and trace files (kept in `keep` when given)
       setenv("ACCEL_SIM_OUT", (keep.empty() ? dir : keep).c_str(), 1);
       setenv("ACCEL_SIM_TRACE", "1", 1);
@@ -504,9 +561,26 @@ std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s
     kids.push_back(pid);
   }
   std::vector<Outcome> out(static_cast<size_t>(n));
+  // reaped as they end, each one's end written where its peers look for it, as accel launch
+  // does (ACCEL_LAUNCH_STATUS_DIR, comm/guard.h)
+  std::vector<int> status(static_cast<size_t>(n), -1);
+  for (int left = n; left > 0;) {
+    bool any = false;
+    for (int r = 0; r < n; ++r) {
+      int st = 0;
+      if (status[static_cast<size_t>(r)] != -1 || waitpid(kids[static_cast<size_t>(r)], &st, WNOHANG) <= 0) continue;
+      status[static_cast<size_t>(r)] = st;
+      --left;
+      any = true;
+      const std::string how = WIFEXITED(st) ? "exited with code " + std::to_string(WEXITSTATUS(st))
+                                            : "was killed by signal " + std::to_string(WTERMSIG(st)) + " (SIG" +
+                                                  sigabbrev_np(WTERMSIG(st)) + ")";
+      std::ofstream(ends + "/rank-" + std::to_string(r)) << how << "\n";
+    }
+    if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   for (int r = 0; r < n; ++r) {
-    int st = 0;
-    waitpid(kids[static_cast<size_t>(r)], &st, 0);
+    const int st = status[static_cast<size_t>(r)];
     Outcome& o = out[static_cast<size_t>(r)];
     o.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
     std::istringstream s(slurp(dir + "/" + std::to_string(r) + ".status"));
@@ -582,7 +656,47 @@ TEST(GlooProcess, KilledPeerFailsTheOthers) {
     EXPECT_EQ(out[r].exit_code, 0) << "rank " << r;
     EXPECT_EQ(out[r].status, static_cast<int>(Status::Communication)) << "rank " << r << ": " << out[r].message;
     EXPECT_TRUE(contains(out[r].message, "gloo: ")) << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, "rank 1 (pid ")) << out[r].message;
+    EXPECT_TRUE(contains(out[r].message, ") was killed by signal 9 (SIGKILL)")) << out[r].message;
     EXPECT_LT(out[r].seconds, 30) << "rank " << r << " took " << out[r].seconds << " s";
+  }
+}
+
+// The three classic bugs (classic_bug), the process that made the mistake going on or ending:
+// every process fails within 5 s (the timeout is 60 s), with the calls of each process
+// listed, or the process that ended named with its rank, pid and exit code.
+TEST(GlooProcess, ClassicBugsAreNamedWithinSeconds) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  struct Expect {
+    const char* job;
+    Status status;
+    std::vector<std::string> words;  // in every failed process's message
+  };
+  const std::string mismatch = "mismatched collectives at call #";
+  const std::vector<Expect> cases = {
+      {"skip-stay", Status::InvalidState, {mismatch, "called all_reduce #", "(count=4, float32, sum)", "every rank must make the same calls"}},
+      {"wider-stay", Status::InvalidState, {mismatch, "rank 0 called all_reduce #", "(count=4, float32, sum); rank 1 called all_reduce #", "(count=5, float32, sum)"}},
+      {"alone-stay", Status::InvalidState, {mismatch, "rank 0 called all_reduce #", "(count=3, float32, sum)"}},
+      {"skip-exit", Status::Communication, {"rank 1 (pid ", ") exited with code 3 without calling all_reduce #"}},
+      {"wider-exit", Status::Communication, {"rank 1 (pid ", ") exited with code 3 without calling all_reduce #", "(count=4, float32, sum)"}},
+      {"alone-exit", Status::Communication, {"rank 0 (pid ", ") exited with code 3"}},
+  };
+  for (const auto& e : cases) {
+    SCOPED_TRACE(e.job);
+    auto out = run_workers(2, std::string("bug ddp 2 1 4 ") + e.job, 60);
+    const bool exits = contains(e.job, "exit");
+    const int deviant = contains(e.job, "alone") ? 0 : 1;
+    for (int r : {0, 1}) {
+      if (exits && r == deviant) {
+        EXPECT_EQ(out[r].exit_code, 3) << "rank " << r;
+        continue;
+      }
+      EXPECT_EQ(out[r].exit_code, 0) << "rank " << r;
+      EXPECT_EQ(out[r].status, static_cast<int>(e.status)) << "rank " << r << ": " << out[r].message;
+      for (const auto& w : e.words) EXPECT_TRUE(contains(out[r].message, w)) << "'" << w << "' in rank " << r << ": " << out[r].message;
+      if (std::getenv("ACCEL_TEST_SHOW")) std::cout << e.job << " rank " << r << " (" << out[r].seconds << " s): " << out[r].message << "\n";
+      EXPECT_LT(out[r].seconds, 5) << "rank " << r << " took " << out[r].seconds << " s: " << out[r].message;
+    }
   }
 }
 
