@@ -1,6 +1,7 @@
 #include "base/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -148,6 +149,43 @@ Result publish_dir(const std::string& tmp, const std::string& target, const std:
   if (ec) return {ec.value(), "cannot rename '" + tmp + "' to '" + target + "': " + ec.message()};
   fsync_dir(parent);
   return {};
+}
+
+FileLock lock_file(const std::string& path, const std::string& who) {
+  FileLock l;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    l.result = {errno, "cannot open the lock file '" + path + "': " + text::errno_text(errno)};
+    return l;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    if (e == EWOULDBLOCK) {
+      l.busy = true;
+      char buf[512];
+      const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+      l.holder = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+      while (!l.holder.empty() && (l.holder.back() == '\n' || l.holder.back() == '\0')) l.holder.pop_back();
+      if (l.holder.empty()) l.holder = "a process that has not written its name yet";
+    } else {
+      l.result = {e, "cannot lock '" + path + "': " + text::errno_text(e)};
+    }
+    ::close(fd);
+    return l;
+  }
+  const std::string line = who + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
+    const int e = errno;
+    ::close(fd);
+    l.result = {e, "cannot write the lock file '" + path + "': " + text::errno_text(e)};
+    return l;
+  }
+  l.fd = fd;
+  return l;
+}
+
+void unlock_file(int fd) {
+  if (fd >= 0) ::close(fd);
 }
 
 }  // namespace accel::files

@@ -56,4 +56,19 @@ void fsync_path(const std::string& path);
 // replaced.
 Result publish_dir(const std::string& tmp, const std::string& target, const std::string& old);
 
+// An advisory lock on the file `path` (created if absent, mode 0666 less the umask): flock,
+// exclusive, not waiting. The lock lives as long as the descriptor: the kernel releases it
+// when the holder closes it or ends, however it ends (a killed run never leaves it locked).
+// On success `fd` >= 0 and the file holds `who` (the holder's description, one line); when
+// another open description holds it, `fd` is -1, `busy` is true and `holder` is what that
+// holder wrote; on another failure, `fd` is -1 with `result` naming it.
+struct FileLock {
+  int fd = -1;
+  bool busy = false;
+  std::string holder;
+  Result result;
+};
+FileLock lock_file(const std::string& path, const std::string& who);
+void unlock_file(int fd);  // closes the descriptor (the lock goes with it); -1 is ignored
+
 }  // namespace accel::files

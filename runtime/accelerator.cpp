@@ -17,6 +17,8 @@
 #include "runtime/paths.h"
 #include "runtime/precision.h"
 #include "runtime/accelerator.h"
+
+#include "base/files.h"
 #include "comm/store.h"
 #include "comm/tensors.h"
 #include "runtime/models/transformer.h"
@@ -98,7 +100,7 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
   seed_default_generators(opts_.seed, device_);
 }
 
-Accelerator::~Accelerator() = default;
+Accelerator::~Accelerator() { files::unlock_file(project_lock_); }
 
 int Accelerator::zero_stage_active() const { return strategy_->zero_stage(); }
 

@@ -27,7 +27,9 @@ struct StepResult {
 class ParallelStrategy;
 
 // Where save_state puts checkpoints when it is given no directory: checkpoints/checkpoint_N
-// under `dir` (N counting up from 0), keeping the newest `total_limit` (0 = all).
+// under `dir` (N counting up from 0), keeping the newest `total_limit` (0 = all). A project
+// belongs to one run at a time: set_project takes an advisory lock on `dir`/.accel.lock (on
+// process 0, for the whole world) and a second run fails there, naming the first.
 struct ProjectConfig {
   std::string dir;
   int total_limit = 0;
@@ -154,6 +156,7 @@ class Accelerator {
   int64_t last_position_ = 0;          // that batch's 1-based position in its epoch
   std::vector<const DataLoader*> epoch_collectives_;  // loaders whose batches made collectives in their current epoch
   ProjectConfig project_;
+  int project_lock_ = -1;  // process 0: the descriptor holding PROJECT/.accel.lock (one run per project)
   int64_t fwd_rows_ = 0;  // rows of the last forward's first input (compute estimates)
 
   Options opts_;

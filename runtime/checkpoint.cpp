@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -223,11 +224,92 @@ void Accelerator::agree(Status status, const std::string& message) {
   if (status != Status::Ok) throw Error(status, message);
 }
 
+// Who holds a project: "pid 1234 on host h since 2026-11-27 14:10:00 UTC (process 0 of 4)".
+static std::string project_holder(int world) {
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::time_t now = std::time(nullptr);
+  char when[64] = "?";
+  std::tm tm{};
+  if (gmtime_r(&now, &tm)) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return "pid " + std::to_string(getpid()) + " on host " + host + " since " + when + " (process 0 of " +
+         std::to_string(world) + ")";
+}
+
 void Accelerator::set_project(const ProjectConfig& p) {
   ACCEL_CHECK(!p.dir.empty(), Status::InvalidArgument, "project_dir is empty");
   ACCEL_CHECK(p.total_limit >= 0, Status::InvalidArgument, "total_limit must be >= 0, got ", p.total_limit);
+  // One run per project: process 0 takes the lock for the world (every process agrees on the
+  // outcome), and keeps it until the context ends or names another project.
+  const bool same = p.dir == project_.dir;
+  Status st = Status::Ok;
+  std::string why;
+  int fd = -1;
+  if (comm_->rank() == 0 && !same) {
+    try {
+      std::error_code ec;
+      fs::create_directories(p.dir, ec);
+      if (ec) fail(status_of_errno(ec.value()), "cannot create the project directory ", p.dir, ": ", ec.message());
+      const std::string lock = (fs::path(p.dir) / ".accel.lock").string();
+      files::FileLock l = files::lock_file(lock, project_holder(comm_->size()));
+      if (l.busy)
+        fail(Status::InvalidState, "the project directory ", p.dir, " belongs to another run: ", l.holder, " holds ", lock,
+             "; two runs on one project would overwrite each other's checkpoints (let that run end, or give this one "
+             "its own project directory)");
+      if (!l.result) fail(status_of_errno(l.result.err), l.result.message);
+      fd = l.fd;
+    } catch (const Error& e) {
+      st = e.status();
+      why = e.what();
+    }
+  }
+  try {
+    agree(st, why);
+  } catch (...) {
+    files::unlock_file(fd);
+    throw;
+  }
+  if (!same) {
+    files::unlock_file(project_lock_);
+    project_lock_ = fd;
+  }
   project_ = p;
 }
+
+namespace {
+
+// What dead runs (or a save or a pruning cut short) left in a project's checkpoints/: the
+// hidden .checkpoint_N.tmp / .old / .deleting directories of accel's own files. Removed at
+// the next save, which the project's lock makes the only writer there.
+void clean_leftovers(const fs::path& root, const fs::path& keep) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return;
+  std::vector<fs::path> stale;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n.size() < 2 || n[0] != '.' || it->path() == keep) continue;
+    for (const char* suffix : {".tmp", ".old", ".deleting"}) {
+      const std::string sx(suffix);
+      if (n.size() > sx.size() + 1 && n.compare(n.size() - sx.size(), sx.size(), sx) == 0 &&
+          ckpt::names::checkpoint_index(n.substr(1, n.size() - 1 - sx.size())) >= 0 &&
+          paths::is_checkpoint_dir(it->path(), /*need_manifest=*/false))
+        stale.push_back(it->path());
+    }
+  }
+  for (const auto& d : stale) fs::remove_all(d, ec);
+}
+
+// Removes a published checkpoint so that no reader ever sees part of it: renamed out of the
+// way (.checkpoint_N.deleting, which nothing loads) in one step, then deleted; a run killed
+// in between leaves the hidden directory, which the next save removes.
+void remove_checkpoint(const fs::path& dir) {
+  const fs::path gone = dir.parent_path() / ("." + dir.filename().string() + ".deleting");
+  std::error_code ec;
+  fs::rename(dir, gone, ec);
+  if (!ec) fs::remove_all(gone, ec);
+}
+
+}  // namespace
 
 std::string Accelerator::save_state(const std::string& dir_arg) {
   ACCEL_CHECK(model_ != nullptr, Status::InvalidState, "save_state before accel_prepare bound a model");
@@ -261,6 +343,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
       paths::check_checkpoint_target(target, dir_arg.empty() ? "the project's next checkpoint" : "dir");
       paths::check_leftover(tmp, target);
       paths::check_leftover(old, target);
+      if (dir_arg.empty()) clean_leftovers(parent, tmp);
       std::error_code ec;
       fs::create_directories(parent, ec);
       if (!ec) fs::remove_all(tmp, ec);
@@ -377,8 +460,7 @@ std::string Accelerator::save_state(const std::string& dir_arg) {
         std::vector<std::pair<int64_t, fs::path>> all;
         latest_index(target.parent_path(), &all);
         for (size_t i = 0; i + static_cast<size_t>(project_.total_limit) < all.size(); ++i) {
-          std::error_code ec;
-          if (paths::is_checkpoint_dir(all[i].second, /*need_manifest=*/true)) fs::remove_all(all[i].second, ec);
+          if (paths::is_checkpoint_dir(all[i].second, /*need_manifest=*/true)) remove_checkpoint(all[i].second);
         }
         fsync_dir(target.parent_path());
       }

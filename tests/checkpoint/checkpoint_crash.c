@@ -5,7 +5,9 @@
  * and saves the next checkpoint_N. With ACCEL_CHECKPOINT_CRASH_AT=K in the environment the
  * save ends the process abruptly at its K-th point (exit status 86): the library calls
  * accel_test_checkpoint_point at each point of the save protocol when the program defines
- * it, which only this helper does (linked with -rdynamic so the library sees it). */
+ * it, which only this helper does (linked with -rdynamic so the library sees it). With
+ * ACCEL_CHECKPOINT_HOLD set it prints "held" once the project is its own and waits to be
+ * killed. */
 #include <accel/accel.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,6 +70,11 @@ int main(int argc, char **argv) {
     TRY(accel_prepare(ctx, model, opt, NULL, dl));
     po.project_dir = argv[1];
     TRY(accel_set_project(ctx, &po));
+    if (getenv("ACCEL_CHECKPOINT_HOLD")) { /* holds the project until killed (Project.OneRunPerProject) */
+        printf("held\n");
+        fflush(stdout);
+        for (;;) pause();
+    }
     if (accel_load_state(ctx, NULL) == ACCEL_OK) {
         TRY(accel_last_checkpoint(ctx, &latest));
         printf("resumed from %s\n", latest);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -227,7 +228,9 @@ TEST(Project, AutomaticNamesTotalLimitAndLatest) {
   EXPECT_EQ(fs::path(dirs[2]).filename(), "checkpoint_2");
   EXPECT_FALSE(fs::exists(dirs[0])) << "the oldest goes beyond total_limit";
   EXPECT_TRUE(fs::exists(dirs[1]) && fs::exists(dirs[2]));
+  EXPECT_FALSE(fs::exists(proj / "checkpoints" / ".checkpoint_0.deleting")) << "pruning leaves nothing behind";
   const auto w = s.weights();
+  s.acc.reset();  // the run ends: the project is free for the next one
   // a temporary directory of a crashed save is not a checkpoint
   fs::create_directories(proj / "checkpoints" / ".checkpoint_3.tmp");
   fs::create_directories(proj / "checkpoints" / "checkpoint_9");  // no manifest: incomplete
@@ -237,6 +240,80 @@ TEST(Project, AutomaticNamesTotalLimitAndLatest) {
   const auto v = t.weights();
   for (size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(torch::equal(v[i], w[i]));
   EXPECT_EQ(t.acc->optimizer_steps(), 3);
+  fs::remove_all(proj);
+}
+
+// One run per project: a second context on a project another one holds (in this process, then
+// a process started through the C ABI) fails at once with InvalidState naming the holder; the
+// lock goes with its holder (its context ended, its process killed with SIGKILL); the next
+// save removes what dead runs and a pruning cut short left, and only that.
+TEST(Project, OneRunPerProject) {
+  const fs::path proj = scratch("one-run");
+  auto contains = [](const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; };
+  auto write_text = [](const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; };
+  auto refused = [&](Single& s, const std::string& pid) {
+    try {
+      s.acc->set_project(ProjectConfig{proj.string(), 0});
+      ADD_FAILURE() << "a second run took the project";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.status(), Status::InvalidState) << e.what();
+      EXPECT_TRUE(contains(e.what(), "belongs to another run: pid " + pid + " on host ")) << e.what();
+      EXPECT_TRUE(contains(e.what(), "(process 0 of 1) holds " + (proj / ".accel.lock").string())) << e.what();
+    }
+  };
+  {
+    Single a, b;
+    a.acc->set_project(ProjectConfig{proj.string(), 0});
+    a.acc->set_project(ProjectConfig{proj.string(), 0});  // again: still its own
+    refused(b, std::to_string(getpid()));
+  }
+  // another process holds it (through the C ABI), until it is killed
+  int out[2];
+  ASSERT_EQ(pipe(out), 0);
+  const pid_t holder = fork();
+  if (holder == 0) {
+    dup2(out[1], 1);
+    setenv("ACCEL_CHECKPOINT_HOLD", "1", 1);
+    execl(CHECKPOINT_CRASH, CHECKPOINT_CRASH, proj.c_str(), "1", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(out[1]);
+  char buf[16] = {0};
+  ASSERT_GT(read(out[0], buf, sizeof buf - 1), 0);
+  EXPECT_EQ(std::string(buf), "held\n");
+  {
+    Single c;
+    refused(c, std::to_string(holder));
+  }
+  // a second run through the C ABI fails with ACCEL_ERR_INVALID_STATE, naming the first
+  const std::string cmd = std::string(CHECKPOINT_CRASH) + " " + proj.string() + " 1 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string said;
+  for (int ch; (ch = fgetc(p)) != EOF;) said += static_cast<char>(ch);
+  const int rc = pclose(p);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << said;
+  EXPECT_TRUE(contains(said, "ACCEL_ERR_INVALID_STATE")) << said;
+  EXPECT_TRUE(contains(said, "belongs to another run: pid " + std::to_string(holder))) << said;
+  kill(holder, SIGKILL);
+  int st = 0;
+  waitpid(holder, &st, 0);
+  close(out[0]);
+  // the kernel released it with the process: the project is free at once
+  const fs::path ck = proj / "checkpoints";
+  fs::create_directories(ck / ".checkpoint_4.tmp");  // a dead run's save
+  write_text(ck / ".checkpoint_4.tmp" / "rank-0.json", "{}");
+  fs::create_directories(ck / ".checkpoint_1.deleting");  // a pruning cut short
+  write_text(ck / ".checkpoint_1.deleting" / "model.safetensors", "x");
+  fs::create_directories(ck / ".checkpoint_5.tmp");  // not accel's: kept
+  write_text(ck / ".checkpoint_5.tmp" / "notes.txt", "mine");
+  Single d;
+  d.acc->set_project(ProjectConfig{proj.string(), 0});
+  d.train(1);
+  d.acc->save_state("");
+  EXPECT_FALSE(fs::exists(ck / ".checkpoint_4.tmp"));
+  EXPECT_FALSE(fs::exists(ck / ".checkpoint_1.deleting"));
+  EXPECT_TRUE(fs::exists(ck / ".checkpoint_5.tmp" / "notes.txt"));
   fs::remove_all(proj);
 }
 
