@@ -227,7 +227,7 @@ void Accelerator::agree_on_configuration(const Model* m, const Optimizer* o, con
     std::string missing;
     for (int r = 0; r < n; ++r)
       if (!store->check(keys[r])) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    throw comm::CommError(comm::Result::Timeout, "accel_prepare: process(es) " + missing + " did not reach prepare within " +
+    throw comm::CommError(comm::Result::Timeout, "process(es) " + missing + " did not reach accel_prepare within " +
                                                      std::to_string(store->timeout().count()) + " ms");
   }
   auto shorten = [](const std::string& v) { return v.size() > 160 ? v.substr(0, 157) + "..." : v; };
@@ -250,7 +250,7 @@ void Accelerator::agree_on_configuration(const Model* m, const Optimizer* o, con
         diffs += "; process " + std::to_string(r) + " prepares a " + k + " (" + shorten(v) + "), this process (" +
                  std::to_string(me) + ") none";
   }
-  ACCEL_CHECK(diffs.empty(), Status::InvalidArgument, "accel_prepare: the processes disagree", diffs);
+  ACCEL_CHECK(diffs.empty(), Status::InvalidArgument, "the processes disagree", diffs);
 }
 
 bool Accelerator::prepared(const DataLoader* loader) const {

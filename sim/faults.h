@@ -16,7 +16,8 @@ struct Fault {
   double seconds = 0.0;  // Delay: virtual seconds added before each of the rank's operations
 };
 
-// Parses "kill:3@collective:5,kill:1@step:10,delay:2:0.005" (comma-separated; rank first).
+// Parses "kill:3@collective:5, kill:1@step:10, delay:2:0.005": items separated by commas,
+// spaces around an item ignored, an empty item refused (the grammar: faults.cpp, docs/simulator.md).
 // With world_size > 0, a RANK outside [0, world_size) is refused with the item quoted.
 std::vector<Fault> parse_faults(const std::string& spec, int world_size = 0);
 

@@ -24,25 +24,101 @@
 //       the memory per GPU of training a causal LM (a named shape, a config.json or its
 //       directory): weights, gradients, optimizer state, activations, the peak; a table, or
 //       JSON lines (one per strategy) (runtime/models/memory_estimate.h, docs/lm.md)
-//   accel version
+//   accel version, accel --version
 //
 // This file holds main: the command line (CLI11; the one other file that includes it is
-// tools/launch/command.cpp, the launcher's flags) and the dispatch. Each subcommand is a file
+// tools/launch/command.cpp, the launcher's flags) and the dispatch. A usage error (CLI11's,
+// or a subcommand's own checks) exits 2, whatever CLI11's code; --help and --version exit 0;
+// a mistyped command is answered with the closest one. Each subcommand is a file
 // of its own: tools/commands.h lists them; `accel launch`: tools/launch.h.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "accel/accel.h"
 #include "base/status.h"
 #include "tools/commands.h"
 #include "tools/launch.h"
 
+namespace {
+
+// An integer option's lower bound, said in words ("must be at least 1 (got 0)"); CLI11's
+// PositiveNumber prints its range up to DBL_MAX, a 300-digit number.
+CLI::Validator at_least(long long min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        long long x = 0;
+        if (!CLI::detail::lexical_cast(v, x)) return "'" + v + "' is not a whole number";
+        if (x < min) return "must be at least " + std::to_string(min) + " (got " + v + ")";
+        return "";
+      },
+      ">=" + std::to_string(min));
+}
+
+// The optimal string alignment distance (an edit, or two neighbours swapped, counts 1).
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1, 0));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// When the command line names a command that does not exist (`accel lanuch`, `accel sim
+// bnech`), what to say: the word, and the closest command (a prefix of one, or at most a
+// third of its letters off); "" when every word names a command.
+std::string unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* level = &app;
+  std::string path = "accel";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') continue;  // the levels that hold commands take no option values
+    std::vector<std::string> names;
+    const CLI::App* next = nullptr;
+    for (const CLI::App* sub : level->get_subcommands([](const CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+      if (sub->get_name() == word) next = sub;
+    }
+    if (names.empty()) return "";
+    if (next) {
+      if (next->get_subcommands([](const CLI::App*) { return true; }).empty()) return "";
+      level = next;
+      path += " " + word;
+      continue;
+    }
+    std::string best;
+    size_t best_d = std::string::npos;
+    for (const auto& n : names) {
+      const size_t dn = n.rfind(word, 0) == 0 ? 0 : distance(word, n);
+      if (dn < best_d) best_d = dn, best = n;
+    }
+    std::string all;
+    for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+    if (best_d <= std::max<size_t>(1, best.size() / 3))
+      return "'" + word + "' is not an " + path + " command; did you mean '" + best + "'? (" + path +
+             " --help lists them: " + all + ")";
+    return "'" + word + "' is not an " + path + " command (" + path + " --help lists them: " + all + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"accel: an embeddable training runtime; tools for its simulator"};
   app.require_subcommand(1);
+  const std::string version_text =
+      std::string("accel ") + accel_version_string() + " (library " + std::to_string(accel_version_number()) + ")";
+  app.set_version_flag("--version", version_text, "print the version and exit");
   auto* version = app.add_subcommand("version", "print the library version");
   auto* envcmd = app.add_subcommand("env", "versions, BLAS, threads, devices and backends: paste it into a bug report");
   auto* sim = app.add_subcommand("sim", "the multi-GPU simulator");
@@ -59,8 +135,8 @@ int main(int argc, char** argv) {
   bench->add_option("--topology,-t", a.topology, "cost-model preset (accel sim topologies)")->capture_default_str();
   bench->add_option("--dtype,-d", a.dtype, "data type")->capture_default_str();
   bench->add_option("--redop,-o", a.redop, "reduction")->capture_default_str();
-  bench->add_option("--iters,-i", a.iters, "timed iterations per size")->capture_default_str()->check(CLI::PositiveNumber);
-  bench->add_option("--warmup,-w", a.warmup, "untimed iterations per size")->capture_default_str()->check(CLI::NonNegativeNumber);
+  bench->add_option("--iters,-i", a.iters, "timed iterations per size")->capture_default_str()->check(at_least(1));
+  bench->add_option("--warmup,-w", a.warmup, "untimed iterations per size")->capture_default_str()->check(at_least(0));
   bench->add_option("--max-measure", a.max_measure, "skip measuring sizes whose buffers (all ranks) exceed this")
       ->capture_default_str();
   bench->add_flag("--json", a.json, "JSON lines instead of a table");
@@ -81,8 +157,8 @@ int main(int argc, char** argv) {
   est->add_option("--optimizer", ea.optimizer, "adamw, sgd, momentum, adafactor or lamb")->capture_default_str();
   est->add_option("--strategy", ea.strategy, "no, ddp, zero1, zero2, zero3, or a comma-separated list (default: no "
                                              "for one GPU, all four for several)");
-  est->add_option("--num-processes,-n", ea.world, "GPUs (processes)")->capture_default_str()->check(CLI::PositiveNumber);
-  est->add_option("--batch,-b", ea.batch, "sequences per micro-batch and GPU")->capture_default_str()->check(CLI::PositiveNumber);
+  est->add_option("--num-processes,-n", ea.world, "GPUs (processes)")->capture_default_str()->check(at_least(1));
+  est->add_option("--batch,-b", ea.batch, "sequences per micro-batch and GPU")->capture_default_str()->check(at_least(1));
   est->add_option("--seq,-s", ea.seq, "tokens per sequence (default: min(1024, max_position_embeddings))");
   est->add_flag("--gradient-checkpointing", ea.ckpt, "recompute each block in backward");
   est->add_option("--lora-rank", ea.lora_rank, "LoRA adapters of this rank (0: full fine-tuning)")->capture_default_str();
@@ -91,7 +167,19 @@ int main(int argc, char** argv) {
   est->add_flag("--json", ea.json, "JSON lines (one per strategy) instead of a table");
   accel::launch::Options launch_options;
   auto* launch = accel::launch::add_command(app, launch_options);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help, --version
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const std::string unknown = unknown_command(app, argc, argv);
+    if (!unknown.empty()) {
+      std::fprintf(stderr, "accel: %s\n", unknown.c_str());
+    } else {
+      app.exit(e);  // CLI11's message and its hint; the status is the tool's
+    }
+    return 2;
+  }
   try {
     if (*launch) {
       return accel::launch::run(*launch, launch_options);

@@ -35,6 +35,10 @@ int main(int argc, char **argv) {
     size_t tensors;
 
     for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s MODEL.pt [--data PATH] [--epochs N] [--save FILE]\n", argv[0]);
+            return 0;
+        }
         if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
         else if (!strcmp(argv[i], "--epochs") && i + 1 < argc) epochs = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--save") && i + 1 < argc) save = argv[++i];

@@ -1,7 +1,9 @@
 #include <accel/accel.h>
 #include <stdio.h>
+#include <string.h>
 
-int main(void) { /* learns y = x0 - 2*x1 with a bf16 MLP, 2 accumulation micro-batches per step */
+int main(int argc, char **argv) { /* learns y = x0 - 2*x1 with a bf16 MLP, 2 accumulation micro-batches per step */
+    if (argc > 1) { int help = !strcmp(argv[1], "--help"); fprintf(help ? stdout : stderr, "usage: %s (no arguments)\n", argv[0]); return help ? 0 : 2; }
     float x[512], y[256]; double l = 0;
     for (int i = 0; i < 256; ++i) { x[2*i] = i % 16 / 8.f - 1; x[2*i+1] = i / 16 / 8.f - 1; y[i] = x[2*i] - 2 * x[2*i+1]; }
     int64_t xshape[] = {256, 2}, yshape[] = {256, 1}, sizes[] = {2, 32, 1};

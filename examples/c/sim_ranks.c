@@ -103,6 +103,10 @@ int main(int argc, char **argv) {
     double predicted = 0;
     so.world_size = 4;
     for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s [--ranks N] [--memory 80GiB] [--topology 8xH100] [--trace FILE] [--faults SPEC] [--data PATH]\n", argv[0]);
+            return 0;
+        }
         if (!strcmp(argv[i], "--ranks") && i + 1 < argc) so.world_size = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--memory") && i + 1 < argc) so.device_memory = argv[++i];
         else if (!strcmp(argv[i], "--topology") && i + 1 < argc) so.topology = argv[++i];

@@ -238,6 +238,7 @@ int main(int argc, char **argv) {
     j.epochs = 20;
     j.batch = 32;
     for (i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf(usage, argv[0]); return 0; }
         if (!strcmp(argv[i], "--data") && i + 1 < argc) data = argv[++i];
         else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) ranks = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--epochs") && i + 1 < argc) j.epochs = atoi(argv[++i]);

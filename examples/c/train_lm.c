@@ -382,7 +382,15 @@ int main(int argc, char **argv) {
     j.lr = 2e-3;
     const char *out = "runs/train_lm", *data = LM_DATA_DIR, *precision = "auto";
     int quick = 0;
-    for (int i = 1; i < argc; ++i) quick |= !strcmp(argv[i], "--quick");
+    for (int i = 1; i < argc; ++i) {
+        quick |= !strcmp(argv[i], "--quick");
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: %s [--epochs 3] [--lora-epochs 2] [--ranks 4] [--batch 8] [--seq 128]\n"
+                   "       [--lr 2e-3] [--out runs/train_lm] [--data examples/data] [--precision auto|no|bf16] [--quick]\n",
+                   argv[0]);
+            return 0;
+        }
+    }
     if (quick) {  /* the defaults of a quick run; explicit flags still win */
         j.epochs = 2;
         j.lora_epochs = 1;

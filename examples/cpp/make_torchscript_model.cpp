@@ -12,7 +12,11 @@
 #include <string>
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
+  if (argc >= 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << "usage: " << argv[0] << " OUT.pt [--seed N]\n";
+    return 0;
+  }
+  if (argc < 2 || argv[1][0] == '-' || (argc != 2 && !(argc == 4 && std::string(argv[2]) == "--seed"))) {
     std::cerr << "usage: " << argv[0] << " OUT.pt [--seed N]\n";
     return 2;
   }

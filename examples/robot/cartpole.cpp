@@ -338,10 +338,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--json") a.json = true;
     else if (k == "--bench") a.bench = a.json = true;
     else {
-      std::fprintf(stderr,
+      const bool help = k == "--help" || k == "-h";
+      std::fprintf(help ? stdout : stderr,
                    "usage: cartpole [--seconds S] [--warmup S] [--hz N] [--trainer thread|inline|off] [--hidden N]\n"
                    "                [--batch N] [--threads N] [--seed N] [--json] [--bench]\n");
-      std::exit(2);
+      std::exit(help ? 0 : 2);
     }
   }
   if (!(a.seconds > 0) || a.warmup < 0 || a.warmup >= a.seconds || a.hz < 1 || a.hz > 100000 || a.hidden < 1 ||

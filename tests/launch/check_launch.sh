@@ -2,8 +2,10 @@
 # `accel launch` (tools/launch/): the real tool starting real processes (small shell
 # scripts written here) and what they saw, printed and left behind.
 #   check_launch.sh ACCEL_TOOL PORT_HELPER CASE
-# CASE: env, output, failure, restart, orphans, port, signal, usage, progress, and for --backend sim: sim_env,
-# sim_usage, sim_report, sim_trace (sim_rank.sh, beside this script, plays the processes).
+# CASE: env, output, failure, restart, orphans, port, signal, usage, progress, report, cli, and for --backend
+# sim: sim_env, sim_usage, sim_report, sim_trace (sim_rank.sh, beside this script, plays the processes);
+# with the examples built: prepare (TRAIN_DIGITS: the real example on simulated GPUs) and examples
+# (EXAMPLES: every example binary, colon-separated).
 # Every launch names its port (a free one), so the cases can run beside each other and
 # beside other tests.
 set -uo pipefail
@@ -146,6 +148,22 @@ EOF
   less_than "$elapsed" 20 || fail "SIGKILL: took $elapsed s: the rank sleeping 30 s was not stopped"
   [ "$failures" = 0 ] || show "$tmp/err"
   ok "a rank killed by SIGKILL is reported with the signal's name"
+
+  # ACCEL_LAUNCH_STATUS_DIR: each rank's end, written as the launcher reaps it, where its peers
+  # read it (comm/guard.h names a peer that ended with it): rank 0, stopped by the launcher,
+  # prints what it finds there for rank 1
+  program ends.sh <<'EOF'
+#!/bin/bash
+if [ "$RANK" = 1 ]; then sleep 0.3; exit 3; fi
+trap 'echo "status dir: $ACCEL_LAUNCH_STATUS_DIR"; cat "$ACCEL_LAUNCH_STATUS_DIR/rank-1"; exit 0' TERM
+for i in $(seq 1 300); do sleep 0.1; done
+EOF
+  launch -n 2 --master-port 0 "$tmp/ends.sh"
+  [ "$rc" = 1 ] || fail "ends: exit status $rc, not 1"
+  has "$tmp/out" "[0] exited with code 3" || { fail "rank 0 did not find rank 1's end in ACCEL_LAUNCH_STATUS_DIR"; show "$tmp/out"; }
+  dir=$(sed -n 's/^\[0\] status dir: //p' "$tmp/out")
+  [ -n "$dir" ] && [ ! -e "$dir" ] || fail "the status directory '$dir' is left behind"
+  ok "ACCEL_LAUNCH_STATUS_DIR: rank 1's end ('exited with code 3') is there for its peers; removed at the end"
 }
 
 case_restart() {
@@ -307,8 +325,72 @@ EOF
   wait "$launcher"
   rc=$?
   [ "$rc" = 130 ] || fail "SIGINT: exit status $rc, not 130"
-  [ "$(grep -c "killed by the launcher (SIGKILL" "$tmp/err")" = 2 ] || { fail "SIGINT: not both killed after the grace period"; show "$tmp/err"; }
+  has "$tmp/err" "    ranks 0-1: killed by the launcher (SIGKILL, still running after the 0.5 s grace period)" ||
+    { fail "SIGINT: not both killed after the grace period (one line for both)"; show "$tmp/err"; }
   ok "SIGINT to the launcher, ignored by the processes: SIGKILL after the grace period; exit 130"
+
+  # a second signal: SIGKILL at once to the processes and to what they started, whatever the
+  # grace period (10 s here: the bound below, 5 s, is half of it, and far from the launcher's own
+  # fraction of a second, so a loaded machine cannot decide it)
+  rm -f "$tmp"/pid.* "$tmp"/gpid.*
+  program deaf.sh <<EOF
+#!/bin/bash
+# a job that ignores SIGTERM; the rank itself ignores it too (rank 0, unless ALL_END is set),
+# or ends on it and leaves the job orphaned
+(trap '' TERM; exec sleep 30) & echo \$! > "$tmp/gpid.\$RANK"
+if [ "\$RANK" = 0 ] && [ -z "\${ALL_END:-}" ]; then trap '' TERM; else trap 'exit 0' TERM; fi
+echo \$\$ > "$tmp/pid.\$RANK"
+while :; do sleep 0.1; done
+EOF
+  # second_signal: SIGTERM, and a second one once the launcher has forwarded the first; sets $rc, $elapsed
+  second_signal() {
+    rm -f "$tmp"/pid.* "$tmp"/gpid.*
+    "$accel" launch -n 2 --master-port 0 --grace-period 10 "$tmp/deaf.sh" >"$tmp/out" 2>"$tmp/err" &
+    launcher=$!
+    for _ in $(seq 1 200); do
+      [ -s "$tmp/pid.0" ] && [ -s "$tmp/pid.1" ] && [ -s "$tmp/gpid.0" ] && [ -s "$tmp/gpid.1" ] && break
+      sleep 0.05
+    done
+    start=$(now)
+    kill -TERM "$launcher"
+    for _ in $(seq 1 200); do contains "$tmp/err" "received SIGTERM; forwarding" && break; sleep 0.02; done
+    sleep 0.5
+    kill -TERM "$launcher"
+    wait "$launcher"
+    rc=$?
+    elapsed=$(seconds_since "$start")
+  }
+  # gone NAME...: the processes whose pids are in $tmp/NAME have ended (within a second)
+  gone() {
+    local who pid
+    for who in "$@"; do
+      pid=$(cat "$tmp/$who")
+      for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+      if kill -0 "$pid" 2>/dev/null; then fail "$who (pid $pid) still runs"; kill -KILL "$pid"; fi
+    done
+  }
+  second_signal
+  [ "$rc" = 143 ] || fail "second signal: exit status $rc, not 143"
+  less_than "$elapsed" 5 || fail "second signal: took $elapsed s (the grace period is 10 s): not killed at once"
+  has "$tmp/err" "accel launch: received a second signal (SIGTERM): SIGKILL to the processes and everything they started" ||
+    fail "second signal: no line saying so"
+  grep -qE "^    rank 0 \(pid [0-9]+\): killed by the launcher \(SIGKILL, at a second SIGTERM to the launcher\)$" "$tmp/err" ||
+    fail "second signal: rank 0's kill reason is not the second signal"
+  grep -qE "^    rank 1 \(pid [0-9]+\): exited 0 after the launcher's SIGTERM$" "$tmp/err" || fail "second signal: rank 1 not reported exiting on SIGTERM"
+  if contains "$tmp/err" "grace period"; then fail "second signal: the report speaks of a grace period that never ended"; fi
+  gone pid.0 gpid.0 gpid.1
+  [ "$failures" = 0 ] || show "$tmp/err"
+  ok "a second SIGTERM: SIGKILL at once to the ranks and their jobs ($elapsed s, grace period 10 s); the report says why"
+
+  # the second signal while the launcher gives the ranks' orphaned jobs (which ignore SIGTERM)
+  # their grace period: every rank ended on the first
+  ALL_END=1 second_signal
+  [ "$rc" = 143 ] || fail "orphans, second signal: exit status $rc, not 143"
+  less_than "$elapsed" 5 || fail "orphans, second signal: took $elapsed s (the grace period is 10 s): the jobs were not killed at once"
+  contains "$tmp/err" "the ranks left running, with SIGKILL at the second signal" || fail "orphans, second signal: no line saying the jobs were killed"
+  gone gpid.0 gpid.1
+  [ "$failures" = 0 ] || show "$tmp/err"
+  ok "a second SIGTERM while the ranks' orphaned jobs have their grace period: SIGKILL at once ($elapsed s)"
 
   # a launcher killed by SIGKILL leaves no orphans (PR_SET_PDEATHSIG)
   rm -f "$tmp"/pid.*
@@ -361,7 +443,21 @@ EOF
   expect 2 "--max-restarts must be at least 0 (got -1)" -n 1 --max-restarts -1 "$tmp/marker.sh"
   expect 2 "unknown option --bogus" -n 1 --bogus "$tmp/marker.sh"
   expect 2 "no program given" -n 1 --master-port 0
+  expect 2 "--strategy 'zero4' is not one of no, ddp, zero1, zero2, zero3" -n 2 --strategy zero4 "$tmp/marker.sh"
+  expect 2 "--backend 'ncl' is not one of auto, gloo, nccl, sim" -n 2 --backend ncl "$tmp/marker.sh"
+  expect 2 "--mixed-precision 'fp8' is not one of no, bf16, fp16, auto" -n 2 --mixed-precision fp8 "$tmp/marker.sh"
+  # CLI11's own errors: the tool's status for a usage error, 2
+  expect 2 "Could not convert" -n abc "$tmp/marker.sh"
+  expect 2 "--nproc-per-node is required" "$tmp/marker.sh"
+  if contains "$tmp/err" "processes (node"; then fail "a usage error printed the start line"; fi
   ok "bad options and programs: clear errors naming the option, exit 2, nothing started"
+  for args in "--strategy ZeRO3 --backend GLOO --mixed-precision BF16" "--strategy full_shard" "--strategy no --backend auto"; do
+    # shellcheck disable=SC2086
+    launch -n 1 --master-port 0 $args "$tmp/marker.sh"
+    { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "$args: did not run"; show "$tmp/err"; }
+    rm -f "$tmp/started"
+  done
+  ok "--strategy, --backend, --mixed-precision: the runtime's names, in any case, run"
   # `--` before PROGRAM is allowed
   launch -n 1 --master-port 0 -- "$tmp/marker.sh"
   { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "'-- PROGRAM' did not run"; show "$tmp/err"; }
@@ -467,6 +563,16 @@ EOF
     -n 17 --backend sim --sim-topology 2x8xH100-IB "$m"
   expect "--sim-faults: 'kill:9@step:1' names rank 9 of a 8-rank world" -n 8 --backend sim --sim-faults delay:0:1,kill:9@step:1 "$m"
   expect "--sim-faults: cannot read 'explode:1'" -n 8 --backend sim --sim-faults explode:1 "$m"
+  # the grammar (docs/simulator.md, "Faults"): spaces after a comma are fine, an empty item is not
+  expect "--sim-faults: 'kill:0@collective:1,,': item 2 is empty (two commas in a row, or a comma at an end)" \
+    -n 2 --backend sim --sim-faults "kill:0@collective:1,," "$m"
+  expect "--sim-faults: 'delay:0:1, ,kill:1@step:2': item 2 is empty" -n 2 --backend sim --sim-faults "delay:0:1, ,kill:1@step:2" "$m"
+  expect "--sim-faults: ',delay:0:1': item 1 is empty" -n 2 --backend sim --sim-faults ",delay:0:1" "$m"
+  expect "--sim-faults: cannot read 'kill: 1@step:2'" -n 2 --backend sim --sim-faults "kill: 1@step:2" "$m"
+  expect "--sim-faults: 'delay:0:-1': SECONDS must be finite and >= 0, got -1" -n 2 --backend sim --sim-faults "delay:0:-1" "$m"
+  expect "--sim-faults: cannot read 'delay:0: 1'" -n 2 --backend sim --sim-faults "delay:0: 1" "$m"
+  expect "--sim-faults: 'kill:1@stpe:2': kill at 'collective' or 'step'" -n 2 --backend sim --sim-faults "kill:1@stpe:2" "$m"
+  expect "--sim-faults: 'kill:1@collective:0': K must be >= 1" -n 2 --backend sim --sim-faults "kill:1@collective:0" "$m"
   expect "--backend sim runs on one node only" -n 2 --nnodes 2 --backend sim "$m"
   expect "--nnodes 2 is not supported" -n 2 --nnodes 2 --node-rank 1 --backend sim "$m"
   expect "--sim-report $tmp/nodir/r.json: the directory $tmp/nodir does not exist" -n 2 --backend sim --sim-report "$tmp/nodir/r.json" "$m"
@@ -482,6 +588,10 @@ EOF
   TMPDIR="$tmp/tmpdir" launch -n 16 --master-port 0 --backend sim --sim-topology 2x8xH100-IB --sim-gpu-mem 1.5GiB "$m"
   { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "-n 16 on 2x8xH100-IB did not run"; show "$tmp/err"; }
   ok "-n 16 --sim-topology 2x8xH100-IB runs"
+  rm -f "$tmp/started"
+  TMPDIR="$tmp/tmpdir" launch -n 2 --master-port 0 --backend sim --sim-faults "delay:0:1, kill:1@step:2 ,delay:1:0.5" "$m"
+  { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "--sim-faults with spaces around the items did not run"; show "$tmp/err"; }
+  ok "--sim-faults 'delay:0:1, kill:1@step:2 ,delay:1:0.5': spaces around the items are accepted"
 }
 
 case_sim_report() {
@@ -567,6 +677,23 @@ EOF
   has "$tmp/err" "accel launch: no prediction per optimizer step: the slowest rank (1) reported no optimizer step" ||
     { fail "no steps: no 'no prediction' line"; show "$tmp/err"; }
   ok "a rank with 0 optimizer steps: '-' per step"
+
+  # a rank whose simulator report says ok but whose program failed on its own (accel_prepare's
+  # error): the row says failed with the program's last words, not "a report that says ok"
+  FAKE_SIM_SYNC=1 FAKE_SIM_OWN_ERROR=1 launch -n 2 --master-port 0 --backend sim --grace-period 2 \
+    --sim-report "$tmp/r.json" "$sim_rank"
+  [ "$rc" = 1 ] || fail "own error: exit status $rc, not 1"
+  has "$tmp/err" "     1     3.00 MiB   2.500000     10  0.250000  failed (exit 1): train: accel_prepare: the processes disagree; process 0 has loader batch_size 32, this process (1) has batch_size 33" ||
+    { fail "own error: no row with the program's error"; show "$tmp/err"; }
+  if contains "$tmp/err" "says ok"; then fail "own error: the row speaks of a report that says ok"; show "$tmp/err"; fi
+  py "$tmp/r.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+x = r["ranks"][1]
+assert (x["status"], x["exit"]) == ("failed", "exit 1"), x
+assert x["error"].startswith("train: accel_prepare: the processes disagree"), x
+EOF
+  ok "a program's own failure after an ok simulator report: 'failed (exit 1): ' and its last stderr line"
 }
 
 case_sim_trace() {
@@ -631,6 +758,148 @@ EOF
   if grep -q "step" "$tmp/tlogs/rank_0.log"; then fail "bar updates in the log"; show "$tmp/tlogs/rank_0.log"; fi
   has "$tmp/tlogs/rank_0.log" "done 0" || { fail "the log lacks the line"; show "$tmp/tlogs/rank_0.log"; }
   ok "bars redrawn in place under their rank on a terminal (ACCEL_PROGRESS=bar), plain lines elsewhere, logs without updates"
+}
+
+# The report of a large group under a low descriptor limit: the launcher cannot start every
+# process (pipe: Too many open files), stops the others, and says so in a few lines, the
+# ranks in the same state grouped ("ranks 30-99999: not started"), not one line per rank.
+case_report() {
+  local start elapsed
+  start=$(now)
+  (ulimit -n 64 && exec "$accel" launch -n 100000 --master-port 0 /bin/true >"$tmp/out" 2>"$tmp/err")
+  rc=$?
+  elapsed=$(seconds_since "$start")
+  [ "$rc" = 1 ] || fail "exit status $rc, not 1"
+  grep -qE "^accel launch: FAILED after [0-9.]+ s: cannot start rank [0-9]+: pipe: Too many open files$" "$tmp/err" ||
+    fail "no failure line naming the rank that could not start"
+  grep -qE "^    ranks [0-9]+-99999: not started$" "$tmp/err" || fail "no grouped 'not started' line"
+  lines=$(wc -l <"$tmp/err")
+  [ "$lines" -le 12 ] || fail "the report is $lines lines long"
+  if grep -qE "^    rank [0-9]+: not started$" "$tmp/err"; then fail "a 'not started' rank on a line of its own"; fi
+  # every rank is in exactly one line: the ranges add up to 100000
+  python3 - "$tmp/err" <<'EOF' || fail "the report's ranks do not add up to 0..99999 once each"
+import re, sys
+seen, total = [], 0
+for line in open(sys.argv[1]):
+    m = re.match(r"    ranks? ([0-9, -]+?)(, \.\.\. \(([0-9]+) ranks\))?(?: \(pid [0-9]+\))?: ", line)
+    if not m:
+        continue
+    ranks = []
+    for part in m.group(1).split(", "):
+        a, _, b = part.partition("-")
+        ranks.extend(range(int(a), int(b or a) + 1))
+    seen.extend(ranks)
+    total += int(m.group(3)) if m.group(3) else len(ranks)
+assert total == 100000 and len(set(seen)) == len(seen) and 99999 in seen, (total, len(seen))
+EOF
+  [ "$failures" = 0 ] || show "$tmp/err"
+  ok "-n 100000 under ulimit -n 64: exit 1 in $elapsed s, a $lines-line report, ranks in the same state grouped"
+
+  # a group of 4 that fails: states of one rank keep their pid, groups list their ranks
+  program mixed.sh <<'EOF'
+#!/bin/sh
+case "$RANK" in
+  3) sleep 0.3; exit 4 ;;
+  *) exec sleep 30 ;;
+esac
+EOF
+  launch -n 5 --master-port 0 "$tmp/mixed.sh"
+  [ "$rc" = 1 ] || fail "mixed: exit status $rc, not 1"
+  for re in "^    ranks 0-2, 4: stopped by the launcher \(SIGTERM\)$" "^    rank 3 \(pid [0-9]+\): exited with code 4$"; do
+    grep -qE "$re" "$tmp/err" || { fail "mixed: no line matching '$re'"; show "$tmp/err"; }
+  done
+  ok "ranks 0-2 and 4 stopped, rank 3 failed: 'ranks 0-2, 4: stopped by the launcher (SIGTERM)', 'rank 3 (pid P): exited with code 4'"
+}
+
+# The tool's command line: --version, a mistyped command, CLI11's range errors in words, and
+# every usage error exits 2 (CLI11's own codes are 100 and up).
+case_cli() {
+  # tool ARGS...: accel ARGS, stdout in $tmp/out, stderr in $tmp/err, status in $rc
+  tool() { "$accel" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?; }
+  tool --version
+  [ "$rc" = 0 ] || fail "--version: exit status $rc"
+  grep -qE "^accel [0-9]+\.[0-9]+\.[0-9]+ \(library [0-9]+\)$" "$tmp/out" || { fail "--version: no version line"; show "$tmp/out"; }
+  tool version
+  cmp -s "$tmp/out" <("$accel" --version) || fail "'accel version' and 'accel --version' differ"
+  ok "accel --version: $(cat "$tmp/out")"
+
+  tool lanuch -n 2 /bin/true
+  [ "$rc" = 2 ] || fail "lanuch: exit status $rc, not 2"
+  contains "$tmp/err" "accel: 'lanuch' is not an accel command; did you mean 'launch'?" || { fail "lanuch: no suggestion"; show "$tmp/err"; }
+  tool sim bnech
+  [ "$rc" = 2 ] || fail "sim bnech: exit status $rc, not 2"
+  contains "$tmp/err" "'bnech' is not an accel sim command; did you mean 'bench'?" || { fail "sim bnech: no suggestion"; show "$tmp/err"; }
+  tool estimate
+  contains "$tmp/err" "did you mean 'estimate-memory'?" || { fail "estimate: no suggestion"; show "$tmp/err"; }
+  tool frobnicate
+  [ "$rc" = 2 ] || fail "frobnicate: exit status $rc, not 2"
+  contains "$tmp/err" "'frobnicate' is not an accel command (accel --help lists them: " || { fail "frobnicate: no list"; show "$tmp/err"; }
+  if contains "$tmp/err" "did you mean"; then fail "frobnicate: a far-fetched suggestion"; show "$tmp/err"; fi
+  ok "a mistyped command: the closest one named ('lanuch': 'launch'), exit 2"
+
+  for args in "estimate-memory gpt2 -n 0" "sim bench --iters 0" "estimate-memory gpt2 --batch -3"; do
+    # shellcheck disable=SC2086
+    tool $args
+    [ "$rc" = 2 ] || fail "$args: exit status $rc, not 2"
+    grep -qE "must be at least 1 \(got -?[0-9]+\)" "$tmp/err" || { fail "$args: the range not in words"; show "$tmp/err"; }
+    if grep -qE "[0-9]{20}" "$tmp/err"; then fail "$args: a huge number"; show "$tmp/err"; fi
+  done
+  tool sim bench --warmup -1
+  contains "$tmp/err" "must be at least 0 (got -1)" || { fail "--warmup -1: the range not in words"; show "$tmp/err"; }
+  tool launch -n 0 /bin/true
+  { [ "$rc" = 2 ] && contains "$tmp/err" "-n/--nproc-per-node must be at least 1 (got 0)"; } || { fail "launch -n 0"; show "$tmp/err"; }
+  ok "-n 0, --iters 0, --batch -3, --warmup -1: 'must be at least N (got V)', exit 2"
+
+  for args in "" "sim" "launch" "launch -n x /bin/true" "estimate-memory" "merge-weights onlyone" "--bogus" "env extra"; do
+    # shellcheck disable=SC2086
+    tool $args
+    [ "$rc" = 2 ] || { fail "accel $args: exit status $rc, not 2"; show "$tmp/err"; }
+  done
+  for args in "--help" "launch --help" "sim bench --help" "estimate-memory --help"; do
+    # shellcheck disable=SC2086
+    tool $args
+    [ "$rc" = 0 ] || fail "accel $args: exit status $rc, not 0"
+    contains "$tmp/out" "Usage:" || fail "accel $args: no usage on stdout"
+  done
+  ok "usage errors exit 2 (CLI11's own codes mapped), --help exits 0"
+}
+
+# The digits example on 2 simulated GPUs whose ranks disagree on the batch size: accel_prepare
+# fails on both; its message carries its name once, and the simulation's report shows the
+# failure as the program's own.
+case_prepare() {
+  [ -n "${TRAIN_DIGITS:-}" ] || { echo "SKIP: no TRAIN_DIGITS"; exit 77; }
+  program disagree.sh <<EOF
+#!/bin/sh
+exec "$TRAIN_DIGITS" --epochs 1 --batch \$((32 + RANK))
+EOF
+  ACCEL_TIMEOUT=60 launch -n 2 --master-port 0 --backend sim --grace-period 10 --sim-report "$tmp/r.json" "$tmp/disagree.sh"
+  [ "$rc" = 1 ] || fail "exit status $rc, not 1"
+  contains "$tmp/err" "accel_prepare: the processes disagree; process" || { fail "no disagreement message"; show "$tmp/err"; }
+  if contains "$tmp/err" "accel_prepare: accel_prepare:"; then fail "the message repeats its prefix"; fi
+  if contains "$tmp/err" "says ok"; then fail "the report speaks of a report that says ok"; fi
+  sim_block "$tmp/err" | grep -qE "  failed \(exit 1\): .*accel_prepare: the processes disagree; process" ||
+    { fail "no 'failed (exit 1): ... accel_prepare: the processes disagree' row"; show "$tmp/err"; }
+  [ "$failures" = 0 ] || show "$tmp/err"
+  ok "ranks disagreeing at accel_prepare: 'accel_prepare: the processes disagree' once, the row 'failed (exit 1)' with it"
+}
+
+# Every example answers --help with its usage on stdout and exit 0 (and nothing else: no file
+# named --help, no training).
+case_examples() {
+  [ -n "${EXAMPLES:-}" ] || { echo "SKIP: no EXAMPLES"; exit 77; }
+  local n=0 ex
+  IFS=: read -ra list <<<"$EXAMPLES"
+  mkdir -p "$tmp/cwd"
+  for ex in "${list[@]}"; do
+    (cd "$tmp/cwd" && timeout 60 "$ex" --help >"$tmp/out" 2>"$tmp/err")
+    rc=$?
+    [ "$rc" = 0 ] || { fail "$(basename "$ex") --help: exit status $rc, not 0"; show "$tmp/err"; }
+    grep -q "usage: " "$tmp/out" || { fail "$(basename "$ex") --help: no usage on stdout"; show "$tmp/out"; }
+    [ -z "$(ls -A "$tmp/cwd")" ] || { fail "$(basename "$ex") --help wrote $(ls -A "$tmp/cwd")"; rm -rf "${tmp:?}/cwd/"*; }
+    n=$((n + 1))
+  done
+  ok "$n examples: --help prints the usage, exit 0"
 }
 
 "case_$case_name"

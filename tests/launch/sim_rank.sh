@@ -13,6 +13,7 @@
 #   FAKE_SIM_GARBAGE     writes a report that is not JSON, exits 0
 #   FAKE_SIM_SLEEP       writes nothing and sleeps 30 s (for the launcher to stop it)
 #   FAKE_SIM_NOSTEPS     reports 0 optimizer steps
+#   FAKE_SIM_OWN_ERROR   writes status "ok", then fails on its own: an error on stderr, exit 1
 # FAKE_SIM_SYNC=1: every rank ignores SIGTERM and waits, before it ends, until every rank has
 # written its files, so that no rank is stopped by the launcher before it ends its own way.
 set -u
@@ -61,4 +62,8 @@ if [ "${FAKE_SIM_SYNC:-}" = 1 ]; then
 fi
 if is FAKE_SIM_SLEEP; then exec sleep 30; fi
 if is FAKE_SIM_KILLED || is FAKE_SIM_VANISH; then kill -KILL $$; fi
+if is FAKE_SIM_OWN_ERROR; then
+  echo "train: accel_prepare: the processes disagree; process 0 has loader batch_size 32, this process ($r) has batch_size 33" >&2
+  exit 1
+fi
 exit "$code"

@@ -492,6 +492,46 @@ TEST(Faults, KillAtStepAndDelay) {
   EXPECT_THROW(World{bad}, Error);
 }
 
+// The one grammar of the fault list (docs/simulator.md, "Faults"): spaces around an item are
+// fine, an empty item or a space inside one is refused with the list or the item quoted.
+TEST(Faults, Grammar) {
+  const auto list = parse_faults("kill:1@collective:3, kill:2@step:0 ,\tdelay:0:1e-3", 4);
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].kind, Fault::Kind::KillAtCollective);
+  EXPECT_EQ(list[0].rank, 1);
+  EXPECT_EQ(list[0].at, 3);
+  EXPECT_EQ(list[1].kind, Fault::Kind::KillAtStep);
+  EXPECT_EQ(list[1].at, 0);
+  EXPECT_EQ(list[2].kind, Fault::Kind::Delay);
+  EXPECT_DOUBLE_EQ(list[2].seconds, 1e-3);
+  const std::pair<const char*, const char*> bad[] = {
+      {"kill:0@collective:1,,", "faults: 'kill:0@collective:1,,': item 2 is empty"},
+      {"kill:0@collective:1,", "item 2 is empty"},
+      {",kill:0@collective:1", "item 1 is empty"},
+      {"delay:0:1, ,delay:1:1", "item 2 is empty"},
+      {" ", "item 1 is empty"},
+      {"kill: 1@step:2", "faults: cannot read 'kill: 1@step:2'"},
+      {"kill:1@step: 2", "cannot read 'kill:1@step: 2'"},
+      {"kill:+1@step:2", "cannot read 'kill:+1@step:2'"},
+      {"kill:1@step:-1", "cannot read 'kill:1@step:-1'"},
+      {"delay:0: 1", "cannot read 'delay:0: 1'"},
+      {"delay:0:0x10", "cannot read 'delay:0:0x10'"},
+      {"delay:0:-1", "'delay:0:-1': SECONDS must be finite and >= 0, got -1"},
+      {"kill:1@stpe:2", "'kill:1@stpe:2': kill at 'collective' or 'step'"},
+      {"kill:1@collective:0", "K must be >= 1"},
+      {"kill:99999999999@step:1", "names rank"},
+      {"kill:4@step:1", "'kill:4@step:1' names rank 4 of a 4-rank world"},
+  };
+  for (const auto& [spec, message] : bad) {
+    try {
+      parse_faults(spec, 4);
+      ADD_FAILURE() << spec << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << spec << ": " << e.what();
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Determinism
 

@@ -42,7 +42,8 @@ CLI::App* add_command(CLI::App& app, Options& o) {
   sub->add_option("--sim-trace", o.sim_trace, "--backend sim: write every rank's timeline to FILE (Chrome trace)")
       ->type_name("FILE");
   sub->add_option("--sim-faults", o.sim_faults,
-                  "--backend sim: faults to inject (kill:RANK@collective:K, kill:RANK@step:K, delay:RANK:SECONDS)")
+                  "--backend sim: faults to inject, comma-separated (spaces after a comma are fine, an empty item "
+                  "is refused): kill:RANK@collective:K, kill:RANK@step:K, delay:RANK:SECONDS (docs/simulator.md)")
       ->type_name("SPEC");
   sub->add_option("--sim-report", o.sim_report, "--backend sim: write the merged report to FILE as JSON")
       ->type_name("FILE");

@@ -120,6 +120,7 @@ struct SimRankFile {
 extern volatile sig_atomic_t g_child_changed;  // wakes ppoll; children are reaped every turn anyway
 extern volatile sig_atomic_t g_signal;         // the first SIGINT/SIGTERM/SIGHUP received
 extern volatile sig_atomic_t g_signal_count;   // how many of them
+extern volatile sig_atomic_t g_second_signal;  // the second of them (0: none yet): SIGKILL to everything
 
 constexpr int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP};
 constexpr size_t kNumHandled = std::size(kHandled);
@@ -159,7 +160,10 @@ struct Child {
   bool running = false;
   int status = 0;
   int sent = 0;                 // the last signal the launcher sent it (0: none)
+  // why the launcher sent SIGKILL: still running after the grace period, or a second
+  // SIGINT/SIGTERM/SIGHUP to the launcher (the signal's number)
   bool killed_after_grace = false;
+  int killed_by_second = 0;
   Stream out, err;
   std::deque<std::string> last_err;
   FILE* log = nullptr;
@@ -175,7 +179,9 @@ class Launcher {
   Launcher& operator=(const Launcher&) = delete;
 
   void open_logs();     // start.cpp
-  void make_sim_dir();  // start.cpp
+  void make_sim_dir();     // start.cpp
+  void make_status_dir();  // start.cpp
+  void write_end(const Child& c);  // start.cpp: c's end into the status directory
   int run();            // supervise.cpp: the attempts
 
  private:
@@ -188,8 +194,9 @@ class Launcher {
   bool any_running() const;
   void supervise(int attempt, const SignalScope& signals);
   static std::vector<pid_t> orphans();
-  void stop_orphans();
+  void stop_orphans(const SignalScope& signals);
   void kill_running();
+  void kill_everything();  // a second signal: SIGKILL to the ranks and all they started, at once
 
   // start.cpp
   std::vector<std::string> base_environment() const;
@@ -204,7 +211,8 @@ class Launcher {
   void line(Child& c, bool is_err, const char* p, size_t n, std::string& out);
 
   // report.cpp
-  std::string status_of(const Child& c) const;
+  std::string status_of(const Child& c) const;  // how a process ended, without its rank
+  std::string processes_text() const;           // the report's lines: ranks in the same state grouped
   int report_failure(int attempt);
   int report_interrupted(int sig);
 
@@ -226,10 +234,15 @@ class Launcher {
   bool sim_ = false;            // --backend sim
   std::string sim_dir_;         // ACCEL_SIM_OUT
   bool sim_dir_is_temp_ = false;
+  // ACCEL_LAUNCH_STATUS_DIR: a temporary directory where each rank's end ("exited with code
+  // 3") is written as the launcher reaps it, for its peers to name it (comm/guard.h); "" when
+  // it could not be made
+  std::string status_dir_;
   std::vector<Child> children_;
   int failed_ = -1;  // local rank of the first failure of this attempt
   std::string start_error_;
   bool stopping_ = false, killed_ = false;
+  int second_signal_ = 0;  // a second SIGINT/SIGTERM/SIGHUP came (its number): everything was killed
   const bool terminal_ = ::isatty(STDOUT_FILENO) != 0;  // the processes' progress bars are redrawn in place
   bool bar_open_ = false;                               // a bar is on the terminal's last line
   Clock::time_point deadline_;

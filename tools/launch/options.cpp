@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,6 +139,19 @@ void validate_sim(Options& o, const std::vector<std::string>& empty_given) {
   if (!o.sim_trace.empty()) check_output_file("--sim-trace", o.sim_trace);
 }
 
+// --backend, --strategy, --mixed-precision: the values the processes' runtime accepts in
+// ACCEL_BACKEND, ACCEL_STRATEGY and ACCEL_MIXED_PRECISION (any case; capi/internal.h,
+// runtime_options, and runtime/options.cpp, parse_strategy), checked here so that a typo
+// fails before anything starts rather than in every process. Empty: not given.
+void check_choice(const char* flag, const std::string& value, std::initializer_list<const char*> accepted,
+                  const char* listed) {
+  if (value.empty()) return;
+  const std::string v = lowercase(value);
+  for (const char* a : accepted)
+    if (v == a) return;
+  throw UsageError(std::string(flag) + " '" + value + "' is not one of " + listed);
+}
+
 std::string normalized_timeout(const std::string& text) {
   const char* begin = text.c_str();
   char* end = nullptr;
@@ -164,6 +178,12 @@ void validate(Options& o, bool separated, const std::vector<std::string>& empty_
   if (o.master_addr.empty()) throw UsageError("--master-addr is empty");
   if (static_cast<long long>(o.nproc_per_node) * o.nnodes > 1000000)
     throw UsageError("-n times --nnodes is too large");
+  check_choice("--backend", o.backend, {"auto", "gloo", "nccl", "sim"}, "auto, gloo, nccl, sim");
+  check_choice("--strategy", o.strategy,
+               {"no", "none", "ddp", "multi_gpu", "zero1", "zero-1", "zero_1", "zero2", "zero-2", "zero_2",
+                "shard_grad_op", "zero3", "zero-3", "zero_3", "full_shard"},
+               "no, ddp, zero1, zero2, zero3 (or shard_grad_op, full_shard)");
+  check_choice("--mixed-precision", o.mixed_precision, {"no", "bf16", "fp16", "auto"}, "no, bf16, fp16, auto");
   validate_sim(o, empty_sim_flags);
   if (!o.timeout.empty()) o.timeout = normalized_timeout(o.timeout);
   if (o.max_restarts < 0)

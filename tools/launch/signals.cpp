@@ -13,6 +13,7 @@ namespace accel::launch {
 volatile sig_atomic_t g_child_changed = 0;  // wakes ppoll; children are reaped every turn anyway
 volatile sig_atomic_t g_signal = 0;        // the first SIGINT/SIGTERM/SIGHUP received
 volatile sig_atomic_t g_signal_count = 0;  // how many of them
+volatile sig_atomic_t g_second_signal = 0;  // the second of them (0: none yet)
 
 namespace {
 
@@ -22,6 +23,7 @@ extern "C" void on_signal(int sig) {
   } else {
     if (g_signal == 0) g_signal = sig;
     g_signal_count = g_signal_count + 1;
+    if (g_signal_count == 2) g_second_signal = sig;
   }
 }
 
@@ -31,6 +33,7 @@ SignalScope::SignalScope() {
   g_child_changed = 0;
   g_signal = 0;
   g_signal_count = 0;
+  g_second_signal = 0;
   sigset_t block;
   sigemptyset(&block);
   for (int s : kHandled) sigaddset(&block, s);

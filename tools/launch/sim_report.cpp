@@ -81,6 +81,8 @@ std::string fixed(double v, int decimals) {
   return buf;
 }
 
+constexpr size_t kMaxCell = 240;  // a program's own error line, cut to this length in the table
+
 // One line of a table cell: control characters (newlines) become spaces.
 std::string one_line(std::string s) {
   for (char& ch : s)
@@ -140,7 +142,9 @@ Launcher::SimRow Launcher::sim_row(const Child& c, int interrupted_by) const {
                   std::to_string(children_[static_cast<size_t>(failed_)].rank) + " failed";
     else
       row.error = "stopped by the launcher after a process could not be started";
-    if (c.killed_after_grace)
+    if (c.killed_by_second != 0)
+      row.error += " (SIGKILL at a second " + signal_name(c.killed_by_second) + " to the launcher)";
+    else if (c.killed_after_grace)
       row.error += " (SIGKILL after the " + number_text(o_.grace_period) + " s grace period)";
     if (!f.read) row.error += "; " + f.problem;
     else if (!f.error.empty()) row.error += "; its report: " + f.status + ": " + f.error;
@@ -148,9 +152,15 @@ Launcher::SimRow Launcher::sim_row(const Child& c, int interrupted_by) const {
     row.status = f.status;  // "ok"
     row.error = f.error;
   } else if (f.read) {
+    // the simulator saw nothing wrong (its report says ok) but the program failed on its own
+    // (an error it returned, accel_prepare's for one): what it last wrote to stderr says why
     row.status = "failed";
-    row.error = "the process " + describe_status(c.status) + " after writing a report that says ok";
-    if (!f.error.empty()) row.error += " (" + f.error + ")";
+    if (!c.last_err.empty()) {
+      row.error = c.last_err.back();
+      if (row.error.size() > kMaxCell) row.error = row.error.substr(0, kMaxCell - 3) + "...";
+    } else {
+      row.error = "the process " + describe_status(c.status) + " and wrote nothing to stderr";
+    }
   } else {
     row.status = "no report";
     row.error = f.problem;

@@ -80,13 +80,29 @@ void Launcher::make_sim_dir() {
   std::free(real);
 }
 
+// ACCEL_LAUNCH_STATUS_DIR: a fresh temporary directory (removed at the end). Without it the
+// processes still name a peer that ended, without its exit status.
+void Launcher::make_status_dir() {
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string pattern = std::string(tmpdir && *tmpdir ? tmpdir : "/tmp") + "/accel-launch-XXXXXX";
+  if (!::mkdtemp(pattern.data())) return;
+  char* real = ::realpath(pattern.c_str(), nullptr);
+  status_dir_ = real ? real : pattern;
+  std::free(real);
+}
+
+// Where the processes find how a rank ended: rank-<R> under the status directory.
+void Launcher::write_end(const Child& c) {
+  if (!status_dir_.empty()) write_atomically(status_dir_ + "/rank-" + std::to_string(c.rank), describe_status(c.status) + "\n");
+}
+
 // The environment every child gets: the launcher's, with the variables below replaced.
 std::vector<std::string> Launcher::base_environment() const {
   static const char* const replaced[] = {
       "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
       "MASTER_ADDR", "MASTER_PORT", "ACCEL_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
       "TORCHELASTIC_MAX_RESTARTS", "ACCEL_BACKEND", "ACCEL_STRATEGY", "ACCEL_MIXED_PRECISION",
-      "ACCEL_TIMEOUT"};
+      "ACCEL_TIMEOUT", "ACCEL_LAUNCH_STATUS_DIR"};
   // with --backend sim, the simulation's settings are the launcher's flags, never inherited
   static const char* const sim_replaced[] = {"ACCEL_SIM_OUT", "ACCEL_SIM_GPU_MEM", "ACCEL_SIM_TOPOLOGY",
                                              "ACCEL_SIM_TRACE", "ACCEL_SIM_FAULTS"};
@@ -103,7 +119,8 @@ std::vector<std::string> Launcher::base_environment() const {
       replace = (name == "ACCEL_BACKEND" && !o_.backend.empty()) ||
                 (name == "ACCEL_STRATEGY" && !o_.strategy.empty()) ||
                 (name == "ACCEL_MIXED_PRECISION" && !o_.mixed_precision.empty()) ||
-                (name == "ACCEL_TIMEOUT" && !o_.timeout.empty()) || name.rfind("ACCEL_SIM_", 0) == 0;
+                (name == "ACCEL_TIMEOUT" && !o_.timeout.empty()) || name.rfind("ACCEL_SIM_", 0) == 0 ||
+                name == "ACCEL_LAUNCH_STATUS_DIR";
     }
     if (!replace) env.push_back(std::move(entry));
   }
@@ -127,6 +144,7 @@ void Launcher::start_group(int restart_count, int port, const SignalScope& signa
     c.status = 0;
     c.sent = 0;
     c.killed_after_grace = false;
+    c.killed_by_second = 0;
     c.last_err.clear();
     c.out.partial.clear();
     c.err.partial.clear();
@@ -149,6 +167,7 @@ void Launcher::start_group(int restart_count, int port, const SignalScope& signa
     if (!o_.strategy.empty()) set("ACCEL_STRATEGY", o_.strategy);
     if (!o_.mixed_precision.empty()) set("ACCEL_MIXED_PRECISION", o_.mixed_precision);
     if (!o_.timeout.empty()) set("ACCEL_TIMEOUT", o_.timeout);
+    if (!status_dir_.empty()) set("ACCEL_LAUNCH_STATUS_DIR", status_dir_);
     // on a terminal the processes draw progress bars, which the relay redraws in place
     if (terminal_ && !std::getenv("ACCEL_PROGRESS")) set("ACCEL_PROGRESS", "bar");
     if (sim_) {

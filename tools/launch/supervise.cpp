@@ -3,6 +3,7 @@
 // (SIGTERM, then SIGKILL after the grace period), what the ranks left running stopped too.
 #include "tools/launch/internal.h"
 
+#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -39,6 +41,10 @@ Launcher::~Launcher() {
     empty_dir(sim_dir_);
     ::rmdir(sim_dir_.c_str());
   }
+  if (!status_dir_.empty()) {
+    empty_dir(status_dir_);
+    ::rmdir(status_dir_.c_str());
+  }
 }
 
 int Launcher::run() {
@@ -46,6 +52,7 @@ int Launcher::run() {
   const int n = o_.nproc_per_node;
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);  // orphaned descendants come to the launcher (stop_orphans)
   make_sim_dir();
+  make_status_dir();
   for (int attempt = 0;; ++attempt) {
     int port = static_cast<int>(o_.master_port);
     if (port == 0) port = pick_free_port(o_.master_addr);  // a fresh one on every attempt
@@ -70,9 +77,10 @@ int Launcher::run() {
                        o_.max_restarts, attempt);
     }
     if (sim_) empty_dir(sim_dir_);  // each attempt starts from an empty directory
+    if (!status_dir_.empty()) empty_dir(status_dir_);
     start_group(attempt, port, signals);
     supervise(attempt, signals);
-    stop_orphans();
+    stop_orphans(signals);
     finish_output();
     // a signal that came while the launcher was busy (they are blocked outside ppoll) counts
     // before a restart is decided
@@ -127,7 +135,6 @@ bool Launcher::any_running() const {
 // The event loop of one attempt: until every child of the group is reaped.
 void Launcher::supervise(int attempt, const SignalScope& signals) {
   int forwarded = 0;
-  bool escalated = false;
   while (true) {
     if (g_signal != 0 && forwarded == 0) {
       forwarded = g_signal;
@@ -137,10 +144,10 @@ void Launcher::supervise(int attempt, const SignalScope& signals) {
           " running processes (SIGKILL after " + number_text(o_.grace_period) + " s; again to kill now)");
       begin_stopping(forwarded);
     }
-    if (g_signal_count >= 2 && !escalated) {
-      escalated = true;
-      say("received a second signal: SIGKILL to the running processes");
-      kill_running();
+    if (g_second_signal != 0 && second_signal_ == 0) {
+      say("received a second signal (" + signal_name(g_second_signal) +
+          "): SIGKILL to the processes and everything they started");
+      kill_everything();
     }
     g_child_changed = 0;
     for (auto& c : children_) {
@@ -150,6 +157,7 @@ void Launcher::supervise(int attempt, const SignalScope& signals) {
       if (r != c.pid) continue;
       c.running = false;
       c.status = status;
+      write_end(c);
       drain(c);
       if (!succeeded(status) && failed_ < 0 && !stopping_ && g_signal == 0) {
         failed_ = c.local_rank;
@@ -201,11 +209,36 @@ std::vector<pid_t> Launcher::orphans() {
   return pids;
 }
 
+namespace {
+
+// Every descendant of this process (children of any of their threads), parents first.
+std::vector<pid_t> descendants() {
+  std::vector<pid_t> out{::getpid()};
+  std::unordered_set<pid_t> seen(out.begin(), out.end());
+  for (size_t i = 0; i < out.size(); ++i) {
+    const std::string task_dir = "/proc/" + std::to_string(out[i]) + "/task";
+    DIR* d = ::opendir(task_dir.c_str());
+    if (!d) continue;  // gone meanwhile
+    while (const dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      std::ifstream in(task_dir + "/" + e->d_name + "/children");
+      for (long p; in >> p;)
+        if (seen.insert(static_cast<pid_t>(p)).second) out.push_back(static_cast<pid_t>(p));
+    }
+    ::closedir(d);
+  }
+  out.erase(out.begin());
+  return out;
+}
+
+}  // namespace
+
 // After an attempt's ranks are reaped: SIGTERM to what they left running, SIGKILL after the
-// grace period, every one reaped (their own children, orphaned in turn, come here too), so
-// that nothing an attempt started writes into ACCEL_SIM_OUT after the next attempt's start
-// empties it, or outlives the launcher.
-void Launcher::stop_orphans() {
+// grace period (at once after a second signal, which may come while this waits), every one
+// reaped (their own children, orphaned in turn, come here too), so that nothing an attempt
+// started writes into ACCEL_SIM_OUT after the next attempt's start empties it, or outlives
+// the launcher.
+void Launcher::stop_orphans(const SignalScope& signals) {
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(o_.grace_period));
   std::vector<pid_t> signalled;
@@ -215,7 +248,12 @@ void Launcher::stop_orphans() {
     }
     const std::vector<pid_t> left = orphans();
     if (left.empty()) return;
-    const bool late = Clock::now() >= deadline;
+    if (g_second_signal != 0 && second_signal_ == 0) {
+      say("received a second signal (" + signal_name(g_second_signal) +
+          "): SIGKILL to everything the processes left running");
+      kill_everything();
+    }
+    const bool late = second_signal_ != 0 || Clock::now() >= deadline;
     for (pid_t p : left) {
       if (late) {
         ::kill(p, SIGKILL);
@@ -226,10 +264,12 @@ void Launcher::stop_orphans() {
     }
     if (late && !killed) {
       killed = true;
-      say("stopped " + std::to_string(left.size()) + " process(es) the ranks left running, with SIGKILL after " +
-          number_text(o_.grace_period) + " s");
+      say("stopped " + std::to_string(left.size()) + " process(es) the ranks left running, with SIGKILL " +
+          (second_signal_ != 0 ? "at the second signal" : "after " + number_text(o_.grace_period) + " s"));
     }
-    ::usleep(10000);
+    // 10 ms, during which a signal may come (they are blocked outside ppoll)
+    timespec pause{0, 10 * 1000 * 1000};
+    ::ppoll(nullptr, 0, &pause, &signals.wait_mask());
   }
 }
 
@@ -240,6 +280,21 @@ void Launcher::kill_running() {
       c.sent = SIGKILL;
       c.killed_after_grace = true;
     }
+  killed_ = true;
+}
+
+// A second SIGINT/SIGTERM/SIGHUP: SIGKILL now to the running ranks and to every process
+// they started (whatever its process group or session); what is orphaned meanwhile comes to
+// the launcher, the subreaper, and stop_orphans kills it at once too.
+void Launcher::kill_everything() {
+  second_signal_ = g_second_signal != 0 ? static_cast<int>(g_second_signal) : SIGKILL;
+  for (auto& c : children_)
+    if (c.running) {
+      ::kill(c.pid, SIGKILL);
+      c.sent = SIGKILL;
+      c.killed_by_second = second_signal_;
+    }
+  for (pid_t p : descendants()) ::kill(p, SIGKILL);
   killed_ = true;
 }
 
