@@ -15,6 +15,10 @@
 //    (the all-reduce ends on every rank together); the median over the repetitions after a
 //    warm-up. Rank r's element i is (r + 1) + (i % 8) / 4, so every sum is exact, and every
 //    element of every result is checked on every rank: a wrong value fails the benchmark.
+//    The simulated ranks' buffers are their simulated GPUs' memory (the library's cudaMalloc:
+//    its arena, which the peers reach with memcpy), as a program's tensors on GPUs are;
+//    --host-buffers puts them in the host's heap instead (the peers reach them through the
+//    segment or by cross-memory attach). "buffers" says which.
 //    bound_s: the time this machine takes to memcpy 2(N-1)·S bytes (nccl-tests' bus bytes
 //    of a ring all-reduce, over the N ranks: bench_gloo_allreduce's bound), timed here with
 //    the machine's cores as threads and with one thread, the faster median.
@@ -28,7 +32,8 @@
 //    same accuracy (they are bit-identical).
 //
 //   bench_sim_processes [--quick] [--procs 2,4,8] [--mib 1,4,16,64,256] [--reps K]
-//                       [--no-gloo] [--no-overhead]
+//                       [--no-gloo] [--no-overhead] [--host-buffers]
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -39,6 +44,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,9 +79,36 @@ std::vector<int> parse_list(const std::string& s) {
   return v;
 }
 
+// `count` floats: the simulated GPU's memory (the simulated library's cudaMalloc, the library
+// the runtime loaded), or the host's heap.
+struct Buffer {
+  using Malloc = int (*)(void**, size_t);
+  using Free = int (*)(void*);
+  std::vector<float> host;
+  float* device = nullptr;
+  Free release = nullptr;
+  Buffer(size_t count, bool on_device) {
+    if (!on_device) {
+      host.resize(count);
+      return;
+    }
+    void* lib = dlopen(std::getenv("ACCEL_SIM_NCCL_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
+    auto alloc = lib ? reinterpret_cast<Malloc>(dlsym(lib, "cudaMalloc")) : nullptr;
+    release = lib ? reinterpret_cast<Free>(dlsym(lib, "cudaFree")) : nullptr;
+    void* p = nullptr;
+    if (!alloc || !release || alloc(&p, count * sizeof(float)) != 0)
+      throw std::runtime_error("cannot allocate the simulated GPU's memory");
+    device = static_cast<float*>(p);
+  }
+  ~Buffer() {
+    if (device) release(device);
+  }
+  float* data() { return device ? device : host.data(); }
+};
+
 // A worker: joins its world over `backend`, then for each size runs warm-up + reps
 // all-reduces, checks every element, and (rank 0) writes "bytes median_s" lines to `out`.
-int worker(const std::string& backend, const std::vector<int>& mib, int reps, const std::string& out) {
+int worker(const std::string& backend, const std::vector<int>& mib, int reps, const std::string& out, bool host_buffers) {
   try {
     auto c = world::join_world(backend, std::chrono::seconds(120), false);
     const int rank = c->rank(), n = c->size();
@@ -83,13 +116,14 @@ int worker(const std::string& backend, const std::vector<int>& mib, int reps, co
     if (rank == 0) f.open(out);
     for (int m : mib) {
       const size_t count = static_cast<size_t>(m) * kMiB / sizeof(float);
-      std::vector<float> buf(count);
+      Buffer storage(count, backend == "sim" && !host_buffers);
+      float* buf = storage.data();
       std::vector<double> times;
       for (int r = 0; r <= reps; ++r) {
         for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 8) / 4.f;
         c->barrier();
         const double t0 = mono_s();
-        c->all_reduce(buf.data(), buf.data(), count, comm::DataType::Float32, comm::RedOp::Sum)->wait();
+        c->all_reduce(buf, buf, count, comm::DataType::Float32, comm::RedOp::Sum)->wait();
         const double t = mono_s() - t0;
         if (r > 0) times.push_back(t);
         for (size_t i = 0; i < count; ++i) {
@@ -113,21 +147,24 @@ int worker(const std::string& backend, const std::vector<int>& mib, int reps, co
 
 // Launches n workers of `backend`; the medians by size (empty on failure, with `error`).
 std::vector<std::pair<size_t, double>> launch(const std::string& backend, int n, const std::vector<int>& mib, int reps,
-                                              std::string& error) {
+                                              bool host_buffers, std::string& error) {
   const std::string dir = make_temp_dir("accel-bench-simproc");
   const std::string out = dir + "/times.txt";
   const int port = free_port();
   std::string sizes;
   for (int m : mib) sizes += (sizes.empty() ? "" : ",") + std::to_string(m);
   std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r)
-    pids.push_back(spawn({self_exe(), "--worker", backend, "--mib", sizes, "--reps", std::to_string(reps), "--out", out},
-                         -1, -1,
+  for (int r = 0; r < n; ++r) {
+    std::vector<std::string> args = {self_exe(), "--worker", backend, "--mib", sizes, "--reps", std::to_string(reps),
+                                     "--out", out};
+    if (host_buffers) args.push_back("--host-buffers");
+    pids.push_back(spawn(args, -1, -1,
                          {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n),
                           "LOCAL_RANK=" + std::to_string(r), "LOCAL_WORLD_SIZE=" + std::to_string(n),
                           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1",
                           // this executable links the runtime itself: the library is not beside it
                           std::string("ACCEL_SIM_NCCL_LIBRARY=") + SIM_NCCL_LIBRARY_PATH}));
+  }
   error = wait_all(pids, 1200);
   std::vector<std::pair<size_t, double>> res;
   if (error.empty()) {
@@ -166,7 +203,7 @@ std::string accuracy_of(const std::string& log) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false, gloo = true, overhead = true;
+  bool quick = false, gloo = true, overhead = true, host_buffers = false;
   std::string procs = "2,4,8", mib = "1,4,16,64,256", backend, out;
   int reps = 0;
   for (int i = 1; i < argc; ++i) {
@@ -175,6 +212,7 @@ int main(int argc, char** argv) {
     if (a == "--quick") quick = true;
     else if (a == "--no-gloo") gloo = false;
     else if (a == "--no-overhead") overhead = false;
+    else if (a == "--host-buffers") host_buffers = true;
     else if (a == "--procs") procs = next();
     else if (a == "--mib") mib = next();
     else if (a == "--reps") reps = std::atoi(next().c_str());
@@ -182,7 +220,7 @@ int main(int argc, char** argv) {
     else if (a == "--out") out = next();
     else std::fprintf(stderr, "bench_sim_processes: ignoring unknown option %s\n", a.c_str());
   }
-  if (!backend.empty()) return worker(backend, parse_list(mib), std::max(1, reps), out);
+  if (!backend.empty()) return worker(backend, parse_list(mib), std::max(1, reps), out, host_buffers);
   if (quick) {
     if (procs == "2,4,8") procs = "2,4";
     if (mib == "1,4,16,64,256") mib = "1,16";
@@ -192,9 +230,9 @@ int main(int argc, char** argv) {
   for (int n : parse_list(procs)) {
     const std::vector<int> sizes = parse_list(mib);
     std::string err_sim, err_gloo;
-    auto sim = launch("sim", n, sizes, reps > 0 ? reps : (quick ? 5 : 9), err_sim);
+    auto sim = launch("sim", n, sizes, reps > 0 ? reps : (quick ? 5 : 9), host_buffers, err_sim);
     std::vector<std::pair<size_t, double>> g;
-    if (have_gloo) g = launch("gloo", n, sizes, reps > 0 ? reps : (quick ? 3 : 5), err_gloo);
+    if (have_gloo) g = launch("gloo", n, sizes, reps > 0 ? reps : (quick ? 3 : 5), true, err_gloo);
     for (size_t k = 0; k < sizes.size(); ++k) {
       const size_t bytes = static_cast<size_t>(sizes[k]) * kMiB;
       const double sim_s = k < sim.size() ? sim[k].second : NAN;
@@ -206,10 +244,10 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"bench\":\"sim_processes_allreduce\",\"procs\":%d,\"bytes\":%zu,\"sim_s\":%s,\"gloo_s\":%s,\"bound_s\":%s,"
           "\"busbw_gbps\":%s,\"vs_memcpy_bound\":%s,\"vs_gloo\":%s,\"bound_model\":\"memcpy of 2*(procs-1)*bytes\","
-          "\"values_ok\":%s,\"error\":%s}\n",
+          "\"buffers\":\"%s\",\"values_ok\":%s,\"error\":%s}\n",
           n, bytes, json_num(sim_s, "%.6f").c_str(), json_num(gloo_s, "%.6f").c_str(), json_num(bound_s, "%.6f").c_str(),
           json_num(busbw, "%.3f").c_str(), json_num(bound_s / sim_s, "%.3f").c_str(),
-          json_num(gloo_s / sim_s, "%.2f").c_str(), err_sim.empty() && err_gloo.empty() ? "true" : "false",
+          json_num(gloo_s / sim_s, "%.2f").c_str(), host_buffers ? "host" : "device", err_sim.empty() && err_gloo.empty() ? "true" : "false",
           error.empty() ? "null" : json_str(error).c_str());
       std::fflush(stdout);
     }

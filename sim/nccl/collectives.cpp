@@ -1,6 +1,7 @@
 // The simulated NCCL library (sim/nccl/internal.h): what a stream runs — waiting on the other
 // ranks, barriers, the fingerprint of a collective, collectives (through the shared segment, or
-// by direct access to the peers' memory) and send/recv through the mailboxes.
+// by direct access to the peers' memory: their arenas, or cross-memory attach) and send/recv
+// through the mailboxes.
 #include <sys/types.h>
 #include <sys/uio.h>
 
@@ -112,9 +113,17 @@ bool peer_copy(ncclComm* c, int q, void* local, uint64_t remote, size_t bytes, b
       std::memmove(local, reinterpret_cast<const void*>(remote), bytes);
     return true;
   }
+  if (char* at = reach(c, q, remote, bytes)) {  // in q's arena, mapped here
+    if (write)
+      std::memmove(at, local, bytes);
+    else
+      std::memmove(local, at, bytes);
+    return true;
+  }
   const pid_t pid = static_cast<pid_t>(c->blocks[q].pid);
   size_t done = 0;
   while (done < bytes) {
+    c->attach_calls.fetch_add(1, std::memory_order_relaxed);
     iovec l{static_cast<char*>(local) + done, bytes - done};
     iovec r{reinterpret_cast<void*>(remote + done), bytes - done};
     const ssize_t k = write ? process_vm_writev(pid, &l, 1, &r, 1, 0) : process_vm_readv(pid, &l, 1, &r, 1, 0);
@@ -131,15 +140,25 @@ bool peer_copy(ncclComm* c, int q, void* local, uint64_t remote, size_t bytes, b
   return true;
 }
 
+// Rank q's `bytes` at `remote` as memory of this process: its own, or in q's arena mapped here.
+char* reach(ncclComm* c, int q, uint64_t remote, size_t bytes) {
+  if (q == c->rank) return reinterpret_cast<char*>(remote);
+  if (static_cast<size_t>(q) >= c->arena_map.size() || !c->arena_map[q]) return nullptr;  // (not mapped yet at init)
+  const uint64_t base = c->arena_base[q], size = c->arena_bytes[q];
+  if (remote < base || bytes > size || remote - base > size - bytes) return nullptr;
+  return c->arena_map[q] + (remote - base);
+}
+
 namespace {
 
-// A collective by direct access: every rank publishes its buffers' addresses, a barrier (the
-// fingerprints are compared), then rank r works on its share, reading the peers' inputs and
-// writing the peers' outputs itself, in chunks that stay in cache; a barrier, and every output
-// is complete. Each input is read once and each output written once (the in-process
-// simulator's traffic). Reductions combine the ranks in rank order with the in-process
-// simulator's kernels, so the results are the same bits.
-bool run_direct(ncclComm* c, const Call& call, double& start, std::string& why, bool& mismatch) {
+// A collective by direct access, once every rank has published its buffers' addresses and
+// passed the first barrier (the fingerprints compared): rank r works on its share, reading the
+// peers' inputs and writing the peers' outputs itself, in chunks that stay in cache; a
+// barrier, and every output is complete. Each input is read once and each output written once
+// (the in-process simulator's traffic). A peer's buffer in its arena is read in place and
+// written with memcpy; another is copied by cross-memory attach. Reductions combine the ranks
+// in rank order with the in-process simulator's kernels, so the results are the same bits.
+bool run_direct(ncclComm* c, const Call& call, std::string& why) {
   const int n = c->n, me = c->rank;
   const comm::DataType t = dtype_of(call.dtype);
   const size_t es = comm::dtype_size(t);
@@ -159,6 +178,10 @@ bool run_direct(ncclComm* c, const Call& call, double& start, std::string& why, 
     for (size_t off = lo; off < hi; off += per) {
       const size_t len = std::min(per, hi - off);
       for (int q = 0; q < n; ++q) {
+        if (const char* at = reach(c, q, base(q) + off * es, len * es)) {  // read in place
+          srcs[q] = at;
+          continue;
+        }
         in[q].resize(len * es);
         if (!peer_copy(c, q, in[q].data(), base(q) + off * es, len * es, false, why)) return false;
         srcs[q] = in[q].data();
@@ -169,13 +192,6 @@ bool run_direct(ncclComm* c, const Call& call, double& start, std::string& why, 
     }
     return true;
   };
-  if (!barrier(c, why)) return false;
-  for (int q = 0; q < n; ++q)
-    if (!same_call(c->blocks[q], c->blocks[0])) {
-      mismatch = true;
-      return false;
-    }
-  for (int q = 0; q < n; ++q) start = std::max(start, c->blocks[q].ready);
   bool ok = true;
   switch (call.kind) {
     case kAllReduce:
@@ -213,7 +229,33 @@ bool run_direct(ncclComm* c, const Call& call, double& start, std::string& why, 
   return barrier(c, why);
 }
 
-// One collective on the stream.
+// Whether every buffer of `call` that the other ranks touch by direct access lies in this
+// rank's arena (and this rank reaches every peer's arena): the inputs they read, the output
+// they write (all-reduce, and reduce's root); not the buffers a rank only touches itself.
+bool in_arena(ncclComm* c, const Call& call) {
+  if (!c->arena_ok) return false;
+  const size_t bytes = call.count * comm::dtype_size(dtype_of(call.dtype));
+  if (bytes == 0) return true;
+  const bool root = c->rank == call.root;
+  switch (call.kind) {
+    case kAllReduce: return arena_holds(call.send, bytes) && arena_holds(call.recv, bytes);
+    case kReduceScatter: return arena_holds(call.send, bytes * c->n);
+    case kAllGather: return arena_holds(call.send, bytes);
+    case kBroadcast: return !root || arena_holds(call.send, bytes);
+    case kReduce: return arena_holds(call.send, bytes) && (!root || arena_holds(call.recv, bytes));
+  }
+  return false;
+}
+
+// One collective on the stream. It moves its data by direct access when every rank's buffers
+// are in the arenas (memcpy at memory speed, whatever the size), or when cross-memory attach
+// is allowed and the collective is large enough for its system calls to pay; else through
+// the segment's slots, chunk by chunk. The ranks decide alike: from what each published before
+// the first barrier (its buffers, whether they are in its arena) and from the call, which they
+// agree on (else the fingerprints differ and every rank fails). A rank that will stage
+// through the segment copies its first chunk in before that barrier; in the rare mixed case
+// (some ranks' buffers in the arena, others' not, no cross-memory attach) the ranks that did
+// not stage theirs do it after, and one more barrier follows.
 bool run_collective(ncclComm* c, const Call& call) {
   auto& p = proc();
   const int n = c->n, me = c->rank;
@@ -234,43 +276,29 @@ bool run_collective(ncclComm* c, const Call& call) {
   b.ready = ready;
   b.send_addr = reinterpret_cast<uint64_t>(call.send);
   b.recv_addr = reinterpret_cast<uint64_t>(call.recv);
+  b.arena = in_arena(c, call) ? 1u : 0u;
   c->set_now(call.describe());
-  // Direct access moves half the bytes of staging but costs a system call per chunk and
-  // peer: measured on 2 cores (docs/benchmarks.md, bench_sim_processes) it wins from 16 MiB.
-  const uint64_t call_bytes =
-      call.count * comm::dtype_size(dtype_of(call.dtype)) * (call.kind == kReduceScatter ? c->n : 1);
-  if (c->direct && call_bytes >= c->direct_from) {
-    std::string why;
-    double start = ready;
-    bool mismatch = false;
-    if (!run_direct(c, call, start, why, mismatch)) {
-      if (!mismatch) return fail_call(c, ncclRemoteError, call, why), false;
-      std::ostringstream os;
-      os << "mismatched collectives: ";
-      for (int r = 0; r < c->n; ++r) os << (r ? "; " : "") << "rank " << r << " called " << describe_block(c->blocks[r]);
-      return fail_call(c, ncclInvalidUsage, call, os.str()), false;
-    }
-    const size_t es = comm::dtype_size(dtype_of(call.dtype));
-    const uint64_t bytes =
-        (call.kind == kAllGather || call.kind == kReduceScatter) ? call.count * es * c->n : call.count * es;
-    const sim::Estimate est = sim::collective_cost(p.topo, coll_kind(call.kind), bytes, c->n);
-    account(c, call, ready, start, est.seconds, bytes, sim::bytes_sent_per_rank(coll_kind(call.kind), bytes, c->n),
-            est.algorithm);
-    return true;
-  }
-  // elements per chunk: what fits in a slot (reduce-scatter: one block's share of a slot)
+  // Direct access by cross-memory attach moves half the bytes of staging but costs a system
+  // call per chunk and peer: measured on 2 cores (docs/benchmarks.md, bench_sim_processes) it
+  // wins from 16 MiB.
+  const uint64_t call_bytes = call.count * es * (call.kind == kReduceScatter ? n : 1);
+  const bool attach = c->direct && call_bytes >= c->direct_from;
+  const bool stage_early = !b.arena && !attach;  // this rank stages its first chunk before the barrier
+  // staging: elements per chunk, what fits in a slot (reduce-scatter: one block's share of a slot)
   const size_t total = call.count;
   const size_t per = std::max<size_t>(1, call.kind == kReduceScatter ? c->slot_bytes / (es * n) : c->slot_bytes / es);
   const size_t chunks = total == 0 ? 1 : (total + per - 1) / per;
-  std::string why;
-  double start = ready;
-  std::vector<const void*> srcs(n);
-  for (size_t k = 0; k < chunks; ++k) {
-    const size_t off = k * per, len = std::min(per, total - std::min(total, off));
-    char* mine = c->slots + static_cast<size_t>(me) * c->slot_bytes;
-    const char* send = static_cast<const char*>(call.send);
-    char* recv = static_cast<char*>(call.recv);
-    // stage this rank's part
+  const char* send = static_cast<const char*>(call.send);
+  char* recv = static_cast<char*>(call.recv);
+  char* mine = c->slots + static_cast<size_t>(me) * c->slot_bytes;
+  auto chunk = [&](size_t k, size_t& off, size_t& len) {
+    off = k * per;
+    len = std::min(per, total - std::min(total, off));
+  };
+  // copies this rank's part of chunk k into its slot
+  auto stage = [&](size_t k) {
+    size_t off, len;
+    chunk(k, off, len);
     switch (call.kind) {
       case kReduceScatter:
         for (int q = 0; q < n; ++q) std::memcpy(mine + q * len * es, send + (q * total + off) * es, len * es);
@@ -280,48 +308,73 @@ bool run_collective(ncclComm* c, const Call& call) {
         break;
       default: std::memcpy(mine, send + off * es, len * es);
     }
-    if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
-    if (k == 0) {
-      for (int q = 0; q < n; ++q)
-        if (!same_call(c->blocks[q], c->blocks[0])) {
-          std::ostringstream os;
-          os << "mismatched collectives: ";
-          for (int r = 0; r < n; ++r) os << (r ? "; " : "") << "rank " << r << " called " << describe_block(c->blocks[r]);
-          // every rank sees the same blocks and fails with the same message
-          return fail_call(c, ncclInvalidUsage, call, os.str()), false;
-        }
-      for (int q = 0; q < n; ++q) start = std::max(start, c->blocks[q].ready);
+  };
+  std::string why;
+  double start = ready;
+  if (stage_early) stage(0);
+  if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
+  for (int q = 0; q < n; ++q)
+    if (!same_call(c->blocks[q], c->blocks[0])) {
+      std::ostringstream os;
+      os << "mismatched collectives: ";
+      for (int r = 0; r < n; ++r) os << (r ? "; " : "") << "rank " << r << " called " << describe_block(c->blocks[r]);
+      // every rank sees the same blocks and fails with the same message
+      return fail_call(c, ncclInvalidUsage, call, os.str()), false;
     }
+  bool all_arena = true, any_arena = false;
+  for (int q = 0; q < n; ++q) {
+    start = std::max(start, c->blocks[q].ready);
+    all_arena = all_arena && c->blocks[q].arena == 1;
+    any_arena = any_arena || c->blocks[q].arena == 1;
+  }
+  if (all_arena || attach) {
+    if (!run_direct(c, call, why)) return fail_call(c, ncclRemoteError, call, why), false;
+    (all_arena ? c->by_arena : c->by_attach).fetch_add(1, std::memory_order_relaxed);
+  } else {
+    if (any_arena) {  // the ranks that did not stage their first chunk do it now
+      if (!stage_early) stage(0);
+      if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
+    }
+    std::vector<const void*> srcs(n);
     auto slot = [&](int q) { return static_cast<const void*>(c->slots + static_cast<size_t>(q) * c->slot_bytes); };
-    switch (call.kind) {
-      case kAllReduce: {
-        for (int q = 0; q < n; ++q) srcs[q] = slot(q);
-        const size_t lo = len * me / n, hi = len * (me + 1) / n;
-        comm::reduce(c->result, srcs.data(), n, lo, hi, t, call.op, call.premul);
-        break;
+    for (size_t k = 0; k < chunks; ++k) {
+      size_t off, len;
+      chunk(k, off, len);
+      if (k > 0) {
+        stage(k);
+        if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
       }
-      case kReduceScatter:
-        for (int q = 0; q < n; ++q) srcs[q] = static_cast<const char*>(slot(q)) + me * len * es;
-        comm::reduce(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul);
-        break;
-      case kAllGather:
-        for (int q = 0; q < n; ++q) {
-          char* dst = recv + (q * total + off) * es;
-          if (q != me || dst != send + off * es) std::memcpy(dst, slot(q), len * es);
-        }
-        break;
-      case kBroadcast:
-        if (recv + off * es != slot(call.root)) std::memcpy(recv + off * es, slot(call.root), len * es);
-        break;
-      case kReduce:
-        if (me == call.root) {
+      switch (call.kind) {
+        case kAllReduce: {
           for (int q = 0; q < n; ++q) srcs[q] = slot(q);
-          comm::reduce(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul);
+          const size_t lo = len * me / n, hi = len * (me + 1) / n;
+          comm::reduce(c->result, srcs.data(), n, lo, hi, t, call.op, call.premul);
+          break;
         }
-        break;
+        case kReduceScatter:
+          for (int q = 0; q < n; ++q) srcs[q] = static_cast<const char*>(slot(q)) + me * len * es;
+          comm::reduce(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul);
+          break;
+        case kAllGather:
+          for (int q = 0; q < n; ++q) {
+            char* dst = recv + (q * total + off) * es;
+            if (q != me || dst != send + off * es) std::memcpy(dst, slot(q), len * es);
+          }
+          break;
+        case kBroadcast:
+          if (recv + off * es != slot(call.root)) std::memcpy(recv + off * es, slot(call.root), len * es);
+          break;
+        case kReduce:
+          if (me == call.root) {
+            for (int q = 0; q < n; ++q) srcs[q] = slot(q);
+            comm::reduce(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul);
+          }
+          break;
+      }
+      if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
+      if (call.kind == kAllReduce) std::memcpy(recv + off * es, c->result, len * es);
     }
-    if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
-    if (call.kind == kAllReduce) std::memcpy(recv + off * es, c->result, len * es);
+    c->by_staging.fetch_add(1, std::memory_order_relaxed);
   }
   // the cost model: nccl-tests' size (the all-gather output, the reduce-scatter input)
   const uint64_t bytes = (call.kind == kAllGather || call.kind == kReduceScatter) ? total * es * n : total * es;

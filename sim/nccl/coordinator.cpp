@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -248,6 +249,51 @@ namespace {
 
 void at_exit();
 
+// Maps every peer's arena here (each has published it before its `direct` flag), opening the
+// descriptor of its owner through /proc/<pid>/fd: the same user's processes may, where
+// cross-memory attach may be refused (Yama). A peer whose arena cannot be mapped leaves
+// arena_ok false: this rank then says, at every collective, that its buffers are not to be
+// reached in the arenas, and the collectives take the other paths. ACCEL_SIM_ARENA=0 maps
+// none (the tests' way to cover those paths with cudaMalloc's memory).
+void map_arenas(ncclComm* c) {
+  const int n = c->n;
+  c->arena_map.assign(static_cast<size_t>(n), nullptr);
+  c->arena_base.assign(static_cast<size_t>(n), 0);
+  c->arena_bytes.assign(static_cast<size_t>(n), 0);
+  if (env("ACCEL_SIM_ARENA") == "0") return;
+  bool ok = true;
+  for (int q = 0; q < n; ++q) {
+    const RankBlock& b = c->blocks[q];
+    c->arena_base[q] = b.arena_base;
+    c->arena_bytes[q] = b.arena_bytes;
+    if (q == c->rank) {
+      ok = ok && b.arena_fd >= 0;
+      continue;
+    }
+    if (b.arena_fd < 0 || b.arena_bytes == 0) {
+      ok = false;
+      continue;
+    }
+    const std::string path = "/proc/" + std::to_string(b.pid) + "/fd/" + std::to_string(b.arena_fd);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+      ok = false;
+      continue;
+    }
+    struct stat st {};
+    void* m = ::fstat(fd, &st) == 0 && static_cast<uint64_t>(st.st_size) == b.arena_bytes  // its arena, still
+                  ? ::mmap(nullptr, b.arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0)
+                  : MAP_FAILED;
+    ::close(fd);
+    if (m == MAP_FAILED) {
+      ok = false;
+      continue;
+    }
+    c->arena_map[q] = static_cast<char*>(m);  // kept for the process's life, as the segment
+  }
+  c->arena_ok = ok;
+}
+
 }  // namespace
 
 // ncclCommInitRank's work (on a thread of its own: the communicator is non-blocking).
@@ -347,8 +393,15 @@ void init_comm(ncclComm* c, std::string coord_name) {
   // PR_SET_PTRACER); else collectives stage through the segment. Every rank tests reading
   // its successor; all use direct access only if all can. ACCEL_SIM_DIRECT=0 turns it off,
   // ACCEL_SIM_DIRECT=1 uses it for every collective (the tests' way to cover both paths).
+  //
+  // This process's arena (its simulated GPU's memory: cudaMalloc's) is published with the
+  // probe, for the others to map once every rank has published.
   static const uint64_t probe = 0x70726f6265636d61ull;
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  const ArenaView own = arena_view();
+  c->me().arena_fd = own.fd;
+  c->me().arena_base = reinterpret_cast<uint64_t>(own.base);
+  c->me().arena_bytes = own.bytes;
   c->me().probe_addr = reinterpret_cast<uint64_t>(&probe);
   c->ring();
   const int next = (c->rank + 1) % c->n;
@@ -362,6 +415,7 @@ void init_comm(ncclComm* c, std::string coord_name) {
   const bool can = mode != "0" &&
                    peer_copy(c, next, &got, c->blocks[next].probe_addr, sizeof got, false, err) && got == probe;
   c->me().direct = can ? 1u : 2u;
+  c->attach_calls = 0;  // the probe's: accelSimDataPaths counts the collectives' calls
   c->ring();
   if (!wait_until(
           c,
@@ -374,6 +428,7 @@ void init_comm(ncclComm* c, std::string coord_name) {
     return c->set_error(ncclRemoteError, "simulated NCCL: initialisation: " + why);
   c->direct = true;
   for (int q = 0; q < c->n; ++q) c->direct = c->direct && c->blocks[q].direct.load() == 1;
+  map_arenas(c);
   c->async = ncclSuccess;
 }
 

@@ -1,9 +1,15 @@
 // The simulated NCCL library (sim/nccl/internal.h): the CUDA runtime's part — devices, streams
-// (a thread each) and events, and device memory with the process's budget.
+// (a thread each) and events, and device memory (the arena) with the process's budget.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -211,13 +217,141 @@ void mem_release(uint64_t bytes) {
   p.current -= std::min(p.current, bytes);
 }
 
+// ---------------------------------------------------------------------------------------
+// The arena (internal.h): a memfd of `bytes` (sparse: a page exists once written) mapped at
+// `base`, handed out in whole pages, first fit, so that a freed allocation's pages can be
+// given back with a hole punched in the file.
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+struct Arena {
+  std::mutex mu;
+  bool tried = false;
+  ArenaView view;
+  std::map<uint64_t, uint64_t> free;  // offset -> bytes, coalesced
+};
+
+Arena& arena() {
+  static auto* a = new Arena();  // lives as long as the process (the peers map it)
+  return *a;
+}
+
+// The range to reserve: the budget twice (room for the pages' rounding and fragmentation),
+// or the machine's memory when the budget is unlimited.
+uint64_t arena_reserve() {
+  uint64_t capacity;
+  {
+    auto& p = proc();
+    std::lock_guard<std::mutex> lk(p.mu);
+    p.configure();
+    capacity = p.capacity;
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  const uint64_t machine = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  uint64_t want = capacity ? 2 * capacity : machine;
+  if (want == 0) want = 64ull << 30;
+  want = std::max<uint64_t>(want, 64ull << 20);
+  return (want + (2ull << 20) - 1) & ~((2ull << 20) - 1);
+}
+
+// Makes the arena (under a.mu); the view stays empty when the system refuses.
+void arena_make(Arena& a) {
+  if (a.tried) return;
+  a.tried = true;
+  const uint64_t bytes = arena_reserve();
+  const int fd = ::memfd_create("accel-sim-gpu-memory", MFD_CLOEXEC);
+  if (fd < 0) return;
+  if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    ::close(fd);
+    return;
+  }
+  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (m == MAP_FAILED) {
+    ::close(fd);
+    return;
+  }
+  a.view.fd = fd;  // kept open: the peers open it through /proc/<pid>/fd
+  a.view.base = static_cast<char*>(m);
+  a.view.bytes = bytes;
+  a.free[0] = bytes;
+}
+
+// `size` bytes from the arena (whole pages), or null when they do not fit in it.
+void* arena_alloc(uint64_t size) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lk(a.mu);
+  arena_make(a);
+  if (!a.view.base) return nullptr;
+  const uint64_t need = (std::max<uint64_t>(size, 1) + kPage - 1) & ~(kPage - 1);
+  for (auto it = a.free.begin(); it != a.free.end(); ++it) {
+    if (it->second < need) continue;
+    const uint64_t off = it->first, left = it->second - need;
+    a.free.erase(it);
+    if (left) a.free[off + need] = left;
+    return a.view.base + off;
+  }
+  return nullptr;
+}
+
+// Gives `size` bytes at `p` (from arena_alloc) back: to the free list, and their pages to the
+// system (a hole punched in the file, which also unmaps them from the peers).
+void arena_free(void* p, uint64_t size) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lk(a.mu);
+  uint64_t off = static_cast<uint64_t>(static_cast<char*>(p) - a.view.base);
+  uint64_t len = (std::max<uint64_t>(size, 1) + kPage - 1) & ~(kPage - 1);
+  ::fallocate(a.view.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off), static_cast<off_t>(len));
+  auto next = a.free.lower_bound(off);
+  if (next != a.free.end() && next->first == off + len) {  // merge with the free block after
+    len += next->second;
+    next = a.free.erase(next);
+  }
+  if (next != a.free.begin()) {  // and with the one before
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      prev->second += len;
+      return;
+    }
+  }
+  a.free[off] = len;
+}
+
+}  // namespace
+
+ArenaView arena_view() {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lk(a.mu);
+  arena_make(a);
+  return a.view;
+}
+
+bool arena_holds(const void* p, uint64_t bytes) {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lk(a.mu);
+  const char* c = static_cast<const char*>(p);
+  return a.view.base && c >= a.view.base && bytes <= a.view.bytes &&
+         static_cast<uint64_t>(c - a.view.base) <= a.view.bytes - bytes;
+}
+
+uint64_t arena_resident() {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lk(a.mu);
+  struct stat st {};
+  if (a.view.fd < 0 || ::fstat(a.view.fd, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
 }  // namespace accel::simnccl
 
 ACCEL_SIM_EXPORT cudaError_t cudaMalloc(void** ptr, size_t size) {
   if (!ptr) return cudaErrorInvalidValue;
   if (!mem_charge(size, nullptr)) return cudaErrorMemoryAllocation;
-  void* m = nullptr;
-  if (posix_memalign(&m, 256, std::max<size_t>(size, 1)) != 0) {
+  // from the arena (the peers reach it with memcpy), else from the host's heap (the peers
+  // reach it through the segment or by cross-memory attach): the arena is full, or absent
+  void* m = arena_alloc(size);
+  if (!m && posix_memalign(&m, 256, std::max<size_t>(size, 1)) != 0) {
     mem_release(size);
     return cudaErrorMemoryAllocation;
   }
@@ -237,7 +371,10 @@ ACCEL_SIM_EXPORT cudaError_t cudaFree(void* ptr) {
     size = it->second;
     proc().allocations.erase(it);
   }
-  std::free(ptr);
+  if (arena_holds(ptr, size))
+    arena_free(ptr, size);
+  else
+    std::free(ptr);
   mem_release(size);
   return cudaSuccess;
 }

@@ -102,3 +102,16 @@ ACCEL_SIM_EXPORT int accelSimMemCharge(unsigned long long bytes, char* msg, size
 }
 
 ACCEL_SIM_EXPORT void accelSimMemRelease(unsigned long long bytes) { mem_release(bytes); }
+
+// How this communicator's collectives moved their data, for the tests and diagnostics:
+// counts[0] collectives through the peers' arenas (memcpy, no system call), [1] by direct
+// access with cross-memory attach for some peer, [2] staged through the segment, [3] the
+// cross-memory-attach system calls made, [4] the bytes of this process's arena backed by
+// memory now. Writes at most `len` of them; returns how many there are.
+ACCEL_SIM_EXPORT size_t accelSimDataPaths(ncclComm_t c, unsigned long long* counts, size_t len) {
+  const unsigned long long v[] = {c ? c->by_arena.load() : 0, c ? c->by_attach.load() : 0,
+                                  c ? c->by_staging.load() : 0, c ? c->attach_calls.load() : 0, arena_resident()};
+  const size_t n = sizeof v / sizeof v[0];
+  for (size_t i = 0; i < std::min(n, len); ++i) counts[i] = v[i];
+  return n;
+}

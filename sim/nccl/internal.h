@@ -11,7 +11,13 @@
 //   waiting for it fails naming it.
 // - A stream is a thread executing what was enqueued on it, in order; events mark points of
 //   a stream; the default stream is the host (always complete).
-// - Collectives move data through the segment: each rank copies its input into its slot,
+// - A process's simulated device memory (cudaMalloc's) lives in its arena: a memfd that every
+//   process of the world maps (it opens the owner's descriptor through /proc), so that a
+//   collective whose buffers are all in the arenas reads and writes the peers' buffers
+//   directly, with memcpy and the reduction kernels, at memory speed. Other buffers (host
+//   memory a program passes) move through the segment, or for large collectives by
+//   cross-memory attach (process_vm_readv/writev).
+// - Collectives through the segment: each rank copies its input into its slot,
 //   a barrier, then each reduces its share of the elements in rank order (the kernels of the
 //   in-process simulator, so the results are bit-identical to it), a barrier, then each
 //   copies out. At the first barrier every rank compares every rank's call (the
@@ -28,11 +34,13 @@
 //   offers the others (in accel::simnccl, hidden: only the C API is exported);
 // - process.cpp — small helpers, the settings read from ACCEL_SIM_*, the report and trace files;
 // - collectives.cpp — what a stream runs: waits, barriers, fingerprints, collectives (through
-//   the segment or by direct access to the peers' memory), send/recv through the mailboxes;
+//   the segment or by direct access to the peers' memory: their arenas, or cross-memory
+//   attach), send/recv through the mailboxes;
 // - coordinator.cpp — the coordinator (sockets, the segment, watching the ranks), the unique
 //   id, a communicator's initialisation, the exit hook;
 // - nccl_api.cpp — nccl.h's functions: posting calls on a stream, groups, communicators;
-// - cuda.cpp — the CUDA runtime's functions: devices, streams and events, memory and its budget;
+// - cuda.cpp — the CUDA runtime's functions: devices, streams and events, memory (the arena)
+//   and its budget;
 // - extensions.cpp — the simulator's extensions (accelSim*).
 #pragma once
 
@@ -105,6 +113,9 @@ struct alignas(64) RankBlock {
   int32_t kind, dtype, op, root;
   double ready;  // its virtual time when the collective could start on this rank
   uint64_t send_addr, recv_addr;  // its buffers in its own address space (direct access)
+  uint32_t arena;                 // 1: the buffers the others touch are in its arena, and it reaches theirs
+  int32_t arena_fd;               // its arena (cuda.cpp), a descriptor the others open through /proc
+  uint64_t arena_base, arena_bytes;  // where the arena lies in its address space
   uint64_t probe_addr;            // a word the others read at init to test direct access
   std::atomic<uint32_t> direct;   // 0 not yet known, 1 it can read its successor's memory, 2 it cannot
   char now[kDesc];   // what its stream does or last did
@@ -264,6 +275,15 @@ struct accel::nccl_abi::ncclComm {
   uint64_t phase = 0;     // the barrier phases this rank has passed (the stream's)
   bool direct = false;    // collectives may read and write the peers' buffers (process_vm_readv/writev)
   uint64_t direct_from = 16ull << 20;  // ... those of this many bytes per rank and more
+  // The peers' arenas mapped here (null: not reachable, and this rank's own), at the address
+  // each has in its owner's process: a buffer there is reached with memcpy (reach()).
+  std::vector<char*> arena_map;
+  std::vector<uint64_t> arena_base, arena_bytes;
+  bool arena_ok = false;  // every peer's arena is mapped (ACCEL_SIM_ARENA=0: never)
+  // How the collectives moved their data (accelSimDataPaths): through the peers' arenas,
+  // by direct access with cross-memory attach for some peer, staged through the segment;
+  // and the cross-memory-attach system calls made.
+  std::atomic<uint64_t> by_arena{0}, by_attach{0}, by_staging{0}, attach_calls{0};
   uint64_t coll_seq = 0;  // collectives posted (host side)
   std::map<int, uint64_t> send_seq, recv_seq;
   std::map<int, std::pair<double, ncclDataType_t>> premul_ops;  // PreMulSum operators
@@ -342,6 +362,10 @@ std::vector<int> everyone(int n);
 // the address spaces, as NVLink's peer-to-peer copies do between GPUs).
 bool peer_copy(ncclComm* c, int q, void* local, uint64_t remote, size_t bytes, bool write, std::string& why);
 
+// Rank q's `bytes` at `remote` (an address in q's process) as memory of this process: its own,
+// or in q's arena mapped here; null when only cross-memory attach reaches them.
+char* reach(ncclComm* c, int q, uint64_t remote, size_t bytes);
+
 // What a group (or a single call) runs on the stream: collectives in order, consecutive
 // send/recv together.
 bool run_calls(ncclComm* c, const std::vector<Call>& calls);
@@ -377,5 +401,18 @@ extern std::mutex g_comms_mu;
 // The process's simulated device memory: a charge over capacity fails as CUDA does.
 bool mem_charge(uint64_t bytes, std::string* msg);
 void mem_release(uint64_t bytes);
+
+// The process's arena: the simulated GPU's memory, a memfd that the other processes of the
+// world map. One virtual range is reserved (MAP_NORESERVE: the budget's size twice, or the
+// machine's memory when unlimited); pages exist once written, and go back to the system when
+// freed (a hole punched in the file). cudaMalloc's allocations come from it.
+struct ArenaView {
+  int fd = -1;
+  char* base = nullptr;
+  uint64_t bytes = 0;
+};
+ArenaView arena_view();  // makes it the first time (fd -1 when it cannot be made)
+bool arena_holds(const void* p, uint64_t bytes);  // [p, p + bytes) lies in the arena
+uint64_t arena_resident();  // bytes of it backed by memory now
 
 }  // namespace accel::simnccl

@@ -1,20 +1,24 @@
 // The simulated NCCL library (libaccel-nccl-sim.so, sim/nccl/) through its C API alone,
 // as a program written against nccl.h would call it: processes forked by the test, the
 // unique id passed over a pipe, every collective with its results checked element by
-// element (both data paths: staged through the segment, and direct access to the peers'
-// memory), send/recv in a group beyond the ring buffer's size, blocking and non-blocking
-// creation, invalid arguments, an abort seen by a peer, mismatched calls. Torch-free.
+// element (every data path: staged through the segment, direct access to the peers' memory
+// by cross-memory attach, and through the peers' arenas for cudaMalloc's memory, alone and
+// mixed with host memory), the arena's budget and its memory given back, send/recv in a group
+// beyond the ring buffer's size, blocking and non-blocking creation, invalid arguments, an
+// abort seen by a peer, mismatched calls. Torch-free.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -53,6 +57,7 @@ cudaError_t cudaEventQuery(cudaEvent_t);
 cudaError_t cudaMalloc(void**, size_t);
 cudaError_t cudaFree(void*);
 const char* cudaGetErrorString(cudaError_t);
+size_t accelSimDataPaths(ncclComm_t, unsigned long long*, size_t);
 }
 
 namespace {
@@ -210,6 +215,176 @@ void collectives(int r, ncclComm_t c, cudaStream_t s, int n) {
   for (int q = 0; q < n; ++q) want *= q + 2;
   for (int i = 0; i < 16; ++i) REQUIRE(d[i] == want, "int64 prod[%d] = %lld", i, static_cast<long long>(d[i]));
   REQUIRE(cudaFree(d) == cudaSuccess, "cudaFree");
+}
+
+// How the communicator's collectives moved their data (accelSimDataPaths).
+struct Paths {
+  unsigned long long arena = 0, attach = 0, staged = 0, attach_calls = 0, resident = 0;
+};
+Paths paths(ncclComm_t c) {
+  unsigned long long v[5] = {};
+  REQUIRE(accelSimDataPaths(c, v, 5) == 5, "accelSimDataPaths");
+  return Paths{v[0], v[1], v[2], v[3], v[4]};
+}
+
+// `count` elements of T from the simulated cudaMalloc (the arena), freed with the object.
+template <class T>
+struct Device {
+  T* p = nullptr;
+  size_t count;
+  explicit Device(size_t n, T fill = T()) : count(n) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(T)) == cudaSuccess, "cudaMalloc of %zu", n);
+    for (size_t i = 0; i < n; ++i) p[i] = fill;
+  }
+  ~Device() { REQUIRE(cudaFree(p) == cudaSuccess, "cudaFree"); }
+  T& operator[](size_t i) { return p[i]; }
+};
+
+// Every collective of float32 on buffers that rank r takes from the simulated cudaMalloc when
+// `device(r)`, else from the host's heap; sizes across the direct path's chunks (128 KiB) and
+// the segment's slots (16 MiB), in and out of place. Returns the collectives it made.
+int mixed_collectives(int r, ncclComm_t c, cudaStream_t s, int n, const std::function<bool(int)>& device) {
+  int calls = 0;
+  for (size_t count : {size_t(1), size_t(100000), size_t(5) << 20}) {  // 5M floats: 20 MiB
+    // a buffer of `k` floats, rank r's kind of memory
+    auto buffer = [&](size_t k, float fill) {
+      std::shared_ptr<float> b;
+      if (device(r)) {
+        auto* d = new Device<float>(k, fill);
+        b = std::shared_ptr<float>(d->p, [d](float*) { delete d; });
+      } else {
+        b = std::shared_ptr<float>(new float[k], std::default_delete<float[]>());
+        std::fill(b.get(), b.get() + k, fill);
+      }
+      return b;
+    };
+    auto x = buffer(count, 0.f), y = buffer(count, -1.f);
+    for (size_t i = 0; i < count; ++i) x.get()[i] = static_cast<float>((i % 13) + r);
+    auto want_sum = [&](size_t i) { return static_cast<float>(n * (i % 13)) + static_cast<float>(n * (n - 1) / 2); };
+    REQUIRE(ncclAllReduce(x.get(), y.get(), count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "all_reduce");
+    REQUIRE(sync(c, s) == ncclSuccess, "all_reduce: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(y.get()[i] == want_sum(i), "all_reduce[%zu] = %g", i, double(y.get()[i]));
+    // in place
+    REQUIRE(ncclAllReduce(x.get(), x.get(), count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "in place");
+    REQUIRE(sync(c, s) == ncclSuccess, "in place: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(x.get()[i] == want_sum(i), "in place[%zu]", i);
+    calls += 2;
+    // reduce-scatter, in place: each rank's part of its own input
+    auto big = buffer(count * n, 0.f);
+    for (size_t i = 0; i < count * n; ++i) big.get()[i] = static_cast<float>((i % 7) * (r + 1));
+    float* part = big.get() + r * count;
+    REQUIRE(ncclReduceScatter(big.get(), part, count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "rs");
+    REQUIRE(sync(c, s) == ncclSuccess, "reduce_scatter: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i)
+      REQUIRE(part[i] == static_cast<float>(((r * count + i) % 7) * (n * (n + 1) / 2)), "reduce_scatter[%zu]", i);
+    // all-gather, in place: each rank's input is its part of the output
+    auto gathered = buffer(count * n, -1.f);
+    for (size_t i = 0; i < count; ++i) gathered.get()[r * count + i] = static_cast<float>((i % 11) + r);
+    REQUIRE(ncclAllGather(gathered.get() + r * count, gathered.get(), count, ncclFloat32, c, s) == ncclSuccess, "ag");
+    REQUIRE(sync(c, s) == ncclSuccess, "all_gather: %s", ncclGetLastError(c));
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < count; ++i)
+        REQUIRE(gathered.get()[q * count + i] == static_cast<float>((i % 11) + q), "all_gather[%d][%zu]", q, i);
+    // broadcast from the last rank, out of place; reduce (max) to rank 0
+    auto b = buffer(count, -1.f);
+    for (size_t i = 0; i < count; ++i) x.get()[i] = static_cast<float>((i % 5) + r);
+    REQUIRE(ncclBroadcast(x.get(), b.get(), count, ncclFloat32, n - 1, c, s) == ncclSuccess, "broadcast");
+    REQUIRE(sync(c, s) == ncclSuccess, "broadcast: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i) REQUIRE(b.get()[i] == static_cast<float>((i % 5) + n - 1), "broadcast[%zu]", i);
+    REQUIRE(ncclReduce(x.get(), b.get(), count, ncclFloat32, ncclMax, 0, c, s) == ncclSuccess, "reduce");
+    REQUIRE(sync(c, s) == ncclSuccess, "reduce: %s", ncclGetLastError(c));
+    for (size_t i = 0; i < count; ++i)
+      REQUIRE(r != 0 || b.get()[i] == static_cast<float>((i % 5) + n - 1), "reduce[%zu]", i);
+    calls += 4;
+  }
+  return calls;
+}
+
+// cudaMalloc's memory is the arena: every collective on it reads and writes the peers' buffers
+// with memcpy, not one cross-memory-attach system call, whatever the size, with or without
+// cross-memory attach allowed.
+TEST(SimNccl, CollectivesOnCudaMallocMemoryGoThroughTheArenas) {
+  for (const char* direct : {"ACCEL_SIM_DIRECT=0", "ACCEL_SIM_DIRECT=1"}) {
+    SCOPED_TRACE(direct);
+    expect_all_ok(run(
+        3,
+        [](int r, ncclComm_t c, cudaStream_t s) {
+          const int calls = mixed_collectives(r, c, s, 3, [](int) { return true; });
+          const Paths p = paths(c);
+          REQUIRE(p.arena == static_cast<unsigned long long>(calls) && p.attach == 0 && p.staged == 0 &&
+                      p.attach_calls == 0,
+                  "%d collectives: %llu through the arenas, %llu by attach, %llu staged, %llu attach calls", calls,
+                  p.arena, p.attach, p.staged, p.attach_calls);
+        },
+        {direct}));
+  }
+}
+
+// Host memory (outside the arena) still moves, alone or beside ranks whose buffers are in the
+// arena: through the segment (the ranks with arena buffers stage theirs after the first
+// barrier), or by cross-memory attach for those peers only; and ACCEL_SIM_ARENA=0 turns the
+// arenas off.
+TEST(SimNccl, BuffersOutsideTheArenaStillMove) {
+  // rank 1's buffers are host memory, the others' cudaMalloc's
+  auto rank1_host = [](int q) { return q != 1; };
+  expect_all_ok(run(
+      3,
+      [&](int r, ncclComm_t c, cudaStream_t s) {
+        // the broadcasts (one in 6 calls) go through the arenas: their root's input is in its
+        // arena, and rank 1 writes its host output itself
+        const int calls = mixed_collectives(r, c, s, 3, rank1_host);
+        const Paths p = paths(c);
+        const unsigned long long broadcasts = calls / 6, others = calls - broadcasts;
+        REQUIRE(p.arena == broadcasts && p.attach == 0 && p.staged == others && p.attach_calls == 0,
+                "staged: %llu arena, %llu attach, %llu staged", p.arena, p.attach, p.staged);
+      },
+      {"ACCEL_SIM_DIRECT=0"}));
+  expect_all_ok(run(
+      3,
+      [&](int r, ncclComm_t c, cudaStream_t s) {
+        const int calls = mixed_collectives(r, c, s, 3, rank1_host);
+        const Paths p = paths(c);
+        const unsigned long long broadcasts = calls / 6, others = calls - broadcasts;
+        REQUIRE(p.arena == broadcasts && p.attach == others && p.staged == 0,
+                "attach: %llu arena, %llu attach, %llu staged", p.arena, p.attach, p.staged);
+        // only rank 1's buffers need the system calls: rank 1 itself reaches the others' arenas
+        REQUIRE((r == 1) == (p.attach_calls == 0), "rank %d made %llu attach calls", r, p.attach_calls);
+      },
+      {"ACCEL_SIM_DIRECT=1"}));
+  expect_all_ok(run(
+      2,
+      [](int r, ncclComm_t c, cudaStream_t s) {
+        const int calls = mixed_collectives(r, c, s, 2, [](int) { return true; });
+        const Paths p = paths(c);
+        REQUIRE(p.arena == 0 && p.staged == static_cast<unsigned long long>(calls), "arenas off: %llu arena, %llu staged",
+                p.arena, p.staged);
+      },
+      {"ACCEL_SIM_DIRECT=0", "ACCEL_SIM_ARENA=0"}));
+}
+
+// The arena holds the budget's allocations and no more (the out-of-memory error unchanged), and
+// a freed allocation's memory goes back to the system.
+TEST(SimNccl, TheArenaKeepsTheBudgetAndGivesMemoryBack) {
+  expect_all_ok(run(
+      2,
+      [](int r, ncclComm_t c, cudaStream_t s) {
+        const size_t mib = 1 << 20;
+        void* a = nullptr;
+        void* b = nullptr;
+        REQUIRE(cudaMalloc(&a, 40 * mib) == cudaSuccess, "40 MiB of 64");
+        std::memset(a, 1, 40 * mib);
+        REQUIRE(paths(c).resident >= 40 * mib, "resident %llu", paths(c).resident);
+        REQUIRE(cudaMalloc(&b, 30 * mib) == cudaErrorMemoryAllocation, "30 MiB more exceed the budget");
+        REQUIRE(cudaFree(a) == cudaSuccess, "free");
+        REQUIRE(paths(c).resident < mib, "resident after the free: %llu", paths(c).resident);
+        // the freed range is handed out again, and still reached by the peers
+        Device<float> d(24 * mib / sizeof(float), static_cast<float>(r + 1));
+        REQUIRE(ncclAllReduce(d.p, d.p, d.count, ncclFloat32, ncclSum, c, s) == ncclSuccess, "all_reduce");
+        REQUIRE(sync(c, s) == ncclSuccess, "all_reduce: %s", ncclGetLastError(c));
+        for (size_t i = 0; i < d.count; i += 1021) REQUIRE(d[i] == 3.f, "sum[%zu] = %g", i, double(d[i]));
+        REQUIRE(paths(c).arena == 1 && paths(c).attach_calls == 0, "through the arenas");
+      },
+      {"ACCEL_SIM_GPU_MEM=64MiB"}));
 }
 
 TEST(SimNccl, EveryCollectiveStagedThroughTheSegment) {
