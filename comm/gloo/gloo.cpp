@@ -10,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -282,8 +283,10 @@ class GlooCommunicator final : public Communicator {
     check_op(t, op);
     need(send, recv, recvcount);
     return run([this, send, recv, recvcount, t, op, premul]() -> std::shared_ptr<Work> {
-      // Composed: the whole buffer all-reduced in a temporary, this rank's slice kept.
       const size_t es = dtype_size(t), n = recvcount * static_cast<size_t>(size_);
+      if (recvcount && size_ > 1 && is_float(t) && (op == RedOp::Sum || op == RedOp::Avg))
+        return post_exchanged_reduce_scatter(send, recv, recvcount, t, op);
+      // Other types and ops: the whole buffer all-reduced in a temporary, this rank's slice kept.
       auto tmp = std::make_shared<std::vector<uint8_t>>(n * es);
       if (n) std::memcpy(tmp->data(), send, n * es);
       auto inner = post_all_reduce(tmp->data(), tmp->data(), n, t, op, premul, "reduce_scatter");
@@ -428,6 +431,37 @@ class GlooCommunicator final : public Communicator {
     const size_t es = dtype_size(t);
     for (int r = 0; r < size_; ++r) out[0].push_back(bytes(static_cast<uint8_t*>(recv) + r * count * es, count, t));
     return post([&] { return pg_->allgather(out, in); }, std::move(finish), what(op, count, t));
+  }
+
+  // Reduce-scatter of floating-point Sum / Avg as NCCL's ring moves it: one all-to-all (every
+  // process sends chunk q of its buffer to process q, (n-1)·count elements per process, in one
+  // exchange), then this process sums the n chunks it received in rank order. Bfloat16 sums
+  // in float32 and rounds once (as the all-reduce's staging); the other types sum in their own
+  // (as Gloo's reduction does). With 2 processes the result is the composed all-reduce's bit
+  // for bit (one addition; a + b == b + a), from one exchange of half its bytes (the
+  // all-reduce makes two).
+  std::shared_ptr<Work> post_exchanged_reduce_scatter(const void* send, void* recv, size_t recvcount, DataType t,
+                                                      RedOp op) {
+    const size_t es = dtype_size(t), n = recvcount * static_cast<size_t>(size_);
+    // every process's chunk for this one, rank after rank (uninitialised: all of it is received)
+    auto tmp = std::shared_ptr<uint8_t[]>(new uint8_t[std::max<size_t>(n * es, 1)]);
+    at::Tensor in = bytes(send, n, t), out = bytes(tmp.get(), n, t);
+    std::vector<int64_t> even;  // empty: equal splits
+    const int size = size_;
+    return post([&] { return pg_->alltoall_base(out, in, even, even); }, [tmp, recv, recvcount, t, op, size] {
+      const at::Tensor parts = view(tmp.get(), recvcount * static_cast<size_t>(size), t).view({size, static_cast<int64_t>(recvcount)});
+      const bool staged = t == DataType::BFloat16;
+      at::Tensor out = view(recv, recvcount, t);
+      at::Tensor acc = staged ? parts[0].to(at::kFloat) : out;  // in place in recv unless staged
+      if (staged) {
+        for (int q = 1; q < size; ++q) acc.add_(parts[q].to(at::kFloat));
+      } else {
+        at::add_out(acc, parts[0], parts[1]);
+        for (int q = 2; q < size; ++q) acc.add_(parts[q]);
+      }
+      if (op == RedOp::Avg) acc.div_(size);
+      if (staged) out.copy_(acc);
+    }, what("reduce_scatter", recvcount, t));
   }
 
   std::shared_ptr<Work> post_all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op, PreMul premul,

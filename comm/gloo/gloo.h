@@ -5,8 +5,10 @@
 // the full mesh. Torch-free header; the implementation is gloo.cpp.
 //
 // What c10d's Gloo lacks is composed from its own calls (docs/distributed.md, "The Gloo backend"):
-//   reduce_scatter       all-reduce of the whole buffer, then this rank's slice is kept
-//                        (moves 2(n-1)/n of n·count elements per rank, twice NCCL's ring)
+//   reduce_scatter       floating-point Sum/Avg: an all-to-all of the chunks, then each
+//                        process sums the n chunks it received in rank order ((n-1)·count
+//                        elements per rank, as NCCL's ring, in one exchange); other types and
+//                        ops: all-reduce of the whole buffer, this rank's slice kept (twice that)
 //   Avg                  Sum, then a division on each process
 //   PreMulSum            each process scales its own input, then Sum
 //   bfloat16 reductions  staged through float32 (twice the bytes), rounded back once

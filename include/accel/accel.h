@@ -798,7 +798,9 @@ typedef struct accel_sim_options {
     const char *faults;          /* fault injection, comma-separated: "kill:RANK@collective:K"
                                     (K >= 1), "kill:RANK@step:K" (K >= 0),
                                     "delay:RANK:SECONDS" (finite, >= 0); RANK in
-                                    [0, world_size); NULL = none */
+                                    [0, world_size); spaces after a comma are ignored, an
+                                    empty item ("a,,b", a comma at an end) is
+                                    ACCEL_ERR_INVALID_ARGUMENT; NULL = none */
     const char *trace_path;      /* write the run's timeline here as Chrome trace JSON
                                     (opens in ui.perfetto.dev); NULL = none. It may replace
                                     nothing or an earlier trace: any other file, a directory,
@@ -882,7 +884,12 @@ typedef struct accel_project_options {
 ACCEL_API accel_status accel_project_options_init(accel_project_options *opts, uint32_t version);
 
 /* Sets the project directory that accel_save_state / accel_load_state use when given no
- * directory (the path is copied). */
+ * directory (the path is copied; the directory is created). A project belongs to one run at
+ * a time: process 0 takes an advisory lock on <project_dir>/.accel.lock for the world, held
+ * until the context is destroyed or set to another project and released by the system when
+ * the process ends. Every process of the world calls it (they agree on the outcome).
+ * Errors: ACCEL_ERR_INVALID_STATE when another run holds the project (the message names its
+ * pid, host and start), ACCEL_ERR_IO when the directory cannot be made. */
 ACCEL_API accel_status accel_set_project(accel_context *ctx, const accel_project_options *opts);
 
 /* Saves the whole training state to `dir` (NULL: the next checkpoint_N of the project):

@@ -54,6 +54,25 @@ void ZeroEngine::layout(int64_t bucket_bytes) {
   }
   for (size_t k = 0; k < params.size(); ++k)
     ACCEL_CHECK(unit_of_[k].first != SIZE_MAX, Status::Internal, "parameter ", k, " is in no unit");
+  // buckets of consecutive units, from the last (a layer unit's backward ends last-first), as
+  // many as fit in `coalesce` bytes of working dtype; one unit each where nothing coalesces
+  const int64_t coalesce = costly_collectives() ? coalesced_bytes(bucket_bytes) : 0;
+  const int64_t esize = static_cast<int64_t>(c10::elementSize(work_));
+  bucket_of_unit_.assign(units_.size(), 0);
+  for (size_t hi = units_.size(); hi-- > 0;) {
+    Bucket b;
+    b.lo = b.hi = hi;
+    int64_t bytes = units_[hi].padded * esize;
+    while (b.lo > 0 && bytes + units_[b.lo - 1].padded * esize <= coalesce) bytes += units_[--b.lo].padded * esize;
+    for (size_t u = b.lo; u <= b.hi; ++u) {
+      units_[u].bucket_at = b.chunks;
+      b.chunks += units_[u].chunk;
+    }
+    hi = b.lo;
+    buckets_.insert(buckets_.begin(), std::move(b));
+  }
+  for (size_t b = 0; b < buckets_.size(); ++b)
+    for (size_t u = buckets_[b].lo; u <= buckets_[b].hi; ++u) bucket_of_unit_[u] = b;
 
   total_ = total_chunks;
   if (separate_master()) master_ = torch::zeros({total_chunks}, on(torch::kFloat));
@@ -81,6 +100,8 @@ void ZeroEngine::layout(int64_t bucket_bytes) {
 }
 
 ZeroEngine::~ZeroEngine() { *owner_ = nullptr; }
+
+bool ZeroEngine::costly_collectives() const { return comm_.backend() == "gloo"; }
 
 torch::Tensor ZeroEngine::master_chunk(size_t u) {
   const Unit& x = units_[u];
@@ -111,8 +132,15 @@ void ZeroEngine::accumulated(size_t k) {
 
 bool ZeroEngine::take_grad(Unit& u, size_t slot, const torch::Tensor& p) {
   if (u.launched) return false;  // a parameter reached again after its unit was reduced
-  if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
-  u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
+  const size_t ui = static_cast<size_t>(&u - units_.data());
+  Bucket& b = buckets_[bucket_of_unit_[ui]];
+  if (b.size() > 1) {  // straight into the bucket's packed buffer (zeros where no gradient lands)
+    if (!b.send.defined()) b.send = torch::zeros({n_ * b.chunks}, on(work_));
+    pack(b, ui, u.offsets[slot], p.grad().reshape({-1}));
+  } else {
+    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
+    u.gbuf.narrow(0, u.offsets[slot], p.numel()).copy_(p.grad().reshape({-1}));
+  }
   const_cast<torch::Tensor&>(p).mutable_grad().reset();  // the unsharded gradient goes at once
   return true;
 }
@@ -126,20 +154,60 @@ std::shared_ptr<comm::Work> ZeroEngine::reduce(size_t ui) {
 void ZeroEngine::launch(size_t ui) {
   Unit& u = units_[ui];
   charge_backward(ui);
-  u.work = reduce(ui);
+  const size_t bi = bucket_of_unit_[ui];
+  Bucket& b = buckets_[bi];
+  const bool full = ++b.launched == b.size();  // the bucket's last unit: its reduction goes now
+  if (full) b.work = b.size() == 1 ? reduce(ui) : reduce_bucket(b);
   u.launched = true;
-  inflight_.push_back(ui);
+  if (full) inflight_.push_back(bi);
   release(ui);  // stage 3: the unit's backward is done with its weights
   while (inflight_.size() > max_inflight()) complete(inflight_.front());
 }
 
-void ZeroEngine::complete(size_t ui) {
-  Unit& u = units_[ui];
-  if (inflight_.empty() || inflight_.front() != ui) return;
+// Elements [at, at + flat.numel()) of unit u's flat values into bucket b's packed buffer: rank
+// q's part holds chunk q of each of its units in turn.
+void ZeroEngine::pack(Bucket& b, size_t u, int64_t at, const torch::Tensor& flat) {
+  const Unit& x = units_[u];
+  for (int64_t i = 0, len = flat.numel(); i < len;) {
+    const int64_t e = at + i, q = e / x.chunk, in = e % x.chunk, k = std::min(len - i, x.chunk - in);
+    b.send.narrow(0, q * b.chunks + x.bucket_at + in, k).copy_(flat.narrow(0, i, k));
+    i += k;
+  }
+}
+
+// A bucket's units reduced as one, from its packed buffer (stage 2 filled it as the gradients
+// came; stage 1's whole gradients are packed now), so that the reduce-scatter leaves the
+// rank's chunk of every unit, in the order of the rank's shard, in `out`.
+std::shared_ptr<comm::Work> ZeroEngine::reduce_bucket(Bucket& b) {
+  if (!b.send.defined()) {
+    b.send = torch::empty({n_ * b.chunks}, on(work_));
+    torch::Tensor rows = b.send.view({n_, b.chunks});
+    for (size_t u = b.lo; u <= b.hi; ++u) {
+      const Unit& x = units_[u];
+      rows.narrow(1, x.bucket_at, x.chunk).copy_(x.gbuf.view({n_, x.chunk}));
+    }
+  }
+  b.out = torch::empty({b.chunks}, on(work_));
+  return comm::reduce_scatter(comm_, b.send, b.out, comm::RedOp::Avg);
+}
+
+void ZeroEngine::complete(size_t bi) {
+  Bucket& b = buckets_[bi];
+  if (inflight_.empty() || inflight_.front() != bi) return;
   inflight_.pop_front();
-  u.work->wait();
-  u.work.reset();
-  reduced(ui);
+  b.work->wait();
+  b.work.reset();
+  b.launched = 0;
+  if (b.size() == 1) {
+    reduced(b.lo);
+    return;
+  }
+  b.send = torch::Tensor();
+  for (size_t u = b.lo; u <= b.hi; ++u) {
+    units_[u].rs_out = b.out.narrow(0, units_[u].bucket_at, units_[u].chunk);
+    reduced(u);
+  }
+  b.out = torch::Tensor();
 }
 
 void ZeroEngine::reduced(size_t ui) {
@@ -185,13 +253,17 @@ void ZeroEngine::end_backward() {
 void ZeroEngine::end_backward_abandoned() {
   in_backward_ = false;
   while (!inflight_.empty()) {
-    const size_t ui = inflight_.front();
+    Bucket& b = buckets_[inflight_.front()];
     inflight_.pop_front();
     try {
-      units_[ui].work->wait();
+      b.work->wait();
     } catch (const std::exception&) {  // the failure that stopped backward, most likely
     }
-    units_[ui].work.reset();
+    b.work.reset();
+  }
+  for (Bucket& b : buckets_) {  // those not launched too: their units' gradients are dropped
+    b.launched = 0;
+    b.send = b.out = torch::Tensor();
   }
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];

@@ -23,6 +23,16 @@
 //   work shard stage 3 with a 16-bit working dtype: the rank's chunks in that dtype (the
 //              all-gather's source); otherwise the master (fp32) is the source
 // With fp32 working weights under stages 1-2 the master chunks are views of `full`.
+//
+// Collectives: one per unit (its gradient's reduce-scatter, its weights' all-gather), except
+// where the backend pays a high fixed cost per collective (Gloo: thread hand-offs and TCP
+// round trips, ~1 ms each on a loaded 2-core machine, against ~0.1 ms of arithmetic for the
+// digits MLP's step). There stages 1-2 send runs of consecutive units of up to
+// Options::bucket_bytes together (a bucket, as DeepSpeed's reduce_bucket_size): the units'
+// chunks packed rank after rank, so one reduce-scatter leaves every unit's chunk of the
+// bucket in place in the rank's buffers, and one all-gather brings back every unit's chunks.
+// The layout (units, chunks, what each rank owns: checkpoints' pieces) is the same either
+// way, and so are the values (the same elements reduced, the same bits gathered).
 #pragma once
 
 #include <cstdint>
@@ -120,14 +130,27 @@ class ZeroEngine {
     std::vector<int64_t> offsets;  // element offsets in the unit's flat buffer
     int64_t numel = 0, padded = 0, chunk = 0, shard_offset = 0;
     torch::Tensor full;            // [padded], working dtype
+    int64_t bucket_at = 0;         // where its chunks start in its bucket's part of each rank
     bool gathered = false;         // stage 3: `full` holds the weights
     // stage 1: the unit's whole gradient, persistent (the parameters' .grad are views; the
     // reduce-scatter runs in place, so chunk r of it is the rank's gradient shard);
-    // stages 2-3: the micro-batch's gradient, alive only until it is reduce-scattered
+    // stages 2-3: the micro-batch's gradient, alive only until it is reduce-scattered (stage 2
+    // in a bucket of several units: in the bucket's packed buffer instead)
     torch::Tensor gbuf, rs_out;
     size_t ready = 0;
     bool launched = false;
+  };
+  // Consecutive units whose collectives go as one (see above); a unit alone elsewhere.
+  struct Bucket {
+    size_t lo = 0, hi = 0;  // its units, lo..hi
+    int64_t chunks = 0;     // elements of the rank's chunks of its units
+    size_t launched = 0;    // its units launched in this backward
+    size_t stepped = 0;     // its units stepped in this optimizer step (stages 1-2)
+    // a reduction's packed input (stage 2 writes the gradients straight into it) and its
+    // result, the rank's chunks
+    torch::Tensor send, out;
     std::shared_ptr<comm::Work> work;
+    size_t size() const { return hi - lo + 1; }
   };
 
   // --- the stage's hooks: layout
@@ -166,14 +189,24 @@ class ZeroEngine {
   // A unit no parameter of which got a gradient in this backward: its buffer before it is
   // reduced like the others.
   virtual void unreduced(Unit& u) {
-    if (!u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
+    Bucket& b = buckets_[bucket_of_unit_[static_cast<size_t>(&u - units_.data())]];
+    if (b.size() > 1 && !b.send.defined()) b.send = torch::zeros({n_ * b.chunks}, on(work_));  // its packed gradients
+    if (b.size() == 1 && !u.gbuf.defined()) u.gbuf = torch::zeros({u.padded}, on(work_));
   }
   // Launches unit u's reduction; the units whose reductions may stay in flight at once.
   virtual std::shared_ptr<comm::Work> reduce(size_t u);
+  // The bytes of consecutive units whose collectives may go as one (stages 1-2 on a backend
+  // that pays per collective: Options::bucket_bytes; 0: one unit each, stage 3).
+  virtual int64_t coalesced_bytes(int64_t bucket_bytes) const {
+    (void)bucket_bytes;
+    return 0;
+  }
   // Stages 2-3: gradient reductions in flight at once while the next unit's gradient is
-  // being filled (DeepSpeed's double buffer): bounds the unsharded gradient memory to two units.
+  // being filled (DeepSpeed's double buffer): bounds the unsharded gradient memory to two units
+  // (two buckets where reductions go by bucket).
   virtual size_t max_inflight() const { return 1; }
-  // Unit u's reduction completed.
+  // Unit u's reduction completed (its rs_out holds the rank's chunk of the average, or, for
+  // stage 1 alone in its bucket, the chunk of its buffer does).
   virtual void reduced(size_t u);
   // Backward threw: what unit u drops of the micro-batch's gradient.
   virtual void drop_partial(Unit& u) {
@@ -187,6 +220,10 @@ class ZeroEngine {
   }
   torch::TensorOptions on(c10::ScalarType t) const { return torch::dtype(t).device(device_); }
 
+  // Whether the backend pays a high fixed cost per collective (Gloo), so that stages 1-2
+  // coalesce their units' collectives (see above).
+  bool costly_collectives() const;
+
   comm::Communicator& comm_;
   comm::ComputeClock* clock_;
   Model& model_;
@@ -195,6 +232,8 @@ class ZeroEngine {
   bool model_gates_;
   torch::Device device_;
   std::vector<Unit> units_;
+  std::vector<Bucket> buckets_;         // over the units, in order; each unit's alone without coalescing
+  std::vector<size_t> bucket_of_unit_;  // unit -> its bucket
   int64_t total_ = 0;  // elements in the rank's chunks, all units
   torch::Tensor master_, grad_;
   bool grad_valid_ = false;
@@ -204,7 +243,9 @@ class ZeroEngine {
  private:
   void accumulated(size_t param);
   void launch(size_t u);
-  void complete(size_t u);
+  std::shared_ptr<comm::Work> reduce_bucket(Bucket& b);
+  void pack(Bucket& b, size_t u, int64_t at, const torch::Tensor& flat);
+  void complete(size_t bucket);
   void clear_grads();
   void charge_backward(size_t u);
 
@@ -222,7 +263,7 @@ class ZeroEngine {
   // backward
   bool in_backward_ = false;
   int64_t rows_ = 0;
-  std::deque<size_t> inflight_;  // units whose reduce-scatter is launched, oldest first
+  std::deque<size_t> inflight_;  // buckets whose reduce-scatter is launched, oldest first
   std::vector<compat::GradAccumulator> accumulators_;
 };
 

@@ -11,6 +11,31 @@ namespace accel {
 
 namespace {
 
+// An all-gather of a bucket's chunks packed rank after rank: once complete, `unpack` copies
+// each unit's chunks into its weights.
+class UnpackedWork final : public comm::Work {
+ public:
+  UnpackedWork(std::shared_ptr<comm::Work> inner, std::function<void()> unpack)
+      : inner_(std::move(inner)), unpack_(std::move(unpack)) {}
+  void wait() override {
+    inner_->wait();
+    if (unpack_) {
+      auto f = std::move(unpack_);
+      unpack_ = nullptr;
+      f();
+    }
+  }
+  bool test() override {
+    if (!inner_->test()) return false;
+    wait();
+    return true;
+  }
+
+ private:
+  std::shared_ptr<comm::Work> inner_;
+  std::function<void()> unpack_;
+};
+
 // Stage 2, and stage 1's weights.
 class ReplicatedEngine : public ZeroEngine {
  public:
@@ -21,11 +46,34 @@ class ReplicatedEngine : public ZeroEngine {
   // With fp32 working weights the master chunks are views of `full`.
   bool separate_master() const override { return work_ != torch::kFloat; }
 
+  // Consecutive units' collectives go as one where each costs much (see zero.h).
+  int64_t coalesced_bytes(int64_t bucket_bytes) const override { return bucket_bytes; }
+
   void stepped(size_t u, std::vector<std::shared_ptr<comm::Work>>& gathers) override {
     const Unit& x = units_[u];
-    torch::Tensor slot = on_rank(x.full, u);
-    if (master_.defined()) slot.copy_(master_chunk(u));
-    gathers.push_back(comm::all_gather(comm_, slot, x.full));  // in place: slot is this rank's part of full
+    Bucket& b = buckets_[bucket_of_unit_[u]];
+    if (b.size() == 1) {
+      torch::Tensor slot = on_rank(x.full, u);
+      if (master_.defined()) slot.copy_(master_chunk(u));
+      gathers.push_back(comm::all_gather(comm_, slot, x.full));  // in place: slot is this rank's part of full
+      return;
+    }
+    if (++b.stepped < b.size()) return;  // the bucket's last unit stepped: one all-gather for all
+    b.stepped = 0;
+    // the rank's chunks of the bucket's units in turn (in the working dtype), gathered rank
+    // after rank, then each unit's chunks copied into its weights
+    torch::Tensor mine = torch::empty({b.chunks}, on(work_));
+    torch::Tensor all = torch::empty({n_ * b.chunks}, on(work_));
+    for (size_t v = b.lo; v <= b.hi; ++v) mine.narrow(0, units_[v].bucket_at, units_[v].chunk).copy_(master_chunk(v));
+    auto w = comm::all_gather(comm_, mine, all);
+    const size_t lo = b.lo, hi = b.hi;
+    const int64_t chunks = b.chunks;
+    gathers.push_back(std::make_shared<UnpackedWork>(std::move(w), [this, mine, all, lo, hi, chunks] {
+      torch::NoGradGuard ng;
+      torch::Tensor rows = all.view({n_, chunks});
+      for (size_t v = lo; v <= hi; ++v)
+        units_[v].full.view({n_, units_[v].chunk}).copy_(rows.narrow(1, units_[v].bucket_at, units_[v].chunk));
+    }));
   }
 
   void restored_weights(size_t u, const torch::Tensor& flat) override {
@@ -62,7 +110,11 @@ class Stage1Engine final : public ReplicatedEngine {
   }
   // the whole gradient is kept anyway: every reduction stays in flight until backward ends
   size_t max_inflight() const override { return SIZE_MAX; }
-  void reduced(size_t u) override { (void)u; }  // in place, in the buffer that stays
+  void reduced(size_t u) override {  // in place, in the buffer that stays; or from its bucket's result
+    Unit& x = units_[u];
+    if (x.rs_out.defined()) on_rank(x.gbuf, u).copy_(x.rs_out);
+    x.rs_out = torch::Tensor();
+  }
   void drop_partial(Unit& u) override { (void)u; }  // the buffer stays (gradients accumulate in it)
 };
 

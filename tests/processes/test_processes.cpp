@@ -854,6 +854,22 @@ TEST(SimProcess, GlooAgreesWithTheSimulatorsWithin1e5) {
   }
 }
 
+// With 2 processes each average is one addition and a halving, in whatever order: Gloo's
+// ZeRO-1 and ZeRO-2 (the MLP's 3 units' collectives as one bucket, the reduce-scatter as an
+// all-to-all: zero.h, comm/gloo) give the simulator's weights bit for bit.
+TEST(SimProcess, GlooZeroOnTwoProcessesIsTheSimulatorBitForBit) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  for (const Case& c : {Case{Strategy::Zero1, 2, 2, OptKind::AdamW, 3}, Case{Strategy::Zero2, 2, 2, OptKind::AdamW, 3},
+                        Case{Strategy::Zero2, 2, 1, OptKind::SGD, 2}}) {
+    auto sim_out = run_workers(c.n, job_of(c), 60, nullptr, "sim");
+    auto gloo_out = run_workers(c.n, job_of(c), 60, nullptr, "gloo");
+    ASSERT_EQ(sim_out[0].status, 0) << sim_out[0].message;
+    ASSERT_EQ(gloo_out[0].status, 0) << gloo_out[0].message;
+    EXPECT_TRUE(gloo_out[0].weights == sim_out[0].weights)
+        << case_name(c) << ": gloo vs the simulator " << max_rel_err(gloo_out[0].weights, sim_out[0].weights);
+  }
+}
+
 // A process killed mid-training (SIGKILL by itself, or by fault injection): every other
 // process fails with ACCEL_ERR_COMMUNICATION naming it, well within the timeout.
 TEST(SimProcess, KilledProcessFailsTheOthersNamingIt) {
