@@ -80,6 +80,7 @@
 
 #include "bench/procs.h"
 #include "comm/gloo/gloo.h"
+#include "comm/guard.h"
 #include "runtime/world.h"
 #include "sim/world.h"
 
@@ -466,9 +467,10 @@ CallCost call_cost(int rounds, int block) {
 // communicator as world::make_process_group makes it (checked) and one made by
 // comm::make_gloo_communicator alone (unchecked, what ACCEL_COMM_CHECK=0 gives), each on its
 // own rendezvous; blocks of `block` 4 KiB float32 all-reduces, each waited on, the side
-// going first alternating. A block's time over `block` is one sample, the slower process's.
+// going first alternating. A block's time over `block` is one sample, the slower process's;
+// the samples of several launches (the communicators made in alternating order) pooled.
 
-int check_worker(int rank, int port, int port2, const std::string& dir, int rounds, int block) {
+int check_worker(int rank, int port, int port2, const std::string& dir, int rounds, int block, bool checked_first) {
   at::set_num_threads(1);
   accel::comm::GroupConfig gc;
   gc.backend = "gloo";
@@ -479,9 +481,17 @@ int check_worker(int rank, int port, int port2, const std::string& dir, int roun
   gc.master_addr = "127.0.0.1";
   gc.master_port = port;
   gc.timeout = std::chrono::seconds(120);
-  auto checked = accel::world::make_process_group(gc);
-  gc.master_port = port2;
-  auto unchecked = accel::comm::make_gloo_communicator(gc);
+  std::shared_ptr<accel::comm::Communicator> checked, unchecked;
+  auto make_checked = [&] {
+    gc.master_port = port;
+    checked = accel::world::make_process_group(gc);
+  };
+  auto make_unchecked = [&] {
+    gc.master_port = port2;
+    unchecked = accel::comm::make_gloo_communicator(gc);
+  };
+  if (checked_first) make_checked(), make_unchecked();
+  else make_unchecked(), make_checked();
   std::vector<float> buf(1024);
   std::ostringstream out;
   for (int r = 0; r <= rounds; ++r)
@@ -514,23 +524,22 @@ struct CheckCost {
   std::string error;
 };
 
-CheckCost check_cost(int rounds, int block) {
-  CheckCost res;
+// One launch of the 2 check workers: samples[side] (0 checked, 1 unchecked), each block's
+// time the slower process's.
+std::string check_launch(int rounds, int block, bool checked_first, std::vector<std::vector<double>>& samples) {
   const std::string dir = bench::make_temp_dir("accel-bench-gloo-check");
   const std::string exe = bench::self_exe();
   const int port = bench::free_port(), port2 = bench::free_port();
-  if (dir.empty() || exe.empty() || port == 0 || port2 == 0 || port == port2) {
-    res.error = "cannot make a temporary directory, find this executable or two free ports";
-    return res;
-  }
+  if (dir.empty() || exe.empty() || port == 0 || port2 == 0 || port == port2)
+    return "cannot make a temporary directory, find this executable or two free ports";
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r)
     pids.push_back(bench::spawn({exe, "--check-worker", std::to_string(r), "--port", std::to_string(port), "--port2",
                                  std::to_string(port2), "--dir", dir, "--rounds", std::to_string(rounds), "--block",
-                                 std::to_string(block)}));
-  res.error = bench::wait_all(pids, 300);
+                                 std::to_string(block), "--checked-first", checked_first ? "1" : "0"}));
+  std::string error = bench::wait_all(pids, 300);
   std::vector<std::vector<double>> slowest(2, std::vector<double>(static_cast<size_t>(rounds), 0.0));
-  for (int r = 0; r < 2 && res.error.empty(); ++r) {
+  for (int r = 0; r < 2 && error.empty(); ++r) {
     std::ifstream f(dir + "/check." + std::to_string(r));
     std::vector<int> seen(2, 0);
     int side;
@@ -540,16 +549,85 @@ CheckCost check_cost(int rounds, int block) {
         auto& s = slowest[side][static_cast<size_t>(seen[side]++)];
         s = std::max(s, us);
       }
-    if (seen[0] != rounds || seen[1] != rounds) res.error = "check worker " + std::to_string(r) + " wrote too few times";
+    if (seen[0] != rounds || seen[1] != rounds) error = "check worker " + std::to_string(r) + " wrote too few times";
   }
   bench::remove_dir(dir);
+  if (error.empty())
+    for (int side = 0; side < 2; ++side) samples[side].insert(samples[side].end(), slowest[side].begin(), slowest[side].end());
+  return error;
+}
+
+// `launches` launches of fresh workers, the two communicators made in alternating order (where
+// the scheduler puts a group's threads holds for the process's life and can favour the side
+// made first or second), the blocks pooled.
+CheckCost check_cost(int rounds, int block, int launches) {
+  CheckCost res;
+  std::vector<std::vector<double>> samples(2);
+  for (int l = 0; l < launches && res.error.empty(); ++l) res.error = check_launch(rounds, block, l % 2 == 0, samples);
   if (!res.error.empty()) return res;
-  res.samples = rounds;
-  res.checked_us = median(slowest[0]);
-  res.unchecked_us = median(slowest[1]);
-  res.checked_min_us = *std::min_element(slowest[0].begin(), slowest[0].end());
-  res.unchecked_min_us = *std::min_element(slowest[1].begin(), slowest[1].end());
+  res.samples = static_cast<int>(samples[0].size());
+  res.checked_us = median(samples[0]);
+  res.unchecked_us = median(samples[1]);
+  res.checked_min_us = *std::min_element(samples[0].begin(), samples[0].end());
+  res.unchecked_min_us = *std::min_element(samples[1].begin(), samples[1].end());
   return res;
+}
+
+// The guard's own work per call, without Gloo's scheduling noise: the same guard around a
+// communicator of 2 ranks whose operations complete at once (the store a memory store that
+// holds what the rendezvous would have left), against that communicator bare; blocks of
+// 20,000 all-reduce + wait calls alternating, medians. What the fingerprints add to every
+// collective on this CPU.
+class InstantWork final : public accel::comm::Work {
+ public:
+  void wait() override {}
+  bool test() override { return true; }
+};
+
+class InstantComm final : public accel::comm::Communicator {
+ public:
+  explicit InstantComm(std::shared_ptr<accel::comm::Store> s) : s_(std::move(s)) {}
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string backend() const override { return "gloo"; }
+  accel::comm::Store* store() override { return s_.get(); }
+  std::shared_ptr<accel::comm::Work> all_reduce(const void*, void*, size_t, DataType, RedOp, accel::comm::PreMul) override { return done(); }
+  std::shared_ptr<accel::comm::Work> reduce_scatter(const void*, void*, size_t, DataType, RedOp, accel::comm::PreMul) override { return done(); }
+  std::shared_ptr<accel::comm::Work> all_gather(const void*, void*, size_t, DataType) override { return done(); }
+  std::shared_ptr<accel::comm::Work> broadcast(const void*, void*, size_t, DataType, int) override { return done(); }
+  std::shared_ptr<accel::comm::Work> reduce(const void*, void*, size_t, DataType, RedOp, int, accel::comm::PreMul) override { return done(); }
+  std::shared_ptr<accel::comm::Work> send(const void*, size_t, DataType, int) override { return done(); }
+  std::shared_ptr<accel::comm::Work> recv(void*, size_t, DataType, int) override { return done(); }
+  void barrier() override {}
+  void group_start() override {}
+  void group_end() override {}
+
+ private:
+  static std::shared_ptr<accel::comm::Work> done() { return std::make_shared<InstantWork>(); }
+  std::shared_ptr<accel::comm::Store> s_;
+};
+
+struct GuardCpu {
+  double checked_us = NAN, bare_us = NAN;
+};
+
+GuardCpu guard_cpu(int rounds, int block) {
+  auto store = accel::comm::make_memory_store(std::chrono::seconds(5));
+  for (int r = 0; r < 2; ++r) store->set("accel/join/rank/" + std::to_string(r), std::string("pid=1\nhost=bench\n"));
+  auto bare = std::make_shared<InstantComm>(store);
+  auto checked = accel::comm::guard_communicator(std::make_shared<InstantComm>(store), std::chrono::seconds(300));
+  std::vector<float> buf(1024, 1.0f);
+  std::vector<double> a, b;
+  for (int r = 0; r <= rounds; ++r)
+    for (int k = 0; k < 2; ++k) {
+      const int side = (r % 2 == 0) ? k : 1 - k;
+      accel::comm::Communicator& c = side == 0 ? *checked : *bare;
+      const double t0 = mono_s();
+      for (int i = 0; i < block; ++i) c.all_reduce(buf.data(), buf.data(), buf.size(), DataType::Float32, RedOp::Sum)->wait();
+      const double us = (mono_s() - t0) / block * 1e6;
+      if (r > 0) (side == 0 ? a : b).push_back(us);
+    }
+  return {median(a), median(b)};
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -575,6 +653,7 @@ std::vector<int> parse_list(const std::string& s) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--check-worker") == 0) {
     int rank = -1, port = 0, port2 = 0, rounds = 0, block = 0;
+    bool checked_first = true;
     std::string dir;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string a = argv[i], v = argv[i + 1];
@@ -584,13 +663,14 @@ int main(int argc, char** argv) {
       else if (a == "--dir") dir = v;
       else if (a == "--rounds") rounds = std::atoi(v.c_str());
       else if (a == "--block") block = std::atoi(v.c_str());
+      else if (a == "--checked-first") checked_first = v != "0";
     }
     if (rank < 0 || rank > 1 || port <= 0 || port2 <= 0 || dir.empty() || rounds < 1 || block < 1) {
       std::fprintf(stderr, "gloo_allreduce check worker: bad arguments\n");
       return 2;
     }
     try {
-      return check_worker(rank, port, port2, dir, rounds, block);
+      return check_worker(rank, port, port2, dir, rounds, block, checked_first);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "gloo_allreduce check worker %d: %s\n", rank, e.what());
       return 1;
@@ -747,18 +827,21 @@ int main(int argc, char** argv) {
               json_num(cc.accel_min_us, "%.2f").c_str(), json_num(cc.c10d_min_us, "%.2f").c_str(),
               json_num(cc.accel_us - cc.c10d_us, "%.2f").c_str(), bench::json_str(cc.error).c_str());
   std::fflush(stdout);
-  const CheckCost ck = check_cost(quick ? 11 : 41, 500);
+  const CheckCost ck = check_cost(quick ? 7 : 21, 500, quick ? 2 : 4);
   if (!ck.error.empty()) {
     std::fprintf(stderr, "gloo_allreduce: the fingerprints' cost FAILED: %s\n", ck.error.c_str());
     ++failures;
   }
+  const GuardCpu gc = guard_cpu(quick ? 5 : 21, 20000);
   std::printf("{\"bench\":\"gloo_check_cost\",\"procs\":2,\"bytes\":4096,\"calls_per_block\":500,\"blocks\":%d,"
               "\"checked_us\":%s,\"unchecked_us\":%s,\"checked_min_us\":%s,\"unchecked_min_us\":%s,\"cost_us\":%s,"
-              "\"cost_fraction\":%s,\"error\":%s}\n",
+              "\"cost_fraction\":%s,\"guard_cpu_us\":%s,\"instant_us\":%s,\"guard_cpu_fraction\":%s,\"error\":%s}\n",
               ck.samples, json_num(ck.checked_us, "%.2f").c_str(), json_num(ck.unchecked_us, "%.2f").c_str(),
               json_num(ck.checked_min_us, "%.2f").c_str(), json_num(ck.unchecked_min_us, "%.2f").c_str(),
               json_num(ck.checked_us - ck.unchecked_us, "%.2f").c_str(),
-              json_num((ck.checked_us - ck.unchecked_us) / ck.unchecked_us, "%.4f").c_str(), bench::json_str(ck.error).c_str());
+              json_num((ck.checked_us - ck.unchecked_us) / ck.unchecked_us, "%.4f").c_str(),
+              json_num(gc.checked_us - gc.bare_us, "%.3f").c_str(), json_num(gc.bare_us, "%.3f").c_str(),
+              json_num((gc.checked_us - gc.bare_us) / ck.unchecked_us, "%.5f").c_str(), bench::json_str(ck.error).c_str());
   std::fflush(stdout);
   return failures ? 1 : 0;
 }
