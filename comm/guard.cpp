@@ -1,6 +1,8 @@
 // Collective fingerprints across real processes (see guard.h).
 #include "comm/guard.h"
 
+#include "comm/rendezvous.h"
+
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -126,7 +128,7 @@ struct Where {
 
 struct Peer {
   long pid = 0;
-  std::string host;
+  std::string host, pidspace;
 };
 
 std::string ago(int64_t then_ms) {
@@ -164,7 +166,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
  public:
   Guard(std::shared_ptr<Communicator> inner, Ms timeout)
       : inner_(std::move(inner)), store_(inner_->store()), timeout_(timeout), rank_(inner_->rank()),
-        size_(inner_->size()), host_(this_host()) {
+        size_(inner_->size()), host_(this_host()), pidspace_(pid_space()) {
     check_after_ = std::min<Ms>(Ms(1000), std::max<Ms>(Ms(50), timeout_ / 4));
     if (const char* d = std::getenv("ACCEL_LAUNCH_STATUS_DIR")) status_dir_ = d;
     peers_.resize(static_cast<size_t>(size_));
@@ -175,6 +177,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
         for (std::string line; std::getline(in, line);) {
           if (line.rfind("pid=", 0) == 0) peers_[r].pid = std::strtol(line.c_str() + 4, nullptr, 10);
           if (line.rfind("host=", 0) == 0) peers_[r].host = line.substr(5);
+          if (line.rfind("pidspace=", 0) == 0) peers_[r].pidspace = line.substr(9);
         }
       } catch (...) {
       }
@@ -326,11 +329,12 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
     }
   }
 
-  // How process `r` ended, when it has: its pid on this host is gone (or a zombie). Empty
-  // while it runs, or when it runs on another host (not observable from here).
+  // How process `r` ended, when it has: its pid, in this process's pid space, is gone (or a
+  // zombie). Empty while it runs, or when it runs in another pid space (another machine,
+  // another container's pid namespace: not observable from here).
   std::string ended(int r) {
     const Peer& p = peers_[static_cast<size_t>(r)];
-    if (p.pid <= 0 || p.host != host_ || p.pid == static_cast<long>(getpid())) return "";
+    if (p.pid <= 0 || pidspace_.empty() || p.pidspace != pidspace_ || p.pid == static_cast<long>(getpid())) return "";
     bool gone = false;
     int zombie_status = -1;
     if (::kill(static_cast<pid_t>(p.pid), 0) != 0) {
@@ -386,7 +390,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
   Store* store_;  // inner_'s
   Ms timeout_, check_after_;
   int rank_, size_;
-  std::string host_, status_dir_;
+  std::string host_, pidspace_, status_dir_;
   std::vector<Peer> peers_;
 
   std::mutex mu_;  // guards what follows (the publisher thread reads it)
@@ -433,9 +437,14 @@ std::shared_ptr<Work> Guard::track(Call c, F&& post) {
 }
 
 void Guard::barrier() {
-  // c10d's Gloo barrier blocks in the call: as an all-reduce of one byte it can be waited on
-  // with checks (the same rendezvous for every process; a barrier's fingerprint is its kind).
   Call c = record(collective(Collective::Barrier, 0, DataType::Uint8, RedOp::Sum, -1));
+  if (!inner_->reaches(Device{})) {  // a backend on device memory (NCCL): its own barrier
+    inner_->barrier();
+    return;
+  }
+  // c10d's Gloo barrier blocks in the call: as an all-reduce of one byte of host memory it can
+  // be waited on with checks (the same rendezvous for every process; a barrier's fingerprint
+  // is its kind).
   auto byte = std::make_unique<uint8_t>(0);
   auto w = inner_->all_reduce(byte.get(), byte.get(), 1, DataType::Uint8, RedOp::Sum);
   try {

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <map>
 #include <random>
 #include <sstream>
@@ -12,6 +13,20 @@
 
 namespace accel::comm {
 
+std::string pid_space() {
+  std::string boot;
+  if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char buf[64] = {0};
+    if (std::fgets(buf, sizeof buf, f)) boot = buf;
+    std::fclose(f);
+  }
+  while (!boot.empty() && (boot.back() == '\n' || boot.back() == ' ')) boot.pop_back();
+  char ns[64] = {0};
+  const ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  if (boot.empty() || n <= 0) return "";
+  return boot + "/" + std::string(ns, static_cast<size_t>(n));
+}
+
 namespace {
 
 // What a process says of itself when it claims its rank: "key=value" fields, one per line.
@@ -20,7 +35,8 @@ std::string describe(const GroupConfig& c) {
   gethostname(host, sizeof host - 1);
   std::ostringstream o;
   // the nonce tells two claims apart even from one process (threads in tests)
-  o << "nonce=" << std::random_device{}() << "\npid=" << getpid() << "\nhost=" << host << "\nworld_size=" << c.world_size
+  o << "nonce=" << std::random_device{}() << "\npid=" << getpid() << "\nhost=" << host << "\npidspace=" << pid_space()
+    << "\nworld_size=" << c.world_size
     << "\nbackend=" << c.backend << "\nlocal_rank=" << c.local_rank << "\nlocal_world_size=" << c.local_world_size << "\n";
   return o.str();
 }

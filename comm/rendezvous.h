@@ -33,4 +33,10 @@ struct GroupConfig {
 // their values.
 void meet(Store& store, const GroupConfig& c);
 
+// Which process-id space this process lives in: the machine's boot id and its pid namespace
+// ("<boot_id>/pid:[4026531836]"), "" where /proc does not say. Two processes may judge each
+// other's pids (alive, ended) only when theirs are equal: a host name can repeat across
+// machines, and containers on one host can share a host name but not their pids.
+std::string pid_space();
+
 }  // namespace accel::comm

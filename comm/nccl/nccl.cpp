@@ -147,9 +147,12 @@ class NcclWork final : public Work {
   void record() {
     cuda_check(api, api->cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     cuda_check(api, api->cudaEventRecord(event_, s_->stream), "cudaEventRecord");
+    posted_ = Clock::now();
   }
   void wait() override {
-    const auto deadline = Clock::now() + s_->timeout;
+    // the timeout counts from the post: a wait that comes late (or after comm/guard.h's
+    // checks) does not get a second one
+    const auto deadline = (event_ ? posted_ : Clock::now()) + s_->timeout;
     // polls from 10 us up to every 100 us: a finished operation is seen within 10% of a
     // millisecond-long one (a GPU's event needs no more; coarser pauses showed in the
     // simulated NCCL's all-reduce times)
@@ -189,6 +192,7 @@ class NcclWork final : public Work {
   const NcclApi* api;
   std::string what_;
   cudaEvent_t event_ = nullptr;
+  Clock::time_point posted_{};
   bool done_ = false;
 };
 
