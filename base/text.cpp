@@ -1,5 +1,7 @@
 #include "base/text.h"
 
+#include <sys/wait.h>
+
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -79,6 +81,22 @@ std::string errno_text(int e) {
   auto r = ::strerror_r(e, buf, sizeof buf);
   if constexpr (std::is_same_v<decltype(r), char*>) return r;
   else return r == 0 ? buf : "error " + std::to_string(e);
+}
+
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+std::string wait_status_text(int status) {
+  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    std::string s = "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
+    if (WCOREDUMP(status)) s += ", core dumped";
+    return s;
+  }
+  return "ended with wait status " + std::to_string(status);
 }
 
 }  // namespace accel::text

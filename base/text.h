@@ -22,4 +22,10 @@ std::string json_escape(const std::string& s);
 // strerror(e), thread-safe.
 std::string errno_text(int e);
 
+// "SIGKILL" (sigabbrev_np), or "signal N" for a number it does not know.
+std::string signal_name(int sig);
+// How a process ended, from its wait status: "exited with code 3", "was killed by signal 9
+// (SIGKILL)" (", core dumped" when it did).
+std::string wait_status_text(int status);
+
 }  // namespace accel::text

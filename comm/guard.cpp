@@ -1,6 +1,7 @@
 // Collective fingerprints across real processes (see guard.h).
 #include "comm/guard.h"
 
+#include "base/text.h"
 #include "comm/rendezvous.h"
 
 #include <signal.h>
@@ -140,16 +141,6 @@ std::string ago(int64_t then_ms) {
   return os.str();
 }
 
-std::string wait_status_text(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    const char* abbrev = sigabbrev_np(sig);
-    return "was killed by signal " + std::to_string(sig) + (abbrev ? std::string(" (SIG") + abbrev + ")" : "");
-  }
-  return "ended (wait status " + std::to_string(status) + ")";
-}
-
 std::string this_host() {
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
@@ -172,13 +163,10 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
     peers_.resize(static_cast<size_t>(size_));
     for (int r = 0; r < size_; ++r) {  // what each process said of itself at the rendezvous
       try {
-        const Bytes b = store_->get("accel/join/rank/" + std::to_string(r));
-        std::istringstream in(std::string(b.begin(), b.end()));
-        for (std::string line; std::getline(in, line);) {
-          if (line.rfind("pid=", 0) == 0) peers_[r].pid = std::strtol(line.c_str() + 4, nullptr, 10);
-          if (line.rfind("host=", 0) == 0) peers_[r].host = line.substr(5);
-          if (line.rfind("pidspace=", 0) == 0) peers_[r].pidspace = line.substr(9);
-        }
+        auto f = joined(*store_, r);
+        peers_[r].pid = std::strtol(f["pid"].c_str(), nullptr, 10);
+        peers_[r].host = f["host"];
+        peers_[r].pidspace = f["pidspace"];
       } catch (...) {
       }
     }
@@ -365,7 +353,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
         std::this_thread::sleep_for(Ms(50));
       }
     } else if (zombie_status >= 0) {
-      how = wait_status_text(zombie_status);
+      how = text::wait_status_text(zombie_status);
     }
     return how;
   }
@@ -385,6 +373,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
   void adopt_or_publish(Verdict& v);
   void linger_for_acks();
   [[noreturn]] void fail_with(const Verdict& v, const std::string& op_text);
+  [[noreturn]] void explain(const CommError& e, const Call& c, const std::string& op_text, Ms patience);
 
   std::shared_ptr<Communicator> inner_;
   Store* store_;  // inner_'s
@@ -578,33 +567,32 @@ void Guard::fail_with(const Verdict& v, const std::string& op_text) {
   throw CommError(v.result, backend() + ": " + op_text + ": " + v.text);
 }
 
+// The inner operation failed by itself (Gloo's or NCCL's error): a misuse found in this
+// process (waiting inside a group...) is thrown as it is; otherwise the others' state explains
+// it when it can, looked at for up to `patience` (their statuses may not be published yet).
+void Guard::explain(const CommError& e, const Call& c, const std::string& op_text, Ms patience) {
+  if (e.result() == Result::InvalidUsage || e.result() == Result::InvalidArgument) throw e;
+  failed_ = true;
+  std::string where;
+  const auto until = SteadyClock::now() + patience;
+  for (;;) {
+    if (auto v = analyse(c, &where)) {
+      adopt_or_publish(*v);
+      throw CommError(v->result, backend() + ": " + op_text + ": " + v->text + " (" + e.what() + ")");
+    }
+    if (SteadyClock::now() >= until) break;
+    std::this_thread::sleep_for(Ms(100));
+  }
+  throw CommError(e.result(), std::string(e.what()) + (where.empty() ? "" : "; the other processes:" + where));
+}
+
 void Guard::wait(Work& w, const Call& c) {
   const auto t0 = SteadyClock::now();
   const std::string op_text = c.describe() + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
   try {
     if (w.wait_for(check_after_)) return;
   } catch (const CommError& e) {
-    // A misuse found in this process (waiting inside a group...): nothing to ask the others.
-    if (e.result() == Result::InvalidUsage || e.result() == Result::InvalidArgument) throw;
-    // Gloo's or NCCL's own failure: explained by the others' state when it can be.
-    Verdict v{e.result(), ""};
-    std::string where;
-    const auto until = SteadyClock::now() + Ms(2000);
-    for (;;) {
-      if (auto found = analyse(c, &where)) {
-        v = *found;
-        break;
-      }
-      if (SteadyClock::now() >= until) break;
-      std::this_thread::sleep_for(Ms(100));
-    }
-    if (v.text.empty()) {
-      failed_ = true;
-      throw CommError(e.result(), std::string(e.what()) + (where.empty() ? "" : "; the other processes:" + where));
-    }
-    adopt_or_publish(v);
-    failed_ = true;
-    throw CommError(v.result, backend() + ": " + op_text + ": " + v.text + " (" + e.what() + ")");
+    explain(e, c, op_text, Ms(2000));
   }
   // A long wait: tell the others where this process is, and look where they are.
   {
@@ -648,13 +636,7 @@ void Guard::wait(Work& w, const Call& c) {
     try {
       if (w.wait_for(std::min<Ms>(check_after_, std::chrono::duration_cast<Ms>(timeout_ - waited) + Ms(1)))) return;
     } catch (const CommError& e) {
-      if (e.result() == Result::InvalidUsage || e.result() == Result::InvalidArgument) throw;
-      std::string where2;
-      auto v = analyse(c, &where2);
-      failed_ = true;
-      if (!v) throw CommError(e.result(), std::string(e.what()) + (where2.empty() ? "" : "; the other processes:" + where2));
-      adopt_or_publish(*v);
-      throw CommError(v->result, backend() + ": " + op_text + ": " + v->text + " (" + e.what() + ")");
+      explain(e, c, op_text, Ms(0));
     }
   }
 }

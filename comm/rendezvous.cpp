@@ -82,6 +82,8 @@ void compare_worlds(Store& store, const GroupConfig& c, const std::map<std::stri
 
 }  // namespace
 
+std::map<std::string, std::string> joined(Store& store, int rank) { return fields(store.get(rank_key(rank))); }
+
 void meet(Store& store, const GroupConfig& c) {
   ACCEL_CHECK(c.world_size >= 1 && c.rank >= 0 && c.rank < c.world_size, Status::InvalidArgument, "rank ", c.rank,
               " is outside a world of ", c.world_size, " processes");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -38,5 +39,9 @@ void meet(Store& store, const GroupConfig& c);
 // other's pids (alive, ended) only when theirs are equal: a host name can repeat across
 // machines, and containers on one host can share a host name but not their pids.
 std::string pid_space();
+
+// What process `rank` said of itself when it claimed its rank in `store` (meet): "pid",
+// "host", "pidspace", "world_size", "backend", ... Waits for it as Store::get does.
+std::map<std::string, std::string> joined(Store& store, int rank);
 
 }  // namespace accel::comm

@@ -29,10 +29,7 @@ void write_all(int fd, const std::string& s) { write_all(fd, s.data(), s.size())
 
 void say(const std::string& s) { write_all(2, "accel launch: " + s + "\n"); }
 
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
+std::string signal_name(int sig) { return text::signal_name(sig); }
 
 std::string seconds_text(double s) {
   char buf[64];
@@ -47,16 +44,7 @@ std::string number_text(double v) {
 }
 
 // "exited with code 3", "was killed by signal 9 (SIGKILL)".
-std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    int sig = WTERMSIG(status);
-    std::string s = "was killed by signal " + std::to_string(sig) + " (" + signal_name(sig) + ")";
-    if (WCOREDUMP(status)) s += ", core dumped";
-    return s;
-  }
-  return "ended with wait status " + std::to_string(status);
-}
+std::string describe_status(int status) { return text::wait_status_text(status); }
 
 bool succeeded(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
