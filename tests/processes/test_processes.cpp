@@ -26,6 +26,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/text.h"
 #include "runtime/world.h"
 #include "comm/kernels.h"
 #include "comm/store.h"
@@ -572,10 +573,7 @@ std::vector<Outcome> run_workers(int n, const std::string& job, double timeout_s
       status[static_cast<size_t>(r)] = st;
       --left;
       any = true;
-      const std::string how = WIFEXITED(st) ? "exited with code " + std::to_string(WEXITSTATUS(st))
-                                            : "was killed by signal " + std::to_string(WTERMSIG(st)) + " (SIG" +
-                                                  sigabbrev_np(WTERMSIG(st)) + ")";
-      std::ofstream(ends + "/rank-" + std::to_string(r)) << how << "\n";
+      std::ofstream(ends + "/rank-" + std::to_string(r)) << text::wait_status_text(st) << "\n";
     }
     if (!any) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
