@@ -178,6 +178,10 @@ class Communicator {
     (void)t;
     return true;
   }
+
+  // Whether its collectives move through memory shared by the processes (comm/shm.h) rather
+  // than the backend's own transport.
+  virtual bool shared_memory() const { return false; }
 };
 
 // The single-rank backend: collectives are copies (or scalings), send/recv to oneself

@@ -211,6 +211,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
   Device home() const override { return inner_->home(); }
   Store* store() override { return store_; }
   bool supports(Collective op, DataType t) const override { return inner_->supports(op, t); }
+  bool shared_memory() const override { return inner_->shared_memory(); }
 
   std::shared_ptr<Work> all_reduce(const void* send, void* recv, size_t count, DataType t, RedOp op,
                                    PreMul premul) override {

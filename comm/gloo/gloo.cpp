@@ -22,6 +22,7 @@
 #include "comm/c10d/tcp_store.h"
 #include "comm/guard.h"
 #include "comm/kernels.h"
+#include "comm/shm.h"
 
 namespace accel::comm {
 
@@ -555,7 +556,8 @@ std::shared_ptr<Communicator> make_gloo_communicator(const GroupConfig& c) {
   }
   std::shared_ptr<Store> store = group_store(c);
   meet(*store, c);
-  return std::make_shared<GlooCommunicator>(c, std::move(store));
+  // Processes of one machine move their collectives through shared memory (comm/shm.h).
+  return shared_memory_collectives(std::make_shared<GlooCommunicator>(c, std::move(store)), c.timeout);
 }
 
 }  // namespace accel::comm

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -78,6 +79,34 @@ void expect_ok(const std::vector<std::string>& errors) {
   for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Sets an environment variable for a scope (the group's transport, the guard), restoring it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) setenv(name_, old_->c_str(), 1);
+    else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// The collectives' tests run on both transports of the gloo backend: shared memory between
+// the processes of one machine (comm/shm.h, the default there) and Gloo's own (TCP).
+class GlooTransports : public ::testing::TestWithParam<bool> {
+ protected:
+  bool shm() const { return GetParam(); }
+  ScopedEnv env_{"ACCEL_GLOO_SHM", GetParam() ? "1" : "0"};
+};
+INSTANTIATE_TEST_SUITE_P(Gloo, GlooTransports, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "SharedMemory" : "Tcp"; });
+
 template <class T>
 std::vector<T> iota_for(int rank, size_t count, int scale) {
   std::vector<T> v(count);
@@ -87,12 +116,13 @@ std::vector<T> iota_for(int rank, size_t count, int scale) {
 
 // Every reduction on every type, against the kernels' rank-order reduction of the same inputs
 // (small integers, so every order of summation gives the same values).
-TEST(GlooThreads, AllReduceEveryTypeAndOp) {
+TEST_P(GlooTransports, AllReduceEveryTypeAndOp) {
   if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
   const int n = 3;
   const size_t count = 1000;
   expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
     EXPECT_EQ(c.backend(), "gloo");
+    EXPECT_EQ(c.shared_memory(), shm());
     EXPECT_EQ(c.rank(), r);
     EXPECT_EQ(c.size(), n);
     for (int t = 0; t < comm::kNumDataTypes; ++t)
@@ -135,11 +165,12 @@ TEST(GlooThreads, AllReduceEveryTypeAndOp) {
   }));
 }
 
-TEST(GlooThreads, ReduceScatterAllGatherBroadcastReduce) {
+TEST_P(GlooTransports, ReduceScatterAllGatherBroadcastReduce) {
   if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
   const int n = 4;
   const size_t per = 257;
   expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
+    EXPECT_EQ(c.shared_memory(), shm());
     // reduce_scatter, out of place and in place (recv == send + rank * recvcount)
     std::vector<float> send = iota_for<float>(r, per * n, 1), recv(per, -1.f);
     c.reduce_scatter(send.data(), recv.data(), per, DataType::Float32, RedOp::Sum)->wait();
@@ -182,10 +213,11 @@ TEST(GlooThreads, ReduceScatterAllGatherBroadcastReduce) {
 }
 
 // send/recv around a ring inside a group, asynchronous works completed in order.
-TEST(GlooThreads, SendRecvInGroupsAndAsyncWork) {
+TEST_P(GlooTransports, SendRecvInGroupsAndAsyncWork) {
   if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
   const int n = 4;
   expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
+    EXPECT_EQ(c.shared_memory(), shm());
     std::vector<int32_t> out(100, r), in(100, -1);
     c.group_start();
     auto s = c.send(out.data(), out.size(), DataType::Int32, (r + 1) % n);
@@ -206,7 +238,7 @@ TEST(GlooThreads, SendRecvInGroupsAndAsyncWork) {
 }
 
 // Work::test() never blocks, composed operations (reduce-scatter) included.
-TEST(GlooThreads, TestDoesNotBlock) {
+TEST_P(GlooTransports, TestDoesNotBlock) {
   if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
   expect_ok(on_threads(2, [&](int r, comm::Communicator& c) {
     std::vector<float> send(64, static_cast<float>(r + 1)), recv(32, 0.f);
@@ -223,7 +255,7 @@ TEST(GlooThreads, TestDoesNotBlock) {
 }
 
 // A rank that never comes to the collective: the others fail with a timeout, not a hang.
-TEST(GlooThreads, MissingPeerTimesOut) {
+TEST_P(GlooTransports, MissingPeerTimesOut) {
   if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
   const auto t0 = std::chrono::steady_clock::now();
   auto errors = on_threads(
@@ -249,6 +281,108 @@ TEST(GlooThreads, MissingPeerTimesOut) {
       2s);
   expect_ok(errors);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 15s);
+}
+
+// Collectives larger than a process's slot of the shared segment (4 MiB) go chunk by chunk:
+// counts that are not multiples of a chunk, of the processes or of a cache line, in place
+// and not, every collective, on 3 processes (parts of a chunk that do not divide evenly).
+TEST(GlooThreads, SharedMemoryChunksLargeCollectives) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  ScopedEnv shm("ACCEL_GLOO_SHM", "1");
+  const int n = 3;
+  const size_t big = (5u << 20) / 2 + 13;  // floats: 10 MiB and a little, three chunks
+  expect_ok(on_threads(n, [&](int r, comm::Communicator& c) {
+    ASSERT_TRUE(c.shared_memory());
+    auto value = [](int q, size_t i) { return static_cast<float>((i % 11) * (q + 1)); };
+    std::vector<float> x(big), y(big, -1.f);
+    for (size_t i = 0; i < big; ++i) x[i] = value(r, i);
+    c.all_reduce(x.data(), y.data(), big, DataType::Float32, RedOp::Sum)->wait();
+    c.all_reduce(x.data(), x.data(), big, DataType::Float32, RedOp::Max)->wait();
+    for (size_t i = 0; i < big; i += 997) {
+      ASSERT_EQ(y[i], static_cast<float>((i % 11) * 6)) << i;
+      ASSERT_EQ(x[i], static_cast<float>((i % 11) * 3)) << i;
+    }
+    EXPECT_EQ(y[big - 1], static_cast<float>(((big - 1) % 11) * 6));
+    // reduce_scatter: 700,001 floats each (a chunk holds 349,525 of each process's)
+    const size_t per = 700001;
+    std::vector<float> rs(per * n), mine(per, -1.f);
+    for (size_t i = 0; i < rs.size(); ++i) rs[i] = value(r, i);
+    c.reduce_scatter(rs.data(), mine.data(), per, DataType::Float32, RedOp::Avg)->wait();
+    for (size_t i = 0; i < per; i += 1009) ASSERT_EQ(mine[i], value(1, per * r + i)) << i;  // (1+2+3)/3 = 2
+    EXPECT_EQ(mine[per - 1], value(1, per * r + per - 1));
+    c.reduce_scatter(rs.data(), rs.data() + per * r, per, DataType::Float32, RedOp::Sum)->wait();
+    for (size_t i = 0; i < per; i += 1009) ASSERT_EQ(rs[per * r + i], static_cast<float>(((per * r + i) % 11) * 6)) << i;
+    // all_gather of 1.5 M int32 each, in place
+    const size_t each = 1500007;
+    std::vector<int32_t> all(each * n, -1);
+    for (size_t i = 0; i < each; ++i) all[each * r + i] = static_cast<int32_t>(r * 10000000 + i);
+    c.all_gather(all.data() + each * r, all.data(), each, DataType::Int32)->wait();
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < each; i += 4999) ASSERT_EQ(all[each * q + i], static_cast<int32_t>(q * 10000000 + i));
+    // broadcast of 9 MiB of bytes from rank 1, reduce of bf16 to rank 2
+    std::vector<uint8_t> b(9u << 20, static_cast<uint8_t>(r));
+    if (r == 1)
+      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(i * 7);
+    c.broadcast(b.data(), b.data(), b.size(), DataType::Uint8, 1)->wait();
+    for (size_t i = 0; i < b.size(); i += 4093) ASSERT_EQ(b[i], static_cast<uint8_t>(i * 7)) << i;
+    std::vector<uint16_t> h(big, comm::float_to_bf16(static_cast<float>(r + 1))), hr(r == 2 ? big : 0);
+    c.reduce(h.data(), r == 2 ? hr.data() : nullptr, big, DataType::BFloat16, RedOp::Sum, 2)->wait();
+    if (r == 2) {
+      EXPECT_EQ(comm::bf16_to_float(hr[0]), 6.f);
+      EXPECT_EQ(comm::bf16_to_float(hr[big - 1]), 6.f);
+    }
+    EXPECT_EQ(comm::bf16_to_float(h[big / 2]), static_cast<float>(r + 1));  // the input stays
+    c.barrier();
+  }));
+}
+
+// Without the guard (ACCEL_COMM_CHECK=0), shared memory still never combines the buffers of
+// different calls: a mismatch fails every process at once, in the simulator's words; a peer
+// that never comes is a timeout naming it.
+TEST(GlooThreads, SharedMemoryMismatchAndTimeoutWithoutTheGuard) {
+  if (!has_gloo()) GTEST_SKIP() << "this build has no gloo backend";
+  ScopedEnv shm("ACCEL_GLOO_SHM", "1");
+  ScopedEnv check("ACCEL_COMM_CHECK", "0");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto errors = on_threads(2, [&](int r, comm::Communicator& c) {
+    std::vector<float> x(r == 0 ? 197 : 4, 1.f);
+    c.all_reduce(x.data(), x.data(), x.size(), DataType::Float32, r == 0 ? RedOp::Avg : RedOp::Sum)->wait();
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  for (int r = 0; r < 2; ++r) {
+    const std::string& e = errors[static_cast<size_t>(r)];
+    EXPECT_TRUE(contains(e, "mismatched collectives at call #1: rank 0 called all_reduce #1(count=197, float32, avg); "
+                            "rank 1 called all_reduce #1(count=4, float32, sum); every rank must make the same calls"))
+        << e;
+    EXPECT_TRUE(contains(e, "(rank " + std::to_string(r) + " of 2)")) << e;
+  }
+  const auto t1 = std::chrono::steady_clock::now();
+  errors = on_threads(
+      2,
+      [&](int r, comm::Communicator& c) {
+        if (r == 1) {
+          std::this_thread::sleep_for(2s);
+          return;
+        }
+        std::vector<double> x(8, 1.0);
+        try {
+          c.broadcast(x.data(), x.data(), x.size(), DataType::Float64, 1)->wait();
+          ADD_FAILURE() << "a broadcast without its root completed";
+        } catch (const CommError& e) {
+          EXPECT_EQ(e.result(), Result::Timeout) << e.what();
+          EXPECT_TRUE(contains(e.what(), "broadcast of 8 float64 (rank 0 of 2): timed out after 1000 ms in shared memory, "
+                                         "waiting for rank 1 (pid " + std::to_string(::getpid()) + ")"))
+              << e.what();
+        }
+      },
+      1s);
+  expect_ok(errors);
+  EXPECT_LT(std::chrono::steady_clock::now() - t1, 10s);
+  {
+    ScopedEnv bad("ACCEL_GLOO_SHM", "sometimes");
+    errors = on_threads(2, [&](int, comm::Communicator&) {});
+    for (const auto& e : errors) EXPECT_TRUE(contains(e, "ACCEL_GLOO_SHM='sometimes': expected auto, 1 (on) or 0 (off)")) << e;
+  }
 }
 
 // The rendezvous: a rank claimed twice, a world size that differs, a rank that never comes.
