@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +37,14 @@ namespace {
 
 using Ms = std::chrono::milliseconds;
 using SteadyClock = std::chrono::steady_clock;
+
+// The wall clock at the resolution of a scheduler tick (a few ms), at a fraction of the cost
+// of a precise reading: what every call records of when it was posted.
+int64_t coarse_epoch_ms() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 int64_t epoch_ms() {
   return std::chrono::duration_cast<Ms>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -282,7 +291,7 @@ class Guard final : public Communicator, public std::enable_shared_from_this<Gua
     }
     history_[calls_ % kHistory] = c;
     ++calls_;
-    where_.last_ms = epoch_ms();
+    where_.last_ms = coarse_epoch_ms();
     return c;
   }
 
@@ -589,12 +598,13 @@ void Guard::explain(const CommError& e, const Call& c, const std::string& op_tex
 
 void Guard::wait(Work& w, const Call& c) {
   const auto t0 = SteadyClock::now();
-  const std::string op_text = c.describe() + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")";
+  auto text = [&] { return c.describe() + " (rank " + std::to_string(rank_) + " of " + std::to_string(size_) + ")"; };
   try {
-    if (w.wait_for(check_after_)) return;
+    if (w.wait_for(check_after_)) return;  // the common case: nothing written, nothing checked
   } catch (const CommError& e) {
-    explain(e, c, op_text, Ms(2000));
+    explain(e, c, text(), Ms(2000));
   }
+  const std::string op_text = text();
   // A long wait: tell the others where this process is, and look where they are.
   {
     std::lock_guard<std::mutex> lk(mu_);

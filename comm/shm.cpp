@@ -36,8 +36,9 @@ constexpr uint64_t kMagic = 0x6d68736c65636361ULL;  // "accelshm"
 constexpr size_t kLine = 64;
 constexpr size_t kPage = 4096;
 // How long a process spins for the others before it sleeps on the futex: long enough for a
-// peer running on another core to arrive, short enough not to hold a core a sleeping peer needs.
-constexpr auto kSpin = std::chrono::microseconds(20);
+// peer running on another core to arrive (a step of a chunk takes tens of microseconds),
+// short enough to give the core back soon to a peer that needs it to get there.
+constexpr auto kSpin = std::chrono::microseconds(50);
 
 enum class Mode { Auto, Off, On };
 
@@ -100,12 +101,11 @@ size_t controls_offset() { return kPage; }
 size_t slots_offset(size_t n) { return (kPage + n * sizeof(Control) + kPage - 1) / kPage * kPage; }
 size_t segment_bytes(size_t n, size_t slot) { return slots_offset(n) + 2 * n * slot; }
 
-// Each process's slot: 4 MiB, less in large worlds (64 MiB of slots in all), at least 256 KiB.
-size_t slot_bytes_for(size_t n) {
-  size_t s = (64u << 20) / (2 * n);
-  s = std::clamp<size_t>(s, 256u << 10, 4u << 20);
-  return s / kPage * kPage;
-}
+// Each process's slot: 512 KiB. A chunk's copies and reduction then stay in the cores' caches
+// (L2, shared L3): on the 2-vCPU EPYC of docs/benchmarks.md a 16 MiB all-reduce of 2
+// processes took 1.9 ms with 512 KiB slots, 3.7 ms with 4 MiB ones (and 9 ms with 128 KiB,
+// whose many steps the processes' sleeps dominate).
+constexpr size_t kSlotBytes = 512u << 10;
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
@@ -386,7 +386,12 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
         uint8_t* mine = slot(o.seq, rank_);
         switch (o.kind) {
           case Collective::AllReduce:
-          case Collective::Reduce:
+          case Collective::Reduce: {  // the parts the others reduce (this one's own is read from send)
+            const auto [b, e] = part(o, len, rank_);
+            if (b) std::memcpy(mine, o.send + off * es, b * es);
+            if (len > e) std::memcpy(mine + e * es, o.send + (off + e) * es, (len - e) * es);
+            break;
+          }
           case Collective::AllGather:
             if (len) std::memcpy(mine, o.send + off * es, len * es);
             break;
@@ -429,10 +434,15 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
         switch (o.kind) {
           case Collective::AllReduce:
           case Collective::Reduce: {
+            // this process's part, in rank order, its own input read where it is: all_reduce
+            // writes it into recv and then its slot (for the others), reduce into its slot
             const auto [b, e] = part(o, len, rank_);
-            for (size_t j = 0; j < n; ++j) src[j] = slot(o.seq, static_cast<int>(j));
-            if (e > b)
-              ::accel::comm::reduce(slot(o.seq, rank_), reinterpret_cast<const void* const*>(src), size_, b, e, o.t, o.op, o.premul);
+            for (size_t j = 0; j < n; ++j) src[j] = j == me ? o.send + off * es : slot(o.seq, static_cast<int>(j));
+            uint8_t* dst = o.kind == Collective::AllReduce ? o.recv + off * es : slot(o.seq, rank_);
+            if (e > b) {
+              ::accel::comm::reduce(dst, reinterpret_cast<const void* const*>(src), size_, b, e, o.t, o.op, o.premul);
+              if (o.kind == Collective::AllReduce) std::memcpy(slot(o.seq, rank_) + b * es, dst + b * es, (e - b) * es);
+            }
             ctl_[rank_].reduced.store(o.seq, std::memory_order_release);
             announce();
             o.phase = 2;
@@ -461,6 +471,7 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
         if (!await([&] { return all_reduced(o.seq); }, limit)) return false;
         if (o.kind == Collective::AllReduce || rank_ == o.root)
           for (int j = 0; j < size_; ++j) {
+            if (o.kind == Collective::AllReduce && j == rank_) continue;  // in recv already
             const auto [b, e] = part(o, len, j);
             if (e > b) std::memcpy(o.recv + (off + b) * es, slot(o.seq, j) + b * es, (e - b) * es);
           }
@@ -532,7 +543,7 @@ std::shared_ptr<Communicator> shared_memory_collectives(std::shared_ptr<Communic
   }
 
   const size_t nn = static_cast<size_t>(n);
-  const size_t slot = slot_bytes_for(nn), total = segment_bytes(nn, slot);
+  const size_t slot = kSlotBytes, total = segment_bytes(nn, slot);
   uint8_t* base = nullptr;
   int fd = -1;
   if (rank == 0) {

@@ -1,6 +1,8 @@
 // The Accelerator: options, device placement, precision (autocast, loss scaling),
 // gradient accumulation, process utilities. How the processes share the work is the
 // strategy's (runtime/strategy/); checkpoints are in checkpoint.cpp.
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -63,6 +65,33 @@ void seed_default_generators(uint64_t seed, const torch::Device& device) {
   std::lock_guard<std::mutex> lock(cpu.mutex());
   cpu.set_current_seed(seed);
 }
+// Training on the CPU frees and allocates the same large tensors at every step (gradients,
+// activations, buckets). glibc gives a block above its mmap threshold (128 KiB, raised as such
+// blocks are freed, to 32 MiB at most) back to the kernel when it is freed, and trims free
+// memory beyond 128 KiB off the heap's top, so the next step pays page faults and zeroed
+// pages for the same bytes again: 13% of a step of the 512-1024-1024-10 MLP on one process
+// here (docs/benchmarks.md, ddp_processes). Once per process, for a context on the CPU:
+// blocks up to 32 MiB come from the heap, and up to 256 MiB of free heap is kept for the
+// next step. ACCEL_MALLOC_TUNE=0, or the program's own settings (GLIBC_TUNABLES with
+// malloc, MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_), leave malloc as it is.
+void keep_freed_memory() {
+#ifdef __GLIBC__
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto set = [](const char* name) { return std::getenv(name) != nullptr; };
+    if (const char* v = std::getenv("ACCEL_MALLOC_TUNE")) {
+      const std::string s(v);
+      if (s == "0" || s == "off" || s == "false" || s == "no") return;
+    }
+    const char* tunables = std::getenv("GLIBC_TUNABLES");
+    if ((tunables && std::strstr(tunables, "malloc")) || set("MALLOC_MMAP_THRESHOLD_") || set("MALLOC_TRIM_THRESHOLD_"))
+      return;
+    ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
+    ::mallopt(M_TRIM_THRESHOLD, 256 << 20);
+  });
+#endif
+}
+
 }  // namespace
 
 Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator> comm)
@@ -75,6 +104,7 @@ Accelerator::Accelerator(const Options& opts, std::shared_ptr<comm::Communicator
       scaler_(opts.precision == Precision::FP16, opts.loss_scale_init, opts.loss_scale_growth_factor,
               opts.loss_scale_backoff_factor, opts.loss_scale_growth_interval) {
   clock_ = comm::clock_of(*comm_);
+  if (device_.is_cpu()) keep_freed_memory();
   // a rank of the in-process simulator: its tensors are charged to its simulated GPU's budget
   if (clock_ != nullptr) device_memory::install();
   if (opts_.precision == Precision::Auto) {  // bf16 where the device computes it natively, else fp32
