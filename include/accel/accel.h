@@ -234,7 +234,9 @@ typedef enum accel_strategy {
 typedef enum accel_backend {
     ACCEL_BACKEND_AUTO = 0, /* one process alone: none needed; a launched world of several:
                                NCCL for CUDA devices, Gloo for the CPU */
-    ACCEL_BACKEND_GLOO = 1, /* libtorch's c10d Gloo over TCP (CPU tensors; others staged) */
+    ACCEL_BACKEND_GLOO = 1, /* libtorch's c10d Gloo over TCP (CPU tensors; others staged); the
+                               processes of one machine move their collectives through shared
+                               memory (ACCEL_GLOO_SHM=0: TCP for all; docs/distributed.md) */
     ACCEL_BACKEND_NCCL = 2, /* NCCL (CUDA devices): libnccl.so.2 and the CUDA runtime are loaded
                                when it is first used, in every build (ACCEL_NCCL_LIBRARY and
                                ACCEL_CUDART_LIBRARY name others); ACCEL_ERR_UNSUPPORTED,
@@ -253,7 +255,11 @@ typedef struct accel_options {
     uint64_t seed;                       /* seeds the context's generator (MLP init, dropout) and
                                             libtorch's process-wide default one (used by
                                             TorchScript models); default 0 */
-    accel_device device;                 /* default ACCEL_DEVICE_AUTO */
+    accel_device device;                 /* default ACCEL_DEVICE_AUTO. A context on the CPU
+                                            keeps memory freed by its steps in glibc's heap
+                                            (process-wide, once: mmap threshold 32 MiB, trim
+                                            threshold 256 MiB) unless ACCEL_MALLOC_TUNE=0 or the
+                                            program set its own (GLIBC_TUNABLES, MALLOC_*_) */
     int32_t device_index;                /* CUDA device ordinal, >= 0, default 0 (a process of a
                                             launched world left at 0 takes its local rank's
                                             device, modulo the devices it sees) */
