@@ -83,6 +83,38 @@ def llama_tiny(tied):
         bos_token_id=1, eos_token_id=2)
 
 
+# RoPE scaling (issue 36): llama-tiny with each rope_type of transformers' ROPE_INIT_FUNCTIONS
+# that accel reads, parameters chosen so that the tiny model's 4 frequencies (head_dim 8,
+# theta 100: wavelengths 6.3, 20, 63 and 199 positions) and its 12 positions fall on every
+# branch of each formula: llama3's high, medium and low frequencies; yarn's ramp inside the
+# dimensions, with its attention factor; dynamic NTK past max_position_embeddings (8);
+# longrope's long factors past original_max_position_embeddings (8), with its attention factor.
+ROPE_SCALINGS = {
+    "linear": ({"rope_type": "linear", "rope_theta": 100.0, "factor": 4.0}, 64),
+    "dynamic": ({"rope_type": "dynamic", "rope_theta": 100.0, "factor": 2.0}, 8),
+    "yarn": ({"rope_type": "yarn", "rope_theta": 100.0, "factor": 4.0, "original_max_position_embeddings": 16,
+              "beta_fast": 8.0, "beta_slow": 1.0}, 64),
+    "llama3": ({"rope_type": "llama3", "rope_theta": 100.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 32}, 64),
+    "longrope": ({"rope_type": "longrope", "rope_theta": 100.0, "short_factor": [1.0, 1.25, 1.5, 2.0],
+                  "long_factor": [1.0, 2.0, 4.0, 8.0], "original_max_position_embeddings": 8}, 64),
+}
+
+
+def llama_rope(kind):
+    # smaller than llama-tiny (one layer, intermediate 32, tied embeddings: ~100 KB a fixture),
+    # with its attention shape (head_dim 8), which is what RoPE acts on
+    params, max_pos = ROPE_SCALINGS[kind]
+    config = llama_tiny(True)
+    config.num_hidden_layers = 1
+    config.intermediate_size = 32
+    config.max_position_embeddings = max_pos
+    config.rope_parameters = copy.deepcopy(params)
+    config.standardize_rope_params()
+    config.validate_rope()
+    return config
+
+
 # name: (model class, config, weight seed, max_shard_size or None)
 FIXTURES = {
     "gpt2-tiny": (GPT2LMHeadModel, gpt2_tiny(), 16001, None),
@@ -90,6 +122,8 @@ FIXTURES = {
     "llama-tiny-tied": (LlamaForCausalLM, llama_tiny(True), 16003, None),
     "llama-tiny-sharded": (LlamaForCausalLM, llama_tiny(False), 16002, SHARD_SIZE),  # = llama-tiny
 }
+for _i, _kind in enumerate(ROPE_SCALINGS):
+    FIXTURES["llama-tiny-rope-" + _kind] = (LlamaForCausalLM, llama_rope(_kind), 16010 + _i, None)
 
 
 def setup_determinism():
@@ -332,9 +366,15 @@ def self_check(name, d, model, ref):
     real = ref["attention_mask"].bool()
     assert torch.allclose(logits[real], ref["logits"][real], rtol=1e-5, atol=1e-5), name
     # 4. padding changes nothing at the real positions: each row alone, unpadded, and with
-    #    explicit position ids 0..T-1 (the default), gives the same logits there
+    #    explicit position ids 0..T-1 (the default), gives the same logits there. (Not for
+    #    the RoPE types whose frequencies depend on how far a forward's positions reach,
+    #    dynamic and longrope: a row alone reaches less far than the padded batch.)
+    rope = getattr(model.config, "rope_parameters", None) or {}
+    length_dependent = rope.get("rope_type") in ("dynamic", "longrope")
     with torch.no_grad():
         for row, n in enumerate(LENGTHS):
+            if length_dependent:
+                break
             alone = reloaded(input_ids=ref["input_ids"][row:row + 1, :n]).logits[0]
             assert torch.allclose(alone, ref["logits"][row, :n], rtol=1e-5, atol=1e-5), (name, row)
         positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ)

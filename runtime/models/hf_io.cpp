@@ -173,17 +173,75 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     c.attention_dropout = f.probability("attention_dropout");
     ACCEL_CHECK(f.integer("pretraining_tp", 1) == 1, Status::Unsupported, what,
                 ": 'pretraining_tp' other than 1 is not supported");
-    // RoPE: transformers 5 writes "rope_parameters", 4 a top-level "rope_theta" and "rope_scaling"
+    // RoPE: transformers 5 writes "rope_parameters", 4 a top-level "rope_theta" and
+    // "rope_scaling"; as transformers 5 reads them, rope_scaling wins over rope_parameters,
+    // the object's rope_theta over the top-level one, and a top-level
+    // original_max_position_embeddings (Phi-3's) over the object's.
     c.rope_theta = f.number("rope_theta", 10000.0);
-    for (const char* key : {"rope_parameters", "rope_scaling"}) {
-      if (!f.has(key)) continue;
+    const char* key = f.has("rope_scaling") ? "rope_scaling" : f.has("rope_parameters") ? "rope_parameters" : nullptr;
+    if (key) {
       const json& r = j[key];
       ACCEL_CHECK(r.is_object(), Status::Format, what, ": the field '", key, "' must be an object, got ", r.dump());
       Fields rf{r, what};
-      std::string type = rf.string("rope_type", rf.string("type", "default"));
-      ACCEL_CHECK(type == "default", Status::Unsupported, what, ": '", key, "' has rope_type '", type,
-                  "'; accel supports only the \"default\" RoPE (no scaling)");
+      LMConfig::Rope& rope = c.rope;
+      rope.raw = r;
+      rope.type = rf.string("rope_type", rf.string("type", "default"));
+      ACCEL_CHECK(rope.type == "default" || rope.type == "linear" || rope.type == "dynamic" || rope.type == "yarn" ||
+                      rope.type == "llama3" || rope.type == "longrope",
+                  Status::Unsupported, what, ": '", key, "' has rope_type '", rope.type,
+                  "'; accel supports \"default\", \"linear\", \"dynamic\", \"yarn\", \"llama3\" and \"longrope\"");
       if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
+      const double partial = rf.number("partial_rotary_factor", f.number("partial_rotary_factor", 1.0));
+      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
+                  " (rotary embeddings on part of each head) is not supported");
+      rope.factor = rf.number("factor", NAN);
+      if (rf.has("original_max_position_embeddings"))
+        rope.original_max_position_embeddings = rf.positive("original_max_position_embeddings", 0);
+      rope.low_freq_factor = rf.number("low_freq_factor", NAN);
+      rope.high_freq_factor = rf.number("high_freq_factor", NAN);
+      rope.attention_factor = rf.number("attention_factor", NAN);
+      rope.mscale = rf.number("mscale", NAN);
+      rope.mscale_all_dim = rf.number("mscale_all_dim", NAN);
+      rope.beta_fast = rf.number("beta_fast", NAN);
+      rope.beta_slow = rf.number("beta_slow", NAN);
+      rope.truncate = rf.boolean("truncate", true);
+      for (auto [name, out] : {std::pair<const char*, std::vector<double>*>{"short_factor", &rope.short_factor},
+                               {"long_factor", &rope.long_factor}}) {
+        if (!rf.has(name)) continue;
+        const json& a = r[name];
+        ACCEL_CHECK(a.is_array(), Status::Format, what, ": '", key, "." , name, "' must be a list of numbers");
+        for (const json& x : a) {
+          ACCEL_CHECK(x.is_number() && x.get<double>() > 0, Status::Format, what, ": '", key, ".", name,
+                      "' must hold positive numbers, got ", x.dump());
+          out->push_back(x.get<double>());
+        }
+      }
+    }
+    if (f.has("original_max_position_embeddings"))
+      c.rope.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
+    {
+      const LMConfig::Rope& rope = c.rope;
+      const std::string& t = rope.type;
+      auto need = [&](double v, const char* name) {
+        ACCEL_CHECK(std::isfinite(v) && v > 0, Status::Format, what, ": RoPE type '", t, "' needs a positive '", name,
+                    "'", std::isnan(v) ? " (missing)" : "");
+      };
+      if (t == "linear" || t == "dynamic" || t == "llama3") need(rope.factor, "factor");
+      if (t == "llama3") {
+        need(rope.low_freq_factor, "low_freq_factor");
+        need(rope.high_freq_factor, "high_freq_factor");
+        ACCEL_CHECK(rope.high_freq_factor != rope.low_freq_factor, Status::Format, what,
+                    ": RoPE type 'llama3' needs 'high_freq_factor' other than 'low_freq_factor'");
+      }
+      if (t == "yarn" || t == "longrope") {
+        if (!std::isnan(rope.factor)) need(rope.factor, "factor");
+        if (!std::isnan(rope.attention_factor)) need(rope.attention_factor, "attention_factor");
+      }
+      if (t == "longrope")
+        for (const auto* v : {&rope.short_factor, &rope.long_factor})
+          ACCEL_CHECK(static_cast<int64_t>(v->size()) == c.head_dim / 2, Status::Format, what,
+                      ": RoPE type 'longrope' needs 'short_factor' and 'long_factor' of head_dim / 2 = ", c.head_dim / 2,
+                      " numbers each, got ", v->size());
     }
     ACCEL_CHECK(c.rope_theta > 0, Status::Format, what, ": 'rope_theta' must be positive, got ", c.rope_theta);
   } else {
@@ -236,9 +294,14 @@ json lm_config_json(const LMConfig& c) {
     j["attention_bias"] = c.attention_bias;
     j["mlp_bias"] = c.mlp_bias;
     j["attention_dropout"] = c.attention_dropout;
-    // both spellings: transformers 5 reads rope_parameters, 4 the top-level rope_theta
+    // both spellings: transformers 5 reads rope_parameters (or rope_scaling, when present),
+    // 4 the top-level rope_theta and rope_scaling; the parameters are kept as read
+    json r = c.rope.raw.is_object() ? c.rope.raw : json::object();
+    r["rope_type"] = c.rope.type;
+    r["rope_theta"] = c.rope_theta;
     j.erase("rope_scaling");
-    j["rope_parameters"] = {{"rope_theta", c.rope_theta}, {"rope_type", "default"}};
+    j["rope_parameters"] = r;
+    if (c.rope.type != "default") j["rope_scaling"] = r;
     j["rope_theta"] = c.rope_theta;
   }
   if (!c.dtype.empty()) j["dtype"] = c.dtype;

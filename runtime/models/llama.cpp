@@ -1,5 +1,5 @@
-// Llama (transformers' LlamaForCausalLM): RMSNorm, rotary embeddings ("default" RoPE,
-// rotate-half layout), SwiGLU MLP, grouped-query attention, optional biases, tied or
+// Llama (transformers' LlamaForCausalLM): RMSNorm, rotary embeddings (rotate-half layout;
+// default, linear, dynamic, yarn, llama3 and longrope scaling: rope_frequencies below), SwiGLU MLP, grouped-query attention, optional biases, tied or
 // untied lm_head. nn.Linear weights are [out, in] (y = x W^T + b).
 #include <cmath>
 
@@ -65,13 +65,19 @@ class Llama final : public TransformerLM {
     const auto& P = params_;
 
     // rotary tables for positions past..past+T-1 (every row; see tests/fixtures/lm/README.md), fp32:
-    // inv_freq[i] = 1 / theta^(2i / D); dimension i pairs with i + D/2
+    // inv_freq[i] = 1 / theta^(2i / D) as the config's RoPE type scales it; dimension i pairs
+    // with i + D/2; cos and sin times the type's attention factor (yarn, longrope)
     auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(ids.device());
-    auto inv_freq = 1.0 / torch::pow(cfg_.rope_theta, torch::arange(0, D, 2, torch::TensorOptions().dtype(torch::kLong))
-                                                           .to(torch::kFloat) / static_cast<double>(D));
+    auto [inv_freq, attention_factor] = rope_frequencies(cfg_, past + T);
     auto freqs = torch::outer(torch::arange(past, past + T, f32), inv_freq.to(ids.device()));
     auto emb = torch::cat({freqs, freqs}, -1);  // [T, D]
-    auto cos = emb.cos().view({1, 1, T, D}), sin = emb.sin().view({1, 1, T, D});
+    auto cos = emb.cos(), sin = emb.sin();
+    if (attention_factor != 1.0) {
+      cos = cos * attention_factor;
+      sin = sin * attention_factor;
+    }
+    cos = cos.view({1, 1, T, D});
+    sin = sin.view({1, 1, T, D});
 
     gate_before(gate, 0);
     torch::Tensor h = torch::embedding(P[0], ids);
@@ -139,3 +145,80 @@ std::unique_ptr<TransformerLM> make_llama(const LMConfig& cfg, torch::ScalarType
 }
 
 }  // namespace accel::lm_detail
+
+namespace accel {
+
+// As transformers' modeling_rope_utils.py, operation for operation in float32 (its Python
+// scalars are doubles, as here), so that the tables agree to the last bits.
+std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t seq_len) {
+  const LMConfig::Rope& r = cfg.rope;
+  const int64_t dim = cfg.head_dim;
+  const double D = static_cast<double>(dim);
+  const double max_pos = static_cast<double>(cfg.max_position_embeddings);
+  const double original = r.original_max_position_embeddings > 0 ? static_cast<double>(r.original_max_position_embeddings)
+                                                                  : max_pos;
+  auto exponents = [&] {  // arange(0, dim, 2, int64).float() / dim
+    return torch::arange(0, dim, 2, torch::TensorOptions().dtype(torch::kLong)).to(torch::kFloat) / D;
+  };
+  auto plain = [&](double base) { return 1.0 / torch::pow(base, exponents()); };
+  const std::string& t = r.type;
+  if (t == "linear") return {plain(cfg.rope_theta) / r.factor, 1.0};
+  if (t == "dynamic") {
+    // (transformers computes the rescaled base in float32 tensors when a forward passes
+    // max_position_embeddings, in doubles here: within 1e-7 relative of it)
+    const double len = std::max(static_cast<double>(seq_len), max_pos);
+    const double base = cfg.rope_theta * std::pow((r.factor * len / max_pos) - (r.factor - 1), D / (D - 2));
+    return {plain(base), 1.0};
+  }
+  if (t == "llama3") {
+    torch::Tensor inv = plain(cfg.rope_theta);
+    const double low_wavelen = original / r.low_freq_factor, high_wavelen = original / r.high_freq_factor;
+    // Python's `scalar / tensor` is tensor.reciprocal() * scalar (two roundings), ATen's C++
+    // operator a fill and a division (one): written as Python computes it
+    torch::Tensor wavelen = inv.reciprocal() * (2 * M_PI);
+    torch::Tensor scaled = torch::where(wavelen > low_wavelen, inv / r.factor, inv);
+    torch::Tensor smooth = (wavelen.reciprocal() * original - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+    torch::Tensor smoothed = (1 - smooth) * scaled / r.factor + smooth * scaled;
+    torch::Tensor medium = torch::logical_not(wavelen < high_wavelen) * torch::logical_not(wavelen > low_wavelen);
+    return {torch::where(medium, smoothed, scaled), 1.0};
+  }
+  if (t == "yarn") {
+    const double base = cfg.rope_theta;
+    const double factor = std::isnan(r.factor) ? max_pos / original : r.factor;
+    auto mscale_of = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+    double attention = r.attention_factor;
+    if (std::isnan(attention)) {
+      const bool both = !std::isnan(r.mscale) && r.mscale != 0 && !std::isnan(r.mscale_all_dim) && r.mscale_all_dim != 0;
+      attention = both ? mscale_of(factor, r.mscale) / mscale_of(factor, r.mscale_all_dim) : mscale_of(factor, 1);
+    }
+    const double fast = std::isnan(r.beta_fast) || r.beta_fast == 0 ? 32 : r.beta_fast;
+    const double slow = std::isnan(r.beta_slow) || r.beta_slow == 0 ? 1 : r.beta_slow;
+    auto correction_dim = [&](double rotations) {
+      return (D * std::log(original / (rotations * 2 * M_PI))) / (2 * std::log(base));
+    };
+    double low = correction_dim(fast), high = correction_dim(slow);
+    if (r.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, D - 1);
+    if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+    torch::Tensor pos_freqs = torch::pow(base, torch::arange(0, dim, 2).to(torch::kFloat) / D);
+    torch::Tensor extrapolation = 1.0 / pos_freqs, interpolation = 1.0 / (factor * pos_freqs);
+    torch::Tensor ramp = torch::clamp((torch::arange(dim / 2, torch::kFloat) - low) / (high - low), 0, 1);
+    torch::Tensor extra = 1 - ramp;
+    return {interpolation * (1 - extra) + extrapolation * extra, attention};
+  }
+  if (t == "longrope") {
+    const double factor = std::isnan(r.factor) ? max_pos / original : r.factor;
+    double attention = r.attention_factor;
+    if (std::isnan(attention)) attention = factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(original));
+    const std::vector<double>& ext = static_cast<double>(seq_len) > original ? r.long_factor : r.short_factor;
+    torch::Tensor e = torch::tensor(ext, torch::TensorOptions().dtype(torch::kDouble)).to(torch::kFloat);
+    return {1.0 / (e * torch::pow(cfg.rope_theta, exponents())), attention};
+  }
+  return {plain(cfg.rope_theta), 1.0};
+}
+
+}  // namespace accel

@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -51,6 +52,22 @@ struct LMConfig {
   // Llama
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
+  // RoPE scaling, as transformers' rope_parameters (5) or rope_scaling (4) give it (docs/lm.md):
+  // its rope_type, "default", "linear", "dynamic", "yarn", "llama3" or "longrope", and the
+  // parameters of that type; NaN, 0 or empty where the config leaves them out (transformers'
+  // defaults then apply, as rope_frequencies computes them).
+  struct Rope {
+    std::string type = "default";
+    double factor = NAN;                             // all but default (yarn, longrope: optional)
+    int64_t original_max_position_embeddings = 0;    // llama3, yarn, longrope (0: max_position_embeddings)
+    double low_freq_factor = NAN, high_freq_factor = NAN;  // llama3
+    double attention_factor = NAN;                   // yarn, longrope (NaN: from the factor)
+    double mscale = NAN, mscale_all_dim = NAN;       // yarn
+    double beta_fast = NAN, beta_slow = NAN;         // yarn (NaN: 32 and 1)
+    bool truncate = true;                            // yarn
+    std::vector<double> short_factor, long_factor;   // longrope: head_dim / 2 each
+    nlohmann::json raw;  // the object as read, written back by lm_config_json
+  } rope;
   bool attention_bias = false;
   bool mlp_bias = false;
   double attention_dropout = 0.0;
@@ -59,6 +76,14 @@ struct LMConfig {
   // with the fields above updated, so fields accel does not read survive a round trip.
   nlohmann::json raw;
 };
+
+// RoPE's inverse frequencies (float32, head_dim / 2 of them) and the factor by which cos and
+// sin are scaled, for a forward whose positions reach `seq_len` - 1, as transformers computes
+// them (modeling_rope_utils.py's ROPE_INIT_FUNCTIONS and its rotary embeddings' updates):
+// dynamic NTK rescales the base for seq_len above max_position_embeddings (transformers keeps
+// the largest seq_len seen in its module; here each forward uses its own), longrope takes its
+// long factors above original_max_position_embeddings.
+std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t seq_len);
 
 // Parses a config.json's text; `what` names the file in errors (Status::Format naming the
 // field; Status::Unsupported for a model_type, activation or rope type accel lacks).

@@ -133,7 +133,9 @@ TEST_P(LMFixture, LoadsAsBF16) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, LMFixture,
-                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied", "llama-tiny-sharded"),
+                         ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied", "llama-tiny-sharded",
+                                           "llama-tiny-rope-linear", "llama-tiny-rope-dynamic", "llama-tiny-rope-yarn",
+                                           "llama-tiny-rope-llama3", "llama-tiny-rope-longrope"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)

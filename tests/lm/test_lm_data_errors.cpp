@@ -481,14 +481,59 @@ TEST(LMErrors, UnsupportedModelType) {
   expect_error([&] { load_pretrained(dir); }, Status::Unsupported, {"'mistral'", "gpt2", "llama", "config.json"});
 }
 
-TEST(LMErrors, UnsupportedRopeScaling) {
+// RoPE types transformers has and accel lacks, and the parameters each type needs.
+TEST(LMErrors, UnsupportedOrIncompleteRopeScaling) {
+  const json base = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));
+  json j = base;
+  j["rope_parameters"]["rope_type"] = "proportional";
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported,
+               {"'proportional'", "\"llama3\"", "\"yarn\"", "rope_parameters"});
+  j = base;
+  j["rope_scaling"] = {{"type", "su"}, {"factor", 2.0}};  // rope_scaling wins over rope_parameters
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported, {"'su'", "rope_scaling"});
+  j = base;
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"high_freq_factor", 4.0}};
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Format,
+               {"'llama3'", "'low_freq_factor'", "missing"});
+  j = base;
+  j["rope_parameters"] = {{"rope_type", "linear"}, {"factor", -2.0}};
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Format, {"'linear'", "positive 'factor'"});
+  j = base;
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"short_factor", {1.0, 1.0}}, {"long_factor", {1.0, 1.0, 1.0, 1.0}}};
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Format, {"head_dim / 2 = 4", "got 2"});
+  j = base;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported, {"'partial_rotary_factor' 0.5"});
+}
+
+// transformers 4's spelling (rope_scaling with "type", a top-level rope_theta) reads as 5's,
+// and a save keeps every parameter as read (both spellings written).
+TEST(LM, RopeScalingReadAndKept) {
   json j = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));
-  j["rope_parameters"]["rope_type"] = "linear";
-  j["rope_parameters"]["factor"] = 2.0;
-  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported, {"linear", "default"});
-  j = json::parse(safetensors::read_file(fixture("llama-tiny") + "/config.json"));
-  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
-  expect_error([&] { parse_lm_config(j.dump(), "config.json"); }, Status::Unsupported, {"dynamic", "rope_scaling"});
+  j.erase("rope_parameters");
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const LMConfig c = parse_lm_config(j.dump(), "config.json");
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192);
+  const json out = lm_config_json(c);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    EXPECT_EQ(out.at(key).at("rope_type"), "llama3") << key;
+    EXPECT_EQ(out.at(key).at("type"), "llama3") << key;  // as read
+    EXPECT_EQ(out.at(key).at("factor"), 8.0) << key;
+    EXPECT_EQ(out.at(key).at("low_freq_factor"), 1.0) << key;
+    EXPECT_EQ(out.at(key).at("original_max_position_embeddings"), 8192) << key;
+    EXPECT_EQ(out.at(key).at("rope_theta"), 500000.0) << key;
+  }
+  const LMConfig again = parse_lm_config(out.dump(), "saved config.json");
+  EXPECT_EQ(again.rope.type, "llama3");
+  EXPECT_EQ(again.rope.high_freq_factor, 4.0);
+  // Phi-3 keeps original_max_position_embeddings at the top level, which transformers prefers
+  j["original_max_position_embeddings"] = 4096;
+  EXPECT_EQ(parse_lm_config(j.dump(), "config.json").rope.original_max_position_embeddings, 4096);
 }
 
 TEST(LMErrors, MissingOrBadConfigField) {
