@@ -18,6 +18,7 @@
 #include <mutex>
 #include <new>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "comm/guard.h"
@@ -300,7 +301,9 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
       o->number = ++numbers_;
       pending_.push_back(o);
     }
-    advance(*o, o->posted, false, false);  // what can start now (copying in), without waiting
+    // what can start now (copying in), without waiting; inside a group nothing starts before
+    // group_end, whose buffers may be filled until then (as NCCL's)
+    if (group_depth_ == 0) advance(*o, o->posted, false, false);
     return std::make_shared<ShmWork>(shared_from_this(), o);
   }
 
@@ -423,7 +426,7 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
         if (!await([&] { return all_arrived(o.seq); }, limit)) return false;
         const Print& mine = ctl_[rank_].print[o.seq & 1];
         for (int j = 0; j < size_; ++j)
-          if (!(ctl_[j].print[o.seq & 1] == mine)) return mismatch(o);
+          if (!(ctl_[j].print[o.seq & 1] == mine)) return mismatch(o, limit);
         const uint8_t* srcs[64];
         std::vector<const uint8_t*> many;
         const uint8_t** src = srcs;
@@ -486,8 +489,11 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
   // The processes' chunks differ: their buffers are never combined. Under the guard
   // (comm/guard.h), which names the calls of every process within seconds, this process waits
   // as Gloo would; without it, the mismatch fails here.
-  bool mismatch(const Op& o) {
-    if (comm_check_enabled()) return false;
+  bool mismatch(const Op& o, Clock::time_point until) {
+    if (comm_check_enabled()) {  // a wait that cannot end: it takes the time it was given
+      std::this_thread::sleep_until(until);
+      return false;
+    }
     std::ostringstream os;
     const Print& mine = ctl_[rank_].print[o.seq & 1];
     os << backend() << ": " << describe(mine) << " (rank " << rank_ << " of " << size_ << "): mismatched collectives at call #"

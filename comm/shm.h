@@ -21,8 +21,8 @@
 // CommError(InvalidUsage) at once.
 //
 // Operations run in the order posted, on the caller's thread: posting starts what can start
-// without waiting, and waiting on an operation (wait, wait_for, test) runs it and those before
-// it. A wait longer than the operation's timeout (from its post) is a CommError(Timeout) naming
+// without waiting (outside a group; inside one, nothing starts before group_end), and waiting
+// on an operation (wait, wait_for, test) runs it and those before it. A wait longer than the operation's timeout (from its post) is a CommError(Timeout) naming
 // the processes not there yet. Send and recv, and everything on a machine where the segment
 // cannot be made, go to the inner communicator (Gloo).
 //
