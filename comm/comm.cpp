@@ -52,6 +52,24 @@ const char* collective_name(Collective c) {
   return i >= 0 && i < kNumCollectives ? names[i] : "unknown-collective";
 }
 
+bool collective_has_op(Collective c) {
+  return c == Collective::AllReduce || c == Collective::ReduceScatter || c == Collective::Reduce;
+}
+bool collective_has_root(Collective c) { return c == Collective::Broadcast || c == Collective::Reduce; }
+
+std::string describe_call(Collective k, uint64_t number, uint64_t count, DataType t, RedOp op, int root, int peer) {
+  std::string s = collective_name(k);
+  const bool p2p = k == Collective::Send || k == Collective::Recv;
+  if (!p2p) s += " #" + std::to_string(number);
+  if (k == Collective::Barrier) return s;
+  s += "(count=" + std::to_string(count) + ", " + dtype_name(t);
+  if (collective_has_op(k)) s += std::string(", ") + op_name(op);
+  if (collective_has_root(k)) s += ", root=" + std::to_string(root);
+  if (k == Collective::Send) s += ", to rank " + std::to_string(peer);
+  if (k == Collective::Recv) s += ", from rank " + std::to_string(peer);
+  return s + ")";
+}
+
 const char* result_name(Result r) {
   switch (r) {
     case Result::Success: return "ncclSuccess";

@@ -84,6 +84,15 @@ class Work {
 enum class Collective : int { AllReduce = 0, ReduceScatter, AllGather, Broadcast, Reduce, Send, Recv, Barrier };
 constexpr int kNumCollectives = 8;
 const char* collective_name(Collective c);  // "all_reduce", "reduce_scatter"...
+// Whether a call of this kind has a reduction (all_reduce, reduce_scatter, reduce) or a root
+// (broadcast, reduce): the fields of its fingerprint that apply.
+bool collective_has_op(Collective c);
+bool collective_has_root(Collective c);
+// A call as the simulator writes an operation (sim/operation.h) and the checks across
+// processes name it: "all_reduce #5(count=4, float32, sum)", "broadcast #2(count=8,
+// float64, root=1)", "barrier #3", "send(count=4, int32, to rank 1)" (send and recv are not
+// numbered; `op` only where the kind has one, `root` and `peer` likewise).
+std::string describe_call(Collective k, uint64_t number, uint64_t count, DataType t, RedOp op, int root, int peer);
 
 // Where a buffer's memory is. Every operation's buffers are on one device; a backend says
 // which it can reach (reaches()), and the runtime stages what it cannot through host memory

@@ -61,26 +61,11 @@ struct Call {
   int peer = -1;
 
   bool collective() const { return kind != Collective::Send && kind != Collective::Recv; }
-  bool has_op() const { return kind == Collective::AllReduce || kind == Collective::ReduceScatter || kind == Collective::Reduce; }
-  bool has_root() const { return kind == Collective::Broadcast || kind == Collective::Reduce; }
   bool same(const Call& o) const {
-    return kind == o.kind && count == o.count && (kind == Collective::Barrier || t == o.t) && (!has_op() || op == o.op) &&
-           (!has_root() || root == o.root);
+    return kind == o.kind && count == o.count && (kind == Collective::Barrier || t == o.t) &&
+           (!collective_has_op(kind) || op == o.op) && (!collective_has_root(kind) || root == o.root);
   }
-  // As the simulator writes an operation (sim/operation.h).
-  std::string describe() const {
-    std::ostringstream os;
-    os << collective_name(kind);
-    if (collective()) os << " #" << seq;
-    if (kind == Collective::Barrier) return os.str();
-    os << "(count=" << count << ", " << dtype_name(t);
-    if (has_op()) os << ", " << op_name(op);
-    if (has_root()) os << ", root=" << root;
-    if (kind == Collective::Send) os << ", to rank " << peer;
-    if (kind == Collective::Recv) os << ", from rank " << peer;
-    os << ")";
-    return os.str();
-  }
+  std::string describe() const { return describe_call(kind, seq, count, t, op, root, peer); }
   std::string encode() const {
     std::ostringstream os;
     os << static_cast<int>(kind) << ' ' << seq << ' ' << count << ' ' << static_cast<int>(t) << ' ' << static_cast<int>(op)

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/text.h"
 #include "comm/guard.h"
 #include "comm/kernels.h"
 #include "comm/rendezvous.h"
@@ -65,20 +66,9 @@ struct Print {
   }
 };
 
-bool has_op(Collective k) { return k == Collective::AllReduce || k == Collective::ReduceScatter || k == Collective::Reduce; }
-bool has_root(Collective k) { return k == Collective::Broadcast || k == Collective::Reduce; }
-
-// As the simulator and the guard write a call ("all_reduce #5(count=4, float32, sum)").
 std::string describe(const Print& p) {
-  const auto k = static_cast<Collective>(p.kind);
-  std::ostringstream os;
-  os << collective_name(k) << " #" << p.number;
-  if (k == Collective::Barrier) return os.str();
-  os << "(count=" << p.count << ", " << dtype_name(static_cast<DataType>(p.dtype));
-  if (has_op(k)) os << ", " << op_name(static_cast<RedOp>(p.op));
-  if (has_root(k)) os << ", root=" << p.root;
-  os << ")";
-  return os.str();
+  return describe_call(static_cast<Collective>(p.kind), p.number, p.count, static_cast<DataType>(p.dtype),
+                       static_cast<RedOp>(p.op), p.root, -1);
 }
 
 // One process's control block in the segment.
@@ -416,8 +406,8 @@ class ShmCommunicator final : public Communicator, public std::enable_shared_fro
         p.count = o.count;
         p.kind = static_cast<int32_t>(o.kind);
         p.dtype = o.kind == Collective::Barrier ? 0 : static_cast<int32_t>(o.t);
-        p.op = has_op(o.kind) ? static_cast<int32_t>(o.op) : 0;
-        p.root = has_root(o.kind) ? o.root : -1;
+        p.op = collective_has_op(o.kind) ? static_cast<int32_t>(o.op) : 0;
+        p.root = collective_has_root(o.kind) ? o.root : -1;
         ctl_[rank_].arrived.store(o.seq, std::memory_order_release);
         announce();
         o.phase = 1;
@@ -523,7 +513,7 @@ void ShmWork::wait() { c_->wait(*op_); }
 bool ShmWork::test() { return c_->advance(*op_, Clock::now(), false, false); }
 bool ShmWork::wait_for(std::chrono::milliseconds d) { return c_->advance(*op_, Clock::now() + d, true); }
 
-std::string errno_text(const std::string& what) { return what + ": " + std::strerror(errno); }
+std::string errno_text(const std::string& what) { return what + ": " + text::errno_text(errno); }
 
 }  // namespace
 
