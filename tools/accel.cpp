@@ -27,11 +27,17 @@
 //   accel version, accel --version
 //
 // This file holds main: the command line (CLI11; the one other file that includes it is
-// tools/launch/command.cpp, the launcher's flags) and the dispatch. A usage error (CLI11's,
+// tools/launch/command.cpp, the launcher's flags) and the dispatch. This executable is
+// torch-free (the launcher, --version, --help); the commands that need the runtime are in
+// libaccel-tools.so (tools/commands.h, tools/module.cpp), loaded with dlopen when one runs:
+// first beside this executable (the build tree), then from the installed library directory. A usage error (CLI11's,
 // or a subcommand's own checks) exits 2, whatever CLI11's code; --help and --version exit 0;
 // a mistyped command is answered with the closest one. Each subcommand is a file
 // of its own: tools/commands.h lists them; `accel launch`: tools/launch.h.
 #include <CLI/CLI.hpp>
+
+#include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -111,19 +117,59 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// Runs a command of libaccel-tools.so: loads it (beside this executable, or where it was
+// installed: ACCEL_TOOLS_MODULE_DIR), finds its entry and hands it what was parsed.
+int run_module(const accel::tools::Invocation& inv) {
+  std::vector<std::string> candidates;
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) {
+    std::string dir(self, static_cast<size_t>(len));
+    dir.erase(dir.find_last_of('/') + 1);
+    candidates.push_back(dir + "libaccel-tools.so");
+  }
+  candidates.push_back(std::string(ACCEL_TOOLS_MODULE_DIR) + "/libaccel-tools.so");
+  std::string why;
+  for (const auto& path : candidates) {
+    if (access(path.c_str(), F_OK) != 0) continue;
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = dlerror();
+      why += (why.empty() ? "" : "; ") + (e ? std::string(e) : path);
+      continue;
+    }
+    auto entry = reinterpret_cast<accel::tools::ToolsEntry>(dlsym(h, accel::tools::kToolsEntryName));
+    if (!entry) {
+      why += (why.empty() ? "" : "; ") + path + " has no " + accel::tools::kToolsEntryName;
+      continue;
+    }
+    std::fflush(stdout);
+    return entry(&inv, accel::tools::kToolsInterface);  // never unloaded: its static state lives to exit
+  }
+  if (why.empty()) {
+    why = "not found (looked for";
+    for (const auto& c : candidates) why += " " + c;
+    why += ")";
+  }
+  std::fprintf(stderr, "accel: '%s' needs libaccel-tools.so, which could not be loaded: %s\n", inv.command.c_str(),
+               why.c_str());
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"accel: an embeddable training runtime; tools for its simulator"};
   app.require_subcommand(1);
   const std::string version_text =
-      std::string("accel ") + accel_version_string() + " (library " + std::to_string(accel_version_number()) + ")";
+      std::string("accel ") + ACCEL_VERSION_STRING + " (library " + std::to_string(ACCEL_VERSION_NUMBER) + ")";
   app.set_version_flag("--version", version_text, "print the version and exit");
   auto* version = app.add_subcommand("version", "print the library version");
   auto* envcmd = app.add_subcommand("env", "versions, BLAS, threads, devices and backends: paste it into a bug report");
   auto* sim = app.add_subcommand("sim", "the multi-GPU simulator");
   sim->require_subcommand(1);
-  accel::tools::BenchArgs a;
+  accel::tools::Invocation inv;
+  accel::tools::BenchArgs& a = inv.bench;
   auto* bench = sim->add_subcommand("bench", "nccl-tests for the simulator: measured and predicted collective times");
   bench->add_option("--op", a.op, "all_reduce, reduce_scatter, all_gather, broadcast, reduce")->capture_default_str();
   bench->add_option("--ranks,-n", a.ranks, "rank counts, comma-separated (e.g. 2,4,8)")->capture_default_str();
@@ -141,11 +187,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_flag("--json", a.json, "JSON lines instead of a table");
   auto* topos = sim->add_subcommand("topologies", "list the cost model's topology presets");
-  std::string merge_dir, merge_out;
+  std::string& merge_dir = inv.merge_dir;
+  std::string& merge_out = inv.merge_out;
   auto* merge = app.add_subcommand("merge-weights", "one consolidated model.safetensors from a checkpoint directory");
   merge->add_option("dir", merge_dir, "the checkpoint directory (accel_save_state)")->required();
   merge->add_option("out", merge_out, "the safetensors file to write")->required();
-  accel::tools::EstimateArgs ea;
+  accel::tools::EstimateArgs& ea = inv.estimate;
   auto* est = app.add_subcommand("estimate-memory", "memory per GPU of training a causal LM (weights, gradients, "
                                                     "optimizer state, activations)");
   est->add_option("model", ea.model,
@@ -180,28 +227,23 @@ int main(int argc, char** argv) {
     }
     return 2;
   }
-  try {
-    if (*launch) {
-      return accel::launch::run(*launch, launch_options);
-    } else if (*envcmd) {
-      return accel::tools::env();
-    } else if (*version) {
-      std::printf("accel %s (library %d)\n", accel_version_string(), accel_version_number());
-    } else if (*topos) {
-      return accel::tools::sim_topologies();
-    } else if (*bench) {
-      return accel::tools::sim_bench(a);
-    } else if (*est) {
-      return accel::tools::estimate(ea);
-    } else if (*merge) {
-      return accel::tools::merge_weights(merge_dir, merge_out);
-    }
-  } catch (const accel::Error& e) {
-    std::fprintf(stderr, "accel: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "accel: %s\n", e.what());
-    return 1;
+  if (*version) {
+    std::printf("accel %s (library %d)\n", ACCEL_VERSION_STRING, ACCEL_VERSION_NUMBER);
+    return 0;
   }
-  return 0;
+  if (*launch) {
+    try {
+      return accel::launch::run(*launch, launch_options);
+    } catch (const accel::Error& e) {
+      std::fprintf(stderr, "accel: %s\n", e.what());
+      return 2;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "accel: %s\n", e.what());
+      return 1;
+    }
+  }
+  inv.command = *envcmd ? "env" : *topos ? "sim topologies" : *bench ? "sim bench" : *est ? "estimate-memory"
+                : *merge ? "merge-weights" : "";
+  if (inv.command.empty()) return 0;
+  return run_module(inv);
 }

@@ -1,7 +1,10 @@
-// The `accel` tool's subcommands, one file each: their entries and argument structs, filled
-// by main's command line (tools/accel.cpp) and run by its dispatch. Each entry returns the
-// process exit status; errors are thrown (accel::Error: 2, another exception: 1, main says
-// which). `accel launch` has its own header, tools/launch.h.
+// The `accel` tool's subcommands that need the runtime (and so libtorch), one file each:
+// their entries and argument structs, filled by main's command line (tools/accel.cpp). They
+// are built into a module of their own, libaccel-tools.so (tools/module.cpp), which the tool
+// loads only when one of them runs: `accel launch`, `accel --version` and `--help` never
+// load libtorch (0.4 s of start-up with Debian's, 286 libraries). Each entry returns the
+// process exit status; errors are thrown (accel::Error: 2, another exception: 1, the
+// module's run() says which). `accel launch` has its own header, tools/launch.h.
 #pragma once
 
 #include <cstdint>
@@ -45,5 +48,22 @@ struct EstimateArgs {
 };
 
 int estimate(const EstimateArgs& a);
+
+// What main parsed, for the module: the command ("env", "sim bench", "sim topologies",
+// "estimate-memory", "merge-weights") and its arguments.
+struct Invocation {
+  std::string command;
+  BenchArgs bench;
+  EstimateArgs estimate;
+  std::string merge_dir, merge_out;
+};
+
+// The module's entry (tools/module.cpp), looked up by main with dlsym: runs the command,
+// prints an error as "accel: ..." and returns the exit status. `built_against` is main's
+// kToolsInterface: a module from another build refuses to run (2) instead of misreading
+// the Invocation.
+constexpr int kToolsInterface = 1;
+using ToolsEntry = int (*)(const Invocation* inv, int built_against);
+constexpr const char* kToolsEntryName = "accel_tools_run";
 
 }  // namespace accel::tools

@@ -153,9 +153,13 @@ class NcclWork final : public Work {
     // the timeout counts from the post: a wait that comes late (or after comm/guard.h's
     // checks) does not get a second one
     const auto deadline = (event_ ? posted_ : Clock::now()) + s_->timeout;
-    // polls from 10 us up to every 100 us: a finished operation is seen within 10% of a
-    // millisecond-long one (a GPU's event needs no more; coarser pauses showed in the
-    // simulated NCCL's all-reduce times)
+    // polls, yielding the core between polls for the first 200 us (a sleep lasts at least
+    // the timer slack, 50 us: short operations, the simulated NCCL's on a loaded machine
+    // among them, were seen that much late), then sleeping from 10 us up to 100 us between
+    // polls: a finished operation is seen within 10% of a millisecond-long one (a GPU's
+    // event needs no more)
+    const auto spin_until = Clock::now() + std::chrono::microseconds(200);
+    while (!test() && Clock::now() < spin_until) std::this_thread::yield();
     auto pause = std::chrono::microseconds(10);
     while (!test()) {
       if (Clock::now() > deadline) {

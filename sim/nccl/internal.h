@@ -204,6 +204,7 @@ struct StreamState {
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::function<bool()>> tasks;  // false: the stream failed and stops (as a faulted GPU)
+  std::atomic<uint32_t> pending{0};         // tasks.size(), read without the lock
   bool stop = false, stuck = false;
   std::thread worker;
 

@@ -1,0 +1,33 @@
+// libaccel-tools.so: the `accel` tool's commands that need the runtime (tools/commands.h),
+// loaded by main (tools/accel.cpp) only when one of them runs. The runtime is linked into
+// it statically, as it was into the tool: never beside libaccel.so.
+#include <cstdio>
+#include <exception>
+
+#include "base/status.h"
+#include "tools/commands.h"
+
+extern "C" __attribute__((visibility("default"))) int accel_tools_run(const accel::tools::Invocation* inv,
+                                                                      int built_against) {
+  namespace t = accel::tools;
+  if (built_against != t::kToolsInterface) {
+    std::fprintf(stderr, "accel: libaccel-tools.so is from another build of accel (interface %d, the tool's %d): "
+                 "install or rebuild both together\n", t::kToolsInterface, built_against);
+    return 2;
+  }
+  try {
+    if (inv->command == "env") return t::env();
+    if (inv->command == "sim topologies") return t::sim_topologies();
+    if (inv->command == "sim bench") return t::sim_bench(inv->bench);
+    if (inv->command == "estimate-memory") return t::estimate(inv->estimate);
+    if (inv->command == "merge-weights") return t::merge_weights(inv->merge_dir, inv->merge_out);
+    std::fprintf(stderr, "accel: libaccel-tools.so has no command '%s'\n", inv->command.c_str());
+    return 2;
+  } catch (const accel::Error& e) {
+    std::fprintf(stderr, "accel: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accel: %s\n", e.what());
+    return 1;
+  }
+}
