@@ -50,6 +50,8 @@ import safetensors  # noqa: E402
 import safetensors.torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,  # noqa: E402
+                          Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 # The batch: B = 3 rows of T = 12 tokens, right padding; row 1 has no padding.
 BATCH, SEQ = 3, 12
@@ -115,6 +117,38 @@ def llama_rope(kind):
     return config
 
 
+# The Llama-shaped families (issue 36 item 2), llama-tiny's shape with each family's own
+# parts visible in the logits: Qwen2's q/k/v biases and a sliding layer (layer 1: from
+# max_window_layers on), Qwen3's q/k norms (its head_dim given: its default is 128), Mistral's
+# sliding window on every layer, Phi-3's fused projections with a sliding window. Windows of
+# 4-6 positions, so that rows of 9 and 12 tokens lose keys to them.
+def family_kwargs(**extra):
+    kw = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=64, rms_norm_eps=1e-6, hidden_act="silu",
+              initializer_range=INIT_RANGE, attention_dropout=0.0, tie_word_embeddings=False,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=1, eos_token_id=2,
+              pad_token_id=None)
+    kw.update(extra)
+    return kw
+
+
+def qwen2_tiny():
+    return Qwen2Config(**family_kwargs(use_sliding_window=True, sliding_window=4, max_window_layers=1))
+
+
+def qwen3_tiny():
+    return Qwen3Config(**family_kwargs(head_dim=8, attention_bias=False))
+
+
+def mistral_tiny():
+    return MistralConfig(**family_kwargs(sliding_window=5))
+
+
+def phi3_tiny():
+    return Phi3Config(**family_kwargs(sliding_window=6, original_max_position_embeddings=64, resid_pdrop=0.0,
+                                      embd_pdrop=0.0))
+
+
 # name: (model class, config, weight seed, max_shard_size or None)
 FIXTURES = {
     "gpt2-tiny": (GPT2LMHeadModel, gpt2_tiny(), 16001, None),
@@ -124,6 +158,10 @@ FIXTURES = {
 }
 for _i, _kind in enumerate(ROPE_SCALINGS):
     FIXTURES["llama-tiny-rope-" + _kind] = (LlamaForCausalLM, llama_rope(_kind), 16010 + _i, None)
+FIXTURES["qwen2-tiny"] = (Qwen2ForCausalLM, qwen2_tiny(), 16020, None)
+FIXTURES["qwen3-tiny"] = (Qwen3ForCausalLM, qwen3_tiny(), 16021, None)
+FIXTURES["mistral-tiny"] = (MistralForCausalLM, mistral_tiny(), 16022, None)
+FIXTURES["phi3-tiny"] = (Phi3ForCausalLM, phi3_tiny(), 16023, None)
 
 
 def setup_determinism():
@@ -196,6 +234,9 @@ LORA_FIXTURES = {
     "gpt2-tiny-lora": ("gpt2-tiny", ["c_attn", "c_proj", "c_fc"], 4, 8, 17001),
     "llama-tiny-lora": ("llama-tiny", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                         4, 8, 17002),
+    "qwen2-tiny-lora": ("qwen2-tiny", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                        4, 8, 17003),
+    "phi3-tiny-lora": ("phi3-tiny", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], 4, 8, 17004),
 }
 
 

@@ -107,7 +107,20 @@ std::string config_of_st(const std::string& st) {
   return "";
 }
 
+// transformers' class for the model_type (what save_pretrained writes in "architectures")
+std::string architecture_of(const LMConfig& c) {
+  const std::string& mt = c.model_type;
+  if (c.family == LMFamily::GPT2) return "GPT2LMHeadModel";
+  return mt == "mistral" ? "MistralForCausalLM" : mt == "qwen2" ? "Qwen2ForCausalLM" : mt == "qwen3" ? "Qwen3ForCausalLM"
+         : mt == "phi3" ? "Phi3ForCausalLM" : "LlamaForCausalLM";
+}
+
 }  // namespace
+
+bool is_llama_shaped(const std::string& model_type) {
+  return model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" ||
+         model_type == "phi3";
+}
 
 // ---------------------------------------------------------------------------------------
 // config.json
@@ -144,7 +157,9 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     c.resid_pdrop = f.probability("resid_pdrop");
     ACCEL_CHECK(!f.boolean("add_cross_attention", false), Status::Unsupported, what,
                 ": 'add_cross_attention' true (an encoder-decoder GPT-2) is not supported");
-  } else if (c.model_type == "llama") {
+  } else if (is_llama_shaped(c.model_type)) {
+    const std::string& mt = c.model_type;
+    const bool qwen = mt == "qwen2" || mt == "qwen3", phi3 = mt == "phi3";
     c.family = LMFamily::Llama;
     c.vocab_size = f.positive("vocab_size", 32000, true);
     c.hidden_size = f.positive("hidden_size", 4096, true);
@@ -156,6 +171,8 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                 ") must be a multiple of 'num_key_value_heads' (", c.num_kv_heads, ")");
     if (f.has("head_dim")) {
       c.head_dim = f.positive("head_dim", 0);
+    } else if (mt == "qwen3") {
+      c.head_dim = 128;  // Qwen3Config's default, not hidden / heads
     } else {
       ACCEL_CHECK(c.hidden_size % c.num_heads == 0, Status::Format, what, ": 'hidden_size' (", c.hidden_size,
                   ") must be a multiple of 'num_attention_heads' (", c.num_heads, ") when 'head_dim' is absent");
@@ -164,15 +181,54 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     ACCEL_CHECK(c.head_dim % 2 == 0, Status::Format, what, ": the head dimension (", c.head_dim,
                 ") must be even for rotary embeddings");
     c.activation = f.string("hidden_act", "silu");
-    c.max_position_embeddings = f.positive("max_position_embeddings", 2048);
+    c.max_position_embeddings = f.positive("max_position_embeddings", mt == "mistral" ? 131072 : qwen ? 32768
+                                                                      : phi3 ? 4096 : 2048);
     c.initializer_range = f.number("initializer_range", 0.02);
-    c.rms_norm_eps = f.number("rms_norm_eps", 1e-6);
+    c.rms_norm_eps = f.number("rms_norm_eps", phi3 ? 1e-5 : 1e-6);
     c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-    c.attention_bias = f.boolean("attention_bias", false);
-    c.mlp_bias = f.boolean("mlp_bias", false);
     c.attention_dropout = f.probability("attention_dropout");
-    ACCEL_CHECK(f.integer("pretraining_tp", 1) == 1, Status::Unsupported, what,
-                ": 'pretraining_tp' other than 1 is not supported");
+    // each family's projections: Llama's biases are configurable, Qwen2's q/k/v always have
+    // them, Qwen3 adds norms on q and k, Phi-3 fuses q/k/v and gate/up
+    if (mt == "llama") {
+      c.attention_bias = f.boolean("attention_bias", false);
+      c.mlp_bias = f.boolean("mlp_bias", false);
+      ACCEL_CHECK(f.integer("pretraining_tp", 1) == 1, Status::Unsupported, what,
+                  ": 'pretraining_tp' other than 1 is not supported");
+    } else if (mt == "qwen3") {
+      c.attention_bias = f.boolean("attention_bias", false);
+    }
+    c.qkv_bias = mt == "qwen2" || c.attention_bias;
+    c.o_bias = c.attention_bias;
+    c.qk_norm = mt == "qwen3";
+    c.fused_projections = phi3;
+    if (phi3) c.resid_pdrop = f.probability("resid_pdrop");
+    // sliding-window attention: transformers 5 writes layer_types; older configs say it by
+    // family (Mistral and Phi-3: every layer when sliding_window is set; Qwen2/3: the layers
+    // from max_window_layers on, when use_sliding_window)
+    {
+      int64_t window = f.has("sliding_window") ? f.positive("sliding_window", 0) : 0;
+      if (qwen && !f.boolean("use_sliding_window", false)) window = 0;
+      c.sliding_layers.assign(static_cast<size_t>(c.num_layers), 0);
+      if (f.has("layer_types")) {
+        const json& lt = j["layer_types"];
+        ACCEL_CHECK(lt.is_array() && static_cast<int64_t>(lt.size()) == c.num_layers, Status::Format, what,
+                    ": 'layer_types' must list one type per layer (", c.num_layers, "), got ", lt.dump());
+        for (size_t i = 0; i < lt.size(); ++i) {
+          const std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
+          ACCEL_CHECK(t == "full_attention" || t == "sliding_attention", Status::Unsupported, what, ": layer_types[", i,
+                      "] is ", lt[i].dump(), "; accel supports \"full_attention\" and \"sliding_attention\"");
+          c.sliding_layers[i] = t == "sliding_attention";
+        }
+      } else if (window > 0) {
+        const int64_t from = qwen ? f.integer("max_window_layers", 28) : 0;
+        for (int64_t i = std::max<int64_t>(from, 0); i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = 1;
+      }
+      bool any = false;
+      for (uint8_t x : c.sliding_layers) any = any || x;
+      ACCEL_CHECK(!any || window > 0, Status::Format, what,
+                  ": 'layer_types' has sliding_attention layers but 'sliding_window' is not set");
+      c.sliding_window = any ? window : 0;
+    }
     // RoPE: transformers 5 writes "rope_parameters", 4 a top-level "rope_theta" and
     // "rope_scaling"; as transformers 5 reads them, rope_scaling wins over rope_parameters,
     // the object's rope_theta over the top-level one, and a top-level
@@ -186,12 +242,13 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
       LMConfig::Rope& rope = c.rope;
       rope.raw = r;
       rope.type = rf.string("rope_type", rf.string("type", "default"));
+      if (phi3 && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";  // as Phi3Config reads them
       ACCEL_CHECK(rope.type == "default" || rope.type == "linear" || rope.type == "dynamic" || rope.type == "yarn" ||
                       rope.type == "llama3" || rope.type == "longrope",
                   Status::Unsupported, what, ": '", key, "' has rope_type '", rope.type,
                   "'; accel supports \"default\", \"linear\", \"dynamic\", \"yarn\", \"llama3\" and \"longrope\"");
       if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
-      const double partial = rf.number("partial_rotary_factor", f.number("partial_rotary_factor", 1.0));
+      const double partial = rf.number("partial_rotary_factor", 1.0);
       ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
                   " (rotary embeddings on part of each head) is not supported");
       rope.factor = rf.number("factor", NAN);
@@ -220,6 +277,11 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     if (f.has("original_max_position_embeddings"))
       c.rope.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
     {
+      const double partial = f.number("partial_rotary_factor", 1.0);
+      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
+                  " (rotary embeddings on part of each head) is not supported");
+    }
+    {
       const LMConfig::Rope& rope = c.rope;
       const std::string& t = rope.type;
       auto need = [&](double v, const char* name) {
@@ -245,7 +307,8 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     }
     ACCEL_CHECK(c.rope_theta > 0, Status::Format, what, ": 'rope_theta' must be positive, got ", c.rope_theta);
   } else {
-    fail(Status::Unsupported, what, ": model_type '", c.model_type, "' is not supported (supported: \"gpt2\", \"llama\")");
+    fail(Status::Unsupported, what, ": model_type '", c.model_type,
+         "' is not supported (supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"phi3\")");
   }
   ACCEL_CHECK(kActivations.count(c.activation), Status::Unsupported, what, ": activation '", c.activation,
               "' is not supported (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, relu, silu, swish)");
@@ -267,7 +330,7 @@ json lm_config_json(const LMConfig& c) {
   j["initializer_range"] = c.initializer_range;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   if (c.family == LMFamily::GPT2) {
-    if (!j.contains("architectures")) j["architectures"] = {"GPT2LMHeadModel"};
+    if (!j.contains("architectures")) j["architectures"] = {architecture_of(c)};
     j["n_positions"] = c.max_position_embeddings;
     j["n_embd"] = c.hidden_size;
     j["n_layer"] = c.num_layers;
@@ -281,19 +344,38 @@ json lm_config_json(const LMConfig& c) {
     j["attn_pdrop"] = c.attn_pdrop;
     j["resid_pdrop"] = c.resid_pdrop;
   } else {
-    if (!j.contains("architectures")) j["architectures"] = {"LlamaForCausalLM"};
+    const std::string& mt = c.model_type;
+    if (!j.contains("architectures")) j["architectures"] = {architecture_of(c)};
     j["hidden_size"] = c.hidden_size;
     j["intermediate_size"] = c.intermediate_size;
     j["num_hidden_layers"] = c.num_layers;
     j["num_attention_heads"] = c.num_heads;
     j["num_key_value_heads"] = c.num_kv_heads;
-    j["head_dim"] = c.head_dim;
+    // (Qwen2's and Phi-3's configs have no head_dim: theirs is hidden / heads)
+    if ((mt != "qwen2" && mt != "phi3") || j.contains("head_dim") || c.head_dim * c.num_heads != c.hidden_size)
+      j["head_dim"] = c.head_dim;
     j["hidden_act"] = c.activation;
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["rms_norm_eps"] = c.rms_norm_eps;
-    j["attention_bias"] = c.attention_bias;
-    j["mlp_bias"] = c.mlp_bias;
+    if (mt == "llama" || mt == "qwen3") j["attention_bias"] = c.attention_bias;
+    if (mt == "llama") j["mlp_bias"] = c.mlp_bias;
+    if (mt == "phi3") j["resid_pdrop"] = c.resid_pdrop;
     j["attention_dropout"] = c.attention_dropout;
+    if (mt != "llama") {
+      // the sliding layers as read (transformers 5's layer_types, kept where the config had them)
+      json window = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
+      if (mt == "qwen2" || mt == "qwen3") {
+        j["use_sliding_window"] = c.sliding_window > 0;
+        if (c.sliding_window > 0 || !j.contains("sliding_window")) j["sliding_window"] = window;
+      } else {
+        j["sliding_window"] = window;
+      }
+      if (j.contains("layer_types") || mt == "qwen2" || mt == "qwen3") {
+        json lt = json::array();
+        for (uint8_t x : c.sliding_layers) lt.push_back(x ? "sliding_attention" : "full_attention");
+        j["layer_types"] = lt;
+      }
+    }
     // both spellings: transformers 5 reads rope_parameters (or rope_scaling, when present),
     // 4 the top-level rope_theta and rope_scaling; the parameters are kept as read
     json r = c.rope.raw.is_object() ? c.rope.raw : json::object();
@@ -318,8 +400,13 @@ std::unique_ptr<lm_detail::TransformerLM> build(const LMConfig& cfg, torch::Scal
               "a causal LM's parameters must be float32 or bfloat16, got ", c10::toString(dtype));
   // a config made in code gets the checks parse_lm_config makes
   const bool gpt2 = cfg.family == LMFamily::GPT2;
-  ACCEL_CHECK(cfg.model_type == (gpt2 ? "gpt2" : "llama"), Status::InvalidArgument, "LMConfig: model_type '",
-              cfg.model_type, "' does not match the family (", gpt2 ? "gpt2" : "llama", ")");
+  ACCEL_CHECK(gpt2 ? cfg.model_type == "gpt2" : is_llama_shaped(cfg.model_type), Status::InvalidArgument,
+              "LMConfig: model_type '", cfg.model_type, "' does not match the family (",
+              gpt2 ? "gpt2" : "llama, mistral, qwen2, qwen3 or phi3", ")");
+  ACCEL_CHECK(gpt2 || cfg.sliding_layers.empty() || static_cast<int64_t>(cfg.sliding_layers.size()) == cfg.num_layers,
+              Status::InvalidArgument, "LMConfig: sliding_layers must have one entry per layer (", cfg.num_layers,
+              "), got ", cfg.sliding_layers.size());
+  ACCEL_CHECK(cfg.sliding_window >= 0, Status::InvalidArgument, "LMConfig: sliding_window must be >= 0");
   for (auto [v, n] : {std::pair<int64_t, const char*>{cfg.vocab_size, "vocab_size"}, {cfg.hidden_size, "hidden_size"},
                       {cfg.num_layers, "num_layers"}, {cfg.num_heads, "num_heads"}, {cfg.num_kv_heads, "num_kv_heads"},
                       {cfg.head_dim, "head_dim"}, {cfg.intermediate_size, "intermediate_size"},
@@ -605,7 +692,7 @@ void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weigh
   LMConfig out = *cfg;
   out.dtype = config_of_st(st);
   json cj = lm_config_json(out);
-  cj["architectures"] = {cfg->family == LMFamily::GPT2 ? "GPT2LMHeadModel" : "LlamaForCausalLM"};
+  cj["architectures"] = {architecture_of(*cfg)};
   write_dir_atomically(dir, "save_pretrained", "pretrained model", is_pretrained_dir, [&](const fs::path& tmp) {
     write_safetensors_file(tmp / "model.safetensors", names, host, st);
     safetensors::write_file_atomic((tmp / "config.json").string(), cj.dump(2) + "\n");

@@ -1,6 +1,8 @@
-// Llama (transformers' LlamaForCausalLM): RMSNorm, rotary embeddings (rotate-half layout;
-// default, linear, dynamic, yarn, llama3 and longrope scaling: rope_frequencies below), SwiGLU MLP, grouped-query attention, optional biases, tied or
-// untied lm_head. nn.Linear weights are [out, in] (y = x W^T + b).
+// Llama (transformers' LlamaForCausalLM) and the families shaped like it (Mistral, Qwen2,
+// Qwen3, Phi-3): RMSNorm, rotary embeddings (rotate-half layout; default, linear, dynamic,
+// yarn, llama3 and longrope scaling: rope_frequencies below), SwiGLU MLP, grouped-query
+// attention, optional biases, sliding-window layers, tied or untied lm_head. nn.Linear
+// weights are [out, in] (y = x W^T + b).
 #include <cmath>
 
 #include "runtime/models/transformer.h"
@@ -21,6 +23,17 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+// Where a block's parameters are in params_ (-1: the family has none).
+struct BlockIndex {
+  int64_t q = -1, k = -1, v = -1, o = -1, qkv = -1, gate = -1, up = -1, gate_up = -1, down = -1;
+  int64_t q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1, gate_bias = -1, up_bias = -1, down_bias = -1;
+  int64_t q_norm = -1, k_norm = -1, norm1 = -1, norm2 = -1;
+};
+
+// The Llama-shaped families: Llama, and those that transformers writes as Llama with changes
+// (docs/lm.md, "Families"): Mistral (sliding-window attention), Qwen2 (q/k/v biases, sliding
+// layers), Qwen3 (q/k RMSNorm per head), Phi-3 (fused qkv and gate/up projections, residual
+// dropout). Parameters in transformers' named_parameters() order, each family's own.
 class Llama final : public TransformerLM {
  public:
   Llama(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen)
@@ -28,30 +41,56 @@ class Llama final : public TransformerLM {
     const int64_t E = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_heads, Hkv = cfg.num_kv_heads,
                   D = cfg.head_dim;
     const double s = cfg.initializer_range;
+    const bool llama = cfg.model_type == "llama";
+    const bool qkv_bias = llama ? cfg.attention_bias : cfg.qkv_bias, o_bias = llama ? cfg.attention_bias : cfg.o_bias;
+    const bool mlp_bias = llama && cfg.mlp_bias;
     add("model.embed_tokens.weight", {cfg.vocab_size, E}, 0, 0, s, dtype, gen);
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       const std::string n = "model.layers." + std::to_string(l) + ".";
       const size_t u = static_cast<size_t>(l) + 1;
+      BlockIndex b;
+      auto next = [&] { return static_cast<int64_t>(names_.size()); };
       // transformers' named_parameters() order (the module order): attention, mlp, norms
-      auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias) {
+      auto linear = [&](const std::string& name, int64_t out, int64_t in, bool bias, int64_t* w, int64_t* bi) {
+        *w = next();
         add(n + name + ".weight", {out, in}, u, 0, s, dtype, gen);
-        if (bias) add(n + name + ".bias", {out}, u, 1, 0, dtype, gen);
+        if (bias) {
+          *bi = next();
+          add(n + name + ".bias", {out}, u, 1, 0, dtype, gen);
+        }
       };
-      linear("self_attn.q_proj", H * D, E, cfg.attention_bias);
-      linear("self_attn.k_proj", Hkv * D, E, cfg.attention_bias);
-      linear("self_attn.v_proj", Hkv * D, E, cfg.attention_bias);
-      linear("self_attn.o_proj", E, H * D, cfg.attention_bias);
-      linear("mlp.gate_proj", I, E, cfg.mlp_bias);
-      linear("mlp.up_proj", I, E, cfg.mlp_bias);
-      linear("mlp.down_proj", E, I, cfg.mlp_bias);
+      int64_t none = -1;
+      if (cfg.fused_projections) {  // Phi-3 declares o_proj before qkv_proj
+        linear("self_attn.o_proj", E, H * D, false, &b.o, &none);
+        linear("self_attn.qkv_proj", H * D + 2 * Hkv * D, E, false, &b.qkv, &none);
+        linear("mlp.gate_up_proj", 2 * I, E, false, &b.gate_up, &none);
+        linear("mlp.down_proj", E, I, false, &b.down, &none);
+      } else {
+        linear("self_attn.q_proj", H * D, E, qkv_bias, &b.q, &b.q_bias);
+        linear("self_attn.k_proj", Hkv * D, E, qkv_bias, &b.k, &b.k_bias);
+        linear("self_attn.v_proj", Hkv * D, E, qkv_bias, &b.v, &b.v_bias);
+        linear("self_attn.o_proj", E, H * D, o_bias, &b.o, &b.o_bias);
+        if (cfg.qk_norm) {
+          b.q_norm = next();
+          add(n + "self_attn.q_norm.weight", {D}, u, 2, 0, dtype, gen);
+          b.k_norm = next();
+          add(n + "self_attn.k_norm.weight", {D}, u, 2, 0, dtype, gen);
+        }
+        linear("mlp.gate_proj", I, E, mlp_bias, &b.gate, &b.gate_bias);
+        linear("mlp.up_proj", I, E, mlp_bias, &b.up, &b.up_bias);
+        linear("mlp.down_proj", E, I, mlp_bias, &b.down, &b.down_bias);
+      }
+      b.norm1 = next();
       add(n + "input_layernorm.weight", {E}, u, 2, 0, dtype, gen);
+      b.norm2 = next();
       add(n + "post_attention_layernorm.weight", {E}, u, 2, 0, dtype, gen);
+      blocks_.push_back(b);
     }
     const size_t last = static_cast<size_t>(cfg.num_layers) + 1;
+    final_norm_ = static_cast<int64_t>(names_.size());
     add("model.norm.weight", {E}, last, 2, 0, dtype, gen);
     if (!cfg.tie_word_embeddings) add("lm_head.weight", {cfg.vocab_size, E}, last, 0, s, dtype, gen);
     finish();
-    per_layer_ = 9 + (cfg.attention_bias ? 4 : 0) + (cfg.mlp_bias ? 3 : 0);
   }
 
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
@@ -87,38 +126,66 @@ class Llama final : public TransformerLM {
     const bool ckpt = checkpoint_now();
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
-      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin, cache](const torch::Tensor& hin) {
+      const int64_t window =
+          !cfg_.sliding_layers.empty() && cfg_.sliding_layers[static_cast<size_t>(l)] ? cfg_.sliding_window : 0;
+      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin, cache, window](const torch::Tensor& hin) {
         const auto& P = params_;
-        const bool ab = cfg_.attention_bias, mb = cfg_.mlp_bias;
-        size_t i = 1 + per_layer_ * static_cast<size_t>(l);
-        size_t m = 0;  // the block's linear module, in block_modules() order: q k v o gate up down
-        auto lin = [&](const torch::Tensor& x, bool bias) {
-          const torch::Tensor& w = P[i++];
-          torch::Tensor b = bias ? P[i++] : torch::Tensor();
-          torch::Tensor y = torch::linear(x.scalar_type() == w.scalar_type() ? x : x.to(w.scalar_type()), w, b);
-          return with_lora(y, x, l, m++);
+        const BlockIndex& b = blocks_[static_cast<size_t>(l)];
+        // a linear module: its weight, its bias if any, its LoRA slot (block_modules() order)
+        auto lin = [&](const torch::Tensor& x, int64_t w, int64_t bias, size_t slot) {
+          const torch::Tensor& W = P[static_cast<size_t>(w)];
+          torch::Tensor y = torch::linear(x.scalar_type() == W.scalar_type() ? x : x.to(W.scalar_type()), W,
+                                          bias >= 0 ? P[static_cast<size_t>(bias)] : torch::Tensor());
+          return with_lora(y, x, l, slot);
         };
-        const size_t norm1 = i + 7 + (ab ? 4 : 0) + (mb ? 3 : 0);
-        auto x = rms_norm(hin, P[norm1], eps);
-        auto q = lin(x, ab).view({B, T, H, D}).transpose(1, 2);
-        auto k = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
-        auto v = lin(x, ab).view({B, T, Hkv, D}).transpose(1, 2);
+        auto x = rms_norm(hin, P[static_cast<size_t>(b.norm1)], eps);
+        torch::Tensor q, k, v;
+        const bool fused = b.qkv >= 0;
+        if (fused) {  // Phi-3: [q; k; v] rows of one projection
+          auto qkv = lin(x, b.qkv, -1, 0);
+          q = qkv.narrow(-1, 0, H * D);
+          k = qkv.narrow(-1, H * D, Hkv * D);
+          v = qkv.narrow(-1, H * D + Hkv * D, Hkv * D);
+        } else {
+          q = lin(x, b.q, b.q_bias, 0);
+          k = lin(x, b.k, b.k_bias, 1);
+          v = lin(x, b.v, b.v_bias, 2);
+        }
+        q = q.view({B, T, H, D});
+        k = k.view({B, T, Hkv, D});
+        if (b.q_norm >= 0) {  // Qwen3: per head, before RoPE
+          q = rms_norm(q, P[static_cast<size_t>(b.q_norm)], eps);
+          k = rms_norm(k, P[static_cast<size_t>(b.k_norm)], eps);
+        }
+        q = q.transpose(1, 2);
+        k = k.transpose(1, 2);
+        v = v.view({B, T, Hkv, D}).transpose(1, 2);
         auto qr = (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type()));
         auto kr = (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type()));
         if (cache) std::tie(kr, v) = cache_append(*cache, l, kr, v);
-        auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_);
-        torch::Tensor h = hin + lin(att, ab);
-        x = rms_norm(h, P[norm1 + 1], eps);
-        auto g = lin(x, mb);
-        auto up = lin(x, mb);
-        return h + lin(activate(cfg_.activation, g) * up, mb);
+        auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_, window);
+        const double resid = cfg_.fused_projections ? cfg_.resid_pdrop : 0.0;  // Phi-3's residual dropout
+        torch::Tensor h = hin + dropout(lin(att, b.o, b.o_bias, fused ? 1 : 3), resid, training_, gen_);
+        x = rms_norm(h, P[static_cast<size_t>(b.norm2)], eps);
+        torch::Tensor act;
+        if (fused) {  // Phi-3: [gate; up]
+          auto gu = lin(x, b.gate_up, -1, 2);
+          const int64_t I = gu.size(-1) / 2;
+          act = gu.narrow(-1, I, I) * activate(cfg_.activation, gu.narrow(-1, 0, I));
+        } else {
+          auto g = lin(x, b.gate, b.gate_bias, 4);
+          auto up = lin(x, b.up, b.up_bias, 5);
+          act = activate(cfg_.activation, g) * up;
+        }
+        return h + dropout(lin(act, b.down, b.down_bias, fused ? 3 : 6), resid, training_, gen_);
       };
       gate_before(gate, u);
-      h = ckpt && !cache ? checkpoint(block, h, block_trainables(l), &gen_, training_ && (cfg_.attention_dropout > 0 || lora_dropout() > 0)) : block(h);
+      const bool rng = training_ && (cfg_.attention_dropout > 0 || lora_dropout() > 0 ||
+                                     (cfg_.fused_projections && cfg_.resid_pdrop > 0));
+      h = ckpt && !cache ? checkpoint(block, h, block_trainables(l), &gen_, rng) : block(h);
       gate_after(gate, u, h);
     }
-    const size_t last = static_cast<size_t>(cfg_.num_layers) + 1,
-                 f = 1 + per_layer_ * static_cast<size_t>(cfg_.num_layers);
+    const size_t last = static_cast<size_t>(cfg_.num_layers) + 1, f = static_cast<size_t>(final_norm_);
     gate_before(gate, last);
     h = rms_norm(h, P[f], eps);
     torch::Tensor logits;
@@ -135,7 +202,8 @@ class Llama final : public TransformerLM {
   }
 
  private:
-  size_t per_layer_ = 9;
+  std::vector<BlockIndex> blocks_;
+  int64_t final_norm_ = 0;
 };
 
 }  // namespace

@@ -72,9 +72,14 @@ std::vector<Module> block_modules(const LMConfig& c) {
             {"attn.c_proj", E, E, true, 1, 'E'},
             {"mlp.c_fc", E, I, true, 2, 'E'},
             {"mlp.c_proj", I, E, true, 3, 'I'}};
-  const bool ab = c.attention_bias, mb = c.mlp_bias;
+  if (c.fused_projections)  // Phi-3
+    return {{"self_attn.qkv_proj", E, HD + 2 * KV, false, 0, 'E'}, {"self_attn.o_proj", HD, E, false, 1, 'H'},
+            {"mlp.gate_up_proj", E, 2 * I, false, 2, 'E'}, {"mlp.down_proj", I, E, false, 3, 'I'}};
+  const bool llama = c.model_type == "llama";
+  const bool ab = llama ? c.attention_bias : c.qkv_bias, ob = llama ? c.attention_bias : c.o_bias,
+             mb = llama && c.mlp_bias;
   return {{"self_attn.q_proj", E, HD, ab, 0, 'E'}, {"self_attn.k_proj", E, KV, ab, 0, 'E'},
-          {"self_attn.v_proj", E, KV, ab, 0, 'E'}, {"self_attn.o_proj", HD, E, ab, 1, 'H'},
+          {"self_attn.v_proj", E, KV, ab, 0, 'E'}, {"self_attn.o_proj", HD, E, ob, 1, 'H'},
           {"mlp.gate_proj", E, I, mb, 2, 'E'},     {"mlp.up_proj", E, I, mb, 2, 'E'},
           {"mlp.down_proj", I, E, mb, 3, 'I'}};
 }
@@ -112,6 +117,47 @@ const std::map<std::string, std::string>& shapes() {
       {"llama-70b", R"({"model_type": "llama", "vocab_size": 32000, "hidden_size": 8192, "intermediate_size": 28672,
           "num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "max_position_embeddings": 4096,
           "rms_norm_eps": 1e-5})"},
+      // the published models' shapes (issue 36; their parameter counts, as transformers builds
+      // them, in tests/scripts/check_estimate.sh)
+      {"llama-3.2-1b", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 8192,
+          "num_hidden_layers": 16, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64,
+          "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})"},
+      {"llama-3.2-3b", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 3072, "intermediate_size": 8192,
+          "num_hidden_layers": 28, "num_attention_heads": 24, "num_key_value_heads": 8, "head_dim": 128,
+          "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": true,
+          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})"},
+      {"llama-3.1-8b", R"({"model_type": "llama", "vocab_size": 128256, "hidden_size": 4096, "intermediate_size": 14336,
+          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+          "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+          "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})"},
+      {"qwen2.5-0.5b", R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896, "intermediate_size": 4864,
+          "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+          "tie_word_embeddings": true, "rope_theta": 1000000.0})"},
+      {"qwen2.5-1.5b", R"({"model_type": "qwen2", "vocab_size": 151936, "hidden_size": 1536, "intermediate_size": 8960,
+          "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2, "max_position_embeddings": 32768,
+          "tie_word_embeddings": true, "rope_theta": 1000000.0})"},
+      {"qwen2.5-7b", R"({"model_type": "qwen2", "vocab_size": 152064, "hidden_size": 3584, "intermediate_size": 18944,
+          "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "max_position_embeddings": 32768,
+          "rope_theta": 1000000.0})"},
+      {"qwen3-0.6b", R"({"model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024, "intermediate_size": 3072,
+          "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+          "max_position_embeddings": 40960, "tie_word_embeddings": true, "rope_theta": 1000000.0})"},
+      {"mistral-7b", R"({"model_type": "mistral", "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 32768,
+          "rms_norm_eps": 1e-5, "sliding_window": 4096})"},
+      {"phi-3-mini", R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
+          "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
+          "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "sliding_window": 2047})"},
+      {"smollm2-135m", R"({"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
+          "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
+          "rms_norm_eps": 1e-5, "tie_word_embeddings": true, "rope_theta": 100000.0})"},
+      {"smollm2-1.7b", R"({"model_type": "llama", "vocab_size": 49152, "hidden_size": 2048, "intermediate_size": 8192,
+          "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 8192,
+          "rms_norm_eps": 1e-5, "tie_word_embeddings": true, "rope_theta": 130000.0})"},
       {"tiny-llama", R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 256, "intermediate_size": 688,
           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 256})"},  // examples/c/train_lm.c's
   };
@@ -126,7 +172,10 @@ std::string named_lm_config(const std::string& name) {
 }
 
 std::vector<std::string> named_lm_shapes() {
-  return {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "llama-7b", "llama-13b", "llama-70b", "tiny-llama"};
+  return {"gpt2",         "gpt2-medium",  "gpt2-large",   "gpt2-xl",    "llama-7b",   "llama-13b",
+          "llama-70b",    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen2.5-1.5b",
+          "qwen2.5-7b",   "qwen3-0.6b",   "mistral-7b",   "phi-3-mini", "smollm2-135m", "smollm2-1.7b",
+          "tiny-llama"};
 }
 
 MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o) {
@@ -186,6 +235,7 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
     largest_param = std::max(largest_param, w);
   }
   block_params = block_linear + (fam == 0 ? 4 * E : 2 * E);  // two norms (GPT-2: weight and bias)
+  if (c.qk_norm) block_params += 2.0 * static_cast<double>(c.head_dim);  // Qwen3's q_norm and k_norm
   const double embed = V * E + (fam == 0 ? static_cast<double>(c.max_position_embeddings) * E : 0.0);
   const double head = c.tie_word_embeddings ? 0.0 : V * E;
   const double final_norm = fam == 0 ? 2 * E : E;
@@ -195,6 +245,9 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
 
   // LoRA: the trainable parameters are the adapters (fp32), A [r, in] and B [out, r] per module
   std::vector<std::string> targets = o.lora_targets;
+  ACCEL_CHECK(!(o.lora_rank > 0 && targets.empty() && c.fused_projections), Status::InvalidArgument,
+              "LoRA: PEFT has no default target modules for model_type '", c.model_type,
+              "': name them (--lora-targets qkv_proj,o_proj,gate_up_proj,down_proj or all-linear)");
   if (targets.empty()) targets = fam == 0 ? std::vector<std::string>{"c_attn"} : std::vector<std::string>{"q_proj", "v_proj"};
   double adapters_per_block = 0;
   std::vector<bool> hit(mods.size(), false);
@@ -233,6 +286,7 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
           vectors += m.bias ? static_cast<double>(m.out) : 0.0;
         }
         vectors += fam == 0 ? 4 * E : 2 * E;
+        if (c.qk_norm) vectors += 2.0 * static_cast<double>(c.head_dim);
         factors = (V + E) + (fam == 0 ? static_cast<double>(c.max_position_embeddings) + E : 0.0) + L * per_block +
                   (head > 0 ? V + E : 0.0);
         state_elems = L * vectors + final_norm;

@@ -249,7 +249,8 @@ torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Ge
 }
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& mask, double scale, double drop, bool training, at::Generator& gen) {
+                        const torch::Tensor& mask, double scale, double drop, bool training, at::Generator& gen,
+                        int64_t window) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), S = k.size(2);
   torch::Tensor kk = k, vv = v;
   if (Hkv != H) {  // grouped-query attention: query head h uses key-value head h / (H / Hkv)
@@ -268,6 +269,8 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
     }
   } no_autocast(q.device().type());
   auto allowed = torch::ones({T, S}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).tril(S - T);
+  // a sliding window: query i (position i + S - T) sees key j only if j > i + S - T - window
+  if (window > 0 && window < S) allowed = allowed.triu(S - T - window + 1);
   allowed = allowed.view({1, 1, T, S});
   if (mask.defined()) allowed = allowed.logical_and(mask.ne(0).view({B, 1, 1, S}));
   // the float minimum, as transformers' eager attention: a query that sees no key attends
@@ -392,6 +395,7 @@ void TransformerLM::gate_after(UnitGate* g, size_t u, const torch::Tensor& out) 
 
 std::vector<std::string> TransformerLM::block_modules() const {
   if (cfg_.family == LMFamily::GPT2) return {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+  if (cfg_.fused_projections) return {"self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"};
   return {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
           "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
 }
@@ -427,6 +431,10 @@ void TransformerLM::enable_lora(const LoraConfig& c, at::Generator& gen) {
               "LoRA dropout must be in [0, 1), got ", c.dropout);
   const std::vector<std::string> mods = block_modules();
   std::vector<std::string> targets = c.target_modules;
+  // PEFT's defaults per model_type; it has none for Phi-3 (and refuses), as here
+  ACCEL_CHECK(!targets.empty() || !cfg_.fused_projections, Status::InvalidArgument, "LoRA: PEFT has no default "
+              "target_modules for model_type '", cfg_.model_type, "': name them (its linear modules: qkv_proj, o_proj, "
+              "gate_up_proj, down_proj; or all-linear)");
   if (targets.empty())
     targets = cfg_.family == LMFamily::GPT2 ? std::vector<std::string>{"c_attn"}
                                             : std::vector<std::string>{"q_proj", "v_proj"};

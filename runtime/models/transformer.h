@@ -27,7 +27,7 @@ enum class LMFamily { GPT2 = 0, Llama = 1 };
 // Every field the two families read from config.json, with transformers' defaults.
 struct LMConfig {
   LMFamily family = LMFamily::Llama;
-  std::string model_type = "llama";  // "gpt2" or "llama"
+  std::string model_type = "llama";  // "gpt2", or a Llama-shaped one: "llama", "mistral", "qwen2", "qwen3", "phi3"
 
   // shared
   int64_t vocab_size = 32000;
@@ -72,6 +72,16 @@ struct LMConfig {
   bool mlp_bias = false;
   double attention_dropout = 0.0;
 
+  // The Llama-shaped families (model_type llama, mistral, qwen2, qwen3, phi3; family Llama):
+  // what sets each apart, read with its transformers defaults (docs/lm.md, "Families").
+  bool qkv_bias = false;        // q, k and v projections have biases (llama, qwen3: attention_bias; qwen2: always)
+  bool o_bias = false;          // o_proj has one (llama, qwen3: attention_bias)
+  bool qk_norm = false;         // qwen3: an RMSNorm over each head of q and of k, before RoPE
+  bool fused_projections = false;  // phi3: qkv_proj ([q; k; v]) and gate_up_proj ([gate; up])
+  int64_t sliding_window = 0;   // the window of the sliding layers (0: none)
+  std::vector<uint8_t> sliding_layers;  // per layer: 1 when it attends within sliding_window
+                                        // (transformers' layer_types: "sliding_attention")
+
   // The config.json it came from (empty when made in code): save_pretrained writes it back
   // with the fields above updated, so fields accel does not read survive a round trip.
   nlohmann::json raw;
@@ -84,6 +94,10 @@ struct LMConfig {
 // the largest seq_len seen in its module; here each forward uses its own), longrope takes its
 // long factors above original_max_position_embeddings.
 std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t seq_len);
+
+// Whether model_type names one of the Llama-shaped families (family Llama): llama, mistral,
+// qwen2, qwen3, phi3.
+bool is_llama_shaped(const std::string& model_type);
 
 // Parses a config.json's text; `what` names the file in errors (Status::Format naming the
 // field; Status::Unsupported for a model_type, activation or rope type accel lacks).
@@ -273,11 +287,13 @@ class TransformerLM : public Model {
 // Scaled dot-product attention in fp32: q [B, H, T, D], k and v [B, Hkv, S, D] with S >= T
 // (the last T keys are the queries' own positions, the first S - T cached ones; query head h
 // uses key-value head h / (H / Hkv)); query i sees key j iff j <= i + S - T and mask[b, j] != 0
-// (mask int64 [B, S], or undefined: causal only). Returns [B, T, H * D] in v's dtype.
+// (mask int64 [B, S], or undefined: causal only), and with a `window` > 0 only if also
+// j > i + S - T - window (transformers' sliding window). Returns [B, T, H * D] in v's dtype.
 // libtorch's scaled_dot_product_attention where it exists (2.1+), else matmul + softmax.
 // `dropout` applies to the attention probabilities (training only).
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                        const torch::Tensor& mask, double scale, double dropout, bool training, at::Generator& gen);
+                        const torch::Tensor& mask, double scale, double dropout, bool training, at::Generator& gen,
+                        int64_t window = 0);
 
 // The activation named by config.json (gelu_new, gelu_pytorch_tanh, gelu_fast: GELU's tanh
 // approximation; gelu, relu, silu, swish).

@@ -476,9 +476,55 @@ TEST(LMErrors, UnsupportedModelType) {
   TempDir tmp;
   const std::string dir = tmp.copy_of("llama-tiny");
   json j = json::parse(safetensors::read_file(dir + "/config.json"));
-  j["model_type"] = "mistral";
+  j["model_type"] = "falcon";
   safetensors::write_file_atomic(dir + "/config.json", j.dump());
-  expect_error([&] { load_pretrained(dir); }, Status::Unsupported, {"'mistral'", "gpt2", "llama", "config.json"});
+  expect_error([&] { load_pretrained(dir); }, Status::Unsupported,
+               {"'falcon'", "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "config.json"});
+}
+
+// The families' own fields: sliding layers that disagree with the config, attention types
+// accel lacks, partial rotary embeddings (Phi-4-mini's), and LoRA on Phi-3 without targets
+// (PEFT has no default for it).
+TEST(LMErrors, FamilyFields) {
+  const json base = json::parse(safetensors::read_file(fixture("qwen2-tiny") + "/config.json"));
+  auto refused = [&](const std::function<void(json&)>& edit, Status st, std::vector<std::string> words) {
+    json j = base;
+    edit(j);
+    expect_error([&] { parse_lm_config(j.dump(), "qwen2/config.json"); }, st, std::move(words));
+  };
+  refused([](json& j) { j["layer_types"] = {"full_attention"}; }, Status::Format,
+          {"qwen2/config.json", "'layer_types'", "one type per layer (2)"});
+  refused([](json& j) { j["layer_types"] = {"full_attention", "chunked_attention"}; }, Status::Unsupported,
+          {"layer_types[1]", "chunked_attention", "sliding_attention"});
+  refused([](json& j) { j["sliding_window"] = nullptr; }, Status::Format, {"sliding_attention", "'sliding_window'"});
+  refused([](json& j) { j["model_type"] = "phi3"; j["partial_rotary_factor"] = 0.75; }, Status::Unsupported,
+          {"'partial_rotary_factor' 0.75"});
+  // what each family reads: Qwen2 has q/k/v biases and no o_proj bias; its sliding layer
+  const LMConfig q = parse_lm_config(base.dump(), "qwen2");
+  EXPECT_TRUE(q.qkv_bias);
+  EXPECT_FALSE(q.o_bias);
+  EXPECT_EQ(q.sliding_window, 4);
+  EXPECT_EQ(q.sliding_layers, (std::vector<uint8_t>{0, 1}));
+  // an older Qwen2 config (no layer_types): the layers from max_window_layers on, when used
+  json old = base;
+  old.erase("layer_types");
+  old["num_hidden_layers"] = 4;
+  old["max_window_layers"] = 3;
+  EXPECT_EQ(parse_lm_config(old.dump(), "qwen2").sliding_layers, (std::vector<uint8_t>{0, 0, 0, 1}));
+  old["use_sliding_window"] = false;
+  EXPECT_EQ(parse_lm_config(old.dump(), "qwen2").sliding_window, 0);
+  // Qwen3's head_dim defaults to 128, not hidden / heads
+  json q3 = json::parse(safetensors::read_file(fixture("qwen3-tiny") + "/config.json"));
+  q3.erase("head_dim");
+  EXPECT_EQ(parse_lm_config(q3.dump(), "qwen3").head_dim, 128);
+  // Phi-3 reads "su" and "yarn" as longrope, as Phi3Config does
+  json p3 = json::parse(safetensors::read_file(fixture("phi3-tiny") + "/config.json"));
+  p3["rope_scaling"] = {{"type", "su"}, {"short_factor", {1.0, 1.0, 1.0, 1.0}}, {"long_factor", {1.0, 2.0, 4.0, 8.0}}};
+  EXPECT_EQ(parse_lm_config(p3.dump(), "phi3").rope.type, "longrope");
+  auto phi3 = load_pretrained(fixture("phi3-tiny"));
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1);
+  expect_error([&] { add_lora(*phi3, LoraConfig{}, gen); }, Status::InvalidArgument,
+               {"no default", "'phi3'", "qkv_proj", "gate_up_proj"});
 }
 
 // RoPE types transformers has and accel lacks, and the parameters each type needs.

@@ -23,6 +23,21 @@ b = r["bytes_per_gpu"]
 assert b["weights"] == 4 * 6738415616 and b["gradients"] == 4 * 6738415616 and b["optimizer"] == 8 * 6738415616, b
 assert b["total"] >= b["weights"] + b["gradients"] + b["optimizer"] + b["activations"], b
 PY
+# the published models' shapes give their published parameter counts (the counts transformers'
+# own classes have for these configs: scripts/lm_fixtures' venv, AutoModelForCausalLM.from_config
+# on the meta device; the model cards' figures)
+for pair in llama-3.2-1b:1235814400 llama-3.2-3b:3212749824 llama-3.1-8b:8030261248 qwen2.5-0.5b:494032768 \
+            qwen2.5-1.5b:1543714304 qwen2.5-7b:7615616512 qwen3-0.6b:596049920 mistral-7b:7241732096 \
+            phi-3-mini:3821079552 smollm2-135m:134515008 smollm2-1.7b:1711376384; do
+  name=${pair%%:*} want=${pair##*:}
+  got=$("$tool" estimate-memory "$name" --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["parameters"])')
+  [ "$got" = "$want" ] || { echo "check_estimate: $name has $got parameters, published $want"; exit 1; }
+  echo "$name: $got parameters (published $want)"
+done
+# Phi-3 has no PEFT default for LoRA: named targets are needed
+if err=$("$tool" estimate-memory phi-3-mini --lora-rank 8 2>&1); then echo "check_estimate: phi-3 LoRA without targets: $err"; exit 1; fi
+grep -q "no default target modules" <<<"$err" || { echo "check_estimate: $err"; exit 1; }
+"$tool" estimate-memory phi-3-mini --lora-rank 8 --lora-targets qkv_proj,o_proj --json >/dev/null
 # ZeRO-3 on 64 GPUs needs less per GPU than DDP
 lines=$("$tool" estimate-memory llama-7b -n 64 --mixed-precision bf16 --strategy ddp,zero3 --json)
 python3 - "$lines" <<'PY'
