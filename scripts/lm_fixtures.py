@@ -52,6 +52,7 @@ import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,  # noqa: E402
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig  # noqa: E402
 
 # The batch: B = 3 rows of T = 12 tokens, right padding; row 1 has no padding.
 BATCH, SEQ = 3, 12
@@ -149,6 +150,32 @@ def phi3_tiny():
                                       embd_pdrop=0.0))
 
 
+# Gemma 2 and 3 (text): the same shape with Gemma's parts visible: (1 + w) norms on both
+# sub-layers, scaled embeddings, GeGLU, query_pre_attn_scalar 16 (not head_dim), soft-capping
+# small enough to bend these logits and scores (Gemma 2: 2 on the scores, 5 on the logits;
+# Gemma 3: 5 on the logits), a sliding layer then a full one (window 4); Gemma 3's q/k norms
+# and its two RoPEs (full layers: linear, factor 2, theta 1000; sliding layers: theta 10).
+def gemma_kwargs(**extra):
+    kw = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6,
+              hidden_activation="gelu_pytorch_tanh", initializer_range=INIT_RANGE, attention_dropout=0.0,
+              tie_word_embeddings=True, query_pre_attn_scalar=16, sliding_window=4, bos_token_id=1, eos_token_id=2,
+              pad_token_id=None, layer_types=["sliding_attention", "full_attention"])
+    kw.update(extra)
+    return kw
+
+
+def gemma2_tiny():
+    return Gemma2Config(**gemma_kwargs(attn_logit_softcapping=2.0, final_logit_softcapping=5.0,
+                                       rope_parameters={"rope_type": "default", "rope_theta": 10000.0}))
+
+
+def gemma3_tiny():
+    return Gemma3TextConfig(**gemma_kwargs(final_logit_softcapping=5.0, rope_parameters={
+        "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10.0}}))
+
+
 # name: (model class, config, weight seed, max_shard_size or None)
 FIXTURES = {
     "gpt2-tiny": (GPT2LMHeadModel, gpt2_tiny(), 16001, None),
@@ -162,6 +189,8 @@ FIXTURES["qwen2-tiny"] = (Qwen2ForCausalLM, qwen2_tiny(), 16020, None)
 FIXTURES["qwen3-tiny"] = (Qwen3ForCausalLM, qwen3_tiny(), 16021, None)
 FIXTURES["mistral-tiny"] = (MistralForCausalLM, mistral_tiny(), 16022, None)
 FIXTURES["phi3-tiny"] = (Phi3ForCausalLM, phi3_tiny(), 16023, None)
+FIXTURES["gemma2-tiny"] = (Gemma2ForCausalLM, gemma2_tiny(), 16024, None)
+FIXTURES["gemma3-tiny"] = (Gemma3ForCausalLM, gemma3_tiny(), 16025, None)
 
 
 def setup_determinism():
@@ -237,6 +266,8 @@ LORA_FIXTURES = {
     "qwen2-tiny-lora": ("qwen2-tiny", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
                         4, 8, 17003),
     "phi3-tiny-lora": ("phi3-tiny", ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"], 4, 8, 17004),
+    "gemma2-tiny-lora": ("gemma2-tiny", ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                         4, 8, 17005),
 }
 
 

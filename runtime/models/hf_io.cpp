@@ -112,14 +112,15 @@ std::string architecture_of(const LMConfig& c) {
   const std::string& mt = c.model_type;
   if (c.family == LMFamily::GPT2) return "GPT2LMHeadModel";
   return mt == "mistral" ? "MistralForCausalLM" : mt == "qwen2" ? "Qwen2ForCausalLM" : mt == "qwen3" ? "Qwen3ForCausalLM"
-         : mt == "phi3" ? "Phi3ForCausalLM" : "LlamaForCausalLM";
+         : mt == "phi3" ? "Phi3ForCausalLM" : mt == "gemma2" ? "Gemma2ForCausalLM" : mt == "gemma3_text" ? "Gemma3ForCausalLM"
+         : "LlamaForCausalLM";
 }
 
 }  // namespace
 
 bool is_llama_shaped(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" ||
-         model_type == "phi3";
+         model_type == "phi3" || model_type == "gemma2" || model_type == "gemma3_text";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -159,7 +160,8 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                 ": 'add_cross_attention' true (an encoder-decoder GPT-2) is not supported");
   } else if (is_llama_shaped(c.model_type)) {
     const std::string& mt = c.model_type;
-    const bool qwen = mt == "qwen2" || mt == "qwen3", phi3 = mt == "phi3";
+    const bool qwen = mt == "qwen2" || mt == "qwen3", phi3 = mt == "phi3", gemma2 = mt == "gemma2",
+               gemma3 = mt == "gemma3_text", gemma = gemma2 || gemma3;
     c.family = LMFamily::Llama;
     c.vocab_size = f.positive("vocab_size", 32000, true);
     c.hidden_size = f.positive("hidden_size", 4096, true);
@@ -171,8 +173,8 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                 ") must be a multiple of 'num_key_value_heads' (", c.num_kv_heads, ")");
     if (f.has("head_dim")) {
       c.head_dim = f.positive("head_dim", 0);
-    } else if (mt == "qwen3") {
-      c.head_dim = 128;  // Qwen3Config's default, not hidden / heads
+    } else if (mt == "qwen3" || gemma) {
+      c.head_dim = gemma ? 256 : 128;  // Qwen3Config's and Gemma's defaults, not hidden / heads
     } else {
       ACCEL_CHECK(c.hidden_size % c.num_heads == 0, Status::Format, what, ": 'hidden_size' (", c.hidden_size,
                   ") must be a multiple of 'num_attention_heads' (", c.num_heads, ") when 'head_dim' is absent");
@@ -180,12 +182,13 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     }
     ACCEL_CHECK(c.head_dim % 2 == 0, Status::Format, what, ": the head dimension (", c.head_dim,
                 ") must be even for rotary embeddings");
-    c.activation = f.string("hidden_act", "silu");
-    c.max_position_embeddings = f.positive("max_position_embeddings", mt == "mistral" ? 131072 : qwen ? 32768
-                                                                      : phi3 ? 4096 : 2048);
+    c.activation = gemma ? f.string("hidden_activation", f.string("hidden_act", "gelu_pytorch_tanh"))
+                         : f.string("hidden_act", "silu");
+    c.max_position_embeddings = f.positive("max_position_embeddings", mt == "mistral" || gemma3 ? 131072
+                                                                      : qwen ? 32768 : phi3 ? 4096 : gemma2 ? 8192 : 2048);
     c.initializer_range = f.number("initializer_range", 0.02);
     c.rms_norm_eps = f.number("rms_norm_eps", phi3 ? 1e-5 : 1e-6);
-    c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
+    c.tie_word_embeddings = f.boolean("tie_word_embeddings", gemma);
     c.attention_dropout = f.probability("attention_dropout");
     // each family's projections: Llama's biases are configurable, Qwen2's q/k/v always have
     // them, Qwen3 adds norms on q and k, Phi-3 fuses q/k/v and gate/up
@@ -194,19 +197,36 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
       c.mlp_bias = f.boolean("mlp_bias", false);
       ACCEL_CHECK(f.integer("pretraining_tp", 1) == 1, Status::Unsupported, what,
                   ": 'pretraining_tp' other than 1 is not supported");
-    } else if (mt == "qwen3") {
+    } else if (mt == "qwen3" || gemma) {
       c.attention_bias = f.boolean("attention_bias", false);
+    }
+    if (gemma) {
+      // Gemma 2 and 3: (1 + w) norms, scaled embeddings, norms around both sub-layers, the
+      // attention scale from query_pre_attn_scalar, soft-capping (Gemma 3's attention takes
+      // none: transformers does not pass it to its attention)
+      c.gemma = true;
+      c.query_pre_attn_scalar = f.number("query_pre_attn_scalar", 256);
+      ACCEL_CHECK(c.query_pre_attn_scalar > 0, Status::Format, what, ": 'query_pre_attn_scalar' must be positive");
+      c.final_logit_softcapping = f.has("final_logit_softcapping") ? f.number("final_logit_softcapping", 0)
+                                  : gemma2 && !j.contains("final_logit_softcapping") ? 30.0 : 0.0;
+      c.attn_logit_softcapping = !gemma2 ? 0.0 : f.has("attn_logit_softcapping") ? f.number("attn_logit_softcapping", 0)
+                                 : !j.contains("attn_logit_softcapping") ? 50.0 : 0.0;
+      ACCEL_CHECK(c.final_logit_softcapping >= 0 && c.attn_logit_softcapping >= 0, Status::Format, what,
+                  ": the soft-capping values must be positive or null");
+      ACCEL_CHECK(!f.boolean("use_bidirectional_attention", false), Status::Unsupported, what,
+                  ": 'use_bidirectional_attention' true (Gemma as an encoder) is not supported");
     }
     c.qkv_bias = mt == "qwen2" || c.attention_bias;
     c.o_bias = c.attention_bias;
-    c.qk_norm = mt == "qwen3";
+    c.qk_norm = mt == "qwen3" || gemma3;
     c.fused_projections = phi3;
     if (phi3) c.resid_pdrop = f.probability("resid_pdrop");
     // sliding-window attention: transformers 5 writes layer_types; older configs say it by
     // family (Mistral and Phi-3: every layer when sliding_window is set; Qwen2/3: the layers
     // from max_window_layers on, when use_sliding_window)
     {
-      int64_t window = f.has("sliding_window") ? f.positive("sliding_window", 0) : 0;
+      int64_t window = f.has("sliding_window") ? f.positive("sliding_window", 0)
+                       : gemma && !j.contains("sliding_window") ? 4096 : 0;
       if (qwen && !f.boolean("use_sliding_window", false)) window = 0;
       c.sliding_layers.assign(static_cast<size_t>(c.num_layers), 0);
       if (f.has("layer_types")) {
@@ -219,6 +239,9 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                       "] is ", lt[i].dump(), "; accel supports \"full_attention\" and \"sliding_attention\"");
           c.sliding_layers[i] = t == "sliding_attention";
         }
+      } else if (gemma) {  // every layer slides but each pattern-th (Gemma 2: 2; Gemma 3: sliding_window_pattern, 6)
+        const int64_t pattern = gemma2 ? 2 : f.positive("sliding_window_pattern", 6);
+        for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = (i + 1) % pattern != 0;
       } else if (window > 0) {
         const int64_t from = qwen ? f.integer("max_window_layers", 28) : 0;
         for (int64_t i = std::max<int64_t>(from, 0); i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = 1;
@@ -232,14 +255,13 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     // RoPE: transformers 5 writes "rope_parameters", 4 a top-level "rope_theta" and
     // "rope_scaling"; as transformers 5 reads them, rope_scaling wins over rope_parameters,
     // the object's rope_theta over the top-level one, and a top-level
-    // original_max_position_embeddings (Phi-3's) over the object's.
-    c.rope_theta = f.number("rope_theta", 10000.0);
-    const char* key = f.has("rope_scaling") ? "rope_scaling" : f.has("rope_parameters") ? "rope_parameters" : nullptr;
-    if (key) {
-      const json& r = j[key];
+    // original_max_position_embeddings (Phi-3's) over the object's. Gemma 3 has one RoPE per
+    // layer type: rope_parameters {"full_attention": {...}, "sliding_attention": {...}}
+    // (4.x: rope_theta and rope_scaling for the full layers, rope_local_base_freq for the
+    // sliding ones).
+    auto read_rope = [&](const json& r, const std::string& key, LMConfig::Rope& rope, double& theta) {
       ACCEL_CHECK(r.is_object(), Status::Format, what, ": the field '", key, "' must be an object, got ", r.dump());
       Fields rf{r, what};
-      LMConfig::Rope& rope = c.rope;
       rope.raw = r;
       rope.type = rf.string("rope_type", rf.string("type", "default"));
       if (phi3 && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";  // as Phi3Config reads them
@@ -247,7 +269,7 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                       rope.type == "llama3" || rope.type == "longrope",
                   Status::Unsupported, what, ": '", key, "' has rope_type '", rope.type,
                   "'; accel supports \"default\", \"linear\", \"dynamic\", \"yarn\", \"llama3\" and \"longrope\"");
-      if (rf.has("rope_theta")) c.rope_theta = rf.number("rope_theta", c.rope_theta);
+      if (rf.has("rope_theta")) theta = rf.number("rope_theta", theta);
       const double partial = rf.number("partial_rotary_factor", 1.0);
       ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
                   " (rotary embeddings on part of each head) is not supported");
@@ -273,16 +295,8 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
           out->push_back(x.get<double>());
         }
       }
-    }
-    if (f.has("original_max_position_embeddings"))
-      c.rope.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
-    {
-      const double partial = f.number("partial_rotary_factor", 1.0);
-      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
-                  " (rotary embeddings on part of each head) is not supported");
-    }
-    {
-      const LMConfig::Rope& rope = c.rope;
+    };
+    auto check_rope = [&](const LMConfig::Rope& rope, double theta) {
       const std::string& t = rope.type;
       auto need = [&](double v, const char* name) {
         ACCEL_CHECK(std::isfinite(v) && v > 0, Status::Format, what, ": RoPE type '", t, "' needs a positive '", name,
@@ -304,11 +318,36 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
           ACCEL_CHECK(static_cast<int64_t>(v->size()) == c.head_dim / 2, Status::Format, what,
                       ": RoPE type 'longrope' needs 'short_factor' and 'long_factor' of head_dim / 2 = ", c.head_dim / 2,
                       " numbers each, got ", v->size());
+      ACCEL_CHECK(theta > 0, Status::Format, what, ": 'rope_theta' must be positive, got ", theta);
+    };
+    const bool per_type = gemma3 && f.has("rope_parameters") && j["rope_parameters"].is_object() &&
+                          j["rope_parameters"].contains("full_attention");
+    c.rope_theta = f.number("rope_theta", gemma3 ? 1000000.0 : 10000.0);
+    if (per_type) {
+      const json& rp = j["rope_parameters"];
+      read_rope(rp["full_attention"], "rope_parameters.full_attention", c.rope, c.rope_theta);
+      c.sliding_rope_theta = 10000.0;
+      if (rp.contains("sliding_attention") && !rp["sliding_attention"].is_null())
+        read_rope(rp["sliding_attention"], "rope_parameters.sliding_attention", c.sliding_rope, c.sliding_rope_theta);
+    } else {
+      const char* key = f.has("rope_scaling") ? "rope_scaling" : f.has("rope_parameters") ? "rope_parameters" : nullptr;
+      if (key) read_rope(j[key], key, c.rope, c.rope_theta);
+      if (gemma3) c.sliding_rope_theta = f.number("rope_local_base_freq", 10000.0);
     }
-    ACCEL_CHECK(c.rope_theta > 0, Status::Format, what, ": 'rope_theta' must be positive, got ", c.rope_theta);
+    c.local_rope = gemma3;
+    if (f.has("original_max_position_embeddings"))
+      c.rope.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
+    {
+      const double partial = f.number("partial_rotary_factor", 1.0);
+      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
+                  " (rotary embeddings on part of each head) is not supported");
+    }
+    check_rope(c.rope, c.rope_theta);
+    if (c.local_rope) check_rope(c.sliding_rope, c.sliding_rope_theta);
   } else {
     fail(Status::Unsupported, what, ": model_type '", c.model_type,
-         "' is not supported (supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"phi3\")");
+         "' is not supported (supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"phi3\", "
+         "\"gemma2\", \"gemma3_text\")");
   }
   ACCEL_CHECK(kActivations.count(c.activation), Status::Unsupported, what, ": activation '", c.activation,
               "' is not supported (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, relu, silu, swish)");
@@ -354,10 +393,19 @@ json lm_config_json(const LMConfig& c) {
     // (Qwen2's and Phi-3's configs have no head_dim: theirs is hidden / heads)
     if ((mt != "qwen2" && mt != "phi3") || j.contains("head_dim") || c.head_dim * c.num_heads != c.hidden_size)
       j["head_dim"] = c.head_dim;
-    j["hidden_act"] = c.activation;
+    const bool gemma = mt == "gemma2" || mt == "gemma3_text";
+    j[gemma ? "hidden_activation" : "hidden_act"] = c.activation;
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["rms_norm_eps"] = c.rms_norm_eps;
-    if (mt == "llama" || mt == "qwen3") j["attention_bias"] = c.attention_bias;
+    if (mt == "llama" || mt == "qwen3" || gemma) j["attention_bias"] = c.attention_bias;
+    if (gemma) {
+      // an int in transformers' configs (its dataclass refuses 16.0), written as one when whole
+      const double q = c.query_pre_attn_scalar;
+      j["query_pre_attn_scalar"] = std::floor(q) == q && q < 9e15 ? json(static_cast<int64_t>(q)) : json(q);
+      j["final_logit_softcapping"] = c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
+      if (mt == "gemma2" || j.contains("attn_logit_softcapping"))
+        j["attn_logit_softcapping"] = c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr);
+    }
     if (mt == "llama") j["mlp_bias"] = c.mlp_bias;
     if (mt == "phi3") j["resid_pdrop"] = c.resid_pdrop;
     j["attention_dropout"] = c.attention_dropout;
@@ -370,7 +418,7 @@ json lm_config_json(const LMConfig& c) {
       } else {
         j["sliding_window"] = window;
       }
-      if (j.contains("layer_types") || mt == "qwen2" || mt == "qwen3") {
+      if (j.contains("layer_types") || mt == "qwen2" || mt == "qwen3" || gemma) {
         json lt = json::array();
         for (uint8_t x : c.sliding_layers) lt.push_back(x ? "sliding_attention" : "full_attention");
         j["layer_types"] = lt;
@@ -382,7 +430,15 @@ json lm_config_json(const LMConfig& c) {
     r["rope_type"] = c.rope.type;
     r["rope_theta"] = c.rope_theta;
     j.erase("rope_scaling");
-    j["rope_parameters"] = r;
+    if (c.local_rope) {  // Gemma 3: one per layer type (4.x: rope_local_base_freq for the sliding layers)
+      json local = c.sliding_rope.raw.is_object() ? c.sliding_rope.raw : json::object();
+      local["rope_type"] = c.sliding_rope.type;
+      local["rope_theta"] = c.sliding_rope_theta;
+      j["rope_parameters"] = {{"full_attention", r}, {"sliding_attention", local}};
+      j["rope_local_base_freq"] = c.sliding_rope_theta;
+    } else {
+      j["rope_parameters"] = r;
+    }
     if (c.rope.type != "default") j["rope_scaling"] = r;
     j["rope_theta"] = c.rope_theta;
   }
@@ -402,7 +458,7 @@ std::unique_ptr<lm_detail::TransformerLM> build(const LMConfig& cfg, torch::Scal
   const bool gpt2 = cfg.family == LMFamily::GPT2;
   ACCEL_CHECK(gpt2 ? cfg.model_type == "gpt2" : is_llama_shaped(cfg.model_type), Status::InvalidArgument,
               "LMConfig: model_type '", cfg.model_type, "' does not match the family (",
-              gpt2 ? "gpt2" : "llama, mistral, qwen2, qwen3 or phi3", ")");
+              gpt2 ? "gpt2" : "llama, mistral, qwen2, qwen3, phi3, gemma2 or gemma3_text", ")");
   ACCEL_CHECK(gpt2 || cfg.sliding_layers.empty() || static_cast<int64_t>(cfg.sliding_layers.size()) == cfg.num_layers,
               Status::InvalidArgument, "LMConfig: sliding_layers must have one entry per layer (", cfg.num_layers,
               "), got ", cfg.sliding_layers.size());

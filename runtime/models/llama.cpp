@@ -18,6 +18,13 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double ep
   return w * y.to(x.scalar_type());
 }
 
+// Gemma's: x * rsqrt(mean(x^2) + eps) times (1 + w), both in fp32, then x's dtype.
+torch::Tensor gemma_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  auto xf = x.to(torch::kFloat);
+  auto y = xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (y * (1.0 + w.to(torch::kFloat))).to(x.scalar_type());
+}
+
 torch::Tensor rotate_half(const torch::Tensor& x) {
   const int64_t half = x.size(-1) / 2;
   return torch::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
@@ -28,12 +35,15 @@ struct BlockIndex {
   int64_t q = -1, k = -1, v = -1, o = -1, qkv = -1, gate = -1, up = -1, gate_up = -1, down = -1;
   int64_t q_bias = -1, k_bias = -1, v_bias = -1, o_bias = -1, gate_bias = -1, up_bias = -1, down_bias = -1;
   int64_t q_norm = -1, k_norm = -1, norm1 = -1, norm2 = -1;
+  int64_t pre_ff_norm = -1, post_ff_norm = -1;  // Gemma
 };
 
 // The Llama-shaped families: Llama, and those that transformers writes as Llama with changes
 // (docs/lm.md, "Families"): Mistral (sliding-window attention), Qwen2 (q/k/v biases, sliding
 // layers), Qwen3 (q/k RMSNorm per head), Phi-3 (fused qkv and gate/up projections, residual
-// dropout). Parameters in transformers' named_parameters() order, each family's own.
+// dropout), Gemma 2 and 3 ((1 + w) norms, scaled embeddings, norms on both sub-layers'
+// outputs, soft-capping, alternating sliding layers; Gemma 3: q/k norms and the sliding
+// layers' own RoPE). Parameters in transformers' named_parameters() order, each family's own.
 class Llama final : public TransformerLM {
  public:
   Llama(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen)
@@ -44,6 +54,7 @@ class Llama final : public TransformerLM {
     const bool llama = cfg.model_type == "llama";
     const bool qkv_bias = llama ? cfg.attention_bias : cfg.qkv_bias, o_bias = llama ? cfg.attention_bias : cfg.o_bias;
     const bool mlp_bias = llama && cfg.mlp_bias;
+    const int norm_init = cfg.gemma ? 1 : 2;  // Gemma's norm weights start at 0 (they scale by 1 + w)
     add("model.embed_tokens.weight", {cfg.vocab_size, E}, 0, 0, s, dtype, gen);
     for (int64_t l = 0; l < cfg.num_layers; ++l) {
       const std::string n = "model.layers." + std::to_string(l) + ".";
@@ -72,23 +83,29 @@ class Llama final : public TransformerLM {
         linear("self_attn.o_proj", E, H * D, o_bias, &b.o, &b.o_bias);
         if (cfg.qk_norm) {
           b.q_norm = next();
-          add(n + "self_attn.q_norm.weight", {D}, u, 2, 0, dtype, gen);
+          add(n + "self_attn.q_norm.weight", {D}, u, norm_init, 0, dtype, gen);
           b.k_norm = next();
-          add(n + "self_attn.k_norm.weight", {D}, u, 2, 0, dtype, gen);
+          add(n + "self_attn.k_norm.weight", {D}, u, norm_init, 0, dtype, gen);
         }
         linear("mlp.gate_proj", I, E, mlp_bias, &b.gate, &b.gate_bias);
         linear("mlp.up_proj", I, E, mlp_bias, &b.up, &b.up_bias);
         linear("mlp.down_proj", E, I, mlp_bias, &b.down, &b.down_bias);
       }
       b.norm1 = next();
-      add(n + "input_layernorm.weight", {E}, u, 2, 0, dtype, gen);
+      add(n + "input_layernorm.weight", {E}, u, norm_init, 0, dtype, gen);
       b.norm2 = next();
-      add(n + "post_attention_layernorm.weight", {E}, u, 2, 0, dtype, gen);
+      add(n + "post_attention_layernorm.weight", {E}, u, norm_init, 0, dtype, gen);
+      if (cfg.gemma) {
+        b.pre_ff_norm = next();
+        add(n + "pre_feedforward_layernorm.weight", {E}, u, norm_init, 0, dtype, gen);
+        b.post_ff_norm = next();
+        add(n + "post_feedforward_layernorm.weight", {E}, u, norm_init, 0, dtype, gen);
+      }
       blocks_.push_back(b);
     }
     const size_t last = static_cast<size_t>(cfg.num_layers) + 1;
     final_norm_ = static_cast<int64_t>(names_.size());
-    add("model.norm.weight", {E}, last, 2, 0, dtype, gen);
+    add("model.norm.weight", {E}, last, norm_init, 0, dtype, gen);
     if (!cfg.tie_word_embeddings) add("lm_head.weight", {cfg.vocab_size, E}, last, 0, s, dtype, gen);
     finish();
   }
@@ -117,20 +134,46 @@ class Llama final : public TransformerLM {
     }
     cos = cos.view({1, 1, T, D});
     sin = sin.view({1, 1, T, D});
+    torch::Tensor cos_local = cos, sin_local = sin;  // the sliding layers' (Gemma 3: their own RoPE)
+    if (cfg_.local_rope) {
+      auto [inv_l, factor_l] = rope_frequencies(cfg_, cfg_.sliding_rope, cfg_.sliding_rope_theta, past + T);
+      auto fl = torch::outer(torch::arange(past, past + T, f32), inv_l.to(ids.device()));
+      auto el = torch::cat({fl, fl}, -1);
+      cos_local = el.cos();
+      sin_local = el.sin();
+      if (factor_l != 1.0) {
+        cos_local = cos_local * factor_l;
+        sin_local = sin_local * factor_l;
+      }
+      cos_local = cos_local.view({1, 1, T, D});
+      sin_local = sin_local.view({1, 1, T, D});
+    }
 
     gate_before(gate, 0);
     torch::Tensor h = torch::embedding(P[0], ids);
+    if (cfg_.gemma)  // times sqrt(hidden_size), a float32 scalar in the weights' dtype (as transformers)
+      h = h * torch::scalar_tensor(static_cast<float>(std::sqrt(static_cast<double>(cfg_.hidden_size))),
+                                   torch::TensorOptions().dtype(torch::kFloat))
+                  .to(h.scalar_type());
     gate_after(gate, 0, h);
 
-    const double eps = cfg_.rms_norm_eps, scale = 1.0 / std::sqrt(static_cast<double>(D));
+    const double eps = cfg_.rms_norm_eps;
+    const double scale = cfg_.gemma ? std::pow(cfg_.query_pre_attn_scalar, -0.5) : 1.0 / std::sqrt(static_cast<double>(D));
     const bool ckpt = checkpoint_now();
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       const size_t u = static_cast<size_t>(l) + 1;
       const int64_t window =
           !cfg_.sliding_layers.empty() && cfg_.sliding_layers[static_cast<size_t>(l)] ? cfg_.sliding_window : 0;
-      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos, sin, cache, window](const torch::Tensor& hin) {
+      const torch::Tensor& cos_l = window > 0 ? cos_local : cos;
+      const torch::Tensor& sin_l = window > 0 ? sin_local : sin;
+      auto block = [this, l, B, T, H, Hkv, D, eps, scale, mask, cos = cos_l, sin = sin_l, cache,
+                    window](const torch::Tensor& hin) {
         const auto& P = params_;
         const BlockIndex& b = blocks_[static_cast<size_t>(l)];
+        const bool gemma = cfg_.gemma;
+        auto norm = [&](const torch::Tensor& x, int64_t w) {
+          return gemma ? gemma_rms_norm(x, P[static_cast<size_t>(w)], eps) : rms_norm(x, P[static_cast<size_t>(w)], eps);
+        };
         // a linear module: its weight, its bias if any, its LoRA slot (block_modules() order)
         auto lin = [&](const torch::Tensor& x, int64_t w, int64_t bias, size_t slot) {
           const torch::Tensor& W = P[static_cast<size_t>(w)];
@@ -138,7 +181,7 @@ class Llama final : public TransformerLM {
                                           bias >= 0 ? P[static_cast<size_t>(bias)] : torch::Tensor());
           return with_lora(y, x, l, slot);
         };
-        auto x = rms_norm(hin, P[static_cast<size_t>(b.norm1)], eps);
+        auto x = norm(hin, b.norm1);
         torch::Tensor q, k, v;
         const bool fused = b.qkv >= 0;
         if (fused) {  // Phi-3: [q; k; v] rows of one projection
@@ -153,9 +196,9 @@ class Llama final : public TransformerLM {
         }
         q = q.view({B, T, H, D});
         k = k.view({B, T, Hkv, D});
-        if (b.q_norm >= 0) {  // Qwen3: per head, before RoPE
-          q = rms_norm(q, P[static_cast<size_t>(b.q_norm)], eps);
-          k = rms_norm(k, P[static_cast<size_t>(b.k_norm)], eps);
+        if (b.q_norm >= 0) {  // Qwen3, Gemma 3: per head, before RoPE
+          q = norm(q, b.q_norm);
+          k = norm(k, b.k_norm);
         }
         q = q.transpose(1, 2);
         k = k.transpose(1, 2);
@@ -163,10 +206,13 @@ class Llama final : public TransformerLM {
         auto qr = (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type()));
         auto kr = (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type()));
         if (cache) std::tie(kr, v) = cache_append(*cache, l, kr, v);
-        auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_, window);
+        auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_, window,
+                             cfg_.attn_logit_softcapping);
         const double resid = cfg_.fused_projections ? cfg_.resid_pdrop : 0.0;  // Phi-3's residual dropout
-        torch::Tensor h = hin + dropout(lin(att, b.o, b.o_bias, fused ? 1 : 3), resid, training_, gen_);
-        x = rms_norm(h, P[static_cast<size_t>(b.norm2)], eps);
+        torch::Tensor a = lin(att, b.o, b.o_bias, fused ? 1 : 3);
+        if (gemma) a = norm(a, b.norm2);  // Gemma: post_attention_layernorm on the attention's output
+        torch::Tensor h = hin + dropout(a, resid, training_, gen_);
+        x = norm(h, gemma ? b.pre_ff_norm : b.norm2);
         torch::Tensor act;
         if (fused) {  // Phi-3: [gate; up]
           auto gu = lin(x, b.gate_up, -1, 2);
@@ -177,7 +223,9 @@ class Llama final : public TransformerLM {
           auto up = lin(x, b.up, b.up_bias, 5);
           act = activate(cfg_.activation, g) * up;
         }
-        return h + dropout(lin(act, b.down, b.down_bias, fused ? 3 : 6), resid, training_, gen_);
+        torch::Tensor m = lin(act, b.down, b.down_bias, fused ? 3 : 6);
+        if (gemma) m = norm(m, b.post_ff_norm);
+        return h + dropout(m, resid, training_, gen_);
       };
       gate_before(gate, u);
       const bool rng = training_ && (cfg_.attention_dropout > 0 || lora_dropout() > 0 ||
@@ -187,7 +235,7 @@ class Llama final : public TransformerLM {
     }
     const size_t last = static_cast<size_t>(cfg_.num_layers) + 1, f = static_cast<size_t>(final_norm_);
     gate_before(gate, last);
-    h = rms_norm(h, P[f], eps);
+    h = cfg_.gemma ? gemma_rms_norm(h, P[f], eps) : rms_norm(h, P[f], eps);
     torch::Tensor logits;
     if (cfg_.tie_word_embeddings) {
       gate_before(gate, 0);  // the head is the embedding (unit 0)
@@ -196,6 +244,8 @@ class Llama final : public TransformerLM {
       logits = torch::matmul(h, P[f + 1].t());
     }
     logits = logits.to(torch::kFloat);
+    if (cfg_.final_logit_softcapping > 0)  // Gemma 2
+      logits = torch::tanh(logits / cfg_.final_logit_softcapping) * cfg_.final_logit_softcapping;
     if (cfg_.tie_word_embeddings) gate_after(gate, 0, logits);
     gate_after(gate, last, logits);
     return logits;
@@ -219,7 +269,11 @@ namespace accel {
 // As transformers' modeling_rope_utils.py, operation for operation in float32 (its Python
 // scalars are doubles, as here), so that the tables agree to the last bits.
 std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t seq_len) {
-  const LMConfig::Rope& r = cfg.rope;
+  return rope_frequencies(cfg, cfg.rope, cfg.rope_theta, seq_len);
+}
+
+std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, const LMConfig::Rope& r, double rope_theta,
+                                                  int64_t seq_len) {
   const int64_t dim = cfg.head_dim;
   const double D = static_cast<double>(dim);
   const double max_pos = static_cast<double>(cfg.max_position_embeddings);
@@ -230,16 +284,16 @@ std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t s
   };
   auto plain = [&](double base) { return 1.0 / torch::pow(base, exponents()); };
   const std::string& t = r.type;
-  if (t == "linear") return {plain(cfg.rope_theta) / r.factor, 1.0};
+  if (t == "linear") return {plain(rope_theta) / r.factor, 1.0};
   if (t == "dynamic") {
     // (transformers computes the rescaled base in float32 tensors when a forward passes
     // max_position_embeddings, in doubles here: within 1e-7 relative of it)
     const double len = std::max(static_cast<double>(seq_len), max_pos);
-    const double base = cfg.rope_theta * std::pow((r.factor * len / max_pos) - (r.factor - 1), D / (D - 2));
+    const double base = rope_theta * std::pow((r.factor * len / max_pos) - (r.factor - 1), D / (D - 2));
     return {plain(base), 1.0};
   }
   if (t == "llama3") {
-    torch::Tensor inv = plain(cfg.rope_theta);
+    torch::Tensor inv = plain(rope_theta);
     const double low_wavelen = original / r.low_freq_factor, high_wavelen = original / r.high_freq_factor;
     // Python's `scalar / tensor` is tensor.reciprocal() * scalar (two roundings), ATen's C++
     // operator a fill and a division (one): written as Python computes it
@@ -251,7 +305,7 @@ std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t s
     return {torch::where(medium, smoothed, scaled), 1.0};
   }
   if (t == "yarn") {
-    const double base = cfg.rope_theta;
+    const double base = rope_theta;
     const double factor = std::isnan(r.factor) ? max_pos / original : r.factor;
     auto mscale_of = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
     double attention = r.attention_factor;
@@ -284,9 +338,9 @@ std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t s
     if (std::isnan(attention)) attention = factor <= 1.0 ? 1.0 : std::sqrt(1 + std::log(factor) / std::log(original));
     const std::vector<double>& ext = static_cast<double>(seq_len) > original ? r.long_factor : r.short_factor;
     torch::Tensor e = torch::tensor(ext, torch::TensorOptions().dtype(torch::kDouble)).to(torch::kFloat);
-    return {1.0 / (e * torch::pow(cfg.rope_theta, exponents())), attention};
+    return {1.0 / (e * torch::pow(rope_theta, exponents())), attention};
   }
-  return {plain(cfg.rope_theta), 1.0};
+  return {plain(rope_theta), 1.0};
 }
 
 }  // namespace accel

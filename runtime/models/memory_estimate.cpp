@@ -152,6 +152,13 @@ const std::map<std::string, std::string>& shapes() {
       {"phi-3-mini", R"({"model_type": "phi3", "vocab_size": 32064, "hidden_size": 3072, "intermediate_size": 8192,
           "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 4096,
           "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "sliding_window": 2047})"},
+      {"gemma-2-2b", R"({"model_type": "gemma2", "vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+          "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+          "max_position_embeddings": 8192, "query_pre_attn_scalar": 256, "sliding_window": 4096})"},
+      {"gemma-3-1b", R"({"model_type": "gemma3_text", "vocab_size": 262144, "hidden_size": 1152, "intermediate_size": 6912,
+          "num_hidden_layers": 26, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+          "max_position_embeddings": 32768, "query_pre_attn_scalar": 256, "sliding_window": 512,
+          "rope_theta": 1000000.0, "rope_local_base_freq": 10000.0})"},
       {"smollm2-135m", R"({"model_type": "llama", "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536,
           "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "max_position_embeddings": 8192,
           "rms_norm_eps": 1e-5, "tie_word_embeddings": true, "rope_theta": 100000.0})"},
@@ -174,8 +181,8 @@ std::string named_lm_config(const std::string& name) {
 std::vector<std::string> named_lm_shapes() {
   return {"gpt2",         "gpt2-medium",  "gpt2-large",   "gpt2-xl",    "llama-7b",   "llama-13b",
           "llama-70b",    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen2.5-1.5b",
-          "qwen2.5-7b",   "qwen3-0.6b",   "mistral-7b",   "phi-3-mini", "smollm2-135m", "smollm2-1.7b",
-          "tiny-llama"};
+          "qwen2.5-7b",   "qwen3-0.6b",   "mistral-7b",   "phi-3-mini", "gemma-2-2b",   "gemma-3-1b",
+          "smollm2-135m", "smollm2-1.7b", "tiny-llama"};
 }
 
 MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o) {
@@ -235,7 +242,8 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
     largest_param = std::max(largest_param, w);
   }
   block_params = block_linear + (fam == 0 ? 4 * E : 2 * E);  // two norms (GPT-2: weight and bias)
-  if (c.qk_norm) block_params += 2.0 * static_cast<double>(c.head_dim);  // Qwen3's q_norm and k_norm
+  if (c.qk_norm) block_params += 2.0 * static_cast<double>(c.head_dim);  // Qwen3's and Gemma 3's q_norm and k_norm
+  if (c.gemma) block_params += 2 * E;  // Gemma's pre_ and post_feedforward_layernorm
   const double embed = V * E + (fam == 0 ? static_cast<double>(c.max_position_embeddings) * E : 0.0);
   const double head = c.tie_word_embeddings ? 0.0 : V * E;
   const double final_norm = fam == 0 ? 2 * E : E;
@@ -287,6 +295,7 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
         }
         vectors += fam == 0 ? 4 * E : 2 * E;
         if (c.qk_norm) vectors += 2.0 * static_cast<double>(c.head_dim);
+        if (c.gemma) vectors += 2 * E;
         factors = (V + E) + (fam == 0 ? static_cast<double>(c.max_position_embeddings) + E : 0.0) + L * per_block +
                   (head > 0 ? V + E : 0.0);
         state_elems = L * vectors + final_norm;

@@ -250,7 +250,7 @@ torch::Tensor dropout(const torch::Tensor& x, double prob, bool training, at::Ge
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double scale, double drop, bool training, at::Generator& gen,
-                        int64_t window) {
+                        int64_t window, double softcap) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), Hkv = k.size(1), S = k.size(2);
   torch::Tensor kk = k, vv = v;
   if (Hkv != H) {  // grouped-query attention: query head h uses key-value head h / (H / Hkv)
@@ -276,13 +276,14 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   // the float minimum, as transformers' eager attention: a query that sees no key attends
   // uniformly instead of producing NaN
   const float lowest = std::numeric_limits<float>::lowest();
-  if (compat::kHasFusedAttention && (!training || drop <= 0.0)) {  // libtorch's fused kernel (its dropout would not use `gen`)
+  if (compat::kHasFusedAttention && (!training || drop <= 0.0) && softcap <= 0.0) {  // libtorch's fused kernel (its dropout would not use `gen`)
     auto bias = torch::zeros(allowed.sizes(), q.options().dtype(torch::kFloat)).masked_fill(allowed.logical_not(), lowest);
     auto out = compat::scaled_dot_product_attention(q.to(torch::kFloat), kk.to(torch::kFloat), vv.to(torch::kFloat), bias,
                                                     scale);
     return out.transpose(1, 2).reshape({B, T, H * D}).to(v.scalar_type());
   }
   auto scores = torch::matmul(q.to(torch::kFloat), kk.to(torch::kFloat).transpose(-1, -2)) * scale;
+  if (softcap > 0.0) scores = torch::tanh(scores / softcap) * softcap;  // Gemma 2's soft-capping, before the mask
   scores = scores.masked_fill(allowed.logical_not(), lowest);
   auto probs = torch::softmax(scores, -1, torch::kFloat);
   probs = dropout(probs, drop, training, gen);

@@ -27,7 +27,8 @@ enum class LMFamily { GPT2 = 0, Llama = 1 };
 // Every field the two families read from config.json, with transformers' defaults.
 struct LMConfig {
   LMFamily family = LMFamily::Llama;
-  std::string model_type = "llama";  // "gpt2", or a Llama-shaped one: "llama", "mistral", "qwen2", "qwen3", "phi3"
+  std::string model_type = "llama";  // "gpt2", or a Llama-shaped one: "llama", "mistral", "qwen2", "qwen3", "phi3",
+                                     // "gemma2", "gemma3_text"
 
   // shared
   int64_t vocab_size = 32000;
@@ -82,6 +83,19 @@ struct LMConfig {
   std::vector<uint8_t> sliding_layers;  // per layer: 1 when it attends within sliding_window
                                         // (transformers' layer_types: "sliding_attention")
 
+  // Gemma 2 and 3 (model_type gemma2, gemma3_text; family Llama): RMSNorms of (1 + w) computed
+  // in fp32, embeddings times sqrt(hidden_size), norms on the attention's and the MLP's
+  // outputs (post_attention_layernorm, pre_ and post_feedforward_layernorm).
+  bool gemma = false;
+  double query_pre_attn_scalar = 0;   // the attention scale is its -1/2 power (0: head_dim's)
+  double attn_logit_softcapping = 0;  // scores -> cap tanh(scores / cap) (0: none; Gemma 2)
+  double final_logit_softcapping = 0; // the same on the logits (0: none)
+  // Gemma 3: the sliding layers' RoPE (rope_parameters["sliding_attention"], 4.x's
+  // rope_local_base_freq); `rope` and rope_theta are the full-attention layers'.
+  bool local_rope = false;
+  Rope sliding_rope;
+  double sliding_rope_theta = 10000.0;
+
   // The config.json it came from (empty when made in code): save_pretrained writes it back
   // with the fields above updated, so fields accel does not read survive a round trip.
   nlohmann::json raw;
@@ -94,9 +108,12 @@ struct LMConfig {
 // the largest seq_len seen in its module; here each forward uses its own), longrope takes its
 // long factors above original_max_position_embeddings.
 std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, int64_t seq_len);
+// The same for a RoPE of the config's head shape other than its own (Gemma 3's sliding layers').
+std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, const LMConfig::Rope& rope, double theta,
+                                                  int64_t seq_len);
 
 // Whether model_type names one of the Llama-shaped families (family Llama): llama, mistral,
-// qwen2, qwen3, phi3.
+// qwen2, qwen3, phi3, gemma2, gemma3_text.
 bool is_llama_shaped(const std::string& model_type);
 
 // Parses a config.json's text; `what` names the file in errors (Status::Format naming the
@@ -290,10 +307,11 @@ class TransformerLM : public Model {
 // (mask int64 [B, S], or undefined: causal only), and with a `window` > 0 only if also
 // j > i + S - T - window (transformers' sliding window). Returns [B, T, H * D] in v's dtype.
 // libtorch's scaled_dot_product_attention where it exists (2.1+), else matmul + softmax.
-// `dropout` applies to the attention probabilities (training only).
+// `dropout` applies to the attention probabilities (training only); `softcap` > 0 caps the
+// scores to softcap tanh(scores / softcap) (Gemma 2; always the matmul path).
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                         const torch::Tensor& mask, double scale, double dropout, bool training, at::Generator& gen,
-                        int64_t window = 0);
+                        int64_t window = 0, double softcap = 0.0);
 
 // The activation named by config.json (gelu_new, gelu_pytorch_tanh, gelu_fast: GELU's tanh
 // approximation; gelu, relu, silu, swish).

@@ -136,7 +136,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LMFixture,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied", "llama-tiny-sharded",
                                            "llama-tiny-rope-linear", "llama-tiny-rope-dynamic", "llama-tiny-rope-yarn",
                                            "llama-tiny-rope-llama3", "llama-tiny-rope-longrope", "qwen2-tiny",
-                                           "qwen3-tiny", "mistral-tiny", "phi3-tiny"),
+                                           "qwen3-tiny", "mistral-tiny", "phi3-tiny", "gemma2-tiny", "gemma3-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)
@@ -179,7 +179,7 @@ TEST(LM, PaddingDoesNotChangeRealPositions) {
 TEST(LM, OneStepUnderEveryStrategy) {
   const double lr = 0.1;
   for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-                           "phi3-tiny"}) {
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
     auto ref = read_map(fixture(name) + "/reference.safetensors");
     auto base = load_pretrained(fixture(name));
     for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
@@ -228,7 +228,7 @@ TEST(LM, TrainedModelExportsForTransformers) {
   TempDir tmp;
   const fs::path root = env && *env ? fs::path(env) : tmp.path();
   for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-                           "phi3-tiny"}) {
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
     auto ref = read_map(fixture(name) + "/reference.safetensors");
     const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask"), labels = ref.at("labels");
     auto model = load_pretrained(fixture(name));
@@ -271,7 +271,7 @@ TEST(LM, TrainedModelExportsForTransformers) {
   // LoRA: a trained adapter in PEFT's format (peft loads it onto the fixture: <name>-adapter,
   // with accel's logits beside it in <name>-adapter.reference.safetensors) and the merged
   // plain directory (transformers loads it: <name>-lora-merged)
-  for (const char* name : {"gpt2-tiny", "llama-tiny", "qwen2-tiny", "phi3-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny", "qwen2-tiny", "phi3-tiny", "gemma2-tiny"}) {
     auto ref = read_map(fixture(name) + "/reference.safetensors");
     const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask"), labels = ref.at("labels");
     auto model = load_pretrained(fixture(name));
@@ -465,7 +465,9 @@ TEST(LM, GradientCheckpointingGivesTheSameGradients) {
                         Case{"llama-tiny", true, false}, Case{"llama-tiny", false, true},
                         Case{"llama-tiny", true, false, true}, Case{"gpt2-tiny", false, false, true},
                         Case{"qwen2-tiny", false, false}, Case{"qwen3-tiny", false, true}, Case{"mistral-tiny", false, false},
-                        Case{"phi3-tiny", true, false}, Case{"phi3-tiny", false, false, true}}) {
+                        Case{"phi3-tiny", true, false}, Case{"phi3-tiny", false, false, true},
+                        Case{"gemma2-tiny", false, false}, Case{"gemma3-tiny", false, true},
+                        Case{"gemma3-tiny", true, false, true}}) {
     auto ref = read_map(fixture(c.name) + "/reference.safetensors");
     LMConfig cfg = read_lm_config(fixture(c.name) + "/config.json");
     if (c.dropout) cfg.embd_pdrop = cfg.attn_pdrop = cfg.resid_pdrop = cfg.attention_dropout = 0.1;
@@ -684,10 +686,10 @@ TEST(LM, Zero3GathersOneBlockAtATime) {
 // Generation with a KV cache
 
 TEST(LMGenerate, CacheGivesTheFullForwardsLogitsAndTokens) {
-  // (qwen2-tiny, mistral-tiny and phi3-tiny have sliding windows of 4-6 positions: the
-  // cached keys beyond a window are masked as the full forward masks them)
+  // (qwen2-tiny, mistral-tiny, phi3-tiny and the Gemmas have sliding windows of 4-6
+  // positions: the cached keys beyond a window are masked as the full forward masks them)
   for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-                           "phi3-tiny"}) {
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
     auto model = load_pretrained(fixture(name));
     model->train(false);
     const LMConfig cfg = *lm_config_of(*model);
@@ -757,7 +759,7 @@ TEST(LMGenerate, CacheGivesTheFullForwardsLogitsAndTokens) {
 // LoRA against PEFT (tests/fixtures/lm/*-lora: adapters with random A and B)
 
 TEST(LoRA, MatchesPeft) {
-  for (const std::string base : {"gpt2-tiny", "llama-tiny", "qwen2-tiny", "phi3-tiny"}) {
+  for (const std::string base : {"gpt2-tiny", "llama-tiny", "qwen2-tiny", "phi3-tiny", "gemma2-tiny"}) {
     const std::string name = base + "-lora";
     auto model = load_pretrained(fixture(base));
     load_adapter(*model, fixture(name));
