@@ -53,6 +53,7 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, Llam
 from transformers import (MistralConfig, MistralForCausalLM, Phi3Config, Phi3ForCausalLM, Qwen2Config,  # noqa: E402
                           Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig  # noqa: E402
+from transformers import SmolLM3Config, SmolLM3ForCausalLM  # noqa: E402
 
 # The batch: B = 3 rows of T = 12 tokens, right padding; row 1 has no padding.
 BATCH, SEQ = 3, 12
@@ -150,6 +151,13 @@ def phi3_tiny():
                                       embd_pdrop=0.0))
 
 
+def smollm3_tiny():
+    # SmolLM3: layer 1 without RoPE (no_rope_layers), and it slides (window 4: SmolLM3's
+    # sliding layers are its NoPE layers when use_sliding_window)
+    return SmolLM3Config(**family_kwargs(no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=4,
+                                         tie_word_embeddings=True))
+
+
 # Gemma 2 and 3 (text): the same shape with Gemma's parts visible: (1 + w) norms on both
 # sub-layers, scaled embeddings, GeGLU, query_pre_attn_scalar 16 (not head_dim), soft-capping
 # small enough to bend these logits and scores (Gemma 2: 2 on the scores, 5 on the logits;
@@ -191,6 +199,7 @@ FIXTURES["mistral-tiny"] = (MistralForCausalLM, mistral_tiny(), 16022, None)
 FIXTURES["phi3-tiny"] = (Phi3ForCausalLM, phi3_tiny(), 16023, None)
 FIXTURES["gemma2-tiny"] = (Gemma2ForCausalLM, gemma2_tiny(), 16024, None)
 FIXTURES["gemma3-tiny"] = (Gemma3ForCausalLM, gemma3_tiny(), 16025, None)
+FIXTURES["smollm3-tiny"] = (SmolLM3ForCausalLM, smollm3_tiny(), 16026, None)
 
 
 def setup_determinism():

@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
   est->add_option("model", ea.model,
                   "a named shape (gpt2, gpt2-medium, gpt2-large, gpt2-xl, llama-7b, llama-13b, llama-70b, llama-3.2-1b, "
                   "llama-3.2-3b, llama-3.1-8b, qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b, qwen3-0.6b, mistral-7b, phi-3-mini, "
-                  "gemma-2-2b, gemma-3-1b, smollm2-135m, smollm2-1.7b, tiny-llama), "
+                  "gemma-2-2b, gemma-3-1b, smollm2-135m, smollm2-1.7b, smollm3-3b, tiny-llama), "
                   "a config.json or its directory")
       ->required();
   est->add_option("--mixed-precision", ea.precision, "no, bf16 or fp16 (autocast, fp32 master weights)")->capture_default_str();

@@ -113,14 +113,14 @@ std::string architecture_of(const LMConfig& c) {
   if (c.family == LMFamily::GPT2) return "GPT2LMHeadModel";
   return mt == "mistral" ? "MistralForCausalLM" : mt == "qwen2" ? "Qwen2ForCausalLM" : mt == "qwen3" ? "Qwen3ForCausalLM"
          : mt == "phi3" ? "Phi3ForCausalLM" : mt == "gemma2" ? "Gemma2ForCausalLM" : mt == "gemma3_text" ? "Gemma3ForCausalLM"
-         : "LlamaForCausalLM";
+         : mt == "smollm3" ? "SmolLM3ForCausalLM" : "LlamaForCausalLM";
 }
 
 }  // namespace
 
 bool is_llama_shaped(const std::string& model_type) {
   return model_type == "llama" || model_type == "mistral" || model_type == "qwen2" || model_type == "qwen3" ||
-         model_type == "phi3" || model_type == "gemma2" || model_type == "gemma3_text";
+         model_type == "phi3" || model_type == "gemma2" || model_type == "gemma3_text" || model_type == "smollm3";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
   } else if (is_llama_shaped(c.model_type)) {
     const std::string& mt = c.model_type;
     const bool qwen = mt == "qwen2" || mt == "qwen3", phi3 = mt == "phi3", gemma2 = mt == "gemma2",
-               gemma3 = mt == "gemma3_text", gemma = gemma2 || gemma3;
+               gemma3 = mt == "gemma3_text", gemma = gemma2 || gemma3, smollm3 = mt == "smollm3";
     c.family = LMFamily::Llama;
     c.vocab_size = f.positive("vocab_size", 32000, true);
     c.hidden_size = f.positive("hidden_size", 4096, true);
@@ -188,11 +188,11 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                                                                       : qwen ? 32768 : phi3 ? 4096 : gemma2 ? 8192 : 2048);
     c.initializer_range = f.number("initializer_range", 0.02);
     c.rms_norm_eps = f.number("rms_norm_eps", phi3 ? 1e-5 : 1e-6);
-    c.tie_word_embeddings = f.boolean("tie_word_embeddings", gemma);
+    c.tie_word_embeddings = f.boolean("tie_word_embeddings", gemma || smollm3);
     c.attention_dropout = f.probability("attention_dropout");
     // each family's projections: Llama's biases are configurable, Qwen2's q/k/v always have
     // them, Qwen3 adds norms on q and k, Phi-3 fuses q/k/v and gate/up
-    if (mt == "llama") {
+    if (mt == "llama" || smollm3) {
       c.attention_bias = f.boolean("attention_bias", false);
       c.mlp_bias = f.boolean("mlp_bias", false);
       ACCEL_CHECK(f.integer("pretraining_tp", 1) == 1, Status::Unsupported, what,
@@ -227,7 +227,25 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     {
       int64_t window = f.has("sliding_window") ? f.positive("sliding_window", 0)
                        : gemma && !j.contains("sliding_window") ? 4096 : 0;
-      if (qwen && !f.boolean("use_sliding_window", false)) window = 0;
+      if ((qwen || smollm3) && !f.boolean("use_sliding_window", false)) window = 0;
+      if (smollm3) {
+        // SmolLM3's layers without RoPE: no_rope_layers (1: RoPE, 0: none), or every
+        // no_rope_layer_interval-th (4) layer; its sliding layers are those without RoPE
+        c.rope_layers.assign(static_cast<size_t>(c.num_layers), 1);
+        if (f.has("no_rope_layers")) {
+          const json& nr = j["no_rope_layers"];
+          ACCEL_CHECK(nr.is_array() && static_cast<int64_t>(nr.size()) == c.num_layers, Status::Format, what,
+                      ": 'no_rope_layers' must list 0 or 1 per layer (", c.num_layers, "), got ", nr.dump());
+          for (size_t i = 0; i < nr.size(); ++i) {
+            ACCEL_CHECK(nr[i].is_number_integer() && (nr[i].get<int64_t>() == 0 || nr[i].get<int64_t>() == 1),
+                        Status::Format, what, ": no_rope_layers[", i, "] must be 0 or 1, got ", nr[i].dump());
+            c.rope_layers[i] = static_cast<uint8_t>(nr[i].get<int64_t>());
+          }
+        } else {
+          const int64_t every = f.positive("no_rope_layer_interval", 4);
+          for (int64_t i = 0; i < c.num_layers; ++i) c.rope_layers[static_cast<size_t>(i)] = (i + 1) % every != 0;
+        }
+      }
       c.sliding_layers.assign(static_cast<size_t>(c.num_layers), 0);
       if (f.has("layer_types")) {
         const json& lt = j["layer_types"];
@@ -242,10 +260,14 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
       } else if (gemma) {  // every layer slides but each pattern-th (Gemma 2: 2; Gemma 3: sliding_window_pattern, 6)
         const int64_t pattern = gemma2 ? 2 : f.positive("sliding_window_pattern", 6);
         for (int64_t i = 0; i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = (i + 1) % pattern != 0;
+      } else if (smollm3) {
+        for (int64_t i = 0; i < c.num_layers; ++i)
+          c.sliding_layers[static_cast<size_t>(i)] = window > 0 && !c.rope_layers[static_cast<size_t>(i)];
       } else if (window > 0) {
         const int64_t from = qwen ? f.integer("max_window_layers", 28) : 0;
         for (int64_t i = std::max<int64_t>(from, 0); i < c.num_layers; ++i) c.sliding_layers[static_cast<size_t>(i)] = 1;
       }
+      if (smollm3 && window == 0) c.sliding_layers.assign(static_cast<size_t>(c.num_layers), 0);  // as its attention reads them
       bool any = false;
       for (uint8_t x : c.sliding_layers) any = any || x;
       ACCEL_CHECK(!any || window > 0, Status::Format, what,
@@ -347,7 +369,7 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
   } else {
     fail(Status::Unsupported, what, ": model_type '", c.model_type,
          "' is not supported (supported: \"gpt2\", \"llama\", \"mistral\", \"qwen2\", \"qwen3\", \"phi3\", "
-         "\"gemma2\", \"gemma3_text\")");
+         "\"gemma2\", \"gemma3_text\", \"smollm3\")");
   }
   ACCEL_CHECK(kActivations.count(c.activation), Status::Unsupported, what, ": activation '", c.activation,
               "' is not supported (supported: gelu_new, gelu_pytorch_tanh, gelu_fast, gelu, relu, silu, swish)");
@@ -397,7 +419,7 @@ json lm_config_json(const LMConfig& c) {
     j[gemma ? "hidden_activation" : "hidden_act"] = c.activation;
     j["max_position_embeddings"] = c.max_position_embeddings;
     j["rms_norm_eps"] = c.rms_norm_eps;
-    if (mt == "llama" || mt == "qwen3" || gemma) j["attention_bias"] = c.attention_bias;
+    if (mt == "llama" || mt == "qwen3" || gemma || mt == "smollm3") j["attention_bias"] = c.attention_bias;
     if (gemma) {
       // an int in transformers' configs (its dataclass refuses 16.0), written as one when whole
       const double q = c.query_pre_attn_scalar;
@@ -406,19 +428,24 @@ json lm_config_json(const LMConfig& c) {
       if (mt == "gemma2" || j.contains("attn_logit_softcapping"))
         j["attn_logit_softcapping"] = c.attn_logit_softcapping > 0 ? json(c.attn_logit_softcapping) : json(nullptr);
     }
-    if (mt == "llama") j["mlp_bias"] = c.mlp_bias;
+    if (mt == "llama" || mt == "smollm3") j["mlp_bias"] = c.mlp_bias;
+    if (mt == "smollm3") {
+      json nr = json::array();
+      for (uint8_t x : c.rope_layers) nr.push_back(static_cast<int>(x));
+      j["no_rope_layers"] = nr;
+    }
     if (mt == "phi3") j["resid_pdrop"] = c.resid_pdrop;
     j["attention_dropout"] = c.attention_dropout;
     if (mt != "llama") {
       // the sliding layers as read (transformers 5's layer_types, kept where the config had them)
       json window = c.sliding_window > 0 ? json(c.sliding_window) : json(nullptr);
-      if (mt == "qwen2" || mt == "qwen3") {
+      if (mt == "qwen2" || mt == "qwen3" || mt == "smollm3") {
         j["use_sliding_window"] = c.sliding_window > 0;
         if (c.sliding_window > 0 || !j.contains("sliding_window")) j["sliding_window"] = window;
       } else {
         j["sliding_window"] = window;
       }
-      if (j.contains("layer_types") || mt == "qwen2" || mt == "qwen3" || gemma) {
+      if (j.contains("layer_types") || mt == "qwen2" || mt == "qwen3" || gemma || mt == "smollm3") {
         json lt = json::array();
         for (uint8_t x : c.sliding_layers) lt.push_back(x ? "sliding_attention" : "full_attention");
         j["layer_types"] = lt;
@@ -458,11 +485,14 @@ std::unique_ptr<lm_detail::TransformerLM> build(const LMConfig& cfg, torch::Scal
   const bool gpt2 = cfg.family == LMFamily::GPT2;
   ACCEL_CHECK(gpt2 ? cfg.model_type == "gpt2" : is_llama_shaped(cfg.model_type), Status::InvalidArgument,
               "LMConfig: model_type '", cfg.model_type, "' does not match the family (",
-              gpt2 ? "gpt2" : "llama, mistral, qwen2, qwen3, phi3, gemma2 or gemma3_text", ")");
+              gpt2 ? "gpt2" : "llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text or smollm3", ")");
   ACCEL_CHECK(gpt2 || cfg.sliding_layers.empty() || static_cast<int64_t>(cfg.sliding_layers.size()) == cfg.num_layers,
               Status::InvalidArgument, "LMConfig: sliding_layers must have one entry per layer (", cfg.num_layers,
               "), got ", cfg.sliding_layers.size());
   ACCEL_CHECK(cfg.sliding_window >= 0, Status::InvalidArgument, "LMConfig: sliding_window must be >= 0");
+  ACCEL_CHECK(gpt2 || cfg.rope_layers.empty() || static_cast<int64_t>(cfg.rope_layers.size()) == cfg.num_layers,
+              Status::InvalidArgument, "LMConfig: rope_layers must have one entry per layer (", cfg.num_layers, "), got ",
+              cfg.rope_layers.size());
   for (auto [v, n] : {std::pair<int64_t, const char*>{cfg.vocab_size, "vocab_size"}, {cfg.hidden_size, "hidden_size"},
                       {cfg.num_layers, "num_layers"}, {cfg.num_heads, "num_heads"}, {cfg.num_kv_heads, "num_kv_heads"},
                       {cfg.head_dim, "head_dim"}, {cfg.intermediate_size, "intermediate_size"},

@@ -43,7 +43,7 @@ struct BlockIndex {
 // layers), Qwen3 (q/k RMSNorm per head), Phi-3 (fused qkv and gate/up projections, residual
 // dropout), Gemma 2 and 3 ((1 + w) norms, scaled embeddings, norms on both sub-layers'
 // outputs, soft-capping, alternating sliding layers; Gemma 3: q/k norms and the sliding
-// layers' own RoPE). Parameters in transformers' named_parameters() order, each family's own.
+// layers' own RoPE), SmolLM3 (layers without RoPE). Parameters in transformers' named_parameters() order, each family's own.
 class Llama final : public TransformerLM {
  public:
   Llama(const LMConfig& cfg, torch::ScalarType dtype, const at::Generator* gen)
@@ -51,7 +51,7 @@ class Llama final : public TransformerLM {
     const int64_t E = cfg.hidden_size, I = cfg.intermediate_size, H = cfg.num_heads, Hkv = cfg.num_kv_heads,
                   D = cfg.head_dim;
     const double s = cfg.initializer_range;
-    const bool llama = cfg.model_type == "llama";
+    const bool llama = cfg.model_type == "llama" || cfg.model_type == "smollm3";  // their attention_bias and mlp_bias
     const bool qkv_bias = llama ? cfg.attention_bias : cfg.qkv_bias, o_bias = llama ? cfg.attention_bias : cfg.o_bias;
     const bool mlp_bias = llama && cfg.mlp_bias;
     const int norm_init = cfg.gemma ? 1 : 2;  // Gemma's norm weights start at 0 (they scale by 1 + w)
@@ -203,8 +203,9 @@ class Llama final : public TransformerLM {
         q = q.transpose(1, 2);
         k = k.transpose(1, 2);
         v = v.view({B, T, Hkv, D}).transpose(1, 2);
-        auto qr = (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type()));
-        auto kr = (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type()));
+        const bool rope = cfg_.rope_layers.empty() || cfg_.rope_layers[static_cast<size_t>(l)];  // SmolLM3: NoPE layers
+        auto qr = rope ? (q * cos.to(q.scalar_type())) + (rotate_half(q) * sin.to(q.scalar_type())) : q;
+        auto kr = rope ? (k * cos.to(k.scalar_type())) + (rotate_half(k) * sin.to(k.scalar_type())) : k;
         if (cache) std::tie(kr, v) = cache_append(*cache, l, kr, v);
         auto att = attention(qr, kr, v, mask, scale, cfg_.attention_dropout, training_, gen_, window,
                              cfg_.attn_logit_softcapping);

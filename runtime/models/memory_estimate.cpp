@@ -75,7 +75,7 @@ std::vector<Module> block_modules(const LMConfig& c) {
   if (c.fused_projections)  // Phi-3
     return {{"self_attn.qkv_proj", E, HD + 2 * KV, false, 0, 'E'}, {"self_attn.o_proj", HD, E, false, 1, 'H'},
             {"mlp.gate_up_proj", E, 2 * I, false, 2, 'E'}, {"mlp.down_proj", I, E, false, 3, 'I'}};
-  const bool llama = c.model_type == "llama";
+  const bool llama = c.model_type == "llama" || c.model_type == "smollm3";  // their attention_bias and mlp_bias
   const bool ab = llama ? c.attention_bias : c.qkv_bias, ob = llama ? c.attention_bias : c.o_bias,
              mb = llama && c.mlp_bias;
   return {{"self_attn.q_proj", E, HD, ab, 0, 'E'}, {"self_attn.k_proj", E, KV, ab, 0, 'E'},
@@ -165,6 +165,9 @@ const std::map<std::string, std::string>& shapes() {
       {"smollm2-1.7b", R"({"model_type": "llama", "vocab_size": 49152, "hidden_size": 2048, "intermediate_size": 8192,
           "num_hidden_layers": 24, "num_attention_heads": 32, "num_key_value_heads": 32, "max_position_embeddings": 8192,
           "rms_norm_eps": 1e-5, "tie_word_embeddings": true, "rope_theta": 130000.0})"},
+      {"smollm3-3b", R"({"model_type": "smollm3", "vocab_size": 128256, "hidden_size": 2048, "intermediate_size": 11008,
+          "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 65536,
+          "tie_word_embeddings": true, "rope_theta": 5000000.0})"},
       {"tiny-llama", R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 256, "intermediate_size": 688,
           "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "max_position_embeddings": 256})"},  // examples/c/train_lm.c's
   };
@@ -182,7 +185,7 @@ std::vector<std::string> named_lm_shapes() {
   return {"gpt2",         "gpt2-medium",  "gpt2-large",   "gpt2-xl",    "llama-7b",   "llama-13b",
           "llama-70b",    "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b", "qwen2.5-1.5b",
           "qwen2.5-7b",   "qwen3-0.6b",   "mistral-7b",   "phi-3-mini", "gemma-2-2b",   "gemma-3-1b",
-          "smollm2-135m", "smollm2-1.7b", "tiny-llama"};
+          "smollm2-135m", "smollm2-1.7b", "smollm3-3b",   "tiny-llama"};
 }
 
 MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o) {

@@ -28,7 +28,7 @@ enum class LMFamily { GPT2 = 0, Llama = 1 };
 struct LMConfig {
   LMFamily family = LMFamily::Llama;
   std::string model_type = "llama";  // "gpt2", or a Llama-shaped one: "llama", "mistral", "qwen2", "qwen3", "phi3",
-                                     // "gemma2", "gemma3_text"
+                                     // "gemma2", "gemma3_text", "smollm3"
 
   // shared
   int64_t vocab_size = 32000;
@@ -82,6 +82,7 @@ struct LMConfig {
   int64_t sliding_window = 0;   // the window of the sliding layers (0: none)
   std::vector<uint8_t> sliding_layers;  // per layer: 1 when it attends within sliding_window
                                         // (transformers' layer_types: "sliding_attention")
+  std::vector<uint8_t> rope_layers;     // per layer: 0 when it has no RoPE (SmolLM3's no_rope_layers); empty: all have it
 
   // Gemma 2 and 3 (model_type gemma2, gemma3_text; family Llama): RMSNorms of (1 + w) computed
   // in fp32, embeddings times sqrt(hidden_size), norms on the attention's and the MLP's
@@ -113,7 +114,7 @@ std::pair<torch::Tensor, double> rope_frequencies(const LMConfig& cfg, const LMC
                                                   int64_t seq_len);
 
 // Whether model_type names one of the Llama-shaped families (family Llama): llama, mistral,
-// qwen2, qwen3, phi3, gemma2, gemma3_text.
+// qwen2, qwen3, phi3, gemma2, gemma3_text, smollm3.
 bool is_llama_shaped(const std::string& model_type);
 
 // Parses a config.json's text; `what` names the file in errors (Status::Format naming the

@@ -136,13 +136,40 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LMFixture,
                          ::testing::Values("gpt2-tiny", "llama-tiny", "llama-tiny-tied", "llama-tiny-sharded",
                                            "llama-tiny-rope-linear", "llama-tiny-rope-dynamic", "llama-tiny-rope-yarn",
                                            "llama-tiny-rope-llama3", "llama-tiny-rope-longrope", "qwen2-tiny",
-                                           "qwen3-tiny", "mistral-tiny", "phi3-tiny", "gemma2-tiny", "gemma3-tiny"),
+                                           "qwen3-tiny", "mistral-tiny", "phi3-tiny", "gemma2-tiny", "gemma3-tiny",
+                                           "smollm3-tiny"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (auto& c : s)
                              if (c == '-') c = '_';
                            return s;
                          });
+
+// Weights stored in fp16 or bf16 (config.json's dtype saying so) load into fp32 or bf16
+// parameters: each value the stored one, for every family.
+TEST(LM, LoadsHalfAndBFloat16Files) {
+  for (const char* name : {"qwen2-tiny", "gemma3-tiny", "phi3-tiny"}) {
+    for (auto [dt, label] : {std::pair<torch::ScalarType, const char*>{torch::kHalf, "float16"}, {torch::kBFloat16, "bfloat16"}}) {
+      TempDir tmp;
+      const std::string dir = tmp.copy_of(name);
+      auto ts = read_st(dir + "/model.safetensors");
+      for (auto& [n, t] : ts) t = t.to(dt);
+      write_st(dir + "/model.safetensors", ts);
+      json j = json::parse(safetensors::read_file(dir + "/config.json"));
+      j["dtype"] = label;
+      safetensors::write_file_atomic(dir + "/config.json", j.dump());
+      auto stored = read_map(dir + "/model.safetensors");
+      for (auto as : {torch::kFloat, torch::kBFloat16}) {
+        auto model = load_pretrained(dir, as);
+        for (size_t i = 0; i < model->parameters().size(); ++i) {
+          const auto& n = model->parameter_names()[i];
+          EXPECT_EQ(model->parameters()[i].scalar_type(), as);
+          EXPECT_TRUE(torch::equal(model->parameters()[i], stored.at(n).to(as))) << name << " " << label << " " << n;
+        }
+      }
+    }
+  }
+}
 
 TEST(LM, ShardedLoadsAsUnsharded) {
   auto a = load_pretrained(fixture("llama-tiny"));
@@ -179,7 +206,7 @@ TEST(LM, PaddingDoesNotChangeRealPositions) {
 TEST(LM, OneStepUnderEveryStrategy) {
   const double lr = 0.1;
   for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny", "smollm3-tiny"}) {
     auto ref = read_map(fixture(name) + "/reference.safetensors");
     auto base = load_pretrained(fixture(name));
     for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3})
@@ -228,7 +255,7 @@ TEST(LM, TrainedModelExportsForTransformers) {
   TempDir tmp;
   const fs::path root = env && *env ? fs::path(env) : tmp.path();
   for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny", "smollm3-tiny"}) {
     auto ref = read_map(fixture(name) + "/reference.safetensors");
     const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask"), labels = ref.at("labels");
     auto model = load_pretrained(fixture(name));
@@ -467,7 +494,7 @@ TEST(LM, GradientCheckpointingGivesTheSameGradients) {
                         Case{"qwen2-tiny", false, false}, Case{"qwen3-tiny", false, true}, Case{"mistral-tiny", false, false},
                         Case{"phi3-tiny", true, false}, Case{"phi3-tiny", false, false, true},
                         Case{"gemma2-tiny", false, false}, Case{"gemma3-tiny", false, true},
-                        Case{"gemma3-tiny", true, false, true}}) {
+                        Case{"gemma3-tiny", true, false, true}, Case{"smollm3-tiny", false, false}}) {
     auto ref = read_map(fixture(c.name) + "/reference.safetensors");
     LMConfig cfg = read_lm_config(fixture(c.name) + "/config.json");
     if (c.dropout) cfg.embd_pdrop = cfg.attn_pdrop = cfg.resid_pdrop = cfg.attention_dropout = 0.1;
@@ -689,7 +716,7 @@ TEST(LMGenerate, CacheGivesTheFullForwardsLogitsAndTokens) {
   // (qwen2-tiny, mistral-tiny, phi3-tiny and the Gemmas have sliding windows of 4-6
   // positions: the cached keys beyond a window are masked as the full forward masks them)
   for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-tied", "qwen2-tiny", "qwen3-tiny", "mistral-tiny",
-                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny"}) {
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny", "smollm3-tiny"}) {
     auto model = load_pretrained(fixture(name));
     model->train(false);
     const LMConfig cfg = *lm_config_of(*model);

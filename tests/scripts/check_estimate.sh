@@ -29,7 +29,7 @@ PY
 for pair in llama-3.2-1b:1235814400 llama-3.2-3b:3212749824 llama-3.1-8b:8030261248 qwen2.5-0.5b:494032768 \
             qwen2.5-1.5b:1543714304 qwen2.5-7b:7615616512 qwen3-0.6b:596049920 mistral-7b:7241732096 \
             phi-3-mini:3821079552 gemma-2-2b:2614341888 gemma-3-1b:999885952 smollm2-135m:134515008 \
-            smollm2-1.7b:1711376384; do
+            smollm2-1.7b:1711376384 smollm3-3b:3075098624; do
   name=${pair%%:*} want=${pair##*:}
   got=$("$tool" estimate-memory "$name" --json | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["parameters"])')
   [ "$got" = "$want" ] || { echo "check_estimate: $name has $got parameters, published $want"; exit 1; }
