@@ -19,7 +19,7 @@ gradient checkpointing in step time: lm_step_c with and without it on each model
 (rounds alternating), "ratio" = the step time with / without. Neither needs the venv.
 
   bench/lm_step.py [--build-dir build] [--python PY] [--rounds 3] [--steps 3] [--warmup 1]
-                   [--threads N] [--quick] [--model gpt2-small|llama-tiny ...]
+                   [--threads N] [--quick] [--model gpt2-small|llama-tiny|qwen2-tiny|gemma2-tiny ...]
 
 Prints one JSON line per configuration ("bench":"lm_step") on stdout; progress on stderr.
 """
@@ -50,6 +50,22 @@ MODELS = {
                     "initializer_range": 0.02, "tie_word_embeddings": False,
                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
                    8, 128, ("no",)),
+    # the same size in Qwen2's shape (issue 36): q/k/v biases, GQA 8:2, untied
+    "qwen2-tiny": ({"model_type": "qwen2", "vocab_size": 8192, "hidden_size": 256, "intermediate_size": 704,
+                    "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+                    "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "hidden_act": "silu",
+                    "initializer_range": 0.02, "tie_word_embeddings": False, "use_sliding_window": False,
+                    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}},
+                   8, 128, ("no",)),
+    # and in Gemma 2's (issue 36): (1 + w) norms on both sub-layers, GeGLU, soft-capped scores
+    # and logits (transformers' defaults, 50 and 30), alternating sliding (64) and full layers, tied
+    "gemma2-tiny": ({"model_type": "gemma2", "vocab_size": 8192, "hidden_size": 256, "intermediate_size": 704,
+                     "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 32,
+                     "query_pre_attn_scalar": 32, "sliding_window": 64, "max_position_embeddings": 512,
+                     "rms_norm_eps": 1e-6, "hidden_activation": "gelu_pytorch_tanh", "initializer_range": 0.02,
+                     "tie_word_embeddings": True,
+                     "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}},
+                    8, 128, ("no",)),
 }
 
 
