@@ -109,6 +109,17 @@ accel_status accel_model_parameter(accel_context* ctx, const accel_model* model,
   });
 }
 
+accel_status accel_model_parameter_grad(accel_context* ctx, const accel_model* model, size_t index,
+                                        accel_tensor** out) {
+  return guard(ctx, "accel_model_parameter_grad", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(out);
+    same_context(ctx, model->ctx, "model");
+    *out = wrap(ctx->acc->full_gradient(*model->impl, index));
+  });
+}
+
 accel_status accel_save_model(accel_context* ctx, const accel_model* model, const char* path) {
   return guard(ctx, "accel_save_model", [&] {
     NEED(ctx);

@@ -141,6 +141,19 @@ std::vector<torch::Tensor> Accelerator::full_parameters(const Model& model) {
   return out;
 }
 
+torch::Tensor Accelerator::full_gradient(const Model& model, size_t index) {
+  ACCEL_CHECK(model_ != nullptr && &model == model_.get(), Status::InvalidState,
+              "gradients are read from the model accel_prepare bound (", model_ ? "this is another one" : "none yet", ")");
+  const size_t n = model.parameters().size();
+  ACCEL_CHECK(index < n, Status::InvalidArgument, "parameter index ", index, " out of range (the model has ", n, ")");
+  ACCEL_CHECK(pending_, Status::InvalidState, "no gradients to read: accel_backward has not run since the last "
+              "accel_step (which zeroes them)");
+  ACCEL_CHECK(sync_, Status::InvalidState, "the gradients are complete after the accumulation's last micro-batch (",
+              accum_count_, " of ", opts_.gradient_accumulation_steps, " so far): read them after it, before accel_step");
+  finish_gradients();  // unscaled (fp16), token means applied: what the step would use (idempotent)
+  return strategy_->full_gradient(index);
+}
+
 void Accelerator::write_on_main(const Model& model, const std::function<void(std::vector<torch::Tensor>&)>& write) {
   std::vector<torch::Tensor> params = full_parameters(model);  // a collective under ZeRO
   Status status = Status::Ok;

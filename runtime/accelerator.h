@@ -105,6 +105,11 @@ class Accelerator {
   // The model's parameters whole, fp32, on the host. Under ZeRO a collective: every
   // process must call it (the shards are gathered).
   std::vector<torch::Tensor> full_parameters(const Model& model);
+  // Parameter `index`'s gradient as the next step would use it (fp32, host; unscaled, a mean
+  // over the accumulation's losses, averaged over the processes; a collective under ZeRO).
+  // InvalidState for a model prepare did not bind, with no backward since the last step, or
+  // in the middle of an accumulation; InvalidArgument for an index out of range.
+  torch::Tensor full_gradient(const Model& model, size_t index);
   // Writes the model's weights as safetensors (the main process writes; under ZeRO every
   // process must call it).
   void save_model(const Model& model, const std::string& path);

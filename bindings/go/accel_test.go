@@ -454,10 +454,26 @@ func TestTrainingSchedulerClip(t *testing.T) {
 	}
 	_, err = ctx.ClipGradNorm(-1)
 	wantErr(t, err, ErrInvalidArgument, "max_norm")
+	// the gradients read back are the clipped ones the step will apply: their global norm is 1e-3
+	var sq float64
+	for i := 0; i < nt; i++ {
+		g := must(s.model.ParameterGrad(i))
+		for _, v := range must(ToSlice[float32](g)) {
+			sq += float64(v) * float64(v)
+		}
+		g.Close()
+	}
+	if math.Abs(math.Sqrt(sq)-1e-3) > 1e-6 {
+		t.Fatal("gradient norm read back", math.Sqrt(sq))
+	}
+	_, err = s.model.ParameterGrad(nt)
+	wantErr(t, err, ErrInvalidArgument, "out of range")
 	r := must(ctx.Step())
 	if !r.Stepped || r.OptimizerSteps != 1 || r.MicroSteps != 1 || r.LossScale != 1 {
 		t.Fatalf("%+v", r)
 	}
+	_, err = s.model.ParameterGrad(0)
+	wantErr(t, err, ErrInvalidState, "no gradients")
 	logits.Close()
 	loss.Close()
 	if lr := must(s.opt.LR()); !near(lr, wantLR[1]) {

@@ -268,6 +268,27 @@ func (m *Model) Parameter(index int) (*Tensor, error) {
 	return wrapTensor(out), nil
 }
 
+// ParameterGrad returns a copy of parameter index's gradient (fp32, host) as the next Step
+// will apply it: unscaled, averaged over the processes (gathered under ZeRO: a collective).
+// Read it after the accumulation's last Backward and before Step.
+func (m *Model) ParameterGrad(index int) (*Tensor, error) {
+	const op = "accel_model_parameter_grad"
+	if index < 0 {
+		return nil, errArg(op, "index must be >= 0, got %d", index)
+	}
+	h, err := m.lock(op)
+	if err != nil {
+		return nil, err
+	}
+	c := m.o.ctx
+	defer c.unlock()
+	var out *C.accel_tensor
+	if err = c.err(op, C.accel_model_parameter_grad(c.h, h, C.size_t(index), &out)); err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
+}
+
 // pathOp runs a call of the model that takes a path (checked for NUL bytes).
 func (m *Model) pathOp(op, what, path string, f func(c *C.accel_context, h *C.accel_model, p *C.char) C.accel_status) error {
 	cs, err := cString(op, what, path)

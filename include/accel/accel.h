@@ -1471,6 +1471,24 @@ ACCEL_API accel_status accel_train_micro_batches(accel_context *ctx, accel_model
                                                  accel_loss loss, int32_t max_micro_batches, double max_seconds,
                                                  accel_train_result *out);
 
+/* A copy of parameter `index`'s gradient (in [0, num_tensors); fp32, the parameter's shape) as
+ * a new host tensor: the gradient the next accel_step will apply, to look at it (a NaN, a
+ * check against finite differences) or to run an optimizer of one's own. It is the mean over
+ * the accumulation's micro-batches as accel_backward defines it (over their tokens for
+ * causal-LM losses), unscaled under fp16 (it may hold inf/NaN: accel_step would then skip the
+ * step), clipped when accel_clip_grad_norm ran, and the same on every process under DDP and
+ * ZeRO: averaged over the processes (under ZeRO gathered whole from the shards: a collective,
+ * every process calls it with the same index). Read it after the accumulation's last
+ * accel_backward and before accel_step (which zeroes the gradients); a parameter that
+ * received no gradient reads zeros; under LoRA the parameters are the adapters. The model
+ * must be the one accel_prepare bound in ctx. Errors: ACCEL_ERR_INVALID_ARGUMENT for a NULL
+ * pointer, an index out of range or a model of another context; ACCEL_ERR_INVALID_STATE
+ * before accel_prepare bound the model, when no accel_backward ran since the last
+ * accel_step, or between the micro-batches of an accumulation (the gradients are not
+ * complete yet). */
+ACCEL_API accel_status accel_model_parameter_grad(accel_context *ctx, const accel_model *model, size_t index,
+                                                  accel_tensor **out);
+
 #ifdef __cplusplus
 }
 #endif

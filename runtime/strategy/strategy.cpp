@@ -43,6 +43,13 @@ std::vector<torch::Tensor> ParallelStrategy::full_parameters() {
   return out;
 }
 
+torch::Tensor ParallelStrategy::full_gradient(size_t index) {
+  const torch::Tensor& p = model_->parameters().at(index);
+  const torch::Tensor g = p.grad();
+  if (!g.defined()) return torch::zeros(p.sizes(), torch::TensorOptions().dtype(torch::kFloat));
+  return g.detach().to(torch::kCPU, torch::kFloat, /*non_blocking=*/false, /*copy=*/true);
+}
+
 void ParallelStrategy::restore(const std::map<std::string, std::vector<torch::Tensor>>& full, int64_t steps,
                                Optimizer* opt) {
   torch::NoGradGuard ng;

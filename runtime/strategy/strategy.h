@@ -85,6 +85,10 @@ class ParallelStrategy {
   // --- evaluation and checkpoints
   // The prepared model's parameters whole, fp32, on the host (a collective when sharded).
   virtual std::vector<torch::Tensor> full_parameters();
+  // Parameter `index`'s gradient whole, fp32, on the host, as the optimizer's step would use
+  // it now (after unscale, scale_gradients and clip; averaged over the processes once
+  // synchronised); zeros where it has none. A collective when the gradients are sharded.
+  virtual torch::Tensor full_gradient(size_t index);
   virtual int zero_stage() const { return 0; }
   // Sharded state (shards_state()): this process's pieces and their values, for "weight"
   // or an optimizer state kind (undefined where the optimizer has made none yet).

@@ -380,6 +380,24 @@ std::vector<torch::Tensor> ZeroEngine::full_parameters() {
   return out;
 }
 
+torch::Tensor ZeroEngine::full_gradient(size_t index) {
+  const auto& params = model_.parameters();
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const Unit& x = units_[u];
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      if (x.params[i] != index) continue;
+      torch::Tensor mine = grad_chunk(u).to(torch::kFloat);
+      if (grad_factor_ != 1.0) mine = mine * grad_factor_;
+      mine = mine.contiguous();
+      torch::Tensor flat = torch::empty({x.padded}, on(torch::kFloat));
+      comm::all_gather(comm_, mine, flat)->wait();
+      const torch::Tensor& p = params[index];
+      return flat.narrow(0, x.offsets[i], p.numel()).view(p.sizes()).to(torch::kCPU).clone();
+    }
+  }
+  fail(Status::Internal, "ZeRO: parameter ", index, " is in no unit");
+}
+
 std::vector<StatePiece> ZeroEngine::pieces() const {
   std::vector<StatePiece> out;
   const auto& params = model_.parameters();
@@ -544,6 +562,7 @@ class ZeroStrategy final : public ParallelStrategy {
   void zero_grad(Optimizer& /*opt*/) override { engine_->zero_grad(); }
 
   std::vector<torch::Tensor> full_parameters() override { return engine_->full_parameters(); }
+  torch::Tensor full_gradient(size_t index) override { return engine_->full_gradient(index); }
   int zero_stage() const override { return engine_ ? stage_.number : 0; }
   std::vector<StatePiece> pieces() const override { return engine_->pieces(); }
   torch::Tensor piece_state(const std::string& kind, const StatePiece& p) override { return engine_->piece_state(kind, p); }

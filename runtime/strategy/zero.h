@@ -104,6 +104,9 @@ class ZeroEngine {
 
   // Collective: every parameter whole, fp32, on the host, in the model's order.
   std::vector<torch::Tensor> full_parameters();
+  // Parameter `index`'s averaged gradient whole (fp32, host): its unit's chunks gathered, with
+  // grad_factor_ applied (a collective).
+  torch::Tensor full_gradient(size_t index);
 
   // Checkpoints. The ranges of the parameters' flattened values this rank's chunks hold
   // (at most one per parameter), and their state: "weight" (the fp32 master values) or an

@@ -242,6 +242,47 @@ TEST(LM, OneStepUnderEveryStrategy) {
   }
 }
 
+// Gradient read-back (accel_model_parameter_grad's runtime half): on 2 simulated ranks that
+// each run the fixture's batch, under DDP and ZeRO 1-3, with an accumulation of 2 (the same
+// batch twice: the mean is the batch's gradient), every rank reads transformers' gradient of
+// every parameter; between the accumulation's micro-batches and after the step there is none.
+TEST(LM, GradientReadBackUnderEveryStrategy) {
+  for (const char* name : {"qwen2-tiny", "gemma2-tiny"}) {
+    auto ref = read_map(fixture(name) + "/reference.safetensors");
+    for (Strategy s : {Strategy::DDP, Strategy::Zero1, Strategy::Zero2, Strategy::Zero3}) {
+      std::vector<double> worst(2, 0.0);
+      auto rep = on_ranks(2, s, 2, [&](Accelerator& acc, sim::Rank& rk) {
+        std::shared_ptr<Model> model = load_pretrained(fixture(name));
+        SGDConfig sc;
+        sc.lr = 0.1;
+        auto opt = std::make_shared<Optimizer>(model, sc);
+        acc.prepare(model, opt, nullptr, nullptr);
+        expect_error([&] { acc.full_gradient(*model, 0); }, Status::InvalidState, {"no gradients"});
+        for (int micro = 0; micro < 2; ++micro) {
+          auto logits = acc.forward(*model, {ref.at("input_ids"), ref.at("attention_mask")});
+          acc.backward(causal_lm_loss(logits, ref.at("labels")));
+          if (micro == 0) expect_error([&] { acc.full_gradient(*model, 0); }, Status::InvalidState, {"1 of 2"});
+        }
+        for (size_t i = 0; i < model->parameters().size(); ++i) {
+          const auto& want = ref.at("grad." + model->parameter_names()[i]);
+          const auto got = acc.full_gradient(*model, i);
+          EXPECT_EQ(got.sizes(), want.sizes()) << model->parameter_names()[i];
+          worst[static_cast<size_t>(rk.rank())] = std::max(worst[static_cast<size_t>(rk.rank())], max_rel(got, want));
+        }
+        expect_error([&] { acc.full_gradient(*model, model->parameters().size()); }, Status::InvalidArgument,
+                     {"out of range"});
+        acc.step();
+        expect_error([&] { acc.full_gradient(*model, 0); }, Status::InvalidState, {"no gradients"});
+      });
+      ASSERT_TRUE(rep.ok()) << name << " " << strategy_name(s) << ": " << rep.first_error();
+      std::printf("[ %s ] %s: gradients read back within %.3g (rank 0) and %.3g (rank 1) of transformers'\n", name,
+                  strategy_name(s), worst[0], worst[1]);
+      EXPECT_LT(worst[0], 1e-4);
+      EXPECT_LT(worst[1], 1e-4);
+    }
+  }
+}
+
 // The reverse round trip's accel half (scripts/lm_reverse_check runs transformers on it):
 // a few plain SGD steps from the fixture, save_pretrained, and accel's logits of the trained
 // model on the fixture's batch in accel_reference.safetensors inside the saved directory

@@ -386,6 +386,23 @@ void models() {
   for (size_t i : {kParamTensors, SIZE_MAX}) add(pa, "index=" + str(i), ARG, {"index", str(i)}, param(1, 1, i, false));
   add(pa, "model of another context", ARG, {"another context"}, param(1, 2, 0, false));
 
+  // parameter_grad: the model is prepared, no backward has run: no gradients to read
+  const std::string pg = "accel_model_parameter_grad";
+  auto grad = [](int ctx_kind, int model_kind, size_t index, bool null_out) {
+    return [=](Env& e) {
+      accel_context* c = ctx_kind ? e.a.ctx : nullptr;
+      accel_model* m = model_kind == 0 ? nullptr : model_kind == 1 ? e.a.model : e.other().model;
+      return with_out<accel_tensor*>(
+          e, [&](auto* out) { return R(accel_model_parameter_grad(c, m, index, null_out ? nullptr : out), c); });
+    };
+  };
+  null_case(pg, "ctx", grad(0, 1, 0, false));
+  null_case(pg, "model", grad(1, 0, 0, false));
+  null_case(pg, "out", grad(1, 1, 0, true));
+  add(pg, "model of another context", ARG, {"another context"}, grad(1, 2, 0, false));
+  add(pg, "before any backward", STATE, {"no gradients", "accel_backward"}, grad(1, 1, 0, false));
+  add(pg, "index=SIZE_MAX", ARG, {"index", "out of range"}, grad(1, 1, SIZE_MAX, false));
+
   // save_model: paths it must refuse, and leave as they were
   const std::string sm = "accel_save_model";
   null_case(sm, "ctx", [](Env& e) { return R(accel_save_model(nullptr, e.a.model, "m.safetensors")); });

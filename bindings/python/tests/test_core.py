@@ -356,6 +356,27 @@ def test_clip_grad_norm_value(acc):
     assert float(np.linalg.norm(w2 - w)) == pytest.approx(0.1 * 1e-3, rel=1e-3)
 
 
+def test_parameter_grad_is_what_the_step_applies(acc):
+    model = accel.Model.mlp(acc, [2, 1], bias=False)
+    opt = accel.SGD(model, lr=0.1)
+    acc.prepare(model, opt)
+    with pytest.raises(accel.InvalidStateError, match="no gradients"):
+        model.parameter_grad(0)
+    (w,) = model.parameters()
+    x = np.array([[1.0, 2.0]], np.float32)
+    acc.backward(accel.mse_loss(model(x), np.array([[0.0]], np.float32)))
+    g = model.parameter_grad(0).numpy()
+    pred = (x @ w.T).item()
+    np.testing.assert_allclose(g, 2 * pred * x, rtol=1e-6)  # d/dw (w.x)^2
+    with pytest.raises(accel.InvalidArgumentError, match="out of range"):
+        model.parameter_grad(1)
+    opt.step()
+    (w2,) = model.parameters()
+    np.testing.assert_allclose(w2, w - 0.1 * g, rtol=1e-6)  # SGD applied exactly that gradient
+    with pytest.raises(accel.InvalidStateError, match="no gradients"):
+        model.parameter_grad(0)  # the step zeroed them
+
+
 def test_fp16_loss_scale():
     with accel.Accelerator(mixed_precision="fp16", seed=1, num_threads=1, loss_scale_init=1024,
                            loss_scale_growth_interval=2) as acc:

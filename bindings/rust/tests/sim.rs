@@ -202,7 +202,19 @@ fn ddp_keeps_ranks_in_sync_and_reports_memory() {
         for _ in 0..3 {
             let loss = ctx.mse(&model.forward1(&x)?, &t)?;
             ctx.backward(&loss)?;
+            // the gradient the step applies: averaged over the ranks, so the same on both,
+            // and SGD (lr 0.1, no momentum) moves the weights by exactly lr times it
+            let g = model.parameter_grad(0)?;
+            let gmax = ctx.reduce(&g, ReduceOp::Max)?;
+            let gmin = ctx.reduce(&g, ReduceOp::Min)?;
+            assert_eq!(f32s(&gmax), f32s(&gmin));
+            let before = f32s(&model.parameter(0)?);
             ctx.step()?;
+            let after = f32s(&model.parameter(0)?);
+            for ((a, b), d) in after.iter().zip(&before).zip(f32s(&g)) {
+                assert!((a - (b - 0.1 * d)).abs() <= 1e-6 * (1.0 + b.abs()), "{a} {b} {d}");
+            }
+            assert!(model.parameter_grad(0).is_err(), "no gradients after the step");
         }
         let w = model.parameter(0)?;
         let max = ctx.reduce(&w, ReduceOp::Max)?;

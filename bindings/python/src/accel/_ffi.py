@@ -137,6 +137,7 @@ accel_status accel_model_set_training(accel_context *ctx, accel_model *model, in
 accel_status accel_model_num_parameters(const accel_model *model, size_t *out_tensors, int64_t *out_elements);
 accel_status accel_model_parameter_name(const accel_model *model, size_t index, const char **out);
 accel_status accel_model_parameter(accel_context *ctx, const accel_model *model, size_t index, accel_tensor **out);
+accel_status accel_model_parameter_grad(accel_context *ctx, const accel_model *model, size_t index, accel_tensor **out);
 accel_status accel_save_model(accel_context *ctx, const accel_model *model, const char *path);
 accel_status accel_loss_cross_entropy(accel_context *ctx, const accel_tensor *logits, const accel_tensor *targets, accel_tensor **out);
 accel_status accel_loss_mse(accel_context *ctx, const accel_tensor *input, const accel_tensor *target, accel_tensor **out);

@@ -256,6 +256,14 @@ class Model(_Child):
         self._call(_lib.lib.accel_model_parameter, _int(index, "index"), out)
         return Tensor._wrap(out[0])
 
+    def parameter_grad(self, index: int) -> Tensor:
+        """A host copy of parameter `index`'s gradient (fp32) as the next step will apply it:
+        unscaled, averaged over the processes (gathered under ZeRO: a collective). Read it
+        after the accumulation's last backward and before step."""
+        out = ffi.new("accel_tensor **")
+        self._call(_lib.lib.accel_model_parameter_grad, _int(index, "index"), out)
+        return Tensor._wrap(out[0])
+
     def named_parameters(self) -> List[Tuple[str, "np.ndarray"]]:
         """(name, numpy copy) for every parameter tensor, e.g. ("layers.0.weight", array)."""
         result = []

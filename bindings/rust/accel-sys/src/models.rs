@@ -68,6 +68,12 @@ extern "C" {
         index: usize,
         out: *mut *mut accel_tensor,
     ) -> accel_status;
+    pub fn accel_model_parameter_grad(
+        ctx: *mut accel_context,
+        model: *const accel_model,
+        index: usize,
+        out: *mut *mut accel_tensor,
+    ) -> accel_status;
     pub fn accel_save_model(ctx: *mut accel_context, model: *const accel_model, path: *const c_char) -> accel_status;
 
     pub fn accel_loss_cross_entropy(

@@ -158,6 +158,15 @@ impl<'ctx> Model<'ctx> {
             .tensor_out(|out| unsafe { sys::accel_model_parameter(self.ctx.raw.as_ptr(), self.raw.ptr(), index, out) })
     }
 
+    /// A host copy of parameter `index`'s gradient (fp32) as the next step will apply it
+    /// (`accel_model_parameter_grad`: unscaled, averaged over the processes; a collective under
+    /// ZeRO). Read it after the accumulation's last backward and before the step.
+    pub fn parameter_grad(&self, index: usize) -> Result<Tensor> {
+        self.ctx
+            // SAFETY: a live context (`self`), live arguments borrowed for the call; `out` is tensor_out's local.
+            .tensor_out(|out| unsafe { sys::accel_model_parameter_grad(self.ctx.raw.as_ptr(), self.raw.ptr(), index, out) })
+    }
+
     /// Writes the weights (`accel_save_model`), see [`Context::save_model`].
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         self.ctx.save_model(self, path)
