@@ -128,7 +128,7 @@ void expect_error(F&& f, Status status, const std::vector<std::string>& parts) {
 // Runs fn(acc, rank) on `world` simulated ranks, each with a CPU Accelerator of strategy s
 // and `accumulation` gradient accumulation steps (seed 1).
 inline sim::RunReport on_ranks(int world, Strategy s, int64_t accumulation,
-                        const std::function<void(Accelerator&, sim::Rank&)>& fn) {
+                        const std::function<void(Accelerator&, sim::Rank&)>& fn, Precision precision = Precision::No) {
   sim::WorldOptions wo;
   wo.world_size = world;
   wo.timeout_seconds = 30;
@@ -139,6 +139,7 @@ inline sim::RunReport on_ranks(int world, Strategy s, int64_t accumulation,
     o.device = DeviceKind::CPU;
     o.strategy = s;
     o.gradient_accumulation_steps = accumulation;
+    o.precision = precision;
     std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
     Accelerator acc(o, c);
     fn(acc, rk);
