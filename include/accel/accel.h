@@ -944,7 +944,8 @@ ACCEL_API accel_status accel_load_state(accel_context *ctx, const char *dir);
 ACCEL_API accel_status accel_last_checkpoint(const accel_context *ctx, const char **out);
 
 /* ------------------------------------------------------------------------------------
- * Language models: GPT-2 and Llama in Hugging Face's formats (docs/lm.md)
+ * Language models: GPT-2, Llama and the families shaped like it (Mistral, Qwen2/2.5, Qwen3,
+ * Phi-3, Gemma 2, Gemma 3 text, SmolLM3) in Hugging Face's formats (docs/lm.md)
  *
  * A causal LM is an accel_model: it prepares, trains, checkpoints (accel_save_state) and
  * reports its parameters like any other, under every strategy and precision. Its parameters
@@ -973,7 +974,8 @@ typedef struct accel_lm_options {
 ACCEL_API accel_status accel_lm_options_init(accel_lm_options *opts, uint32_t version);
 
 /* Loads a Hugging Face causal-LM directory (as transformers' save_pretrained writes it):
- * config.json (model_type "gpt2" or "llama") and model.safetensors, or
+ * config.json (model_type "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma2",
+ * "gemma3_text" or "smollm3") and model.safetensors (fp32, bf16 or fp16), or
  * model.safetensors.index.json and its shards. opts may be NULL (the defaults). Every tensor
  * is checked against the config before the model exists. The model is in training mode.
  * Errors: ACCEL_ERR_INVALID_ARGUMENT for an empty dir or a dtype other than float32 or
@@ -1286,7 +1288,10 @@ typedef struct accel_memory_estimate {
 } accel_memory_estimate;
 
 /* Estimates the memory per GPU of training `model`: a named shape ("gpt2", "gpt2-medium",
- * "gpt2-large", "gpt2-xl", "llama-7b", "llama-13b", "llama-70b", "tiny-llama"), a Hugging
+ * "gpt2-large", "gpt2-xl", "llama-7b", "llama-13b", "llama-70b", "tiny-llama", and the
+ * published models' shapes: "llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen2.5-0.5b",
+ * "qwen2.5-1.5b", "qwen2.5-7b", "qwen3-0.6b", "mistral-7b", "phi-3-mini", "gemma-2-2b",
+ * "gemma-3-1b", "smollm2-135m", "smollm2-1.7b", "smollm3-3b"), a Hugging
  * Face config.json, or a directory holding one. opts may be NULL (the defaults). Needs no
  * context, allocates nothing model-sized and is thread-safe.
  * Errors: ACCEL_ERR_INVALID_ARGUMENT naming the field for an empty model, a bad option value,
