@@ -358,7 +358,8 @@ TEST(LM, TrainedModelExportsForTransformers) {
   // LoRA: a trained adapter in PEFT's format (peft loads it onto the fixture: <name>-adapter,
   // with accel's logits beside it in <name>-adapter.reference.safetensors) and the merged
   // plain directory (transformers loads it: <name>-lora-merged)
-  for (const char* name : {"gpt2-tiny", "llama-tiny", "qwen2-tiny", "phi3-tiny", "gemma2-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "phi3-tiny",
+                           "gemma2-tiny", "gemma3-tiny", "smollm3-tiny"}) {
     auto ref = read_map(fixture(name) + "/reference.safetensors");
     const auto ids = ref.at("input_ids"), mask = ref.at("attention_mask"), labels = ref.at("labels");
     auto model = load_pretrained(fixture(name));
