@@ -233,17 +233,7 @@ int main(int argc, char** argv) {
     std::printf("accel %s (library %d)\n", ACCEL_VERSION_STRING, ACCEL_VERSION_NUMBER);
     return 0;
   }
-  if (*launch) {
-    try {
-      return accel::launch::run(*launch, launch_options);
-    } catch (const accel::Error& e) {
-      std::fprintf(stderr, "accel: %s\n", e.what());
-      return 2;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "accel: %s\n", e.what());
-      return 1;
-    }
-  }
+  if (*launch) return accel::tools::report_errors([&] { return accel::launch::run(*launch, launch_options); });
   inv.command = *envcmd ? "env" : *topos ? "sim topologies" : *bench ? "sim bench" : *est ? "estimate-memory"
                 : *merge ? "merge-weights" : "";
   if (inv.command.empty()) return 0;

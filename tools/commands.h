@@ -8,7 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <exception>
 #include <string>
+
+#include "base/status.h"
 
 namespace accel::tools {
 
@@ -57,6 +61,22 @@ struct Invocation {
   EstimateArgs estimate;
   std::string merge_dir, merge_out;
 };
+
+// Runs a command and turns what it throws into the tool's message ("accel: ...") and exit
+// status (accel::Error: 2, another exception: 1): the executable's launch and the module's
+// commands alike.
+template <class F>
+int report_errors(F&& run) {
+  try {
+    return run();
+  } catch (const accel::Error& e) {
+    std::fprintf(stderr, "accel: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "accel: %s\n", e.what());
+    return 1;
+  }
+}
 
 // The module's entry (tools/module.cpp), looked up by main with dlsym: runs the command,
 // prints an error as "accel: ..." and returns the exit status. `built_against` is main's

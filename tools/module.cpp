@@ -2,9 +2,7 @@
 // loaded by main (tools/accel.cpp) only when one of them runs. The runtime is linked into
 // it statically, as it was into the tool: never beside libaccel.so.
 #include <cstdio>
-#include <exception>
 
-#include "base/status.h"
 #include "tools/commands.h"
 
 extern "C" __attribute__((visibility("default"))) int accel_tools_run(const accel::tools::Invocation* inv,
@@ -15,7 +13,7 @@ extern "C" __attribute__((visibility("default"))) int accel_tools_run(const acce
                  "install or rebuild both together\n", t::kToolsInterface, built_against);
     return 2;
   }
-  try {
+  return t::report_errors([&] {
     if (inv->command == "env") return t::env();
     if (inv->command == "sim topologies") return t::sim_topologies();
     if (inv->command == "sim bench") return t::sim_bench(inv->bench);
@@ -23,11 +21,5 @@ extern "C" __attribute__((visibility("default"))) int accel_tools_run(const acce
     if (inv->command == "merge-weights") return t::merge_weights(inv->merge_dir, inv->merge_out);
     std::fprintf(stderr, "accel: libaccel-tools.so has no command '%s'\n", inv->command.c_str());
     return 2;
-  } catch (const accel::Error& e) {
-    std::fprintf(stderr, "accel: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "accel: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -251,28 +251,26 @@ func (m *Model) ParameterName(index int) (string, error) {
 // Parameter returns a copy of parameter index (fp32 master weights) as a host tensor.
 // Under ZeRO it is a collective.
 func (m *Model) Parameter(index int) (*Tensor, error) {
-	const op = "accel_model_parameter"
-	if index < 0 {
-		return nil, errArg(op, "index must be >= 0, got %d", index)
-	}
-	h, err := m.lock(op)
-	if err != nil {
-		return nil, err
-	}
-	c := m.o.ctx
-	defer c.unlock()
-	var out *C.accel_tensor
-	if err = c.err(op, C.accel_model_parameter(c.h, h, C.size_t(index), &out)); err != nil {
-		return nil, err
-	}
-	return wrapTensor(out), nil
+	return m.indexedTensor("accel_model_parameter", index,
+		func(c *C.accel_context, h *C.accel_model, i C.size_t, out **C.accel_tensor) C.accel_status {
+			return C.accel_model_parameter(c, h, i, out)
+		})
 }
 
 // ParameterGrad returns a copy of parameter index's gradient (fp32, host) as the next Step
 // will apply it: unscaled, averaged over the processes (gathered under ZeRO: a collective).
 // Read it after the accumulation's last Backward and before Step.
 func (m *Model) ParameterGrad(index int) (*Tensor, error) {
-	const op = "accel_model_parameter_grad"
+	return m.indexedTensor("accel_model_parameter_grad", index,
+		func(c *C.accel_context, h *C.accel_model, i C.size_t, out **C.accel_tensor) C.accel_status {
+			return C.accel_model_parameter_grad(c, h, i, out)
+		})
+}
+
+// indexedTensor runs op, a call of the model's context that makes a host tensor from
+// parameter index (Parameter, ParameterGrad).
+func (m *Model) indexedTensor(op string, index int,
+	f func(c *C.accel_context, h *C.accel_model, i C.size_t, out **C.accel_tensor) C.accel_status) (*Tensor, error) {
 	if index < 0 {
 		return nil, errArg(op, "index must be >= 0, got %d", index)
 	}
@@ -283,7 +281,7 @@ func (m *Model) ParameterGrad(index int) (*Tensor, error) {
 	c := m.o.ctx
 	defer c.unlock()
 	var out *C.accel_tensor
-	if err = c.err(op, C.accel_model_parameter_grad(c.h, h, C.size_t(index), &out)); err != nil {
+	if err = c.err(op, f(c.h, h, C.size_t(index), &out)); err != nil {
 		return nil, err
 	}
 	return wrapTensor(out), nil

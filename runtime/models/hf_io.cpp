@@ -281,6 +281,12 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     // layer type: rope_parameters {"full_attention": {...}, "sliding_attention": {...}}
     // (4.x: rope_theta and rope_scaling for the full layers, rope_local_base_freq for the
     // sliding ones).
+    // partial_rotary_factor, in the RoPE object (transformers 5) or at the top (4.x): only 1
+    auto no_partial_rotary = [&](const Fields& fields) {
+      const double partial = fields.number("partial_rotary_factor", 1.0);
+      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
+                  " (rotary embeddings on part of each head) is not supported");
+    };
     auto read_rope = [&](const json& r, const std::string& key, LMConfig::Rope& rope, double& theta) {
       ACCEL_CHECK(r.is_object(), Status::Format, what, ": the field '", key, "' must be an object, got ", r.dump());
       Fields rf{r, what};
@@ -292,9 +298,7 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
                   Status::Unsupported, what, ": '", key, "' has rope_type '", rope.type,
                   "'; accel supports \"default\", \"linear\", \"dynamic\", \"yarn\", \"llama3\" and \"longrope\"");
       if (rf.has("rope_theta")) theta = rf.number("rope_theta", theta);
-      const double partial = rf.number("partial_rotary_factor", 1.0);
-      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
-                  " (rotary embeddings on part of each head) is not supported");
+      no_partial_rotary(rf);
       rope.factor = rf.number("factor", NAN);
       if (rf.has("original_max_position_embeddings"))
         rope.original_max_position_embeddings = rf.positive("original_max_position_embeddings", 0);
@@ -359,11 +363,7 @@ LMConfig parse_lm_config(const std::string& text, const std::string& what) {
     c.local_rope = gemma3;
     if (f.has("original_max_position_embeddings"))
       c.rope.original_max_position_embeddings = f.positive("original_max_position_embeddings", 0);
-    {
-      const double partial = f.number("partial_rotary_factor", 1.0);
-      ACCEL_CHECK(partial == 1.0, Status::Unsupported, what, ": 'partial_rotary_factor' ", partial,
-                  " (rotary embeddings on part of each head) is not supported");
-    }
+    no_partial_rotary(f);
     check_rope(c.rope, c.rope_theta);
     if (c.local_rope) check_rope(c.sliding_rope, c.sliding_rope_theta);
   } else {

@@ -124,30 +124,22 @@ class Llama final : public TransformerLM {
     // inv_freq[i] = 1 / theta^(2i / D) as the config's RoPE type scales it; dimension i pairs
     // with i + D/2; cos and sin times the type's attention factor (yarn, longrope)
     auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(ids.device());
-    auto [inv_freq, attention_factor] = rope_frequencies(cfg_, past + T);
-    auto freqs = torch::outer(torch::arange(past, past + T, f32), inv_freq.to(ids.device()));
-    auto emb = torch::cat({freqs, freqs}, -1);  // [T, D]
-    auto cos = emb.cos(), sin = emb.sin();
-    if (attention_factor != 1.0) {
-      cos = cos * attention_factor;
-      sin = sin * attention_factor;
-    }
-    cos = cos.view({1, 1, T, D});
-    sin = sin.view({1, 1, T, D});
-    torch::Tensor cos_local = cos, sin_local = sin;  // the sliding layers' (Gemma 3: their own RoPE)
-    if (cfg_.local_rope) {
-      auto [inv_l, factor_l] = rope_frequencies(cfg_, cfg_.sliding_rope, cfg_.sliding_rope_theta, past + T);
-      auto fl = torch::outer(torch::arange(past, past + T, f32), inv_l.to(ids.device()));
-      auto el = torch::cat({fl, fl}, -1);
-      cos_local = el.cos();
-      sin_local = el.sin();
-      if (factor_l != 1.0) {
-        cos_local = cos_local * factor_l;
-        sin_local = sin_local * factor_l;
+    auto tables = [&](const std::pair<torch::Tensor, double>& rope) {
+      const auto& [inv_freq, attention_factor] = rope;
+      auto freqs = torch::outer(torch::arange(past, past + T, f32), inv_freq.to(ids.device()));
+      auto emb = torch::cat({freqs, freqs}, -1);  // [T, D]
+      auto cos = emb.cos(), sin = emb.sin();
+      if (attention_factor != 1.0) {
+        cos = cos * attention_factor;
+        sin = sin * attention_factor;
       }
-      cos_local = cos_local.view({1, 1, T, D});
-      sin_local = sin_local.view({1, 1, T, D});
-    }
+      return std::make_pair(cos.view({1, 1, T, D}), sin.view({1, 1, T, D}));
+    };
+    const auto [cos, sin] = tables(rope_frequencies(cfg_, past + T));
+    // the sliding layers' (Gemma 3: their own RoPE)
+    const auto [cos_local, sin_local] =
+        cfg_.local_rope ? tables(rope_frequencies(cfg_, cfg_.sliding_rope, cfg_.sliding_rope_theta, past + T))
+                        : std::make_pair(cos, sin);
 
     gate_before(gate, 0);
     torch::Tensor h = torch::embedding(P[0], ids);
