@@ -21,6 +21,7 @@
 #include "runtime/tracker.h"
 #include "runtime/world.h"
 #include "runtime/safetensors.h"
+#include "runtime/tokenizer/tokenizer.h"
 
 using accel::Status;
 
@@ -63,6 +64,9 @@ struct accel_scheduler {
 struct accel_dataloader {
   accel_context* ctx;
   std::shared_ptr<accel::DataLoader> impl;
+};
+struct accel_tokenizer {
+  std::unique_ptr<accel::tokenizer::Tokenizer> impl;
 };
 struct accel_sim_report {
   accel::sim::RunReport rep;
@@ -183,6 +187,7 @@ ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_tracker_options, ACCEL_TRACKER_OPTIONS);
 ACCEL_ONE_VERSION(accel_inference_options, ACCEL_INFERENCE_OPTIONS);
+ACCEL_ONE_VERSION(accel_encode_options, ACCEL_ENCODE_OPTIONS);
 // An output struct of one version so far: the caller sets its version, the library writes
 // that version's bytes.
 #define ACCEL_ONE_OUTPUT_VERSION(T, VERSION)                  \
@@ -238,6 +243,7 @@ ACCEL_VERSION_TABLE_OK(accel_lora_options);
 ACCEL_VERSION_TABLE_OK(accel_adafactor_options);
 ACCEL_VERSION_TABLE_OK(accel_generate_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate_options);
+ACCEL_VERSION_TABLE_OK(accel_encode_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate);
 ACCEL_VERSION_TABLE_OK(accel_tracker_options);
 ACCEL_VERSION_TABLE_OK(accel_inference_options);

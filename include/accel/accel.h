@@ -1494,6 +1494,129 @@ ACCEL_API accel_status accel_train_micro_batches(accel_context *ctx, accel_model
 ACCEL_API accel_status accel_model_parameter_grad(accel_context *ctx, const accel_model *model, size_t index,
                                                   accel_tensor **out);
 
+/* ------------------------------------------------------------------------------------
+ * Tokenizers (docs/lm.md, "Tokenizers")
+ *
+ * Text to the ids a model was trained with, and back, without Python: a Hugging Face
+ * tokenizer.json (BPE, byte-level as GPT-2, Llama 3, Qwen2 and SmolLM publish it, or with
+ * byte fallback as Llama 2, Mistral, Gemma and Phi-3 do, with its normalizer, pre-tokenizer
+ * regular expression, added and special tokens, post-processor template and decoder) gives
+ * the ids Hugging Face `tokenizers` gives; a SentencePiece .model gives SentencePiece's own.
+ * A tokenizer is immutable after loading: any number of threads may use it at once.
+ * ---------------------------------------------------------------------------------- */
+
+typedef struct accel_tokenizer accel_tokenizer;
+
+/* Loads a tokenizer from `path`: a tokenizer.json, a SentencePiece .model, or a model
+ * directory holding tokenizer.json (preferred) or tokenizer.model. From a directory (or a
+ * file named tokenizer.json or *.model in one) tokenizer_config.json and
+ * special_tokens_map.json are read, when present, for the BOS, EOS, padding and unknown
+ * tokens and, for a .model, add_bos_token (default true) and add_eos_token (default
+ * false). Errors: ACCEL_ERR_IO naming the path for a missing file or a directory with
+ * neither file; ACCEL_ERR_FORMAT naming the file and the field for a file that is not a
+ * tokenizer (bad JSON, merges naming unknown tokens, a regular expression that does not
+ * compile); ACCEL_ERR_UNSUPPORTED naming the component for a model type other than BPE in
+ * tokenizer.json (Unigram and WordPiece), a normalizer, pre-tokenizer, post-processor or
+ * decoder this version lacks, or BPE dropout. *out belongs to the caller. */
+ACCEL_API accel_status accel_tokenizer_load(const char *path, accel_tokenizer **out);
+
+/* Releases a tokenizer. NULL is accepted. */
+ACCEL_API void accel_tokenizer_destroy(accel_tokenizer *tokenizer);
+
+/* The number of ids: one more than the largest id of the vocabulary and the added tokens. */
+ACCEL_API accel_status accel_tokenizer_vocab_size(const accel_tokenizer *tokenizer, int64_t *out);
+
+typedef enum accel_special_token {
+    ACCEL_TOKEN_BOS = 0,  /* beginning of sequence */
+    ACCEL_TOKEN_EOS = 1,  /* end of sequence (generation's stop) */
+    ACCEL_TOKEN_PAD = 2,  /* padding */
+    ACCEL_TOKEN_UNK = 3   /* unknown */
+} accel_special_token;
+
+/* The id of a special token in *out, or -1 when the tokenizer has none (tokenizer_config.json
+ * names none, or names a token that is not in the vocabulary). Errors:
+ * ACCEL_ERR_INVALID_ARGUMENT for an unknown `which`. */
+ACCEL_API accel_status accel_tokenizer_special_id(const accel_tokenizer *tokenizer, accel_special_token which,
+                                                  int64_t *out);
+
+/* The id of the token whose text is `token` (NUL-terminated; byte-level tokens in their
+ * mapped form, "Ġthe") in *out, or -1 when there is none. */
+ACCEL_API accel_status accel_tokenizer_token_to_id(const accel_tokenizer *tokenizer, const char *token, int64_t *out);
+
+/* The text of token `id` in *out (NUL-terminated, owned by the tokenizer, valid until it is
+ * destroyed) and whether it is a special token (skipped by decode's skip_special_tokens) in
+ * *out_special (may be NULL). Errors: ACCEL_ERR_INVALID_ARGUMENT for an id outside
+ * [0, vocab_size). */
+ACCEL_API accel_status accel_tokenizer_id_to_token(const accel_tokenizer *tokenizer, int64_t id, const char **out,
+                                                   int *out_special);
+
+typedef enum accel_side {
+    ACCEL_SIDE_RIGHT = 0,
+    ACCEL_SIDE_LEFT = 1
+} accel_side;
+
+#define ACCEL_ENCODE_OPTIONS_VERSION 1
+
+typedef struct accel_encode_options {
+    uint32_t version;              /* ACCEL_ENCODE_OPTIONS_VERSION */
+    int32_t add_special_tokens;    /* non-zero (default): the post-processor's tokens (Llama's
+                                      BOS...), as Hugging Face's add_special_tokens=True */
+    int32_t replace_invalid_utf8;  /* 0 (default): text that is not valid UTF-8 is
+                                      ACCEL_ERR_INVALID_ARGUMENT, naming the byte offset;
+                                      non-zero: each invalid sequence becomes U+FFFD first, as
+                                      Python's bytes.decode("utf-8", "replace") does */
+    int64_t max_length;            /* > 0: truncate to this many ids, the special tokens added
+                                      included; 0 (default): no truncation */
+    accel_side truncation_side;    /* where truncation drops ids (default RIGHT: the end) */
+    accel_side padding_side;       /* batches: where padding goes (default RIGHT; LEFT for
+                                      generation from a batch of prompts) */
+    int32_t pad_to_max_length;     /* batches: non-zero pads every row to max_length (> 0);
+                                      0 (default): to the longest row */
+    int64_t pad_to_multiple_of;    /* batches: the width is rounded up to a multiple of this
+                                      (0, default: not rounded) */
+    int64_t pad_id;                /* batches: the padding id; -1 (default): the tokenizer's
+                                      padding token, else 0 */
+} accel_encode_options;
+
+#define ACCEL_ENCODE_OPTIONS_INIT \
+    { ACCEL_ENCODE_OPTIONS_VERSION, 1, 0, 0, ACCEL_SIDE_RIGHT, ACCEL_SIDE_RIGHT, 0, 0, -1 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_encode_options_init(accel_encode_options *opts, uint32_t version);
+
+/* Encodes text[0..length) (UTF-8; it may hold NUL bytes) into a new int64 host tensor [n]
+ * in *out. Special tokens written in the text ("<|im_start|>") become their ids, as in
+ * Hugging Face tokenizers (a SentencePiece .model reads them as text, as SentencePiece
+ * does). opts may be NULL (the defaults). Errors: ACCEL_ERR_INVALID_ARGUMENT for NULL
+ * pointers (text may be NULL when length is 0), invalid UTF-8 without replace_invalid_utf8
+ * (the byte offset named), a max_length below the number of special tokens added, a
+ * negative max_length, pad_to_multiple_of or a pad_id below -1, an unknown side. */
+ACCEL_API accel_status accel_tokenizer_encode(const accel_tokenizer *tokenizer, const char *text, size_t length,
+                                              const accel_encode_options *opts, accel_tensor **out);
+
+/* Encodes texts[0..count) (count >= 1; lengths[i] bytes each, or NUL-terminated where
+ * lengths is NULL), several threads at once for large batches, into two new int64 host
+ * tensors [count, T]: the ids, padded as opts says, in *out_ids and the attention mask (1 for
+ * a token, 0 for padding) in *out_mask (may be NULL). These are accel_lm_forward's
+ * input_ids and attention_mask. Errors: as accel_tokenizer_encode's, naming the text's
+ * index; also pad_to_max_length without max_length, a pad_id outside the vocabulary. */
+ACCEL_API accel_status accel_tokenizer_encode_batch(const accel_tokenizer *tokenizer, const char *const *texts,
+                                                    const size_t *lengths, size_t count,
+                                                    const accel_encode_options *opts, accel_tensor **out_ids,
+                                                    accel_tensor **out_mask);
+
+/* Decodes ids[0..count) into text: the decoder's (byte-level bytes, byte fallback,
+ * SentencePiece's spaces), special tokens dropped when skip_special_tokens is non-zero,
+ * bytes that do not form UTF-8 replaced by U+FFFD, as Hugging Face's decode. The text
+ * (NUL-terminated) goes to buf when capacity is more than its length; its length (without
+ * the NUL) goes to *out_length in every case, so a call with buf NULL and capacity 0 asks
+ * for the size. Errors: ACCEL_ERR_INVALID_ARGUMENT for an id outside [0, vocab_size) (its
+ * index named), NULL ids with count > 0, a NULL out_length, or a buf too small (nothing
+ * written, *out_length says what is needed). */
+ACCEL_API accel_status accel_tokenizer_decode(const accel_tokenizer *tokenizer, const int64_t *ids, size_t count,
+                                              int skip_special_tokens, char *buf, size_t capacity,
+                                              size_t *out_length);
+
 #ifdef __cplusplus
 }
 #endif

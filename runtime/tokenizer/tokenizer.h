@@ -1,0 +1,88 @@
+// Tokenizers (issue 36; docs/lm.md, "Tokenizers"): Hugging Face tokenizer.json files (BPE,
+// byte-level or with byte fallback, with the normalizers, pre-tokenizers, post-processors and
+// decoders the Llama, Qwen, Mistral, Gemma, Phi, SmolLM and GPT-2 families publish) and
+// SentencePiece models (Debian's libsentencepiece). Torch-free: the C ABI's accel_tokenizer_*
+// are thin over this.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace accel::tokenizer {
+
+// A padded batch: rows x cols ids and the attention mask (1: a token, 0: padding), row-major.
+struct Batch {
+  int64_t rows = 0, cols = 0;
+  std::vector<int64_t> ids, mask;
+};
+
+struct TruncatePad {
+  int64_t max_length = 0;        // 0: none; counts the special tokens added
+  bool truncate_left = false;    // drop from the start instead of the end
+  bool pad_left = false;         // padding before the tokens (batches)
+  bool pad_to_max_length = false;  // pad every row to max_length instead of the longest
+  int64_t pad_to_multiple_of = 0;
+  int64_t pad_id = -1;           // -1: the tokenizer's pad token, else 0
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // A tokenizer.json, a SentencePiece .model, or a directory holding one of them (with
+  // tokenizer_config.json and special_tokens_map.json, when present, for the special tokens
+  // and add_bos_token/add_eos_token). Throws Error (IO, Format, Unsupported).
+  static std::unique_ptr<Tokenizer> load(const std::string& path);
+
+  // `text` must be valid UTF-8 (see valid_utf8 / replace_invalid_utf8).
+  std::vector<int32_t> encode(std::string_view text, bool add_special, const TruncatePad& tp) const;
+  // Each text encoded (in `threads` threads when there are many), truncated, and padded to
+  // the longest (or max_length, or a multiple) on the chosen side.
+  Batch encode_batch(const std::vector<std::string_view>& texts, bool add_special, const TruncatePad& tp,
+                     int threads) const;
+  virtual std::string decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
+
+  int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  const std::string& id_to_token(int32_t id) const;  // id in [0, vocab_size)
+  bool is_special(int32_t id) const;
+  // -1 where the tokenizer has none
+  int32_t bos_id() const { return bos_; }
+  int32_t eos_id() const { return eos_; }
+  int32_t pad_id() const { return pad_; }
+  int32_t unk_id() const { return unk_; }
+  const std::string& kind() const { return kind_; }  // "tokenizer.json (BPE)", "SentencePiece (BPE)"
+
+  // The pad id a batch uses (tp.pad_id, else the pad token, else 0).
+  int32_t batch_pad_id(const TruncatePad& tp) const;
+
+ protected:
+  // The tokens of `text` without special tokens added; then the template's added tokens.
+  virtual std::vector<int32_t> encode_plain(std::string_view text) const = 0;
+  virtual void add_special_tokens(std::vector<int32_t>& ids) const = 0;
+  virtual size_t num_special_tokens_added() const = 0;
+  void read_config(const std::string& dir);  // tokenizer_config.json, special_tokens_map.json
+  void index_tokens();                       // after tokens_ is filled
+
+  std::vector<std::string> tokens_;  // id -> token text (may be empty for holes)
+  std::vector<bool> special_;        // id -> special
+  std::unordered_map<std::string, int32_t> ids_;  // token text -> id
+  int32_t bos_ = -1, eos_ = -1, pad_ = -1, unk_ = -1;
+  std::optional<bool> add_bos_, add_eos_;  // tokenizer_config.json's, when it says
+  std::string kind_;
+  std::string path_;
+};
+
+// The byte offset of the first byte that is not part of valid UTF-8 (overlong forms,
+// surrogates and code points above U+10FFFF are invalid), or npos.
+size_t invalid_utf8_at(std::string_view s);
+// `s` with each maximal invalid subsequence replaced by U+FFFD, as Python's
+// bytes.decode("utf-8", "replace") does.
+std::string replace_invalid_utf8(std::string_view s);
+
+}  // namespace accel::tokenizer
