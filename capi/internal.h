@@ -64,6 +64,9 @@ struct accel_scheduler {
 struct accel_dataloader {
   accel_context* ctx;
   std::shared_ptr<accel::DataLoader> impl;
+  torch::Tensor last_mask;    // the attention mask of the last batch (causal-LM loaders)
+  bool has_masks = false;     // a causal-LM loader (its batches have masks)
+  bool had_batch = false;     // accel_dataloader_next returned a batch last time
 };
 struct accel_tokenizer {
   std::unique_ptr<accel::tokenizer::Tokenizer> impl;
@@ -180,7 +183,16 @@ struct Versions<accel_dataloader_options> {
 ACCEL_ONE_VERSION(accel_sim_options, ACCEL_SIM_OPTIONS);
 ACCEL_ONE_VERSION(accel_project_options, ACCEL_PROJECT_OPTIONS);
 ACCEL_ONE_VERSION(accel_lm_options, ACCEL_LM_OPTIONS);
-ACCEL_ONE_VERSION(accel_lm_data_options, ACCEL_LM_DATA_OPTIONS);
+template <>
+struct Versions<accel_lm_data_options> {
+  static constexpr const char* name = "accel_lm_data_options";
+  static accel_lm_data_options defaults() { return ACCEL_LM_DATA_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_lm_data_options, padding_side)},  // until issue 36 appended padding_side
+      {2, sizeof(accel_lm_data_options)},
+  };
+  static constexpr uint32_t current = ACCEL_LM_DATA_OPTIONS_VERSION;
+};
 ACCEL_ONE_VERSION(accel_lora_options, ACCEL_LORA_OPTIONS);
 ACCEL_ONE_VERSION(accel_adafactor_options, ACCEL_ADAFACTOR_OPTIONS);
 ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
@@ -188,6 +200,7 @@ ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
 ACCEL_ONE_VERSION(accel_tracker_options, ACCEL_TRACKER_OPTIONS);
 ACCEL_ONE_VERSION(accel_inference_options, ACCEL_INFERENCE_OPTIONS);
 ACCEL_ONE_VERSION(accel_encode_options, ACCEL_ENCODE_OPTIONS);
+ACCEL_ONE_VERSION(accel_sft_options, ACCEL_SFT_OPTIONS);
 // An output struct of one version so far: the caller sets its version, the library writes
 // that version's bytes.
 #define ACCEL_ONE_OUTPUT_VERSION(T, VERSION)                  \
@@ -244,6 +257,7 @@ ACCEL_VERSION_TABLE_OK(accel_adafactor_options);
 ACCEL_VERSION_TABLE_OK(accel_generate_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate_options);
 ACCEL_VERSION_TABLE_OK(accel_encode_options);
+ACCEL_VERSION_TABLE_OK(accel_sft_options);
 ACCEL_VERSION_TABLE_OK(accel_memory_estimate);
 ACCEL_VERSION_TABLE_OK(accel_tracker_options);
 ACCEL_VERSION_TABLE_OK(accel_inference_options);

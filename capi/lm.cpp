@@ -148,6 +148,92 @@ accel_status accel_lm_generate(accel_context* ctx, accel_model* model, const acc
   });
 }
 
+accel_status accel_lm_generate_padded(accel_context* ctx, accel_model* model, const accel_tensor* input_ids,
+                                      const accel_tensor* attention_mask, const accel_generate_options* opts,
+                                      accel_tensor** out) {
+  return guard(ctx, "accel_lm_generate_padded", [&] {
+    NEED(ctx);
+    NEED(model);
+    NEED(input_ids);
+    NEED(attention_mask);
+    NEED(out);
+    same_context(ctx, model->ctx, "model");
+    same_context(ctx, input_ids->owner, "input_ids");
+    same_context(ctx, attention_mask->owner, "attention_mask");
+    const accel::LMConfig* cfg = accel::lm_config_of(*model->impl);
+    ACCEL_CHECK(cfg, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
+    const accel_generate_options o = read_options(opts);
+    accel::GenerateConfig g;
+    g.max_new_tokens = o.max_new_tokens;
+    g.temperature = o.temperature;
+    g.top_k = o.top_k;
+    g.eos_token_id = o.eos_token_id;
+    g.seed = o.seed;
+    g.use_cache = o.use_cache != 0;
+    accel::Accelerator& acc = acc_of(ctx);
+    accel::Model& m = *model->impl;
+    auto fwd = [&](const std::vector<torch::Tensor>& in, accel::lm_detail::KVCache* cache) {
+      return acc.forward(m, in, cache);
+    };
+    *out = wrap(accel::generate(fwd, input_ids->t, attention_mask->t, g, *cfg));
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// Fine-tuning data
+
+accel_status accel_sft_options_init(accel_sft_options* opts, uint32_t version) {
+  return guard(nullptr, "accel_sft_options_init", [&] { init_options(opts, version); });
+}
+
+accel_status accel_sft_dataloader_create(accel_context* ctx, const accel_tokenizer* tokenizer, const char* path,
+                                         const accel_sft_options* sft_opts, const accel_dataloader_options* loader_opts,
+                                         accel_dataloader** out) {
+  return guard(ctx, "accel_sft_dataloader_create", [&] {
+    NEED(ctx);
+    NEED(tokenizer);
+    NEED(path);
+    NEED(loader_opts);
+    NEED(out);
+    const accel_sft_options o = read_options(sft_opts);
+    const int fmt = raw(o.chat_format), side = raw(o.padding_side);
+    ACCEL_CHECK(fmt >= ACCEL_CHAT_AUTO && fmt <= ACCEL_CHAT_MISTRAL, Status::InvalidArgument, "chat_format ", fmt,
+                " is no accel_chat_format");
+    ACCEL_CHECK(side == ACCEL_SIDE_RIGHT || side == ACCEL_SIDE_LEFT, Status::InvalidArgument, "padding_side ", side,
+                " is neither ACCEL_SIDE_RIGHT nor ACCEL_SIDE_LEFT");
+    ACCEL_CHECK(o.max_length >= 0, Status::InvalidArgument, "max_length ", o.max_length, " is negative");
+    ACCEL_CHECK(!o.packing || o.max_length >= 2, Status::InvalidArgument,
+                "packing needs max_length >= 2 (the length of a packed block), got ", o.max_length);
+    ACCEL_CHECK(o.pad_to_multiple_of >= 0, Status::InvalidArgument, "pad_to_multiple_of ", o.pad_to_multiple_of,
+                " is negative");
+    const auto& tok = *tokenizer->impl;
+    ACCEL_CHECK(o.pad_id >= -1 && o.pad_id < tok.vocab_size(), Status::InvalidArgument, "pad_id ", o.pad_id,
+                " is neither -1 nor an id of the vocabulary (", tok.vocab_size(), " ids)");
+    ACCEL_CHECK(*path != '\0', Status::InvalidArgument, "path is empty");
+    accel::DataLoaderConfig c = loader_config(loader_opts);
+    accel::tokenizer::SftConfig sc;
+    sc.format = static_cast<accel::tokenizer::ChatFormat>(fmt);
+    sc.completion_only_loss = o.completion_only_loss != 0;
+    sc.add_eos = o.add_eos != 0;
+    const auto examples = accel::tokenizer::read_sft_jsonl(tok, path, sc);
+    std::vector<std::vector<int32_t>> ids, labels;
+    ids.reserve(examples.size());
+    labels.reserve(examples.size());
+    for (const auto& e : examples) {
+      ids.push_back(e.ids);
+      labels.push_back(e.labels);
+    }
+    accel::LMDataConfig lc;
+    lc.max_length = o.max_length;
+    lc.pad_to_multiple_of = o.pad_to_multiple_of;
+    lc.pad_left = side == ACCEL_SIDE_LEFT;
+    lc.pad_id = o.pad_id >= 0 ? o.pad_id : tok.pad_id() >= 0 ? tok.pad_id() : tok.eos_id() >= 0 ? tok.eos_id() : 0;
+    auto src = accel::make_sft_source(ids, labels, lc, o.packing != 0);
+    auto dl = std::make_shared<accel::DataLoader>(std::move(src), c);
+    *out = new accel_dataloader{ctx, std::move(dl), torch::Tensor(), /*has_masks=*/true, false};
+  });
+}
+
 // ---------------------------------------------------------------------------------------
 // LoRA
 
@@ -239,11 +325,14 @@ accel_status accel_lm_dataloader_create(accel_context* ctx, const accel_tensor* 
     lc.max_length = o.max_length;
     lc.pad_id = o.pad_id;
     lc.pad_to_multiple_of = o.pad_to_multiple_of;
+    ACCEL_CHECK(o.padding_side == ACCEL_SIDE_RIGHT || o.padding_side == ACCEL_SIDE_LEFT, Status::InvalidArgument,
+                "padding_side ", o.padding_side, " is neither ACCEL_SIDE_RIGHT (0) nor ACCEL_SIDE_LEFT (1)");
+    lc.pad_left = o.padding_side == ACCEL_SIDE_LEFT;
     accel::DataLoaderConfig c = loader_config(loader_opts);
     c.group_by_length = o.group_by_length != 0;
     auto src = accel::make_lm_source(tokens->t, offsets ? offsets->t : torch::Tensor(), lc);
     auto dl = std::make_shared<accel::DataLoader>(std::move(src), c);
-    *out = new accel_dataloader{ctx, std::move(dl)};
+    *out = new accel_dataloader{ctx, std::move(dl), torch::Tensor(), /*has_masks=*/true, false};
   });
 }
 

@@ -138,7 +138,9 @@ accel_status accel_train_micro_batches(accel_context* ctx, accel_model* model, a
       torch::Tensor value;
       if (causal) {
         const torch::Tensor labels = b->targets.defined() ? b->targets : b->inputs;
-        torch::Tensor logits = acc.forward(*model->impl, {b->inputs});
+        // left padding: the mask keeps real tokens from attending to it (right padding never is)
+        const bool left = b->mask.defined() && b->mask.select(1, 0).eq(0).any().item<bool>();
+        torch::Tensor logits = left ? acc.forward(*model->impl, {b->inputs, b->mask}) : acc.forward(*model->impl, {b->inputs});
         auto [sum, tokens] = accel::causal_lm_loss_sum(logits, labels.to(logits.device(), torch::kLong));
         value = sum / static_cast<double>(std::max<int64_t>(tokens, 1));
         acc.backward(value, tokens);

@@ -48,7 +48,6 @@ accel_status accel_tokenizer_load(const char* path, accel_tokenizer** out) {
   return guard(nullptr, "accel_tokenizer_load", [&] {
     NEED(path);
     NEED(out);
-    *out = nullptr;
     ACCEL_CHECK(*path != '\0', Status::InvalidArgument, "path is empty");
     auto impl = tk::Tokenizer::load(path);
     *out = new accel_tokenizer{std::move(impl)};
@@ -171,6 +170,38 @@ accel_status accel_tokenizer_decode(const accel_tokenizer* tokenizer, const int6
       v[i] = static_cast<int32_t>(ids[i]);
     }
     const std::string text = t.decode(v, skip_special_tokens != 0);
+    *out_length = text.size();
+    if (buf == nullptr && capacity == 0) return;
+    ACCEL_CHECK(buf != nullptr, Status::InvalidArgument, "buf is NULL with capacity ", capacity);
+    ACCEL_CHECK(capacity > text.size(), Status::InvalidArgument, "buf holds ", capacity, " bytes; the text needs ",
+                text.size() + 1, " with its NUL (*out_length says how long it is)");
+    std::memcpy(buf, text.data(), text.size());
+    buf[text.size()] = '\0';
+  });
+}
+
+accel_status accel_tokenizer_apply_chat(const accel_tokenizer* tokenizer, accel_chat_format format,
+                                        const accel_chat_message* messages, size_t count, int add_generation_prompt,
+                                        char* buf, size_t capacity, size_t* out_length) {
+  return guard(nullptr, "accel_tokenizer_apply_chat", [&] {
+    NEED(tokenizer);
+    NEED(out_length);
+    ACCEL_CHECK(messages != nullptr || count == 0, Status::InvalidArgument, "messages is NULL");
+    const int f = raw(format);
+    ACCEL_CHECK(f >= ACCEL_CHAT_AUTO && f <= ACCEL_CHAT_MISTRAL, Status::InvalidArgument, "format ", f,
+                " is no accel_chat_format");
+    std::vector<tk::Message> msgs;
+    for (size_t i = 0; i < count; ++i) {
+      ACCEL_CHECK(messages[i].role != nullptr, Status::InvalidArgument, "messages[", i, "].role is NULL");
+      ACCEL_CHECK(messages[i].content != nullptr, Status::InvalidArgument, "messages[", i, "].content is NULL");
+      std::string keep;
+      const std::string what = "messages[" + std::to_string(i) + "]";
+      utf8_text(messages[i].role, std::strlen(messages[i].role), false, keep, (what + ".role").c_str());
+      utf8_text(messages[i].content, std::strlen(messages[i].content), false, keep, (what + ".content").c_str());
+      msgs.push_back({messages[i].role, messages[i].content});
+    }
+    const std::string text =
+        tk::render_chat(*tokenizer->impl, static_cast<tk::ChatFormat>(f), msgs, add_generation_prompt != 0);
     *out_length = text.size();
     if (buf == nullptr && capacity == 0) return;
     ACCEL_CHECK(buf != nullptr, Status::InvalidArgument, "buf is NULL with capacity ", capacity);

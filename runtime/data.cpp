@@ -250,10 +250,14 @@ std::optional<Batch> DataLoader::next(const torch::Device& device) {
   Batch b;
   b.valid = pb.valid;
   if (source_) {
-    std::tie(b.inputs, b.targets) = source_->collate(pb.indices);
+    auto c = source_->collate_all(pb.indices);
+    b.inputs = std::move(c.inputs);
+    b.targets = std::move(c.targets);
+    b.mask = std::move(c.mask);
     if (!device.is_cpu()) {
       b.inputs = b.inputs.to(device);
       b.targets = b.targets.to(device);
+      if (b.mask.defined()) b.mask = b.mask.to(device);
     }
     ++position_;
     b.last = position_ == static_cast<int64_t>(p.size());
@@ -299,30 +303,41 @@ void put_le(std::string& s, T v) {
 
 class LMSource final : public SampleSource {
  public:
-  LMSource(torch::Tensor tokens, std::vector<std::pair<int64_t, int64_t>> spans, LMDataConfig cfg)
-      : tokens_(std::move(tokens)), spans_(std::move(spans)), cfg_(cfg) {}
+  // labels: undefined (the labels are the tokens) or laid out as tokens
+  LMSource(torch::Tensor tokens, torch::Tensor labels, std::vector<std::pair<int64_t, int64_t>> spans, LMDataConfig cfg)
+      : tokens_(std::move(tokens)), labels_(std::move(labels)), spans_(std::move(spans)), cfg_(cfg) {}
   int64_t size() const override { return static_cast<int64_t>(spans_.size()); }
   int64_t length(int64_t i) const override { return spans_[static_cast<size_t>(i)].second; }
   std::pair<torch::Tensor, torch::Tensor> collate(const std::vector<int64_t>& indices) const override {
+    auto c = collate_all(indices);
+    return {c.inputs, c.targets};
+  }
+  Collated collate_all(const std::vector<int64_t>& indices) const override {
     int64_t T = 0;
     for (int64_t i : indices) T = std::max(T, length(i));
     if (cfg_.pad_to_multiple_of > 1) T = (T + cfg_.pad_to_multiple_of - 1) / cfg_.pad_to_multiple_of * cfg_.pad_to_multiple_of;
     const int64_t B = static_cast<int64_t>(indices.size());
     auto ids = torch::full({B, T}, cfg_.pad_id, torch::kLong);
     auto labels = torch::full({B, T}, int64_t{-100}, torch::kLong);
+    auto mask = torch::zeros({B, T}, torch::kLong);
     const int64_t* src = tokens_.data_ptr<int64_t>();
+    const int64_t* lsrc = labels_.defined() ? labels_.data_ptr<int64_t>() : src;
     int64_t* di = ids.data_ptr<int64_t>();
     int64_t* dl = labels.data_ptr<int64_t>();
+    int64_t* dm = mask.data_ptr<int64_t>();
     for (int64_t r = 0; r < B; ++r) {
       const auto& [start, len] = spans_[static_cast<size_t>(indices[static_cast<size_t>(r)])];
-      std::memcpy(di + r * T, src + start, static_cast<size_t>(len) * sizeof(int64_t));
-      std::memcpy(dl + r * T, src + start, static_cast<size_t>(len) * sizeof(int64_t));
+      const int64_t at = r * T + (cfg_.pad_left ? T - len : 0);
+      std::memcpy(di + at, src + start, static_cast<size_t>(len) * sizeof(int64_t));
+      std::memcpy(dl + at, lsrc + start, static_cast<size_t>(len) * sizeof(int64_t));
+      std::fill(dm + at, dm + at + len, int64_t{1});
     }
-    return {ids, labels};
+    return {ids, labels, mask};
   }
 
  private:
   torch::Tensor tokens_;                            // int64, contiguous, host
+  torch::Tensor labels_;                            // the same layout, or undefined
   std::vector<std::pair<int64_t, int64_t>> spans_;  // (start, length) per sample
   LMDataConfig cfg_;
 };
@@ -424,7 +439,38 @@ std::shared_ptr<const SampleSource> make_lm_source(const torch::Tensor& tokens, 
     }
     ACCEL_CHECK(!spans.empty(), Status::InvalidArgument, "every sequence is empty");
   }
-  return std::make_shared<LMSource>(std::move(t), std::move(spans), cfg);
+  return std::make_shared<LMSource>(std::move(t), torch::Tensor(), std::move(spans), cfg);
+}
+
+std::shared_ptr<const SampleSource> make_sft_source(const std::vector<std::vector<int32_t>>& ids,
+                                                    const std::vector<std::vector<int32_t>>& labels,
+                                                    const LMDataConfig& cfg, bool packing) {
+  ACCEL_CHECK(ids.size() == labels.size() && !ids.empty(), Status::InvalidArgument, "no example");
+  ACCEL_CHECK(cfg.max_length >= 0, Status::InvalidArgument, "max_length must be >= 0, got ", cfg.max_length);
+  ACCEL_CHECK(!packing || cfg.max_length >= 2, Status::InvalidArgument,
+              "packing needs max_length >= 2 (the length of the packed blocks), got ", cfg.max_length);
+  ACCEL_CHECK(cfg.pad_to_multiple_of >= 0, Status::InvalidArgument, "pad_to_multiple_of must be >= 0, got ",
+              cfg.pad_to_multiple_of);
+  int64_t n = 0;
+  for (const auto& v : ids) n += static_cast<int64_t>(v.size());
+  auto t = torch::empty({n}, torch::kLong), l = torch::empty({n}, torch::kLong);
+  int64_t* tp = t.data_ptr<int64_t>();
+  int64_t* lp = l.data_ptr<int64_t>();
+  std::vector<std::pair<int64_t, int64_t>> spans;
+  int64_t at = 0;
+  for (size_t e = 0; e < ids.size(); ++e) {
+    ACCEL_CHECK(ids[e].size() == labels[e].size(), Status::InvalidArgument, "example ", e, " has ", ids[e].size(),
+                " ids and ", labels[e].size(), " labels");
+    std::copy(ids[e].begin(), ids[e].end(), tp + at);
+    std::copy(labels[e].begin(), labels[e].end(), lp + at);
+    int64_t len = static_cast<int64_t>(ids[e].size());
+    if (!packing && len > 0) spans.emplace_back(at, cfg.max_length > 0 ? std::min(len, cfg.max_length) : len);
+    at += len;
+  }
+  if (packing)
+    for (int64_t s = 0; s < n; s += cfg.max_length) spans.emplace_back(s, std::min(cfg.max_length, n - s));
+  ACCEL_CHECK(!spans.empty(), Status::InvalidArgument, "every example is empty");
+  return std::make_shared<LMSource>(std::move(t), std::move(l), std::move(spans), cfg);
 }
 
 }  // namespace accel

@@ -40,10 +40,19 @@ class SampleSource {
   virtual int64_t length(int64_t i) const = 0;  // for length-grouped sampling
   // The batch of these samples on the host: {inputs, targets}.
   virtual std::pair<torch::Tensor, torch::Tensor> collate(const std::vector<int64_t>& indices) const = 0;
+  // ... and the attention mask (1 for a token, 0 for padding), where the source pads.
+  struct Collated {
+    torch::Tensor inputs, targets, mask;
+  };
+  virtual Collated collate_all(const std::vector<int64_t>& indices) const {
+    auto [i, t] = collate(indices);
+    return {i, t, torch::Tensor()};
+  }
 };
 
 struct Batch {
   torch::Tensor inputs, targets;  // targets undefined when the loader has none
+  torch::Tensor mask;             // the attention mask of a padded batch (undefined otherwise)
   bool last = false;              // the last batch of its epoch
   int64_t valid = 0;              // leading rows that are not duplicates added by even_batches
 };
@@ -123,6 +132,7 @@ struct LMDataConfig {
   int64_t max_length = 0;          // offsets: sequences are cut to this many tokens (0: whole)
   int64_t pad_id = 0;              // the id padding positions get in input_ids
   int64_t pad_to_multiple_of = 0;  // dynamic padding to a multiple of this (0 or 1: the longest)
+  bool pad_left = false;           // padding before the tokens (the mask says where)
 };
 
 // A causal-LM sample source over int64/int32 `tokens` [N]. Without `offsets`: the
@@ -134,5 +144,13 @@ struct LMDataConfig {
 // labels -100 there (labels are the ids elsewhere; the loss shifts them).
 std::shared_ptr<const SampleSource> make_lm_source(const torch::Tensor& tokens, const torch::Tensor& offsets,
                                                    const LMDataConfig& cfg);
+
+// Fine-tuning examples (ids[i] and labels[i], -100 where the loss is masked) as a causal-LM
+// source: each example one sample, cut to cfg.max_length; or, with `packing`, the examples
+// concatenated and cut into blocks of cfg.max_length tokens (the last partial block kept,
+// padded). Padding as make_lm_source's: input_ids pad_id, labels -100, on cfg.pad_left's side.
+std::shared_ptr<const SampleSource> make_sft_source(const std::vector<std::vector<int32_t>>& ids,
+                                                    const std::vector<std::vector<int32_t>>& labels,
+                                                    const LMDataConfig& cfg, bool packing);
 
 }  // namespace accel

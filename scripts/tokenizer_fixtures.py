@@ -237,6 +237,70 @@ def build(name, d, lines):
     raise SystemExit(f"unknown family {name}")
 
 
+# Chat templates (tokenizer_config.json's chat_template) as the families publish them: ChatML
+# (Qwen2/2.5 and SmolLM2 without their default system prompt), Llama 3 Instruct's, Gemma's,
+# Phi-3's and Mistral-7B-Instruct-v0.1's. accel's built-in chat formats must render exactly
+# what transformers' apply_chat_template renders with these.
+CHAT_TEMPLATES = {
+    "chatml": ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+               "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"),
+    "llama3": ("{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+               "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+               "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}"
+               "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"),
+    "gemma": ("{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}"
+              "{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+              "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+              "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}"
+              "{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+              "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"),
+    "phi3": ("{% for message in messages %}{% if message['role'] == 'system' %}{{'<|system|>\n' + message['content'] + "
+             "'<|end|>\n'}}{% elif message['role'] == 'user' %}{{'<|user|>\n' + message['content'] + '<|end|>\n'}}"
+             "{% elif message['role'] == 'assistant' %}{{'<|assistant|>\n' + message['content'] + '<|end|>\n'}}{% endif %}"
+             "{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% else %}{{ eos_token }}{% endif %}"),
+    "mistral": ("{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+                "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+                "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+                "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}"
+                "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"),
+}
+FAMILY_CHAT = {"smollm2": "chatml", "qwen2": "chatml", "llama3": "llama3", "gemma": "gemma", "phi3": "phi3",
+               "mistral": "mistral"}
+CONVERSATIONS = [
+    [{"role": "user", "content": "What is gradient accumulation?"},
+     {"role": "assistant", "content": "Summing gradients over several micro-batches before one optimizer step."}],
+    [{"role": "system", "content": "You answer briefly."},
+     {"role": "user", "content": "  Translate 'bonjour' into English.  "},
+     {"role": "assistant", "content": "Hello."},
+     {"role": "user", "content": "和中文？"},
+     {"role": "assistant", "content": "你好。 👋\n"}],
+    [{"role": "user", "content": "Write a loop in C.\n"},
+     {"role": "assistant", "content": "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}"},
+     {"role": "user", "content": "Thanks!"}],
+]
+
+
+def chat_expected(name, d):
+    """transformers' apply_chat_template with the family's template, for each conversation
+    that the template accepts, with and without the generation prompt: the text, and its ids
+    without special tokens."""
+    t = transformers.AutoTokenizer.from_pretrained(d)
+    # the ids are tokenizers' for tokenizer.json (transformers 5 rebuilds a LlamaTokenizer's
+    # pipeline from its vocabulary, dropping the Prepend/Replace normalizers of the mistral layout)
+    raw = Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    out = []
+    for i, conv in enumerate(CONVERSATIONS):
+        for gen in (False, True):
+            try:
+                text = t.apply_chat_template(conv, tokenize=False, add_generation_prompt=gen)
+            except Exception as e:  # the template refuses (Gemma, Mistral: no system role)
+                out.append({"conversation": i, "add_generation_prompt": gen, "error": str(e)})
+                continue
+            ids = raw.encode(text, add_special_tokens=False).ids
+            out.append({"conversation": i, "add_generation_prompt": gen, "text": text, "ids": ids})
+    return out
+
+
 FAMILIES = ["gpt2", "smollm2", "llama3", "qwen2", "llama2", "mistral", "phi3", "gemma"]
 
 
@@ -292,7 +356,19 @@ def main():
         json.dump([{"text": s} if s is not None else {"hex": b.hex()} for s, b in corpus], f, ensure_ascii=False, indent=0)
         f.write("\n")
     for name, d in dirs.items():
+        if name in FAMILY_CHAT:  # the family's chat template, then what transformers renders with it
+            cfg_path = os.path.join(d, "tokenizer_config.json")
+            cfg = json.load(open(cfg_path, encoding="utf-8"))
+            cfg["chat_template"] = CHAT_TEMPLATES[FAMILY_CHAT[name]]
+            with open(cfg_path, "w", encoding="utf-8") as f:
+                json.dump(cfg, f, ensure_ascii=False, indent=2, sort_keys=True)
+                f.write("\n")
         exp = expected(d, corpus)
+        if name in FAMILY_CHAT:
+            exp["chat"] = chat_expected(name, d)
+            with open(os.path.join(args.out, "conversations.json"), "w", encoding="utf-8") as f:
+                json.dump(CONVERSATIONS, f, ensure_ascii=False, indent=1)
+                f.write("\n")
         with open(os.path.join(d, "expected.json"), "w", encoding="utf-8") as f:
             json.dump(exp, f, ensure_ascii=False, separators=(",", ":"))
             f.write("\n")

@@ -951,8 +951,10 @@ ACCEL_API accel_status accel_last_checkpoint(const accel_context *ctx, const cha
  * reports its parameters like any other, under every strategy and precision. Its parameters
  * carry Hugging Face's names ("model.layers.0.self_attn.q_proj.weight"); its forward takes
  * input_ids (int64 [batch, seq]) and optionally an attention_mask (int64, int32 or bool
- * [batch, seq]: 1 for real tokens, 0 for padding, padding on the right) and returns fp32
- * logits [batch, seq, vocab_size]. accel_model_forward accepts the same inputs.
+ * [batch, seq]: 1 for real tokens, 0 for padding, on either side: positions are 0..seq-1 in
+ * every row, as transformers' forward without position_ids) and returns fp32 logits
+ * [batch, seq, vocab_size]. accel_model_forward accepts the same inputs and a third,
+ * position_ids (int64 [batch, seq], each >= 0; GPT-2: below n_positions), as transformers'.
  * ---------------------------------------------------------------------------------- */
 
 #define ACCEL_LM_OPTIONS_VERSION 1
@@ -1128,7 +1130,7 @@ ACCEL_API accel_status accel_token_file_write(const char *path, const accel_tens
  * (truncated). *out belongs to the caller. */
 ACCEL_API accel_status accel_token_file_read(const char *path, accel_tensor **out);
 
-#define ACCEL_LM_DATA_OPTIONS_VERSION 1
+#define ACCEL_LM_DATA_OPTIONS_VERSION 2
 
 typedef struct accel_lm_data_options {
     uint32_t version;            /* ACCEL_LM_DATA_OPTIONS_VERSION */
@@ -1144,9 +1146,13 @@ typedef struct accel_lm_data_options {
     int32_t group_by_length;     /* non-zero: each epoch's order is grouped in megabatches
                                     sorted by length (transformers' LengthGroupedSampler), so a
                                     batch holds similar lengths and pads less */
+    /* version 2 */
+    int32_t padding_side;        /* 0 (default): padding on the right; 1: on the left (an
+                                    accel_side; pass accel_dataloader_attention_mask's mask to
+                                    accel_lm_forward then) */
 } accel_lm_data_options;
 
-#define ACCEL_LM_DATA_OPTIONS_INIT { ACCEL_LM_DATA_OPTIONS_VERSION, 0, 0, 0, 0, 0 }
+#define ACCEL_LM_DATA_OPTIONS_INIT { ACCEL_LM_DATA_OPTIONS_VERSION, 0, 0, 0, 0, 0, 0 }
 
 /* Fills *opts with the defaults of `version` (as accel_options_init). */
 ACCEL_API accel_status accel_lm_data_options_init(accel_lm_data_options *opts, uint32_t version);
@@ -1616,6 +1622,116 @@ ACCEL_API accel_status accel_tokenizer_encode_batch(const accel_tokenizer *token
 ACCEL_API accel_status accel_tokenizer_decode(const accel_tokenizer *tokenizer, const int64_t *ids, size_t count,
                                               int skip_special_tokens, char *buf, size_t capacity,
                                               size_t *out_length);
+
+typedef enum accel_chat_format {
+    ACCEL_CHAT_AUTO = 0,     /* the tokenizer's chat_template */
+    ACCEL_CHAT_CHATML = 1,   /* <|im_start|>role\n...<|im_end|> (Qwen2, Qwen2.5, Qwen3, SmolLM2/3...) */
+    ACCEL_CHAT_LLAMA3 = 2,   /* <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|> */
+    ACCEL_CHAT_GEMMA = 3,    /* <start_of_turn>user|model\n...<end_of_turn> */
+    ACCEL_CHAT_PHI3 = 4,     /* <|user|>\n...<|end|> */
+    ACCEL_CHAT_MISTRAL = 5   /* [INST] ... [/INST] (Mistral-7B-Instruct, Llama 2 chat) */
+} accel_chat_format;
+
+typedef struct accel_chat_message {
+    const char *role;
+    const char *content;
+} accel_chat_message;
+
+/* Renders a conversation (messages[0..count): each a role, "system", "user" or "assistant",
+ * and its content, NUL-terminated UTF-8) as the model's chat template does, into buf (as
+ * accel_tokenizer_decode: the text and its NUL when capacity exceeds its length; its length
+ * in *out_length in every case; buf NULL and capacity 0 asks for the size). `format`
+ * ACCEL_CHAT_AUTO reads the template from tokenizer_config.json's chat_template and
+ * recognises it by its markers; accel does not run Jinja: each format renders exactly what
+ * the family's published template renders (transformers' apply_chat_template with it).
+ * With add_generation_prompt the text ends with the assistant's header, for generation.
+ * Encode the text with add_special_tokens = 0: the template holds the BOS where the family
+ * has one. Errors: ACCEL_ERR_INVALID_ARGUMENT for NULL pointers (messages may be NULL when
+ * count is 0), an unknown format, a message the template refuses (Gemma: a system role;
+ * Gemma and Mistral: roles that do not alternate user/assistant), a format that needs a
+ * BOS or EOS token the tokenizer lacks, no chat_template with ACCEL_CHAT_AUTO, a buf too
+ * small; ACCEL_ERR_UNSUPPORTED for a chat_template that is none of the formats. */
+ACCEL_API accel_status accel_tokenizer_apply_chat(const accel_tokenizer *tokenizer, accel_chat_format format,
+                                                  const accel_chat_message *messages, size_t count,
+                                                  int add_generation_prompt, char *buf, size_t capacity,
+                                                  size_t *out_length);
+
+/* ------------------------------------------------------------------------------------
+ * Fine-tuning data (supervised fine-tuning: docs/lm.md, "Fine-tuning data")
+ * ---------------------------------------------------------------------------------- */
+
+#define ACCEL_SFT_OPTIONS_VERSION 1
+
+typedef struct accel_sft_options {
+    uint32_t version;                /* ACCEL_SFT_OPTIONS_VERSION */
+    accel_chat_format chat_format;   /* for "messages" lines (default ACCEL_CHAT_AUTO) */
+    int32_t completion_only_loss;    /* non-zero (default): labels only on the completion of a
+                                        prompt/completion line and on the assistant turns of a
+                                        conversation (their end-of-turn token included); -100
+                                        elsewhere. 0: labels on every token */
+    int32_t add_eos;                 /* non-zero (default): "text" and prompt/completion lines
+                                        end with the EOS token (conversations: the template's) */
+    int64_t max_length;              /* > 0: each example is cut to this many tokens (the end
+                                        dropped); with packing, the length of a block. 0
+                                        (default): whole examples */
+    int32_t packing;                 /* non-zero: the examples are concatenated and cut into
+                                        blocks of max_length tokens (attention crosses example
+                                        boundaries, as TRL's packing without position resets) */
+    accel_side padding_side;         /* default ACCEL_SIDE_RIGHT */
+    int64_t pad_to_multiple_of;      /* the batch's width rounded up to a multiple (0, default:
+                                        the longest example) */
+    int64_t pad_id;                  /* -1 (default): the tokenizer's padding token, else its
+                                        EOS, else 0 */
+} accel_sft_options;
+
+#define ACCEL_SFT_OPTIONS_INIT \
+    { ACCEL_SFT_OPTIONS_VERSION, ACCEL_CHAT_AUTO, 1, 1, 0, 0, ACCEL_SIDE_RIGHT, 0, -1 }
+
+/* Fills *opts with the defaults of `version` (as accel_options_init). */
+ACCEL_API accel_status accel_sft_options_init(accel_sft_options *opts, uint32_t version);
+
+/* Creates a loader of fine-tuning batches from a JSONL file, tokenized with `tokenizer`:
+ * each non-blank line is an object with "messages" (an array of {"role", "content"}:
+ * rendered with the chat format, as accel_tokenizer_apply_chat), "prompt" and "completion"
+ * (encoded together with the tokenizer's special tokens), or "text". accel_dataloader_next
+ * yields input_ids (int64 [batch, T]) as the inputs and labels (int64 [batch, T], -100 on
+ * masked and padding positions) as the targets, padded to the batch's longest example on
+ * padding_side; accel_dataloader_attention_mask gives the batch's attention mask. Pass all
+ * three to accel_lm_forward (or train with accel_train_micro_batches, which does). The
+ * loader shuffles, shards, checkpoints and resumes like the others (loader_opts).
+ * Errors: ACCEL_ERR_IO for a missing file; ACCEL_ERR_FORMAT naming the file and line for a
+ * line that is not a JSON object, not UTF-8, or has none of the three shapes or a field of
+ * the wrong type; ACCEL_ERR_INVALID_ARGUMENT for NULL pointers, a file with no example, a
+ * conversation the chat format refuses (file and line named), an unknown chat format or
+ * side, negative max_length or pad_to_multiple_of, packing with max_length < 2, a pad_id
+ * below -1 or outside the vocabulary; ACCEL_ERR_UNSUPPORTED as accel_tokenizer_apply_chat.
+ * The examples are tokenized once, here; the loader keeps no reference to the tokenizer.
+ * *out belongs to the caller. */
+ACCEL_API accel_status accel_sft_dataloader_create(accel_context *ctx, const accel_tokenizer *tokenizer,
+                                                   const char *path, const accel_sft_options *sft_opts,
+                                                   const accel_dataloader_options *loader_opts,
+                                                   accel_dataloader **out);
+
+/* The attention mask (int64 [batch, T]: 1 for a token, 0 for padding) of the batch the last
+ * accel_dataloader_next returned, as a new tensor on the context's device in *out, for the
+ * causal-LM loaders (accel_lm_dataloader_create, accel_sft_dataloader_create). Errors:
+ * ACCEL_ERR_INVALID_ARGUMENT for NULL pointers, a loader of another context, or a loader
+ * whose batches have no mask (rows of tensors); ACCEL_ERR_INVALID_STATE before the loader's
+ * first batch or after the end of an epoch (no batch). */
+ACCEL_API accel_status accel_dataloader_attention_mask(accel_context *ctx, const accel_dataloader *loader,
+                                                       accel_tensor **out);
+
+/* accel_lm_generate from a padded batch of prompts: input_ids (int64 [batch, seq]) with
+ * attention_mask ([batch, seq], int64, int32 or bool: 1 for a token, 0 for padding), the
+ * padding on the left of each row (accel_tokenizer_encode_batch with padding_side
+ * ACCEL_SIDE_LEFT). Each row's positions count its own tokens, so every row continues as its
+ * prompt alone would (transformers' generate with an attention mask). *out: int64 [batch,
+ * seq + n], the padded prompts then the new tokens. Errors: as accel_lm_generate's; also
+ * ACCEL_ERR_INVALID_ARGUMENT for a NULL attention_mask, a mask of another shape or dtype, a
+ * row without tokens, or padding after a token (right padding). */
+ACCEL_API accel_status accel_lm_generate_padded(accel_context *ctx, accel_model *model, const accel_tensor *input_ids,
+                                                const accel_tensor *attention_mask, const accel_generate_options *opts,
+                                                accel_tensor **out);
 
 #ifdef __cplusplus
 }

@@ -42,7 +42,8 @@ class GPT2 final : public TransformerLM {
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
     KVCache* cache = mode.cache;
     const int64_t past = cache ? cache->length : 0;
-    const torch::Tensor mask = check_inputs(inputs, /*bounded=*/true, past);
+    torch::Tensor position_ids;
+    const torch::Tensor mask = check_inputs(inputs, /*bounded=*/true, past, &position_ids);
     const torch::Tensor& ids = inputs[0];
     const int64_t B = ids.size(0), T = ids.size(1), E = cfg_.hidden_size, H = cfg_.num_heads, D = cfg_.head_dim;
     UnitGate* gate = mode.gate;
@@ -52,8 +53,14 @@ class GPT2 final : public TransformerLM {
 
     gate_before(gate, 0);
     // positions past..past+T-1 for every row (transformers' default; see tests/fixtures/lm/README.md)
-    auto pos = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
-    torch::Tensor h = torch::embedding(P[0], ids) + torch::embedding(P[1], pos).unsqueeze(0);
+    // (or the rows' own position_ids: a left-padded batch in generation)
+    torch::Tensor h = torch::embedding(P[0], ids);
+    if (position_ids.defined()) {
+      h = h + torch::embedding(P[1], position_ids);
+    } else {
+      auto pos = torch::arange(past, past + T, torch::TensorOptions().dtype(torch::kLong).device(ids.device()));
+      h = h + torch::embedding(P[1], pos).unsqueeze(0);
+    }
     h = dropout(h, cfg_.embd_pdrop, training_, gen_);
     gate_after(gate, 0, h);
 

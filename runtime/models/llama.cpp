@@ -111,12 +111,13 @@ class Llama final : public TransformerLM {
   }
 
   torch::Tensor forward(const std::vector<torch::Tensor>& inputs, const ForwardMode& mode) override {
-    const torch::Tensor mask = check_inputs(inputs, /*bounded=*/false);
+    KVCache* cache = mode.cache;
+    const int64_t past = cache ? cache->length : 0;
+    torch::Tensor position_ids;
+    const torch::Tensor mask = check_inputs(inputs, /*bounded=*/false, past, &position_ids);
     const torch::Tensor& ids = inputs[0];
     const int64_t B = ids.size(0), T = ids.size(1), H = cfg_.num_heads,
                   Hkv = cfg_.num_kv_heads, D = cfg_.head_dim;
-    KVCache* cache = mode.cache;
-    const int64_t past = cache ? cache->length : 0;
     UnitGate* gate = mode.gate;
     const auto& P = params_;
 
@@ -124,21 +125,27 @@ class Llama final : public TransformerLM {
     // inv_freq[i] = 1 / theta^(2i / D) as the config's RoPE type scales it; dimension i pairs
     // with i + D/2; cos and sin times the type's attention factor (yarn, longrope)
     auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(ids.device());
+    // (or each row's own position_ids [B, T]: a left-padded batch in generation)
     auto tables = [&](const std::pair<torch::Tensor, double>& rope) {
       const auto& [inv_freq, attention_factor] = rope;
-      auto freqs = torch::outer(torch::arange(past, past + T, f32), inv_freq.to(ids.device()));
-      auto emb = torch::cat({freqs, freqs}, -1);  // [T, D]
+      const bool rows = position_ids.defined();
+      auto freqs = rows ? position_ids.to(torch::kFloat).unsqueeze(-1) * inv_freq.to(ids.device())  // [B, T, D/2]
+                        : torch::outer(torch::arange(past, past + T, f32), inv_freq.to(ids.device()));
+      auto emb = torch::cat({freqs, freqs}, -1);  // [T, D] or [B, T, D]
       auto cos = emb.cos(), sin = emb.sin();
       if (attention_factor != 1.0) {
         cos = cos * attention_factor;
         sin = sin * attention_factor;
       }
-      return std::make_pair(cos.view({1, 1, T, D}), sin.view({1, 1, T, D}));
+      const int64_t rb = rows ? B : 1;
+      return std::make_pair(cos.view({rb, 1, T, D}), sin.view({rb, 1, T, D}));
     };
-    const auto [cos, sin] = tables(rope_frequencies(cfg_, past + T));
+    // the RoPE types that depend on the length (dynamic) see the last position + 1
+    const int64_t seq_len = position_ids.defined() ? position_ids.max().item<int64_t>() + 1 : past + T;
+    const auto [cos, sin] = tables(rope_frequencies(cfg_, seq_len));
     // the sliding layers' (Gemma 3: their own RoPE)
     const auto [cos_local, sin_local] =
-        cfg_.local_rope ? tables(rope_frequencies(cfg_, cfg_.sliding_rope, cfg_.sliding_rope_theta, past + T))
+        cfg_.local_rope ? tables(rope_frequencies(cfg_, cfg_.sliding_rope, cfg_.sliding_rope_theta, seq_len))
                         : std::make_pair(cos, sin);
 
     gate_before(gate, 0);

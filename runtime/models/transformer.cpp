@@ -22,6 +22,12 @@ namespace accel {
 
 torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, lm_detail::KVCache*)>& forward,
                        const torch::Tensor& ids, const GenerateConfig& c, const LMConfig& model_cfg) {
+  return generate([&](const std::vector<torch::Tensor>& in, lm_detail::KVCache* cache) { return forward(in[0], cache); },
+                  ids, torch::Tensor(), c, model_cfg);
+}
+
+torch::Tensor generate(const LMForward& forward, const torch::Tensor& ids, const torch::Tensor& attention_mask,
+                       const GenerateConfig& c, const LMConfig& model_cfg) {
   ACCEL_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) >= 1 && ids.size(1) >= 1, Status::InvalidArgument,
               "input_ids must be [batch, seq] with batch, seq >= 1, got ", ids.defined() ? shape_str(ids) : "none");
   ACCEL_CHECK(ids.scalar_type() == torch::kLong, Status::InvalidArgument, "input_ids must be int64, got ",
@@ -32,18 +38,53 @@ torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, l
   ACCEL_CHECK(c.top_k >= 0, Status::InvalidArgument, "top_k must be >= 0 (0: every token), got ", c.top_k);
   ACCEL_CHECK(c.eos_token_id >= -1 && c.eos_token_id < model_cfg.vocab_size, Status::InvalidArgument,
               "eos_token_id must be -1 (none) or a token id below ", model_cfg.vocab_size, ", got ", c.eos_token_id);
-  if (model_cfg.family == LMFamily::GPT2)
-    ACCEL_CHECK(ids.size(1) + c.max_new_tokens <= model_cfg.max_position_embeddings, Status::InvalidArgument,
-                "the prompt's ", ids.size(1), " tokens and max_new_tokens ", c.max_new_tokens, " exceed n_positions ",
-                model_cfg.max_position_embeddings);
   torch::NoGradGuard ng;
+  // A padded batch: padding on the left only (each row's new tokens follow its last token),
+  // positions counted over each row's tokens (transformers' generate: cumsum(mask) - 1).
+  torch::Tensor mask;
+  int64_t longest = ids.size(1);
+  if (attention_mask.defined()) {
+    ACCEL_CHECK(attention_mask.sizes() == ids.sizes(), Status::InvalidArgument, "attention_mask must have input_ids' shape ",
+                shape_str(ids), ", got ", shape_str(attention_mask));
+    ACCEL_CHECK(attention_mask.scalar_type() == torch::kLong || attention_mask.scalar_type() == torch::kInt ||
+                    attention_mask.scalar_type() == torch::kBool,
+                Status::InvalidArgument, "attention_mask must be int64, int32 or bool, got ",
+                c10::toString(attention_mask.scalar_type()));
+    mask = attention_mask.to(torch::kCPU).ne(0).to(torch::kLong);
+    const torch::Tensor lengths = mask.sum(1);
+    const int64_t shortest = lengths.min().item<int64_t>();
+    ACCEL_CHECK(shortest >= 1, Status::InvalidArgument, "attention_mask: row ", lengths.argmin().item<int64_t>(),
+                " has no token");
+    // left padding: in each row, once a 1 is seen every later position is 1
+    const torch::Tensor after_token = mask.cumsum(1).gt(0);
+    const torch::Tensor holes = after_token.logical_and(mask.eq(0));
+    ACCEL_CHECK(!holes.any().item<bool>(), Status::InvalidArgument, "attention_mask: row ",
+                holes.any(1).to(torch::kLong).argmax().item<int64_t>(),
+                " has padding after a token: generation needs the padding on the left (padding_side LEFT)");
+    longest = lengths.max().item<int64_t>();
+  }
+  if (model_cfg.family == LMFamily::GPT2)
+    ACCEL_CHECK(longest + c.max_new_tokens <= model_cfg.max_position_embeddings, Status::InvalidArgument,
+                "the prompt's ", longest, " tokens and max_new_tokens ", c.max_new_tokens, " exceed n_positions ",
+                model_cfg.max_position_embeddings);
   auto gen = at::detail::createCPUGenerator(c.seed);
   torch::Tensor out = ids.to(torch::kCPU).contiguous();
   torch::Tensor done = torch::zeros({ids.size(0)}, torch::kBool);
   lm_detail::KVCache cache;
   torch::Tensor next_input = out;
+  const auto positions_of = [](const torch::Tensor& m) { return (m.cumsum(1) - 1).masked_fill(m.eq(0), 1); };
+  torch::Tensor positions = mask.defined() ? positions_of(mask) : torch::Tensor();
+  const auto dev = [&](const torch::Tensor& t) { return t.to(ids.device()); };
   for (int64_t step = 0; step < c.max_new_tokens; ++step) {
-    torch::Tensor logits = c.use_cache ? forward(next_input, &cache) : forward(out, nullptr);
+    torch::Tensor logits;
+    if (!mask.defined()) {
+      logits = c.use_cache ? forward({next_input}, &cache) : forward({out}, nullptr);
+    } else if (c.use_cache) {
+      const torch::Tensor pos = step == 0 ? positions : positions.narrow(1, positions.size(1) - 1, 1);
+      logits = forward({next_input, dev(mask), dev(pos)}, &cache);
+    } else {
+      logits = forward({dev(out), dev(mask), dev(positions)}, nullptr);
+    }
     if (c.use_cache) cache.length += next_input.size(1);
     torch::Tensor last = logits.select(1, logits.size(1) - 1).to(torch::kCPU, torch::kFloat);  // [B, V]
     torch::Tensor tok;
@@ -63,6 +104,10 @@ torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, l
     }
     out = torch::cat({out, tok.unsqueeze(1)}, 1);
     next_input = tok.unsqueeze(1).to(ids.device());
+    if (mask.defined()) {
+      mask = torch::cat({mask, torch::ones({mask.size(0), 1}, torch::kLong)}, 1);
+      positions = torch::cat({positions, positions.select(1, positions.size(1) - 1).unsqueeze(1) + 1}, 1);
+    }
     if (c.eos_token_id >= 0 && done.all().item<bool>()) break;
   }
   return out;
@@ -207,9 +252,11 @@ std::pair<torch::Tensor, torch::Tensor> TransformerLM::cache_append(KVCache& cac
   return {cache.k[l], cache.v[l]};
 }
 
-torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded, int64_t past) const {
-  ACCEL_CHECK(inputs.size() == 1 || inputs.size() == 2, Status::InvalidArgument,
-              "num_inputs must be 1 (input_ids) or 2 (input_ids, attention_mask) for a causal LM, got ", inputs.size());
+torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded, int64_t past,
+                                          torch::Tensor* positions) const {
+  ACCEL_CHECK(inputs.size() >= 1 && inputs.size() <= 3, Status::InvalidArgument,
+              "num_inputs must be 1 (input_ids), 2 (input_ids, attention_mask) or 3 (input_ids, attention_mask, "
+              "position_ids) for a causal LM, got ", inputs.size());
   const torch::Tensor& ids = inputs[0];
   ACCEL_CHECK(ids.defined() && ids.dim() == 2 && ids.size(0) >= 1 && ids.size(1) >= 1, Status::InvalidArgument,
               "inputs[0] (input_ids) must be [batch, seq] with batch, seq >= 1, got ",
@@ -220,14 +267,29 @@ torch::Tensor TransformerLM::check_inputs(const std::vector<torch::Tensor>& inpu
   const int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
   ACCEL_CHECK(lo >= 0 && hi < cfg_.vocab_size, Status::InvalidArgument, "inputs[0] (input_ids): token id ",
               lo < 0 ? lo : hi, " is out of range for vocab_size ", cfg_.vocab_size);
+  const int64_t B = ids.size(0), T = ids.size(1);
+  int64_t last_position = past + T - 1;
+  if (positions) *positions = torch::Tensor();
+  if (inputs.size() == 3 && inputs[2].defined()) {
+    const torch::Tensor& p = inputs[2];
+    ACCEL_CHECK(p.sizes() == ids.sizes() && p.scalar_type() == torch::kLong, Status::InvalidArgument,
+                "inputs[2] (position_ids) must be int64 with input_ids' shape ", shape_str(ids), ", got ",
+                shape_str(p), " ", c10::toString(p.scalar_type()));
+    auto pm = torch::aminmax(p);
+    const int64_t plo = std::get<0>(pm).item<int64_t>();
+    last_position = std::get<1>(pm).item<int64_t>();
+    ACCEL_CHECK(plo >= 0, Status::InvalidArgument, "inputs[2] (position_ids): position ", plo, " is negative");
+    if (positions) *positions = p.to(ids.device());
+  }
   if (bounded)
-    ACCEL_CHECK(past + ids.size(1) <= cfg_.max_position_embeddings, Status::InvalidArgument, "inputs[0] (input_ids): ",
-                past + ids.size(1), " positions, the model has ", cfg_.max_position_embeddings);
-  if (inputs.size() == 1) return {};
+    ACCEL_CHECK(last_position < cfg_.max_position_embeddings, Status::InvalidArgument, "inputs[0] (input_ids): ",
+                last_position + 1, " positions, the model has ", cfg_.max_position_embeddings);
+  if (inputs.size() == 1 || !inputs[1].defined()) return {};
   const torch::Tensor& mask = inputs[1];
-  ACCEL_CHECK(mask.defined() && mask.sizes() == ids.sizes(), Status::InvalidArgument,
-              "inputs[1] (attention_mask) must have input_ids' shape ", shape_str(ids), ", got ",
-              mask.defined() ? shape_str(mask) : std::string("none"));
+  // with a KV cache the mask covers the cached positions too: [batch, past + seq]
+  ACCEL_CHECK(mask.dim() == 2 && mask.size(0) == B && mask.size(1) == past + T, Status::InvalidArgument,
+              "inputs[1] (attention_mask) must have input_ids' shape ", shape_str(ids),
+              past > 0 ? " (with the cached positions: [batch, past + seq])" : "", ", got ", shape_str(mask));
   ACCEL_CHECK(mask.scalar_type() == torch::kLong || mask.scalar_type() == torch::kInt ||
                   mask.scalar_type() == torch::kBool,
               Status::InvalidArgument, "inputs[1] (attention_mask) must be int64, int32 or bool, got ",

@@ -199,6 +199,13 @@ struct GenerateConfig {
 // row has emitted eos_token_id).
 torch::Tensor generate(const std::function<torch::Tensor(const torch::Tensor&, lm_detail::KVCache*)>& forward,
                        const torch::Tensor& ids, const GenerateConfig& cfg, const LMConfig& model_cfg);
+// ... from a padded batch: `forward(inputs, cache)` takes {ids} or, with `attention_mask`
+// ([B, T], padding on the left only), {ids, mask over the cache and ids, position_ids}:
+// each row's positions count its own tokens (cumsum(mask) - 1, as transformers' generate),
+// so a row continues as its prompt alone would.
+using LMForward = std::function<torch::Tensor(const std::vector<torch::Tensor>&, lm_detail::KVCache*)>;
+torch::Tensor generate(const LMForward& forward, const torch::Tensor& ids, const torch::Tensor& attention_mask,
+                       const GenerateConfig& cfg, const LMConfig& model_cfg);
 
 // The config of a model made here; nullptr for other models.
 const LMConfig* lm_config_of(const Model& model);
@@ -275,7 +282,11 @@ class TransformerLM : public Model {
   const torch::Tensor& p(size_t i) const { return parameters()[i]; }
   // Checks inputs = {input_ids [B, T]} or {input_ids, attention_mask [B, T]} (int64,
   // ids < vocab, T <= max positions when `bounded`) and returns the mask (undefined if none).
-  torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded, int64_t past = 0) const;
+  // The attention mask (inputs[1], [batch, past + seq]; undefined without one) after checking
+  // the inputs; *positions gets inputs[2] (position_ids [batch, seq]) or stays undefined
+  // (positions past..past+seq-1 in every row).
+  torch::Tensor check_inputs(const std::vector<torch::Tensor>& inputs, bool bounded, int64_t past = 0,
+                             torch::Tensor* positions = nullptr) const;
   // Appends layer `layer`'s new keys and values to the cache and returns all of them.
   static std::pair<torch::Tensor, torch::Tensor> cache_append(KVCache& cache, int64_t layer, const torch::Tensor& k,
                                                               const torch::Tensor& v);

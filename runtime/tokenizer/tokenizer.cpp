@@ -1273,6 +1273,11 @@ void Tokenizer::read_config(const std::string& dir) {
       const int32_t u = token_of(j["unk_token"]);
       if (u >= 0) unk_ = u;
     }
+    if (j.contains("chat_template") && j["chat_template"].is_string()) chat_template_ = j["chat_template"].get<std::string>();
+    if (j.contains("chat_template") && j["chat_template"].is_array())  // named templates: the default one
+      for (const auto& t : j["chat_template"])
+        if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+          chat_template_ = t["template"].get<std::string>();
     if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) add_bos_ = j["add_bos_token"].get<bool>();
     if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) add_eos_ = j["add_eos_token"].get<bool>();
   }

@@ -60,6 +60,8 @@ class Tokenizer {
 
   // The pad id a batch uses (tp.pad_id, else the pad token, else 0).
   int32_t batch_pad_id(const TruncatePad& tp) const;
+  // tokenizer_config.json's chat_template ("" when it has none).
+  const std::string& chat_template() const { return chat_template_; }
 
  protected:
   // The tokens of `text` without special tokens added; then the template's added tokens.
@@ -76,7 +78,43 @@ class Tokenizer {
   std::optional<bool> add_bos_, add_eos_;  // tokenizer_config.json's, when it says
   std::string kind_;
   std::string path_;
+  std::string chat_template_;
 };
+
+// ---------------------------------------------------------------------------------------
+// Chat formats and fine-tuning data (chat.cpp)
+
+// The chat templates accel renders natively, each exactly as the family's published Jinja
+// template renders (tests/fixtures/tokenizers: transformers' apply_chat_template).
+enum class ChatFormat { Auto = 0, ChatML = 1, Llama3 = 2, Gemma = 3, Phi3 = 4, Mistral = 5 };
+const char* chat_format_name(ChatFormat f);
+
+struct Message {
+  std::string role, content;
+};
+
+// The format tokenizer_config.json's chat_template is (by its markers), or Unsupported /
+// InvalidArgument naming what is missing.
+ChatFormat detect_chat_format(const Tokenizer& tok);
+// The conversation as the template renders it (InvalidArgument where the template raises:
+// Gemma's system role, roles that do not alternate...). Encode it without special tokens.
+std::string render_chat(const Tokenizer& tok, ChatFormat format, const std::vector<Message>& messages,
+                        bool add_generation_prompt);
+
+// A fine-tuning example: its ids and labels (-100 where the loss is masked).
+struct SftExample {
+  std::vector<int32_t> ids, labels;
+};
+struct SftConfig {
+  ChatFormat format = ChatFormat::Auto;
+  bool completion_only_loss = true;  // labels only on the completion / the assistant's turns
+  bool add_eos = true;               // text and prompt/completion examples end with EOS
+};
+// Reads a JSONL file: each line {"messages": [{"role", "content"}...]} (rendered with the chat
+// format; with completion_only_loss the assistant turns alone, their end-of-turn token
+// included, carry labels), {"prompt", "completion"} (labels on the completion), or {"text"}.
+// Throws IO, or InvalidArgument / Format naming the file and line.
+std::vector<SftExample> read_sft_jsonl(const Tokenizer& tok, const std::string& path, const SftConfig& cfg);
 
 // The byte offset of the first byte that is not part of valid UTF-8 (overlong forms,
 // surrogates and code points above U+10FFFF are invalid), or npos.

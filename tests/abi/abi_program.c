@@ -93,6 +93,9 @@ GUARDED(accel_lamb_options);
 #ifdef ACCEL_PROJECT_OPTIONS_VERSION
 GUARDED(accel_project_options);
 #endif
+#ifdef ACCEL_ENCODE_OPTIONS_VERSION
+GUARDED(accel_encode_options);
+#endif
 #ifdef ACCEL_LM_OPTIONS_VERSION
 GUARDED(accel_lm_options);
 GUARDED(accel_lora_options);
@@ -264,6 +267,9 @@ static void check_options_init(void) {
         SAME(d.opts, d0, pad_id);
         SAME(d.opts, d0, pad_to_multiple_of);
         SAME(d.opts, d0, group_by_length);
+#if ACCEL_LM_DATA_OPTIONS_VERSION >= 2
+        SAME(d.opts, d0, padding_side);
+#endif
     }
     {
         guarded_accel_adafactor_options a;
@@ -290,6 +296,21 @@ static void check_options_init(void) {
         SAME(gg.opts, g0, eos_token_id);
         SAME(gg.opts, g0, seed);
         SAME(gg.opts, g0, use_cache);
+    }
+#endif
+#ifdef ACCEL_ENCODE_OPTIONS_VERSION /* v7: tokenizers */
+    {
+        guarded_accel_encode_options e;
+        const accel_encode_options e0 = ACCEL_ENCODE_OPTIONS_INIT;
+        CHECK_INIT(e, accel_encode_options_init, ACCEL_ENCODE_OPTIONS_VERSION);
+        SAME(e.opts, e0, add_special_tokens);
+        SAME(e.opts, e0, replace_invalid_utf8);
+        SAME(e.opts, e0, max_length);
+        SAME(e.opts, e0, truncation_side);
+        SAME(e.opts, e0, padding_side);
+        SAME(e.opts, e0, pad_to_max_length);
+        SAME(e.opts, e0, pad_to_multiple_of);
+        SAME(e.opts, e0, pad_id);
     }
 #endif
 }

@@ -843,6 +843,77 @@ TEST(LMGenerate, CacheGivesTheFullForwardsLogitsAndTokens) {
   expect_error([&] { generate(fwd, prompt.narrow(1, 0, 2), g, cfg); }, Status::InvalidArgument, {"temperature"});
 }
 
+// A left-padded batch of prompts of different lengths generates, row by row, what each prompt
+// alone generates (positions counted per row, padding masked), with and without the KV cache;
+// its logits at the real positions are the unpadded prompt's. (Not with dynamic RoPE: its
+// frequencies follow the batch's longest position, in transformers as here.)
+TEST(Generation, PaddedBatchContinuesEachPromptAsAlone) {
+  for (const char* name : {"gpt2-tiny", "llama-tiny", "llama-tiny-rope-yarn", "qwen2-tiny", "mistral-tiny",
+                           "phi3-tiny", "gemma2-tiny", "gemma3-tiny", "smollm3-tiny"}) {
+    auto model = load_pretrained(fixture(name));
+    model->train(false);
+    const LMConfig cfg = *lm_config_of(*model);
+    LMForward fwd = [&](const std::vector<torch::Tensor>& in, lm_detail::KVCache* cache) {
+      ForwardMode m;
+      m.cache = cache;
+      return model->forward(in, m);
+    };
+    auto gen = at::detail::createCPUGenerator(11);
+    const std::vector<int64_t> lengths = {6, 2, 4};
+    const int64_t S = 6;
+    auto ids = torch::zeros({3, S}, torch::kLong), mask = torch::zeros({3, S}, torch::kLong);
+    std::vector<torch::Tensor> prompts;
+    for (size_t r = 0; r < lengths.size(); ++r) {
+      auto p = torch::randint(3, 120, {1, lengths[r]}, gen);
+      prompts.push_back(p);
+      ids[static_cast<int64_t>(r)].narrow(0, S - lengths[r], lengths[r]).copy_(p[0]);
+      mask[static_cast<int64_t>(r)].narrow(0, S - lengths[r], lengths[r]).fill_(1);
+    }
+    torch::NoGradGuard ng;
+    {  // the logits at real positions: the padded row's are the prompt's alone
+      auto pos = (mask.cumsum(1) - 1).masked_fill(mask.eq(0), 1);
+      auto padded = model->forward({ids, mask, pos}, ForwardMode{});
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        auto alone = model->forward({prompts[r]}, ForwardMode{});
+        auto mine = padded[static_cast<int64_t>(r)].narrow(0, S - lengths[r], lengths[r]).unsqueeze(0);
+        EXPECT_LT(max_rel(mine, alone), 1e-5) << name << " row " << r;
+      }
+    }
+    GenerateConfig g;
+    g.max_new_tokens = 8;
+    for (const bool cache : {true, false}) {
+      g.use_cache = cache;
+      auto out = generate(fwd, ids, mask, g, cfg);
+      ASSERT_EQ(out.sizes(), (std::vector<int64_t>{3, S + 8})) << name;
+      EXPECT_TRUE(torch::equal(out.narrow(1, 0, S), ids)) << name;
+      for (size_t r = 0; r < lengths.size(); ++r) {
+        auto alone = generate(fwd, prompts[r], torch::Tensor(), g, cfg);
+        EXPECT_TRUE(torch::equal(out[static_cast<int64_t>(r)].narrow(0, S, 8), alone[0].narrow(0, lengths[r], 8)))
+            << name << " row " << r << (cache ? " with" : " without") << " the cache: " << out[static_cast<int64_t>(r)]
+            << " vs " << alone[0];
+      }
+    }
+    std::printf("[ %s ] a left-padded batch of 3 prompts (6, 2, 4 tokens) generates as each prompt alone\n", name);
+  }
+  // right padding, a row without tokens and a mask of another shape are refused
+  auto model = load_pretrained(fixture("llama-tiny"));
+  const LMConfig cfg = *lm_config_of(*model);
+  LMForward fwd = [&](const std::vector<torch::Tensor>& in, lm_detail::KVCache* cache) {
+    ForwardMode m;
+    m.cache = cache;
+    return model->forward(in, m);
+  };
+  auto ids = torch::ones({2, 3}, torch::kLong);
+  GenerateConfig g;
+  g.max_new_tokens = 2;
+  expect_error([&] { generate(fwd, ids, torch::tensor({1, 1, 0, 1, 1, 1}, torch::kLong).view({2, 3}), g, cfg); },
+               Status::InvalidArgument, {"row 0", "padding after a token", "LEFT"});
+  expect_error([&] { generate(fwd, ids, torch::tensor({1, 1, 1, 0, 0, 0}, torch::kLong).view({2, 3}), g, cfg); },
+               Status::InvalidArgument, {"row 1", "no token"});
+  expect_error([&] { generate(fwd, ids, torch::ones({2, 4}, torch::kLong), g, cfg); }, Status::InvalidArgument,
+               {"attention_mask", "shape"});
+}
+
 // ---------------------------------------------------------------------------------------
 // LoRA against PEFT (tests/fixtures/lm/*-lora: adapters with random A and B)
 

@@ -3,6 +3,13 @@
 
 namespace misuse {
 
+namespace {
+// accel_lm_generate_padded's cases: two prompts of 3 positions, and masks
+const int64_t ids_v[] = {0, 5, 6, 7, 8, 9};
+const int64_t left_v[] = {0, 1, 1, 1, 1, 1}, right_v[] = {1, 1, 0, 1, 1, 1}, empty_v[] = {0, 0, 0, 1, 1, 1};
+const int64_t kOnes4[] = {1, 1, 1, 1};
+}  // namespace
+
 
 void language_models() {
   options_init("accel_lm_options_init", accel_lm_options_init, ACCEL_LM_OPTIONS_VERSION);
@@ -536,6 +543,96 @@ void lm_data() {
         a.offsets = tensor(ACCEL_INT64, {2}, v);
       })));
   add(fn, "opts.version=0", ARG, {"version", "0"}, run(with([](A& a) { a.lm.version = 0; })));
+  for (int side : {2, -1})
+    add(fn, "padding_side=" + str(side), ARG, {"padding_side", str(side)}, run(with([side](A& a) { a.lm.padding_side = side; })));
+
+  // the attention mask of the last batch
+  const std::string am = "accel_dataloader_attention_mask";
+  auto lm_loader = [](Env& e) {
+    accel_tensor* toks = tensor(ACCEL_INT64, {10}, stream);
+    accel_lm_data_options lm = ACCEL_LM_DATA_OPTIONS_INIT;
+    lm.block_size = 4;
+    accel_dataloader_options lo = ACCEL_DATALOADER_OPTIONS_INIT;
+    accel_dataloader* dl = nullptr;
+    ok(accel_lm_dataloader_create(e.a.ctx, toks, nullptr, &lm, &lo, &dl), "accel_lm_dataloader_create");
+    return dl;
+  };
+  null_case(am, "ctx", [lm_loader](Env& e) {
+    accel_dataloader* dl = lm_loader(e);
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_dataloader_attention_mask(nullptr, dl, out)); });
+  });
+  null_case(am, "loader", [](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_dataloader_attention_mask(e.a.ctx, nullptr, out), e.a.ctx); });
+  });
+  null_case(am, "out", [lm_loader](Env& e) { return R(accel_dataloader_attention_mask(e.a.ctx, lm_loader(e), nullptr), e.a.ctx); });
+  add(am, "before the first batch", STATE, {"no batch", "accel_dataloader_next"}, [lm_loader](Env& e) {
+    accel_dataloader* dl = lm_loader(e);
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_dataloader_attention_mask(e.a.ctx, dl, out), e.a.ctx); });
+  });
+  add(am, "after the end of the epoch", STATE, {"no batch"}, [lm_loader](Env& e) {
+    accel_dataloader* dl = lm_loader(e);
+    accel_tensor *x = nullptr, *y = nullptr;
+    do ok(accel_dataloader_next(e.a.ctx, dl, &x, &y), "accel_dataloader_next");
+    while (x != nullptr);
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_dataloader_attention_mask(e.a.ctx, dl, out), e.a.ctx); });
+  });
+  add(am, "a loader of tensors (no mask)", ARG, {"no attention mask"}, [](Env& e) {
+    accel_tensor *x = nullptr, *y = nullptr;
+    ok(accel_dataloader_next(e.a.ctx, e.a.loader, &x, &y), "accel_dataloader_next");
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_dataloader_attention_mask(e.a.ctx, e.a.loader, out), e.a.ctx); });
+  });
+  add(am, "a loader of another context", ARG, {"loader"}, [lm_loader](Env& e) {
+    accel_dataloader* dl = lm_loader(e);
+    World& b = e.other();
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_dataloader_attention_mask(b.ctx, dl, out), b.ctx); });
+  });
+
+  // generation from a padded batch
+  const std::string gp = "accel_lm_generate_padded";
+  auto gpt2 = [](Env& e) {
+    accel_model* m = nullptr;
+    ok(accel_model_load_pretrained(e.a.ctx, g_lm_fixture.c_str(), nullptr, &m), "accel_model_load_pretrained");
+    return m;
+  };
+  auto ids = [] { return tensor(ACCEL_INT64, {2, 3}, ids_v); };
+  auto mask = [](const int64_t* v) { return tensor(ACCEL_INT64, {2, 3}, v); };
+  null_case(gp, "ctx", [gpt2, ids, mask](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(nullptr, gpt2(e), ids(), mask(left_v), nullptr, out)); });
+  });
+  null_case(gp, "model", [ids, mask](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, nullptr, ids(), mask(left_v), nullptr, out), e.a.ctx); });
+  });
+  null_case(gp, "input_ids", [gpt2, mask](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), nullptr, mask(left_v), nullptr, out), e.a.ctx); });
+  });
+  null_case(gp, "attention_mask", [gpt2, ids](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), nullptr, nullptr, out), e.a.ctx); });
+  });
+  null_case(gp, "out", [gpt2, ids, mask](Env& e) {
+    return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), mask(left_v), nullptr, nullptr), e.a.ctx);
+  });
+  add(gp, "right padding", ARG, {"row 0", "padding after a token", "LEFT"}, [gpt2, ids, mask](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), mask(right_v), nullptr, out), e.a.ctx); });
+  });
+  add(gp, "a row without tokens", ARG, {"row 0", "no token"}, [gpt2, ids, mask](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), mask(empty_v), nullptr, out), e.a.ctx); });
+  });
+  add(gp, "a mask of another shape", ARG, {"attention_mask", "shape"}, [gpt2, ids](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) {
+      return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), tensor(ACCEL_INT64, {2, 2}, kOnes4), nullptr, out), e.a.ctx);
+    });
+  });
+  add(gp, "a float mask", ARG, {"attention_mask", "int64"}, [gpt2, ids](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), floats({2, 3}), nullptr, out), e.a.ctx); });
+  });
+  add(gp, "an MLP", ARG, {"not a causal LM"}, [ids, mask](Env& e) {
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, e.a.model, ids(), mask(left_v), nullptr, out), e.a.ctx); });
+  });
+  add(gp, "max_new_tokens=0", ARG, {"max_new_tokens"}, [gpt2, ids, mask](Env& e) {
+    accel_generate_options o = ACCEL_GENERATE_OPTIONS_INIT;
+    o.max_new_tokens = 0;
+    return with_out<accel_tensor*>(e, [&](auto* out) { return R(accel_lm_generate_padded(e.a.ctx, gpt2(e), ids(), mask(left_v), &o, out), e.a.ctx); });
+  });
 }
 
 // Trackers: options (version, log_dir, writers, ACCEL_LOG_WITH), the order of the calls, and

@@ -507,5 +507,6 @@ void lm_data();  // cases_lm.cpp
 void trackers();  // cases_realtime.cpp
 void memory_estimates();  // cases_realtime.cpp
 void realtime();  // cases_realtime.cpp
+void tokenizers();  // cases_tokenizer.cpp
 
 }  // namespace misuse

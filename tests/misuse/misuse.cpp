@@ -40,6 +40,7 @@ void register_cases() {
   memory_estimates();
   trackers();
   realtime();
+  tokenizers();
 }
 
 // ---------------------------------------------------------------------------------------
