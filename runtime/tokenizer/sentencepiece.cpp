@@ -3,7 +3,7 @@
 // the text are text, as in SentencePiece), with the BOS and EOS a tokenizer_config.json asks
 // for (Llama's default: BOS, no EOS) when special tokens are added. libsentencepiece is
 // reached through libaccel-sentencepiece.so (sentencepiece_shim.cpp says why), opened on the
-// first .model with its own symbol scope, from beside this library or the loader's path.
+// first .model in a link-map namespace of its own, from beside this library or the loader's path.
 #include <dlfcn.h>
 #include <link.h>
 
@@ -44,14 +44,13 @@ const SpmApi& spm_api() {
   const std::string dir = own_directory();
   if (!dir.empty()) tried.push_back(dir + "/libaccel-sentencepiece.so");
   tried.push_back("libaccel-sentencepiece.so");
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  flags |= RTLD_DEEPBIND;  // its protobuf binds to its own copy (the sanitizers' runtimes refuse DEEPBIND)
-#endif
+  // A link-map namespace of its own (dlmopen): libsentencepiece, its protobuf and their
+  // libstdc++ bind only to each other, whatever this process has loaded (RTLD_DEEPBIND would
+  // too, but the sanitizers' runtimes refuse it). Opened once per process.
   void* h = nullptr;
   std::string errors;
   for (const auto& p : tried) {
-    h = dlopen(p.c_str(), flags);
+    h = dlmopen(LM_ID_NEWLM, p.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h) break;
     const char* e = dlerror();
     errors += std::string(errors.empty() ? "" : "; ") + (e ? e : p);

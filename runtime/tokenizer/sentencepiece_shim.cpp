@@ -1,10 +1,14 @@
 // libaccel-sentencepiece.so: Debian's libsentencepiece behind a small C interface, loaded by
-// runtime/tokenizer/sentencepiece.cpp with dlopen (RTLD_LOCAL | RTLD_DEEPBIND) only when a
-// .model file is loaded. libsentencepiece carries its own copy of protobuf-lite and exports
-// it; Debian's libtorch loads libprotobuf.so.32, whose symbols have the same names. Linked
-// into one scope, the two bind to each other's code and the process crashes while loading
-// (libprotobuf's static initialisers call libsentencepiece's MergeFromImpl). Kept in a local
-// scope of its own, each binds to its own copy.
+// runtime/tokenizer/sentencepiece.cpp with dlmopen(LM_ID_NEWLM) only when a .model file is
+// loaded. libsentencepiece carries its own copy of protobuf-lite (3.14) and exports it;
+// Debian's libtorch loads libprotobuf.so.32 (3.21), whose symbols have the same names. Linked
+// into one process scope, the two bind to each other's code: the process crashes while
+// loading (libprotobuf's static initialisers call libsentencepiece's MergeFromImpl), or
+// libsentencepiece's version check aborts it ("compiled against version 3.14.0 ... not
+// compatible with the installed version (3.21.12)"). In a link-map namespace of its own each
+// binds to its own copy. The interface passes only plain C values; memory it returns is
+// freed by it (accel_spm_release: the namespace has its own malloc). Built without the
+// sanitizers (their runtime lives in the main namespace).
 #include <sentencepiece_processor.h>
 
 #include <cstdlib>
