@@ -10,12 +10,13 @@
 // Every type is safe for concurrent use. A Context serialises the calls on it and on the
 // objects made from it (a mutex: the ABI lets one thread at a time use a context); a
 // simulated rank's Context (SimRun) may be used only by the goroutine running that rank's
-// function, and refuses other goroutines with an error. Objects (Context, Model, Tensor,
-// Optimizer, Scheduler, DataLoader, SimReport, Inference) are used through pointers whose
-// state is shared by copies of their values; each has a Close method (idempotent, safe
-// against concurrent use and concurrent Close) and a finalizer as a safety net; using an
-// object after Close, or after the Context that made it was closed, returns an error
-// matching ErrClosed (an Inference outlives its Context: only its own Close ends it).
+// function, and refuses other goroutines with an error; a Tokenizer is immutable and needs
+// no lock. Objects (Context, Model, Tensor, Optimizer, Scheduler, DataLoader, SimReport,
+// Inference, Tokenizer) are used through pointers whose state is shared by copies of their
+// values; each has a Close method (idempotent, safe against concurrent use and concurrent
+// Close) and a finalizer as a safety net; using an object after Close, or after the
+// Context that made it was closed, returns an error matching ErrClosed (an Inference
+// outlives its Context: only its own Close ends it).
 // Strings passed to the library are refused (ErrInvalidArgument) when they hold a NUL
 // byte. Errors are *Error values carrying the accel status and the library's message.
 package accel

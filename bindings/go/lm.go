@@ -137,15 +137,62 @@ func (m *Model) Generate(inputIDs *Tensor, opts *GenerateOptions) (*Tensor, erro
 		return nil, err
 	}
 	defer is.release()
-	var c C.accel_generate_options
-	C.ag_generate_options_init(&c)
-	if opts != nil {
-		c.max_new_tokens, c.temperature, c.top_k = C.int64_t(opts.MaxNewTokens), C.double(opts.Temperature), C.int64_t(opts.TopK)
-		c.eos_token_id, c.seed, c.use_cache = C.int64_t(opts.EOSTokenID), C.uint64_t(opts.Seed), cbool(opts.UseCache)
-	}
+	c := opts.toC()
 	var out *C.accel_tensor
 	err = ctx.err(op, C.accel_lm_generate(ctx.h, h, ih, &c, &out))
 	if err != nil {
+		return nil, err
+	}
+	return wrapTensor(out), nil
+}
+
+// toC fills a C struct (nil: the defaults).
+func (o *GenerateOptions) toC() C.accel_generate_options {
+	var c C.accel_generate_options
+	C.ag_generate_options_init(&c)
+	if o != nil {
+		c.max_new_tokens, c.temperature, c.top_k = C.int64_t(o.MaxNewTokens), C.double(o.Temperature), C.int64_t(o.TopK)
+		c.eos_token_id, c.seed, c.use_cache = C.int64_t(o.EOSTokenID), C.uint64_t(o.Seed), cbool(o.UseCache)
+	}
+	return c
+}
+
+// GeneratePadded continues a padded batch of prompts (accel_lm_generate_padded): inputIDs
+// (int64 [batch, seq]) with mask ([batch, seq], int64, int32 or bool: 1 for a token, 0 for
+// padding), the padding on the LEFT of each row, as Tokenizer.EncodeBatch gives with
+// EncodeOptions.PaddingSide = SideLeft. Each row's positions count its own tokens, so every
+// row continues as its prompt alone would (transformers' generate with an attention mask).
+// It returns int64 [batch, seq + n]: the padded prompts, then the new tokens (a row that
+// emitted EOSTokenID repeats it). opts nil: the defaults. Call SetTraining(false) first.
+// Errors as Generate's; also ErrInvalidArgument for a nil mask, a mask of another shape or
+// dtype, a row without tokens, or padding after a token (right padding).
+func (m *Model) GeneratePadded(inputIDs, mask *Tensor, opts *GenerateOptions) (*Tensor, error) {
+	const op = "accel_lm_generate_padded"
+	if inputIDs == nil {
+		return nil, errArg(op, "inputIDs is nil")
+	}
+	if mask == nil {
+		return nil, errArg(op, "mask is nil (the attention mask: 1 for a token, 0 for the left padding)")
+	}
+	h, err := m.lock(op)
+	if err != nil {
+		return nil, err
+	}
+	ctx := m.o.ctx
+	defer ctx.unlock()
+	is, ih, err := inputIDs.acquire(op)
+	if err != nil {
+		return nil, err
+	}
+	defer is.release()
+	ms, mh, err := mask.acquire(op)
+	if err != nil {
+		return nil, err
+	}
+	defer ms.release()
+	c := opts.toC()
+	var out *C.accel_tensor
+	if err = ctx.err(op, C.accel_lm_generate_padded(ctx.h, h, ih, mh, &c, &out)); err != nil {
 		return nil, err
 	}
 	return wrapTensor(out), nil
@@ -310,6 +357,9 @@ type LMDataOptions struct {
 	PadID           int64 // the id of padding positions in input_ids
 	PadToMultipleOf int64 // dynamic padding to a multiple of this (0: the longest of the batch)
 	GroupByLength   bool  // length-grouped sampling (transformers' LengthGroupedSampler)
+	// PaddingSide is where each row's padding goes (version 2): SideRight (default; no mask
+	// needed) or SideLeft (pass the loader's AttentionMask to LMForward then).
+	PaddingSide Side
 }
 
 // DefaultLMDataOptions returns the library's defaults.
@@ -317,7 +367,8 @@ func DefaultLMDataOptions() LMDataOptions {
 	var c C.accel_lm_data_options
 	C.ag_lm_data_options_init(&c)
 	return LMDataOptions{BlockSize: int64(c.block_size), MaxLength: int64(c.max_length), PadID: int64(c.pad_id),
-		PadToMultipleOf: int64(c.pad_to_multiple_of), GroupByLength: c.group_by_length != 0}
+		PadToMultipleOf: int64(c.pad_to_multiple_of), GroupByLength: c.group_by_length != 0,
+		PaddingSide: Side(c.padding_side)}
 }
 
 func (o *LMDataOptions) toC() C.accel_lm_data_options {
@@ -328,13 +379,15 @@ func (o *LMDataOptions) toC() C.accel_lm_data_options {
 	c.pad_id = C.int64_t(o.PadID)
 	c.pad_to_multiple_of = C.int64_t(o.PadToMultipleOf)
 	c.group_by_length = cbool(o.GroupByLength)
+	c.padding_side = C.int32_t(o.PaddingSide)
 	return c
 }
 
 // NewLMDataLoader makes a loader of causal-LM batches (accel_lm_dataloader_create) over a
 // 1-D token tensor: offsets nil gives fixed blocks of lm.BlockSize tokens; offsets
 // ([sequences + 1]) one sequence each, with dynamic padding. NextBatch yields (input_ids,
-// labels), labels -100 at padding: pass both to LMForward (no mask needed).
+// labels), labels -100 at padding: pass both to LMForward (no mask needed with padding on
+// the right; with lm.PaddingSide = SideLeft pass the loader's AttentionMask too).
 func (c *Context) NewLMDataLoader(tokens, offsets *Tensor, lm LMDataOptions, opts DataLoaderOptions) (*DataLoader, error) {
 	const op = "accel_lm_dataloader_create"
 	h, err := c.lock(op)

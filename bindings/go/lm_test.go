@@ -243,6 +243,83 @@ func TestGenerate(t *testing.T) {
 	wantErr(t, err, ErrInvalidArgument, "max_new_tokens")
 }
 
+// TestGeneratePadded: a left-padded batch of two prompts (6 and 3 tokens) continues each
+// prompt as it continues alone (greedy, with and without the KV cache; int64 and int32
+// masks); right padding, a row without tokens, a mask of another shape and a nil mask are
+// refused.
+func TestGeneratePadded(t *testing.T) {
+	ctx := newCtx(t, nil)
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))
+	ok(t, m.SetTraining(false))
+	prompts := [][]int64{{5, 17, 3, 99, 42, 7}, {64, 8, 11}}
+	const S, N = 6, 8
+	var ids, mask []int64
+	for _, p := range prompts {
+		for k := 0; k < S-len(p); k++ {
+			ids, mask = append(ids, 0), append(mask, 0)
+		}
+		for _, id := range p {
+			ids, mask = append(ids, id), append(mask, 1)
+		}
+	}
+	it := must(NewTensor(ids, 2, S))
+	defer it.Close()
+	mask64 := must(NewTensor(mask, 2, S))
+	defer mask64.Close()
+	mask32 := make([]int32, len(mask))
+	for i, v := range mask {
+		mask32[i] = int32(v)
+	}
+	m32 := must(NewTensor(mask32, 2, S))
+	defer m32.Close()
+	o := DefaultGenerateOptions()
+	o.MaxNewTokens = N
+	for _, cache := range []bool{true, false} {
+		o.UseCache = cache
+		var alone [][]int64
+		for _, p := range prompts {
+			pt := must(NewTensor(p, 1, int64(len(p))))
+			gen := must(m.Generate(pt, &o))
+			out := must(ToSlice[int64](gen))
+			alone = append(alone, out[len(p):])
+			gen.Close()
+			pt.Close()
+		}
+		for _, mk := range []*Tensor{mask64, m32} {
+			out := must(m.GeneratePadded(it, mk, &o))
+			if s := must(out.Shape()); !reflect.DeepEqual(s, []int64{2, S + N}) {
+				t.Fatalf("shape %v", s)
+			}
+			got := rows(t, out)
+			for r := range prompts {
+				if !reflect.DeepEqual(got[r][:S], ids[r*S:(r+1)*S]) {
+					t.Fatalf("row %d: the prompt became %v", r, got[r][:S])
+				}
+				if !reflect.DeepEqual(got[r][S:], alone[r]) {
+					t.Errorf("cache %v, mask %v: row %d continues %v, alone %v", cache, must(mk.DType()), r, got[r][S:], alone[r])
+				}
+			}
+			out.Close()
+		}
+	}
+	right := must(NewTensor([]int64{1, 1, 0, 1, 1, 1}, 2, 3))
+	three := must(NewTensor([]int64{0, 5, 6, 7, 8, 9}, 2, 3))
+	_, err := m.GeneratePadded(three, right, &o)
+	e := wantErr(t, err, ErrInvalidArgument, "padding after a token")
+	wantErr(t, e, ErrInvalidArgument, "row 0")
+	_, err = m.GeneratePadded(three, must(NewTensor([]int64{0, 0, 0, 1, 1, 1}, 2, 3)), &o)
+	wantErr(t, err, ErrInvalidArgument, "no token")
+	_, err = m.GeneratePadded(three, must(NewTensor([]int64{1, 1, 1, 1}, 2, 2)), nil)
+	wantErr(t, err, ErrInvalidArgument, "attention_mask")
+	_, err = m.GeneratePadded(three, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "mask is nil")
+	_, err = m.GeneratePadded(nil, right, nil)
+	wantErr(t, err, ErrInvalidArgument, "inputIDs is nil")
+	o.MaxNewTokens = 0
+	_, err = m.GeneratePadded(it, mask64, &o)
+	wantErr(t, err, ErrInvalidArgument, "max_new_tokens")
+}
+
 // llama7B is the parameter count of Llama-2-7B (EstimateMemory's named shape "llama-7b").
 const llama7B = 6738415616
 

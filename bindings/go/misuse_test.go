@@ -147,6 +147,40 @@ func TestCloseRacesUse(t *testing.T) {
 		rep := must(SimRun(simOpts(1), ctxOpts(), func(*Context) error { return nil }))
 		race(func() error { _, err := rep.WorldSize(); return err }, rep.Close)
 
+		tok := must(LoadTokenizer(tokFixture("gpt2")))
+		race(func() error {
+			if _, err := tok.Encode("hello world", nil); err != nil {
+				return err
+			}
+			if _, err := tok.ApplyChat(ChatChatML, []ChatMessage{{"user", "hi"}}, true); err != nil {
+				return err
+			}
+			_, err := tok.Decode([]int64{1, 2, 3}, true)
+			return err
+		}, tok.Close)
+
+		// a causal-LM loader's batches and masks, racing its Close
+		lctx := newCtx(t, nil)
+		toks := must(NewTensor([]int64{5, 6, 7, 8, 9, 10, 11, 12, 13}, 9))
+		lm := DefaultLMDataOptions()
+		lm.BlockSize = 2
+		ll := must(lctx.NewLMDataLoader(toks, nil, lm, DefaultDataLoaderOptions()))
+		race(func() error {
+			x, y, err := ll.NextBatch()
+			x.Close()
+			y.Close()
+			if err != nil {
+				return err
+			}
+			mk, err := ll.AttentionMask()
+			mk.Close()
+			if errors.Is(err, ErrInvalidState) && !errors.Is(err, ErrClosed) {
+				return nil // another goroutine's NextBatch ended the epoch: no batch, as documented
+			}
+			return err
+		}, ll.Close)
+		toks.Close()
+
 		tr := newRTTrainer(t, 1, 1)
 		inf := must(tr.ctx.Inference(tr.model, nil))
 		xi := must(NewTensor(tr.xs, 8, 5))
@@ -206,6 +240,14 @@ func TestValueCopies(t *testing.T) {
 	ok(t, crep.Close())
 	ok(t, rep.Close())
 
+	tok := must(LoadTokenizer(tokFixture("gpt2")))
+	ctok := *tok
+	must(ctok.Encode("shared", nil))
+	ok(t, ctok.Close())
+	ok(t, tok.Close())
+	_, err = tok.Encode("shared", nil)
+	wantErr(t, err, ErrClosed, "tokenizer is closed")
+
 	tr := newRTTrainer(t, 1, 1)
 	inf := must(tr.ctx.Inference(tr.model, nil))
 	cinf := *inf
@@ -236,6 +278,16 @@ func TestValueCopies(t *testing.T) {
 	var zr SimReport
 	_, err = zr.WorldSize()
 	wantErr(t, err, ErrClosed, "report")
+	var ztok Tokenizer
+	_, err = ztok.VocabSize()
+	wantErr(t, err, ErrClosed, "zero Tokenizer")
+	_, err = ztok.ApplyChat(ChatAuto, nil, true)
+	wantErr(t, err, ErrClosed, "zero Tokenizer")
+	ok(t, ztok.Close())
+	_, err = zl.AttentionMask()
+	wantErr(t, err, ErrInvalidArgument, "nil")
+	_, err = zm.GeneratePadded(&zt, &zt, nil)
+	wantErr(t, err, ErrInvalidArgument, "nil")
 }
 
 // TestAnotherRanksContext: a simulated rank's Context (and its objects) used from another
@@ -362,6 +414,18 @@ func TestNULInStrings(t *testing.T) {
 	nul(WriteTokenFile(bad, toks, 2), "accel_token_file_write: path")
 	_, err = ReadTokenFile(bad)
 	nul(err, "accel_token_file_read: path")
+	_, err = LoadTokenizer(bad)
+	nul(err, "accel_tokenizer_load: path")
+	tok := must(LoadTokenizer(tokFixture("gpt2")))
+	defer tok.Close()
+	_, err = tok.TokenToID("the\x00")
+	nul(err, "accel_tokenizer_token_to_id: token")
+	_, err = tok.ApplyChat(ChatChatML, []ChatMessage{{"user", "hi"}, {"assistant", "a\x00b"}}, false)
+	nul(err, "accel_tokenizer_apply_chat: messages[1].Content")
+	_, err = tok.ApplyChat(ChatChatML, []ChatMessage{{"user\x00", "hi"}}, false)
+	nul(err, "accel_tokenizer_apply_chat: messages[0].Role")
+	_, err = ctx.NewSFTDataLoader(tok, bad, nil, nil)
+	nul(err, "accel_sft_dataloader_create: path")
 	_, err = EstimateMemory("gpt2\x00", nil)
 	nul(err, "model")
 	mo := DefaultMemoryEstimateOptions()
@@ -478,4 +542,144 @@ func TestErrorTextOnce(t *testing.T) {
 	if !errors.Is(err, sentinel) || !errors.Is(err, ErrInternal) || strings.Count(err.Error(), "accel: ") != 1 {
 		t.Fatalf("%v", err)
 	}
+}
+
+// TestTokenizerMisuse: a tokenizer closed twice, used after Close (every method), a nil
+// *Tokenizer and a zero value: errors matching ErrClosed, never a crash; Close racing
+// concurrent uses is in TestCloseRacesUse.
+func TestTokenizerMisuse(t *testing.T) {
+	tok := must(LoadTokenizer(tokFixture("llama2")))
+	ids := must(tok.Encode("hello", nil))
+	ok(t, tok.Close())
+	ok(t, tok.Close()) // idempotent
+	var nilTok *Tokenizer
+	for _, tk := range []*Tokenizer{tok, nilTok, {}} {
+		closed := func(err error, op string) {
+			t.Helper()
+			e := wantErr(t, err, ErrClosed, op)
+			if !errors.Is(err, ErrInvalidState) || e.Op != op {
+				t.Errorf("%+v", e)
+			}
+		}
+		_, err := tk.VocabSize()
+		closed(err, "accel_tokenizer_vocab_size")
+		_, err = tk.BOSID()
+		closed(err, "accel_tokenizer_special_id")
+		_, err = tk.SpecialID(TokenPad)
+		closed(err, "accel_tokenizer_special_id")
+		_, err = tk.TokenToID("<s>")
+		closed(err, "accel_tokenizer_token_to_id")
+		_, _, err = tk.IDToToken(1)
+		closed(err, "accel_tokenizer_id_to_token")
+		_, err = tk.Encode("hello", nil)
+		closed(err, "accel_tokenizer_encode")
+		_, err = tk.EncodeBytes([]byte("hello"), nil)
+		closed(err, "accel_tokenizer_encode")
+		a, b, err := tk.EncodeBatch([]string{"hello"}, nil)
+		closed(err, "accel_tokenizer_encode_batch")
+		if a != nil || b != nil {
+			t.Error("tensors from a closed tokenizer")
+		}
+		_, err = tk.Decode(ids, false)
+		closed(err, "accel_tokenizer_decode")
+		_, err = tk.ApplyChat(ChatAuto, []ChatMessage{{"user", "hi"}}, true)
+		closed(err, "accel_tokenizer_apply_chat")
+		ok(t, tk.Close())
+	}
+}
+
+// TestFineTuningMisuse: NewSFTDataLoader, AttentionMask and GeneratePadded with nil, zero
+// and closed handles (the context, the tokenizer, the loader, the model, the tensors) and
+// objects of another context: errors (ErrClosed for what was closed), never a crash.
+func TestFineTuningMisuse(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sft.jsonl")
+	ok(t, os.WriteFile(path, []byte(`{"prompt": "2 + 2 =", "completion": " 4"}`+"\n"), 0o644))
+	tok := must(LoadTokenizer(tokFixture("qwen2")))
+	defer tok.Close()
+	ctx := newCtx(t, nil)
+	const sd = "accel_sft_dataloader_create"
+
+	// the context: nil, zero, closed
+	var nilCtx *Context
+	_, err := nilCtx.NewSFTDataLoader(tok, path, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "ctx is nil")
+	_, err = (&Context{}).NewSFTDataLoader(tok, path, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "zero Context")
+	closedCtx := newCtx(t, nil)
+	ok(t, closedCtx.Close())
+	_, err = closedCtx.NewSFTDataLoader(tok, path, nil, nil)
+	wantErr(t, err, ErrClosed, sd)
+	// the tokenizer: nil, zero, closed
+	_, err = ctx.NewSFTDataLoader(nil, path, nil, nil)
+	wantErr(t, err, ErrInvalidArgument, "tokenizer is nil")
+	_, err = ctx.NewSFTDataLoader(&Tokenizer{}, path, nil, nil)
+	wantErr(t, err, ErrClosed, "zero Tokenizer")
+	gone := must(LoadTokenizer(tokFixture("qwen2")))
+	ok(t, gone.Close())
+	_, err = ctx.NewSFTDataLoader(gone, path, nil, nil)
+	e := wantErr(t, err, ErrClosed, "tokenizer is closed")
+	if e.Op != sd {
+		t.Fatalf("%+v", e)
+	}
+	// the loader works after the tokenizer closes (it keeps no reference to it)
+	tok2 := must(LoadTokenizer(tokFixture("qwen2")))
+	l := must(ctx.NewSFTDataLoader(tok2, path, nil, nil))
+	ok(t, tok2.Close())
+	x, y := must2(l.NextBatch())
+	mk := must(l.AttentionMask())
+	for _, tn := range []*Tensor{x, y, mk} {
+		ok(t, tn.Close())
+	}
+
+	// AttentionMask: a nil loader, a closed one, one whose context closed
+	var nilL *DataLoader
+	_, err = nilL.AttentionMask()
+	wantErr(t, err, ErrInvalidArgument, "data loader is nil")
+	ok(t, l.Close())
+	_, err = l.AttentionMask()
+	wantErr(t, err, ErrClosed, "data loader")
+	ctx3 := newCtx(t, nil)
+	l3 := must(ctx3.NewSFTDataLoader(tok, path, nil, nil))
+	x, y = must2(l3.NextBatch())
+	x.Close()
+	y.Close()
+	ok(t, ctx3.Close())
+	_, err = l3.AttentionMask()
+	wantErr(t, err, ErrClosed, "context")
+	ok(t, l3.Close())
+
+	// GeneratePadded: a nil or closed model, an MLP, closed and zero tensors, a model whose
+	// context closed
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))
+	ids := must(NewTensor([]int64{0, 5, 6, 7, 8, 9}, 2, 3))
+	defer ids.Close()
+	mask := must(NewTensor([]int64{0, 1, 1, 1, 1, 1}, 2, 3))
+	defer mask.Close()
+	o := DefaultGenerateOptions()
+	o.MaxNewTokens = 2
+	out := must(m.GeneratePadded(ids, mask, &o))
+	ok(t, out.Close())
+	var nilM *Model
+	_, err = nilM.GeneratePadded(ids, mask, &o)
+	wantErr(t, err, ErrInvalidArgument, "model is nil")
+	mlp := must(ctx.NewMLP(DefaultMLPOptions(3, 2)))
+	_, err = mlp.GeneratePadded(ids, mask, &o)
+	wantErr(t, err, ErrInvalidArgument, "not a causal LM")
+	closedMask := must(NewTensor([]int64{0, 1, 1, 1, 1, 1}, 2, 3))
+	ok(t, closedMask.Close())
+	_, err = m.GeneratePadded(ids, closedMask, &o)
+	wantErr(t, err, ErrClosed, "tensor")
+	_, err = m.GeneratePadded(closedMask, mask, &o)
+	wantErr(t, err, ErrClosed, "tensor")
+	_, err = m.GeneratePadded(ids, &Tensor{}, &o)
+	wantErr(t, err, ErrClosed, "zero Tensor")
+	ok(t, m.Close())
+	_, err = m.GeneratePadded(ids, mask, &o)
+	wantErr(t, err, ErrClosed, "model")
+	ctx4 := newCtx(t, nil)
+	m4 := must(ctx4.LoadPretrained(lmFixture("llama-tiny"), nil))
+	ok(t, ctx4.Close())
+	_, err = m4.GeneratePadded(ids, mask, &o)
+	wantErr(t, err, ErrClosed, "context")
 }

@@ -1011,7 +1011,6 @@ class HfTokenizer final : public Tokenizer {
     for (const auto& t : added_) {
       tokens_[t.id] = t.content;
       special_[t.id] = t.special;
-      added_ids_[t.content] = t.id;
     }
     if (model.contains("unk_token") && model["unk_token"].is_string()) {
       const auto it = bpe_.vocab.find(model["unk_token"].get<std::string>());
@@ -1123,7 +1122,6 @@ class HfTokenizer final : public Tokenizer {
   };
   Bpe bpe_;
   std::vector<AddedToken> added_;
-  std::unordered_map<std::string, int32_t> added_ids_;
   Matcher raw_matcher_, norm_matcher_;
   std::vector<Normalizer> normalizers_;
   std::vector<PreTokenizer> pre_;

@@ -85,7 +85,10 @@ _ENUMS = {"accel_status": (accel.Status, ("ACCEL_ERR_", "ACCEL_")), "accel_dtype
           "accel_reduce_op": (accel.ReduceOp, ("ACCEL_REDUCE_",)),
           "accel_optimizer_kind": (accel.OptimizerKind, ("ACCEL_OPTIMIZER_",)),
           "accel_log_writer": (accel.LogWriter, ("ACCEL_LOG_",)),
-          "accel_loss": (accel.Loss, ("ACCEL_LOSS_",))}
+          "accel_loss": (accel.Loss, ("ACCEL_LOSS_",)),
+          "accel_special_token": (accel.SpecialToken, ("ACCEL_TOKEN_",)),
+          "accel_side": (accel.Side, ("ACCEL_SIDE_",)),
+          "accel_chat_format": (accel.ChatFormat, ("ACCEL_CHAT_",))}
 
 
 def test_enum_constants(table):
@@ -120,7 +123,9 @@ def test_option_versions_and_defaults(table):
              "accel_generate_options": lib.accel_generate_options_init,
              "accel_memory_estimate_options": lib.accel_memory_estimate_options_init,
              "accel_tracker_options": lib.accel_tracker_options_init,
-             "accel_inference_options": lib.accel_inference_options_init}
+             "accel_inference_options": lib.accel_inference_options_init,
+             "accel_encode_options": lib.accel_encode_options_init,
+             "accel_sft_options": lib.accel_sft_options_init}
     structs = {}
     for struct, init in inits.items():
         s = ffi.new(struct + " *")
@@ -155,3 +160,21 @@ def test_every_function_is_declared_and_called(table):
     assert missing == []
     declared = set(re.findall(r"\b(accel_\w+)\(", _ffi.CDEF))
     assert declared == set(table["function"])
+
+
+def test_chat_and_fine_tuning_declarations_are_in_the_table(table):
+    # the generic checks above compare what the table holds: make sure it holds these (a probe
+    # built from an older header would pass them vacuously)
+    lib = accel.load_library()
+    assert table["version"]["accel_lm_data_options"] == lib.ACCEL_LM_DATA_OPTIONS_VERSION == 2
+    assert ("accel_lm_data_options", "padding_side") in table["field"]
+    assert [f for f, _ in ffi.typeof("accel_chat_message").fields] == ["role", "content"]
+    assert [f for f, _ in ffi.typeof("accel_sft_options").fields] == [
+        "version", "chat_format", "completion_only_loss", "add_eos", "max_length", "packing", "padding_side",
+        "pad_to_multiple_of", "pad_id"]
+    assert {s for s in ("accel_chat_message", "accel_sft_options")} <= set(table["struct"])
+    assert table["const"]["ACCEL_CHAT_MISTRAL"] == ("accel_chat_format", 5)
+    assert set(accel.ChatFormat.__members__) == {"AUTO", "CHATML", "LLAMA3", "GEMMA", "PHI3", "MISTRAL"}
+    for fn in ("accel_tokenizer_apply_chat", "accel_sft_options_init", "accel_sft_dataloader_create",
+               "accel_dataloader_attention_mask", "accel_lm_generate_padded"):
+        assert fn in table["function"], fn

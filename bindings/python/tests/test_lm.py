@@ -1,6 +1,7 @@
 """Language models through the Python binding: Hugging Face directories in and out, the
 forward with its loss against transformers' fixtures (tests/fixtures/lm), the token-mean loss
-across ranks, and the errors."""
+across ranks, generation (from a left-padded batch too), the causal-LM loader's padding and
+attention mask, and the errors."""
 import json
 import os
 import shutil
@@ -253,6 +254,106 @@ def test_generate(acc):
                                                           seed=3).numpy())
     with pytest.raises(accel.InvalidArgumentError, match="max_new_tokens"):
         model.generate(prompt, max_new_tokens=0)
+
+
+def _left_padded(prompts, pad=0):
+    width = max(len(p) for p in prompts)
+    ids = np.full((len(prompts), width), pad, np.int64)
+    mask = np.zeros((len(prompts), width), np.int64)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):] = p
+        mask[r, width - len(p):] = 1
+    return ids, mask
+
+
+def test_generate_from_a_left_padded_batch_continues_each_prompt_as_alone(acc):
+    # Generation.PaddedBatchContinuesEachPromptAsAlone (tests/lm/test_lm.cpp) through the binding
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny")).eval()
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(3, 120, n) for n in (5, 2)]
+    ids, mask = _left_padded(prompts)
+    for use_cache in (True, False):
+        out = model.generate(ids, max_new_tokens=6, attention_mask=mask, use_cache=use_cache)
+        assert out.dtype == accel.DType.INT64 and out.shape == (2, ids.shape[1] + 6)
+        got = out.numpy()
+        np.testing.assert_array_equal(got[:, :ids.shape[1]], ids)  # the padded prompts, then the new tokens
+        for r, p in enumerate(prompts):
+            alone = model.generate(p[None, :], max_new_tokens=6, use_cache=use_cache).numpy()
+            np.testing.assert_array_equal(got[r, ids.shape[1]:], alone[0, len(p):], err_msg=f"row {r}")
+    # the mask as int32, a Tensor, a list, and a BatchEncoding's fields as keywords
+    want = model.generate(ids, max_new_tokens=6, attention_mask=mask).numpy()
+    for m in (mask.astype(np.int32), accel.tensor(mask), mask.tolist()):
+        np.testing.assert_array_equal(model.generate(ids, max_new_tokens=6, attention_mask=m).numpy(), want)
+    batch = accel.BatchEncoding(accel.tensor(ids), accel.tensor(mask))
+    np.testing.assert_array_equal(model.generate(**batch._asdict(), max_new_tokens=6).numpy(), want)
+    # a mask of ones is a batch without padding: generate's own result
+    full = np.array([[5, 17, 3, 99], [7, 8, 9, 10]], np.int64)
+    np.testing.assert_array_equal(model.generate(full, 4, attention_mask=np.ones_like(full)).numpy(),
+                                  model.generate(full, 4).numpy())
+    # sampling from a padded batch is reproducible from the seed
+    sampled = model.generate(ids, 6, temperature=0.8, top_k=5, seed=3, attention_mask=mask).numpy()
+    np.testing.assert_array_equal(sampled, model.generate(ids, 6, temperature=0.8, top_k=5, seed=3,
+                                                          attention_mask=mask).numpy())
+
+
+def test_generate_from_a_padded_batch_refuses_right_padding(acc):
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny")).eval()
+    ids = np.ones((2, 3), np.int64)
+    cases = [(np.array([[1, 1, 0], [1, 1, 1]]), r"row 0.*padding after a token"),
+             (np.array([[1, 1, 1], [0, 0, 0]]), r"row 1.*no token"),
+             (np.ones((2, 4), np.int64), "attention_mask"),
+             (np.ones((2, 3), np.float32), "attention_mask"),
+             # accel.tensor makes a numpy bool array uint8 (the C ABI has no bool dtype): refused
+             (np.ones((2, 3), bool), "attention_mask must be int64, int32")]
+    for mask, text in cases:
+        with pytest.raises(accel.InvalidArgumentError, match=text) as info:
+            model.generate(ids, max_new_tokens=2, attention_mask=mask)
+        assert info.value.status == accel.Status.INVALID_ARGUMENT
+        assert "accel_lm_generate_padded" in info.value.message
+    with pytest.raises(accel.InvalidArgumentError, match="max_new_tokens"):
+        model.generate(ids, max_new_tokens=0, attention_mask=np.ones((2, 3), np.int64))
+    mlp = accel.Model.mlp(acc, [4, 2])
+    with pytest.raises(accel.InvalidArgumentError, match="not a causal LM"):
+        mlp.generate(ids, attention_mask=np.ones((2, 3), np.int64))
+
+
+def test_lm_loader_pads_on_either_side_with_its_attention_mask(acc):
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(2, 12, 10)
+    tokens = rng.integers(1, 128, int(lengths.sum()))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny")).eval()
+    seen = {}
+    for side in ("right", "left", accel.Side.LEFT):
+        loader = accel.DataLoader.for_lm(acc, tokens, offsets, batch_size=4, pad_id=0, padding_side=side)
+        with pytest.raises(accel.InvalidStateError, match="no batch"):
+            loader.attention_mask()  # before the first batch
+        rows = []
+        for ids, labels in loader:
+            mask = loader.attention_mask()
+            assert isinstance(mask, accel.Tensor) and mask.dtype == accel.DType.INT64 and mask.shape == ids.shape
+            i, l, m = ids.numpy(), labels.numpy(), mask.numpy()
+            np.testing.assert_array_equal(m, (l != -100).astype(np.int64))  # labels are -100 exactly at padding
+            assert (i[m == 0] == 0).all()
+            for r in range(m.shape[0]):
+                n = int(m[r].sum())
+                pad = np.arange(m.shape[1]) >= n if side == "right" else np.arange(m.shape[1]) < m.shape[1] - n
+                np.testing.assert_array_equal(m[r], (~pad).astype(np.int64))
+                rows.append(i[r][m[r] == 1].tolist())
+            out = model(input_ids=ids, attention_mask=mask, labels=labels)
+            assert out.num_tokens == int((l[:, 1:] != -100).sum()) and np.isfinite(out.loss.item())
+        with pytest.raises(accel.InvalidStateError, match="no batch"):
+            loader.attention_mask()  # after the end of the epoch
+        seen[str(side)] = rows
+        assert len({len(r) for r in rows}) > 1  # the batches had padding to place
+    assert seen["right"] == seen["left"] == seen[str(accel.Side.LEFT)]  # the same sequences, in order
+    assert [len(r) for r in seen["right"]] == lengths.tolist()
+    with pytest.raises(accel.InvalidArgumentError, match="padding_side"):
+        accel.DataLoader.for_lm(acc, tokens, offsets, padding_side="up")
+    plain = accel.DataLoader(acc, np.ones((2, 2), np.float32), np.zeros(2, np.int64))
+    plain.next_batch()
+    with pytest.raises(accel.InvalidArgumentError, match="no attention mask"):
+        plain.attention_mask()
 
 
 LLAMA_7B = 6738415616  # parameters of Llama-2-7B (accel_estimate_memory's named shape "llama-7b")

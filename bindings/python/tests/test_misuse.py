@@ -1,7 +1,7 @@
 """Misuse from Python ends in a Python exception, never a crash or a hang: copies and pickles of
 every object, exceptions across processes, `from accel import *`, integers C cannot hold, use
 after close, closes and calls racing from threads, another simulated rank's Accelerator, NUL
-bytes in strings, wrong dtypes and shapes, exceptions raised in callbacks.
+bytes in strings, wrong dtypes, shapes and argument types, exceptions raised in callbacks.
 
 What could kill the interpreter (a double free, a use after free, a deadlock) runs in a child
 process: the test checks its exit status and its output, so a crash fails one test with the
@@ -24,6 +24,7 @@ import accel
 from conftest import REPO, SRC
 
 LM_CONFIG = os.path.join(REPO, "tests", "fixtures", "lm", "gpt2-tiny", "config.json")
+TOKENIZER = os.path.join(REPO, "tests", "fixtures", "tokenizers", "qwen2")
 PROTOCOLS = range(pickle.HIGHEST_PROTOCOL + 1)
 
 
@@ -144,7 +145,8 @@ def test_objects_that_own_a_handle_refuse_copy_and_pickle():
         lm = accel.Model.from_config(acc, {LM_CONFIG!r})
         lm_opt = accel.Adafactor(lm)
         report = accel.sim.run(lambda a: a.process_index, world_size=2)
-        objects = [acc, model, opt, sched, loader, inf, lm, lm_opt, report]
+        tok = accel.Tokenizer({TOKENIZER!r})
+        objects = [acc, model, opt, sched, loader, inf, lm, lm_opt, report, tok]
         ways = [copy.copy, copy.deepcopy] + [lambda o, p=p: pickle.dumps(o, protocol=p)
                                              for p in range(pickle.HIGHEST_PROTOCOL + 1)]
         for obj in objects:
@@ -166,14 +168,14 @@ def test_objects_that_own_a_handle_refuse_copy_and_pickle():
         for x, y in loader:
             acc.backward(accel.cross_entropy(model(x), y))
             opt.step()
-        print(inf.run(np.ones((1, 4), np.float32)).shape, report.results)
-        inf.close(); report.close(); acc.close()
+        print(inf.run(np.ones((1, 4), np.float32)).shape, report.results, tok.decode(tok.encode("ok")))
+        inf.close(); report.close(); tok.close(); acc.close()
         print("DONE")
     """)
     for name in ("Accelerator", "Model", "AdamW", "Scheduler", "DataLoader", "Inference", "Adafactor",
-                 "SimReport"):
+                 "SimReport", "Tokenizer"):
         assert f"{name} refused" in out
-    assert "acc.save_state(dir)" in out and "(1, 3) [0, 1]" in out
+    assert "acc.save_state(dir)" in out and "(1, 3) [0, 1] ok" in out
 
 
 # ---- exceptions ----------------------------------------------------------------------------
@@ -245,9 +247,14 @@ def test_star_import_shadows_no_builtin():
 
 # ---- integers C cannot hold ----------------------------------------------------------------
 
-def test_integers_out_of_range_are_invalid_argument_errors(acc):
+def test_integers_out_of_range_are_invalid_argument_errors(acc, tmp_path):
     model = accel.Model.mlp(acc, [2, 2])
     x = np.ones((2, 2), np.float32)
+    tok = accel.Tokenizer(TOKENIZER)
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"prompt": "a", "completion": "b"}\n')
+    lm = accel.Model.from_config(acc, LM_CONFIG)
+    ids, mask = np.ones((1, 2), np.int64), np.ones((1, 2), np.int64)
     cases = {
         "seed=-1": lambda: accel.Accelerator(cpu=True, seed=-1),
         "seed=2**64": lambda: accel.Accelerator(cpu=True, seed=2**64),
@@ -273,6 +280,30 @@ def test_integers_out_of_range_are_invalid_argument_errors(acc):
         "token_bytes=2**40": lambda: accel.write_token_file("/tmp/never", np.zeros(2, np.int64), token_bytes=2**40),
         "sim world_size=2**31": lambda: accel.sim.run(lambda a: None, world_size=2**31),
         "sim seed=-1": lambda: accel.sim.run(lambda a: None, world_size=1, seed=-1),
+        "id_to_token(2**63)": lambda: tok.id_to_token(2**63),
+        "is_special(-2**64)": lambda: tok.is_special(-2**64),
+        "decode([2**63])": lambda: tok.decode([1, 2**63]),
+        "decode(uint64 array)": lambda: tok.decode(np.array([2**64 - 1], np.uint64)),
+        "encode max_length=2**63": lambda: tok.encode("a", max_length=2**63),
+        "encode max_length=nan": lambda: tok.encode("a", max_length=float("nan")),
+        "encode_batch pad_id=2**64": lambda: tok.encode_batch(["a"], pad_id=2**64),
+        "encode_batch pad_to_multiple_of=inf": lambda: tok.encode_batch(["a"], pad_to_multiple_of=float("inf")),
+        "special_id(2**40)": lambda: tok.special_id(2**40),
+        "apply_chat chat_format=2**40": lambda: tok.apply_chat([("user", "a")], chat_format=2**40),
+        "apply_chat chat_format=-1": lambda: tok.apply_chat([("user", "a")], chat_format=-1),
+        "for_sft pad_id=2**64": lambda: accel.DataLoader.for_sft(acc, tok, sft, pad_id=2**64),
+        "for_sft max_length=2**63": lambda: accel.DataLoader.for_sft(acc, tok, sft, max_length=2**63),
+        "for_sft pad_to_multiple_of=-2**64": lambda: accel.DataLoader.for_sft(acc, tok, sft,
+                                                                              pad_to_multiple_of=-2**64),
+        "for_sft max_length=inf": lambda: accel.DataLoader.for_sft(acc, tok, sft, max_length=float("inf")),
+        "for_sft batch_size=2**63": lambda: accel.DataLoader.for_sft(acc, tok, sft, batch_size=2**63),
+        "for_sft seed=-1": lambda: accel.DataLoader.for_sft(acc, tok, sft, seed=-1),
+        "for_sft padding_side=2**40": lambda: accel.DataLoader.for_sft(acc, tok, sft, padding_side=2**40),
+        "for_lm padding_side=2**40": lambda: accel.DataLoader.for_lm(acc, np.arange(8), block_size=2,
+                                                                     padding_side=2**40),
+        "generate padded seed=-1": lambda: lm.generate(ids, attention_mask=mask, seed=-1),
+        "generate padded max_new_tokens=2**63": lambda: lm.generate(ids, 2**63, attention_mask=mask),
+        "generate padded eos_token_id=2**64": lambda: lm.generate(ids, attention_mask=mask, eos_token_id=2**64),
     }
     for name, call in cases.items():
         try:
@@ -296,19 +327,56 @@ def test_every_object_refuses_use_after_close():
     inf = acc.inference(model)
     t = accel.tensor(np.ones((1, 2), np.float32))
     report = accel.sim.run(lambda a: None, world_size=1)
+    tok = accel.Tokenizer(TOKENIZER)
     acc.close()
     inf.close()
     t.close()
     report.close()
-    uses = [lambda: acc.process_index, lambda: model(np.ones((1, 2), np.float32)), lambda: opt.lr,
+    tok.close()
+    uses = [lambda: tok.encode("a"), lambda: tok.encode_batch(["a"]), lambda: tok.decode([0]),
+            lambda: tok.vocab_size, lambda: tok.id_to_token(0), lambda: tok.token_to_id("a"), lambda: tok.eos_id,
+            lambda: acc.process_index, lambda: model(np.ones((1, 2), np.float32)), lambda: opt.lr,
             lambda: sched.steps, lambda: len(loader), lambda: inf.run(np.ones((1, 2), np.float32)),
             lambda: t.numpy(), lambda: report.ranks, lambda: acc.backward(accel.tensor(1.0)),
             lambda: model.parameter(0), lambda: inf.weights]
     for use in uses:
         with pytest.raises(accel.ClosedError):
             use()
-    for obj in (acc, model, opt, sched, loader, inf, t, report):
+    for obj in (acc, model, opt, sched, loader, inf, t, report, tok):
         obj.close()  # still idempotent
+
+
+def test_chat_fine_tuning_and_padded_generation_refuse_closed_objects(tmp_path):
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}\n')
+    acc = accel.Accelerator(cpu=True, num_threads=1)
+    tok = accel.Tokenizer(TOKENIZER)
+    loader = accel.DataLoader.for_sft(acc, tok, sft)
+    lm_loader = accel.DataLoader.for_lm(acc, np.arange(1, 9), block_size=4)
+    lm = accel.Model.from_config(acc, LM_CONFIG)
+    ids, mask = np.ones((1, 2), np.int64), np.ones((1, 2), np.int64)
+    x, _ = loader.next_batch()
+    lm_loader.next_batch()
+    lm_loader.close()
+    with pytest.raises(accel.ClosedError, match="this DataLoader is closed"):
+        lm_loader.attention_mask()
+    tok.close()
+    with pytest.raises(accel.ClosedError, match="this Tokenizer is closed"):
+        tok.apply_chat([("user", "a")])
+    with pytest.raises(accel.ClosedError, match="this Tokenizer is closed"):
+        accel.DataLoader.for_sft(acc, tok, sft)  # never reaches C with a freed tokenizer
+    assert loader.attention_mask().shape == x.shape  # the loader kept no reference to the tokenizer
+    acc.close()
+    uses = {"attention_mask": loader.attention_mask, "next_batch": loader.next_batch,
+            "for_sft": lambda: accel.DataLoader.for_sft(acc, accel.Tokenizer(TOKENIZER), sft),
+            "for_lm padding_side": lambda: accel.DataLoader.for_lm(acc, np.arange(8), block_size=2,
+                                                                   padding_side="left"),
+            "generate padded": lambda: lm.generate(ids, attention_mask=mask)}
+    for name, use in uses.items():
+        with pytest.raises(accel.ClosedError):
+            use()
+    for obj in (loader, lm_loader, lm, tok, acc):
+        obj.close()  # idempotent
 
 
 # ---- threads -------------------------------------------------------------------------------
@@ -351,6 +419,54 @@ def test_concurrent_closes_and_reads_from_threads():
             assert t.closed and acc.closed and inf.closed and model.closed
         print("DONE")
     """)
+
+
+def test_a_tokenizer_closed_while_threads_use_it():
+    # A Tokenizer is shared by threads without a lock around its calls: a close() from one of them
+    # must neither free it under a running call nor let a later call reach C.
+    out = assert_child_ok(f"""
+        import threading
+        import accel
+
+        texts = ["close me while I am encoding 你好 🙂 " * 20] * 16
+        for round in range(30):
+            tok = accel.Tokenizer({TOKENIZER!r})
+            want = tok.encode(texts[0])
+            chat = tok.apply_chat([("user", texts[0])])
+            go = threading.Barrier(8)
+            errors, done = [], []
+
+            def worker(i):
+                go.wait()
+                try:
+                    for _ in range(20):
+                        if i == 0:
+                            tok.close()
+                        elif i % 3 == 1:
+                            assert tok.encode(texts[0]) == want
+                        elif i % 3 == 2:
+                            ids, mask = tok.encode_batch(texts)
+                            assert tok.batch_decode(ids) == texts
+                        else:
+                            assert tok.decode(want) == texts[0] and tok.id_to_token(want[0])
+                            assert tok.apply_chat([("user", texts[0])]) == chat
+                    done.append(i)
+                except accel.ClosedError:
+                    done.append(i)
+                except BaseException as exc:
+                    errors.append(repr(exc))
+
+            threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+            for th in threads: th.start()
+            for th in threads: th.join()
+            assert not errors, errors
+            assert len(done) == 8 and tok.closed and tok._h is None and tok._uses == 0  # released
+        # the finalizer of a tokenizer nobody closed, and of one whose results outlive it
+        kept = accel.Tokenizer({TOKENIZER!r}).encode("kept", return_tensor=True)
+        print(kept.tolist(), accel.Tokenizer({TOKENIZER!r}).id_to_token(1200))
+        print("DONE")
+    """, timeout=120)
+    assert "<|im_end|>" in out
 
 
 def test_concurrent_training_calls_on_one_accelerator_are_serialised():
@@ -460,6 +576,12 @@ def test_nul_bytes_in_strings_are_refused_never_truncated(acc, tmp_path):
         "sim faults": lambda: accel.sim.run(lambda a: None, world_size=1, faults="kill:0\0"),
         "sim device_memory": lambda: accel.sim.run(lambda a: None, world_size=1, device_memory="1GiB\0"),
         "sim trace_path": lambda: accel.sim.run(lambda a: None, world_size=1, trace_path=bad),
+        "Tokenizer path": lambda: accel.Tokenizer(TOKENIZER + "\0/tokenizer.json"),
+        "token_to_id": lambda: accel.Tokenizer(TOKENIZER).token_to_id("<|im_start|>\0x"),
+        "apply_chat content": lambda: accel.Tokenizer(TOKENIZER).apply_chat([("user", "a\0b")]),
+        "apply_chat role": lambda: accel.Tokenizer(TOKENIZER).apply_chat([{"role": "user\0", "content": "a"}]),
+        "apply_chat bytes content": lambda: accel.Tokenizer(TOKENIZER).apply_chat([("user", b"a\0b")]),
+        "for_sft path": lambda: accel.DataLoader.for_sft(acc, accel.Tokenizer(TOKENIZER), bad),
     }
     for name, call in calls.items():
         with pytest.raises(accel.InvalidArgumentError, match="NUL") as info:
@@ -503,6 +625,134 @@ def test_wrong_dtypes_and_shapes_are_accel_errors(acc):
             pytest.fail(f"{name}: {type(exc).__name__}: {exc}")
         else:
             pytest.fail(f"{name}: did not raise")
+
+
+def test_wrong_tokenizer_arguments_are_accel_errors():
+    tok = accel.Tokenizer(TOKENIZER)
+    floats = accel.tensor(np.ones(2, np.float32))
+    ids_2d = accel.tensor(np.ones((2, 2), np.int64))
+    calls = {
+        "encode(5)": lambda: tok.encode(5),
+        "encode(None)": lambda: tok.encode(None),
+        "encode([text])": lambda: tok.encode(["a"]),
+        "encode truncation_side='middle'": lambda: tok.encode("a", truncation_side="middle"),
+        "encode truncation_side=None": lambda: tok.encode("a", truncation_side=None),
+        "encode max_length='x'": lambda: tok.encode("a", max_length="x"),
+        "encode_batch(str)": lambda: tok.encode_batch("abc"),
+        "encode_batch(bytes)": lambda: tok.encode_batch(b"abc"),
+        "encode_batch(5)": lambda: tok.encode_batch(5),
+        "encode_batch([1])": lambda: tok.encode_batch(["a", 1]),
+        "encode_batch([])": lambda: tok.encode_batch([]),
+        "encode_batch padding_side='top'": lambda: tok.encode_batch(["a"], padding_side="top"),
+        "encode_batch padding_side=7": lambda: tok.encode_batch(["a"], padding_side=7),
+        "decode(str)": lambda: tok.decode("abc"),
+        "decode(None)": lambda: tok.decode(None),
+        "decode([1.5])": lambda: tok.decode([1, 1.5]),
+        "decode([[1]])": lambda: tok.decode([[1]]),
+        "decode(float array)": lambda: tok.decode(np.ones(2, np.float32)),
+        "decode(float tensor)": lambda: tok.decode(floats),
+        "decode(2-D tensor)": lambda: tok.decode(ids_2d),
+        "batch_decode(1-D tensor)": lambda: tok.batch_decode(accel.tensor(np.ones(2, np.int64))),
+        "batch_decode(float tensor)": lambda: tok.batch_decode(accel.tensor(np.ones((1, 2), np.float32))),
+        "batch_decode([1, 2])": lambda: tok.batch_decode([1, 2]),
+        "batch_decode(str)": lambda: tok.batch_decode("ab"),
+        "id_to_token('3')": lambda: tok.id_to_token("3"),
+        "id_to_token(1.0)": lambda: tok.id_to_token(1.0),
+        "is_special(None)": lambda: tok.is_special(None),
+        "token_to_id(5)": lambda: tok.token_to_id(5),
+        "special_id('cls')": lambda: tok.special_id("cls"),
+        "special_id(9)": lambda: tok.special_id(9),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+        except accel.InvalidArgumentError:
+            pass
+        except BaseException as exc:  # noqa: B902
+            pytest.fail(f"{name}: {type(exc).__name__}: {exc}")
+        else:
+            pytest.fail(f"{name}: did not raise")
+    with pytest.raises(accel.InvalidStateError, match="already loaded"):
+        tok.__init__(TOKENIZER)  # would leak or replace the handle under other threads
+    assert tok.decode(tok.encode("still fine")) == "still fine"
+    tok.close()
+
+
+def test_wrong_chat_fine_tuning_and_generation_arguments_are_accel_errors(acc, tmp_path):
+    tok = accel.Tokenizer(TOKENIZER)
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text('{"text": "fine"}\n')
+    lm = accel.Model.from_config(acc, LM_CONFIG)
+    ids = np.ones((2, 3), np.int64)
+    other = accel.Accelerator(cpu=True, num_threads=1)
+    other_loader = accel.DataLoader.for_lm(other, np.arange(1, 13), block_size=3, batch_size=2)
+    other_loader.next_batch()
+    other_mask = other_loader.attention_mask()  # a tensor of another Accelerator's context
+    ok = [("user", "hi")]
+    calls = {
+        "apply_chat(5)": lambda: tok.apply_chat(5),
+        "apply_chat(None)": lambda: tok.apply_chat(None),
+        "apply_chat(str)": lambda: tok.apply_chat("hello"),
+        "apply_chat(bytes)": lambda: tok.apply_chat(b"hello"),
+        "apply_chat(one dict)": lambda: tok.apply_chat({"role": "user", "content": "hi"}),
+        "apply_chat([str])": lambda: tok.apply_chat(["hi"]),
+        "apply_chat([None])": lambda: tok.apply_chat([None]),
+        "apply_chat([5])": lambda: tok.apply_chat([5]),
+        "apply_chat([(role,)])": lambda: tok.apply_chat([("user",)]),
+        "apply_chat([(a, b, c)])": lambda: tok.apply_chat([("user", "a", "b")]),
+        "apply_chat([(role, 5)])": lambda: tok.apply_chat([("user", 5)]),
+        "apply_chat([(None, text)])": lambda: tok.apply_chat([(None, "a")]),
+        "apply_chat([(role, None)])": lambda: tok.apply_chat([("assistant", None)]),
+        "apply_chat([dict without content])": lambda: tok.apply_chat([{"role": "user"}]),
+        "apply_chat([dict without role])": lambda: tok.apply_chat([{"content": "hi"}]),
+        "apply_chat([dict, content list])": lambda: tok.apply_chat([{"role": "user", "content": ["a"]}]),
+        "apply_chat gemma without a BOS": lambda: tok.apply_chat(ok, chat_format="gemma"),
+        "apply_chat chat_format='html'": lambda: tok.apply_chat(ok, chat_format="html"),
+        "apply_chat chat_format=6": lambda: tok.apply_chat(ok, chat_format=6),
+        "apply_chat chat_format=None": lambda: tok.apply_chat(ok, chat_format=None),
+        "apply_chat chat_format=1.0": lambda: tok.apply_chat(ok, chat_format=1.0),
+        "for_sft chat_format='x'": lambda: accel.DataLoader.for_sft(acc, tok, sft, chat_format="x"),
+        "for_sft chat_format=-1": lambda: accel.DataLoader.for_sft(acc, tok, sft, chat_format=-1),
+        "for_sft padding_side='top'": lambda: accel.DataLoader.for_sft(acc, tok, sft, padding_side="top"),
+        "for_sft padding_side=None": lambda: accel.DataLoader.for_sft(acc, tok, sft, padding_side=None),
+        "for_sft max_length='x'": lambda: accel.DataLoader.for_sft(acc, tok, sft, max_length="x"),
+        "for_sft path=''": lambda: accel.DataLoader.for_sft(acc, tok, ""),
+        "for_sft iterable with shuffle": lambda: accel.DataLoader.for_sft(acc, tok, sft, iterable=True, shuffle=True),
+        "for_lm padding_side='middle'": lambda: accel.DataLoader.for_lm(acc, np.arange(8), block_size=2,
+                                                                        padding_side="middle"),
+        "attention_mask of a loader of tensors": lambda: (
+            lambda dl: (dl.next_batch(), dl.attention_mask()))(accel.DataLoader(acc, np.ones((2, 2), np.float32))),
+        "generate attention_mask='abc'": lambda: lm.generate(ids, attention_mask="abc"),
+        "generate attention_mask=object()": lambda: lm.generate(ids, attention_mask=object()),
+        "generate attention_mask float": lambda: lm.generate(ids, attention_mask=np.ones((2, 3), np.float32)),
+        "generate attention_mask 1-D": lambda: lm.generate(ids, attention_mask=np.ones(3, np.int64)),
+        "generate attention_mask wider": lambda: lm.generate(ids, attention_mask=np.ones((2, 4), np.int64)),
+        "generate attention_mask right padding": lambda: lm.generate(ids, attention_mask=np.array([[1, 1, 0]] * 2)),
+        "generate attention_mask of another context": lambda: lm.generate(np.ones((2, 3), np.int64),
+                                                                         attention_mask=other_mask),
+        "generate padded float ids": lambda: lm.generate(np.ones((2, 3), np.float32), attention_mask=ids),
+        "generate padded ids outside the vocabulary": lambda: lm.generate(ids * 10**6, attention_mask=ids),
+    }
+    for name, call in calls.items():
+        try:
+            call()
+        except accel.InvalidArgumentError:
+            pass
+        except BaseException as exc:  # noqa: B902
+            pytest.fail(f"{name}: {type(exc).__name__}: {exc}")
+        else:
+            pytest.fail(f"{name}: did not raise")
+    # objects of the wrong kind: TypeError, as an optimizer given something that is not a Model
+    for name, call in {"for_sft(tokenizer=path)": lambda: accel.DataLoader.for_sft(acc, TOKENIZER, sft),
+                       "for_sft(tokenizer=None)": lambda: accel.DataLoader.for_sft(acc, None, sft),
+                       "for_sft(path=5)": lambda: accel.DataLoader.for_sft(acc, tok, 5)}.items():
+        with pytest.raises(TypeError):
+            call()
+    # the objects still work
+    assert tok.apply_chat(ok).startswith("<|im_start|>user\nhi")
+    assert accel.DataLoader.for_sft(acc, tok, sft).next_batch()[0].shape[0] == 1
+    tok.close()
+    other.close()
 
 
 # ---- exceptions in callbacks (sim.run's function) ------------------------------------------

@@ -13,6 +13,15 @@
 //!   (no lifetime: it outlives its model and context; `Send`, not `Sync`) that another thread
 //!   runs while [`Context::train_micro_batches`] trains and [`Context::publish_weights`]
 //!   publishes.
+//! * Tokenizers: [`Tokenizer::load`] reads a Hugging Face `tokenizer.json` or a SentencePiece
+//!   `.model` (no context; `Send + Sync`); [`Tokenizer::encode`], [`Tokenizer::encode_batch`]
+//!   ([`EncodeOptions`], [`Side`]) and [`Tokenizer::decode`] give the ids and text Hugging Face
+//!   `tokenizers` gives; [`Tokenizer::apply_chat`] ([`ChatFormat`], [`ChatMessage`]) renders a
+//!   conversation with the model's chat template.
+//! * Fine-tuning: [`Context::sft_dataloader`] ([`SftOptions`]) makes batches of a JSONL file of
+//!   conversations, prompt/completion pairs or texts, the loss on the answers only;
+//!   [`DataLoader::attention_mask`] gives a causal-LM batch's mask; [`Model::generate_padded`]
+//!   continues a left-padded batch of prompts.
 //!
 //! ```no_run
 //! use accel::{Context, Options, MlpOptions, AdamWOptions, DataLoaderOptions, Tensor};
@@ -215,6 +224,7 @@ mod memory;
 mod options;
 pub mod sim;
 mod tensor;
+mod tokenizer;
 mod util;
 
 pub use context::{Batch, Batches, CausalLmOutput, Context, DataLoader, Model, Optimizer, Scheduler, StepResult, TrainResult};
@@ -222,12 +232,13 @@ pub use error::{status_name, Error, Result, Status};
 pub use inference::Inference;
 pub use memory::{estimate_memory, MemoryEstimate};
 pub use options::{
-    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, DataLoaderOptions, Device, GenerateOptions, InferenceOptions, LambOptions, LmDataOptions, LmOptions, LogWriters, LoraOptions,
+    Activation, AdafactorOptions, AdamWOptions, Attention, Backend, ChatFormat, DataLoaderOptions, Device, EncodeOptions, GenerateOptions, InferenceOptions, LambOptions, LmDataOptions, LmOptions, LogWriters, LoraOptions,
     Loss, MemoryEstimateOptions, MlpOptions, OptimizerKind, Options, Precision,
-    ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SgdOptions, SimOptions, Strategy, TrackerOptions,
+    ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SftOptions, SgdOptions, Side, SimOptions, SpecialToken, Strategy, TrackerOptions,
 };
 pub use sim::{RankOutcome, SimError, SimReport};
 pub use tensor::{DType, Element, Tensor};
+pub use tokenizer::{AsChatMessage, ChatMessage, Tokenizer};
 
 /// The major version of the ABI this binding was written for.
 pub const BINDING_MAJOR: i32 = sys::ACCEL_VERSION_MAJOR;

@@ -51,11 +51,13 @@ mod memory;
 mod optimizer;
 mod data;
 mod sim;
+mod tokenizer;
 
-pub use self::enums::{Activation, Attention, Backend, Device, Loss, OptimizerKind, Precision, ReduceOp, Schedule, Strategy};
+pub use self::enums::{Activation, Attention, Backend, ChatFormat, Device, Loss, OptimizerKind, Precision, ReduceOp, Schedule, Side, SpecialToken, Strategy};
 pub use self::context::{InferenceOptions, LogWriters, Options, ProjectOptions, TrackerOptions};
 pub use self::model::{GenerateOptions, LmOptions, LoraOptions, MlpOptions};
 pub use self::memory::MemoryEstimateOptions;
 pub use self::optimizer::{AdafactorOptions, AdamWOptions, LambOptions, SchedulerOptions, SgdOptions};
-pub use self::data::{DataLoaderOptions, LmDataOptions};
+pub use self::data::{DataLoaderOptions, LmDataOptions, SftOptions};
 pub use self::sim::{RawSimOptions, SimOptions};
+pub use self::tokenizer::EncodeOptions;

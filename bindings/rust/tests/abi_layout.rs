@@ -147,7 +147,9 @@ fn struct_layouts_match_the_header() {
         }),
         layout!(accel_generate_options { version, max_new_tokens, temperature, top_k, eos_token_id, seed, use_cache }),
         layout!(accel_lora_options { version, r, alpha, dropout, target_modules, use_rslora }),
-        layout!(accel_lm_data_options { version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length }),
+        layout!(accel_lm_data_options {
+            version, block_size, max_length, pad_id, pad_to_multiple_of, group_by_length, padding_side
+        }),
         layout!(accel_memory_estimate_options {
             version, mixed_precision, weights_dtype, optimizer, strategy, world_size, micro_batch, seq_len,
             gradient_checkpointing, lora_rank, lora_target_modules, attention
@@ -160,6 +162,15 @@ fn struct_layouts_match_the_header() {
         layout!(accel_inference_options { version, num_threads }),
         layout!(accel_train_result {
             version, micro_batches, optimizer_steps, skipped_steps, epoch_ended, mean_loss, seconds
+        }),
+        layout!(accel_encode_options {
+            version, add_special_tokens, replace_invalid_utf8, max_length, truncation_side, padding_side,
+            pad_to_max_length, pad_to_multiple_of, pad_id
+        }),
+        layout!(accel_chat_message { role, content }),
+        layout!(accel_sft_options {
+            version, chat_format, completion_only_loss, add_eos, max_length, packing, padding_side, pad_to_multiple_of,
+            pad_id
         }),
     ];
     let mut seen_structs = BTreeSet::new();
@@ -209,6 +220,9 @@ fn constants_match_the_header() {
         ACCEL_OPTIMIZER_LAMB,
         ACCEL_LOG_JSONL, ACCEL_LOG_CSV, ACCEL_LOG_TENSORBOARD,
         ACCEL_LOSS_MSE, ACCEL_LOSS_CROSS_ENTROPY, ACCEL_LOSS_CAUSAL_LM,
+        ACCEL_TOKEN_BOS, ACCEL_TOKEN_EOS, ACCEL_TOKEN_PAD, ACCEL_TOKEN_UNK,
+        ACCEL_SIDE_RIGHT, ACCEL_SIDE_LEFT,
+        ACCEL_CHAT_AUTO, ACCEL_CHAT_CHATML, ACCEL_CHAT_LLAMA3, ACCEL_CHAT_GEMMA, ACCEL_CHAT_PHI3, ACCEL_CHAT_MISTRAL,
     ];
     let names: BTreeSet<&str> = mirror.iter().map(|(n, _)| *n).collect();
     for (name, value) in &mirror {
@@ -239,6 +253,8 @@ fn constants_match_the_header() {
         ("accel_tracker_options", sys::ACCEL_TRACKER_OPTIONS_VERSION),
         ("accel_inference_options", sys::ACCEL_INFERENCE_OPTIONS_VERSION),
         ("accel_train_result", sys::ACCEL_TRAIN_RESULT_VERSION),
+        ("accel_encode_options", sys::ACCEL_ENCODE_OPTIONS_VERSION),
+        ("accel_sft_options", sys::ACCEL_SFT_OPTIONS_VERSION),
     ];
     for (s, v) in &versions {
         assert_eq!(Some(v), t.versions.get(*s), "version of {}", s);
@@ -400,6 +416,7 @@ fn init_defaults_match_the_header() {
         ("pad_id", ld.pad_id),
         ("pad_to_multiple_of", ld.pad_to_multiple_of),
         ("group_by_length", ld.group_by_length as i64),
+        ("padding_side", ld.padding_side as i64),
     ] {
         check(format!("accel_lm_data_options.{}", f), v.to_string());
     }
@@ -425,6 +442,32 @@ fn init_defaults_match_the_header() {
     check("accel_tracker_options.all_processes".into(), tr.all_processes.to_string());
     let inf = sys::ACCEL_INFERENCE_OPTIONS_INIT;
     check("accel_inference_options.num_threads".into(), inf.num_threads.to_string());
+    let en = sys::ACCEL_ENCODE_OPTIONS_INIT;
+    for (f, v) in [
+        ("add_special_tokens", en.add_special_tokens as i64),
+        ("replace_invalid_utf8", en.replace_invalid_utf8 as i64),
+        ("max_length", en.max_length),
+        ("truncation_side", en.truncation_side as i64),
+        ("padding_side", en.padding_side as i64),
+        ("pad_to_max_length", en.pad_to_max_length as i64),
+        ("pad_to_multiple_of", en.pad_to_multiple_of),
+        ("pad_id", en.pad_id),
+    ] {
+        check(format!("accel_encode_options.{}", f), v.to_string());
+    }
+    let sf = sys::ACCEL_SFT_OPTIONS_INIT;
+    for (f, v) in [
+        ("chat_format", sf.chat_format as i64),
+        ("completion_only_loss", sf.completion_only_loss as i64),
+        ("add_eos", sf.add_eos as i64),
+        ("max_length", sf.max_length),
+        ("packing", sf.packing as i64),
+        ("padding_side", sf.padding_side as i64),
+        ("pad_to_multiple_of", sf.pad_to_multiple_of),
+        ("pad_id", sf.pad_id),
+    ] {
+        check(format!("accel_sft_options.{}", f), v.to_string());
+    }
 
     let missing: Vec<_> = t.defaults.keys().filter(|k| !seen.contains(*k)).collect();
     assert!(missing.is_empty(), "defaults of the header not checked: {:?}", missing);
@@ -452,9 +495,14 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut l: sys::accel_lm_options = std::mem::zeroed();
         assert_eq!(sys::accel_lm_options_init(&mut l, 1), sys::ACCEL_OK);
         assert_eq!(l, sys::ACCEL_LM_OPTIONS_INIT);
+        // version 2 added padding_side: version 1's init writes the bytes before it only
         let mut ld: sys::accel_lm_data_options = std::mem::zeroed();
+        ld.padding_side = 7;
         assert_eq!(sys::accel_lm_data_options_init(&mut ld, 1), sys::ACCEL_OK);
+        assert_eq!(ld, sys::accel_lm_data_options { version: 1, padding_side: 7, ..sys::ACCEL_LM_DATA_OPTIONS_INIT });
+        assert_eq!(sys::accel_lm_data_options_init(&mut ld, 2), sys::ACCEL_OK);
         assert_eq!(ld, sys::ACCEL_LM_DATA_OPTIONS_INIT);
+        assert_eq!(sys::accel_lm_data_options_init(&mut ld, 3), sys::ACCEL_ERR_INVALID_ARGUMENT);
         let mut lr: sys::accel_lora_options = std::mem::zeroed();
         assert_eq!(sys::accel_lora_options_init(&mut lr, 1), sys::ACCEL_OK);
         assert_eq!(lr, sys::ACCEL_LORA_OPTIONS_INIT);
@@ -477,6 +525,14 @@ fn options_init_functions_agree_with_the_mirror() {
         assert_eq!(sys::accel_inference_options_init(&mut inf, 1), sys::ACCEL_OK);
         assert_eq!(inf, sys::ACCEL_INFERENCE_OPTIONS_INIT);
         assert_eq!(sys::accel_inference_options_init(&mut inf, 2), sys::ACCEL_ERR_INVALID_ARGUMENT);
+        let mut en: sys::accel_encode_options = std::mem::zeroed();
+        assert_eq!(sys::accel_encode_options_init(&mut en, 1), sys::ACCEL_OK);
+        assert_eq!(en, sys::ACCEL_ENCODE_OPTIONS_INIT);
+        assert_eq!(sys::accel_encode_options_init(&mut en, 2), sys::ACCEL_ERR_INVALID_ARGUMENT);
+        let mut sf: sys::accel_sft_options = std::mem::zeroed();
+        assert_eq!(sys::accel_sft_options_init(&mut sf, 1), sys::ACCEL_OK);
+        assert_eq!(sf, sys::ACCEL_SFT_OPTIONS_INIT);
+        assert_eq!(sys::accel_sft_options_init(&mut sf, 2), sys::ACCEL_ERR_INVALID_ARGUMENT);
         // an unknown version is refused
         assert_eq!(sys::accel_options_init(&mut o, 99), sys::ACCEL_ERR_INVALID_ARGUMENT);
     }
@@ -498,6 +554,49 @@ fn options_init_functions_agree_with_the_mirror() {
     let (tracker, dir) = accel::TrackerOptions::default().to_sys().unwrap();
     assert!(tracker == sys::ACCEL_TRACKER_OPTIONS_INIT && dir.is_none());
     assert_eq!(accel::InferenceOptions::default().to_sys().unwrap(), sys::ACCEL_INFERENCE_OPTIONS_INIT);
+    assert_eq!(accel::EncodeOptions::default().to_sys().unwrap(), sys::ACCEL_ENCODE_OPTIONS_INIT);
+    assert_eq!(accel::SftOptions::default().to_sys().unwrap(), sys::ACCEL_SFT_OPTIONS_INIT);
+    // every setter reaches its raw field
+    let sft = accel::SftOptions::default()
+        .with_chat_format(accel::ChatFormat::Mistral)
+        .with_completion_only_loss(false)
+        .with_add_eos(false)
+        .with_max_length(64)
+        .with_packing(true)
+        .with_padding_side(accel::Side::Left)
+        .with_pad_to_multiple_of(8)
+        .with_pad_id(Some(3))
+        .to_sys()
+        .unwrap();
+    assert_eq!(
+        sft,
+        sys::accel_sft_options {
+            version: sys::ACCEL_SFT_OPTIONS_VERSION,
+            chat_format: sys::ACCEL_CHAT_MISTRAL,
+            completion_only_loss: 0,
+            add_eos: 0,
+            max_length: 64,
+            packing: 1,
+            padding_side: sys::ACCEL_SIDE_LEFT,
+            pad_to_multiple_of: 8,
+            pad_id: 3,
+        }
+    );
+    let lm = accel::LmDataOptions::default().with_padding_side(accel::Side::Left).to_sys().unwrap();
+    assert_eq!(lm, sys::accel_lm_data_options { padding_side: sys::ACCEL_SIDE_LEFT, ..sys::ACCEL_LM_DATA_OPTIONS_INIT });
+    // the Rust enums cover the C enumerators, both ways
+    for f in [
+        accel::ChatFormat::Auto,
+        accel::ChatFormat::ChatMl,
+        accel::ChatFormat::Llama3,
+        accel::ChatFormat::Gemma,
+        accel::ChatFormat::Phi3,
+        accel::ChatFormat::Mistral,
+    ] {
+        assert_eq!(accel::ChatFormat::from_raw(f.to_raw()), Some(f));
+    }
+    assert_eq!(accel::ChatFormat::from_raw(sys::ACCEL_CHAT_MISTRAL + 1), None);
+    assert_eq!(accel::ChatFormat::default().to_raw(), sys::ACCEL_SFT_OPTIONS_INIT.chat_format);
     let sim = accel::SimOptions::default().to_sys().unwrap();
     let init = sys::ACCEL_SIM_OPTIONS_INIT;
     assert_eq!((sim.raw.world_size, sim.raw.timeout_seconds, sim.raw.engine_threads), (2, 60.0, 0));
@@ -532,7 +631,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from accel-sys: {:?}", missing);
-    assert_eq!(mirrored.len(), 113);
+    assert_eq!(mirrored.len(), 128);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

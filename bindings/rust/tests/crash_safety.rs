@@ -187,3 +187,31 @@ fn a_tensor_read_from_several_threads() {
         }
     });
 }
+
+/// A tokenizer's outputs (tensors, strings) are its caller's: they outlive it. A tokenizer used
+/// by several threads at once, then moved to another thread and dropped there while the
+/// tensors it made are read here.
+#[test]
+fn tokenizer_outputs_outlive_it_and_it_drops_on_another_thread() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizers/gemma");
+    let tok = Tokenizer::load(dir.join("tokenizer.model")).unwrap();
+    let opts = EncodeOptions::default();
+    let texts: Vec<String> = (0..200).map(|i| format!("sample {} with ünïcode and 🙂 {}", i, i * 7)).collect();
+    let (ids, mask) = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..4)
+            .map(|_| s.spawn(|| texts.iter().map(|t| tok.encode(t, &opts).unwrap()).collect::<Vec<_>>()))
+            .collect();
+        let first = workers.into_iter().map(|w| w.join().unwrap()).reduce(|a, b| {
+            assert_eq!(a, b);
+            a
+        });
+        assert_eq!(first.unwrap().len(), texts.len());
+        tok.encode_batch(&texts, &opts).unwrap()
+    });
+    let (name, _) = tok.id_to_token(ids.to_vec::<i64>().unwrap()[0]).unwrap();
+    std::thread::spawn(move || drop(tok)).join().unwrap();
+    assert_eq!(ids.shape().unwrap(), mask.shape().unwrap());
+    assert_eq!(ids.shape().unwrap()[0], 200);
+    assert!(mask.to_vec::<i64>().unwrap().iter().all(|&m| m == 0 || m == 1));
+    assert_eq!(name, "<bos>");
+}

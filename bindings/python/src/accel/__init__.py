@@ -23,9 +23,10 @@ bindings' files):
     _options   the enums and _enum (member, int or name), _log_writers, _options (accel_options)
     _memory    estimate_memory, MemoryEstimate
     _tensor    Tensor, tensor(), numpy, the pins that keep a tensor alive during a C call
+    _tokenizer Tokenizer, BatchEncoding (tokenizer.json and SentencePiece .model files, chat templates)
     _handle    _Child (the lifetime of objects made from an Accelerator), _Args (one call's arguments)
     _model     Model, CausalLMOutput, StepResult, the optimizers, Scheduler
-    _data      DataLoader, token files
+    _data      DataLoader (tensors, causal-LM tokens, fine-tuning JSONL), token files
     _realtime  Inference, InferenceWeights, TrainResult
     _context   Accelerator, cross_entropy, mse_loss
     sim        sim.run, SimReport, RankOutcome
@@ -48,10 +49,11 @@ from ._memory import MemoryEstimate, estimate_memory
 from ._model import (LAMB, SGD, Adafactor, AdamW, CausalLMOutput, Model, Optimizer, Scheduler, StepResult,
                      get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
                      get_linear_schedule_with_warmup)
-from ._options import (Activation, Attention, Backend, Device, DType, LogWriter, Loss, OptimizerKind, Precision,
-                       ReduceOp, Schedule, Strategy)
+from ._options import (Activation, Attention, Backend, ChatFormat, Device, DType, LogWriter, Loss, OptimizerKind,
+                       Precision, ReduceOp, Schedule, Side, SpecialToken, Strategy)
 from ._realtime import Inference, InferenceWeights, TrainResult
 from ._tensor import Tensor, dtype_size, tensor
+from ._tokenizer import BatchEncoding, Tokenizer
 from .sim import RankOutcome, SimReport
 
 __version__ = "0.1.0"
@@ -59,11 +61,11 @@ __version__ = "0.1.0"
 # accel.IOError and accel.TimeoutError (subclasses of the builtins OSError and TimeoutError) are
 # attributes only: `from accel import *` must not shadow the builtins of the same names.
 __all__ = [
-    "Accelerator", "Activation", "Adafactor", "AdamW", "Attention", "Backend", "CausalLMOutput", "ClosedError", "CommunicationError", "DataLoader", "Device",
+    "Accelerator", "Activation", "Adafactor", "AdamW", "Attention", "Backend", "BatchEncoding", "CausalLMOutput", "ChatFormat", "ClosedError", "CommunicationError", "DataLoader", "Device",
     "DType", "Error", "FormatError", "Inference", "InferenceWeights", "InternalError", "InvalidArgumentError",
     "InvalidStateError", "LAMB", "LibraryNotFoundError", "LibraryVersionError", "LogWriter", "Loss", "MemoryEstimate", "Model", "NonFiniteError",
-    "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "SimReport",
-    "Status", "StepResult", "Strategy", "Tensor", "TrainResult", "UnsupportedError", "check_version",
+    "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "Side", "SimReport",
+    "SpecialToken", "Status", "StepResult", "Strategy", "Tensor", "Tokenizer", "TrainResult", "UnsupportedError", "check_version",
     "cross_entropy", "dtype_size", "error_for", "estimate_memory", "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup", "get_linear_schedule_with_warmup", "load_library", "mse_loss", "read_token_file", "sim",
     "status_name", "tensor", "version", "version_number", "write_token_file",

@@ -333,7 +333,7 @@ accel_status accel_model_load_adapter(accel_context *ctx, accel_model *model, co
 accel_status accel_save_adapter(accel_context *ctx, const accel_model *model, const char *dir);
 accel_status accel_token_file_write(const char *path, const accel_tensor *tokens, int32_t token_bytes);
 accel_status accel_token_file_read(const char *path, accel_tensor **out);
-#define ACCEL_LM_DATA_OPTIONS_VERSION 1
+#define ACCEL_LM_DATA_OPTIONS_VERSION 2
 typedef struct accel_lm_data_options {
     uint32_t version;
     int64_t block_size;
@@ -341,6 +341,7 @@ typedef struct accel_lm_data_options {
     int64_t pad_id;
     int64_t pad_to_multiple_of;
     int32_t group_by_length;
+    int32_t padding_side;
 } accel_lm_data_options;
 accel_status accel_lm_data_options_init(accel_lm_data_options *opts, uint32_t version);
 accel_status accel_lm_dataloader_create(accel_context *ctx, const accel_tensor *tokens, const accel_tensor *offsets, const accel_lm_data_options *lm_opts, const accel_dataloader_options *loader_opts, accel_dataloader **out);
@@ -426,6 +427,68 @@ typedef struct accel_train_result {
     double seconds;
 } accel_train_result;
 accel_status accel_train_micro_batches(accel_context *ctx, accel_model *model, accel_dataloader *loader, accel_loss loss, int32_t max_micro_batches, double max_seconds, accel_train_result *out);
+typedef struct accel_tokenizer accel_tokenizer;
+accel_status accel_tokenizer_load(const char *path, accel_tokenizer **out);
+void accel_tokenizer_destroy(accel_tokenizer *tokenizer);
+accel_status accel_tokenizer_vocab_size(const accel_tokenizer *tokenizer, int64_t *out);
+typedef enum accel_special_token {
+    ACCEL_TOKEN_BOS = 0,
+    ACCEL_TOKEN_EOS = 1,
+    ACCEL_TOKEN_PAD = 2,
+    ACCEL_TOKEN_UNK = 3
+} accel_special_token;
+accel_status accel_tokenizer_special_id(const accel_tokenizer *tokenizer, accel_special_token which, int64_t *out);
+accel_status accel_tokenizer_token_to_id(const accel_tokenizer *tokenizer, const char *token, int64_t *out);
+accel_status accel_tokenizer_id_to_token(const accel_tokenizer *tokenizer, int64_t id, const char **out, int *out_special);
+typedef enum accel_side {
+    ACCEL_SIDE_RIGHT = 0,
+    ACCEL_SIDE_LEFT = 1
+} accel_side;
+#define ACCEL_ENCODE_OPTIONS_VERSION 1
+typedef struct accel_encode_options {
+    uint32_t version;
+    int32_t add_special_tokens;
+    int32_t replace_invalid_utf8;
+    int64_t max_length;
+    accel_side truncation_side;
+    accel_side padding_side;
+    int32_t pad_to_max_length;
+    int64_t pad_to_multiple_of;
+    int64_t pad_id;
+} accel_encode_options;
+accel_status accel_encode_options_init(accel_encode_options *opts, uint32_t version);
+accel_status accel_tokenizer_encode(const accel_tokenizer *tokenizer, const char *text, size_t length, const accel_encode_options *opts, accel_tensor **out);
+accel_status accel_tokenizer_encode_batch(const accel_tokenizer *tokenizer, const char *const *texts, const size_t *lengths, size_t count, const accel_encode_options *opts, accel_tensor **out_ids, accel_tensor **out_mask);
+accel_status accel_tokenizer_decode(const accel_tokenizer *tokenizer, const int64_t *ids, size_t count, int skip_special_tokens, char *buf, size_t capacity, size_t *out_length);
+typedef enum accel_chat_format {
+    ACCEL_CHAT_AUTO = 0,
+    ACCEL_CHAT_CHATML = 1,
+    ACCEL_CHAT_LLAMA3 = 2,
+    ACCEL_CHAT_GEMMA = 3,
+    ACCEL_CHAT_PHI3 = 4,
+    ACCEL_CHAT_MISTRAL = 5
+} accel_chat_format;
+typedef struct accel_chat_message {
+    const char *role;
+    const char *content;
+} accel_chat_message;
+accel_status accel_tokenizer_apply_chat(const accel_tokenizer *tokenizer, accel_chat_format format, const accel_chat_message *messages, size_t count, int add_generation_prompt, char *buf, size_t capacity, size_t *out_length);
+#define ACCEL_SFT_OPTIONS_VERSION 1
+typedef struct accel_sft_options {
+    uint32_t version;
+    accel_chat_format chat_format;
+    int32_t completion_only_loss;
+    int32_t add_eos;
+    int64_t max_length;
+    int32_t packing;
+    accel_side padding_side;
+    int64_t pad_to_multiple_of;
+    int64_t pad_id;
+} accel_sft_options;
+accel_status accel_sft_options_init(accel_sft_options *opts, uint32_t version);
+accel_status accel_sft_dataloader_create(accel_context *ctx, const accel_tokenizer *tokenizer, const char *path, const accel_sft_options *sft_opts, const accel_dataloader_options *loader_opts, accel_dataloader **out);
+accel_status accel_dataloader_attention_mask(accel_context *ctx, const accel_dataloader *loader, accel_tensor **out);
+accel_status accel_lm_generate_padded(accel_context *ctx, accel_model *model, const accel_tensor *input_ids, const accel_tensor *attention_mask, const accel_generate_options *opts, accel_tensor **out);
 """
 
 # Any: the cdata cffi makes has the fields and functions of CDEF, which no stub can describe

@@ -50,7 +50,8 @@ def load_library() -> Any:
 
 _FINALIZER_FUNCTIONS = ("accel_tensor_destroy", "accel_destroy", "accel_model_destroy", "accel_optimizer_destroy",
                         "accel_scheduler_destroy", "accel_dataloader_destroy", "accel_inference_destroy",
-                        "accel_sim_report_destroy", "accel_last_error", "accel_status_name")
+                        "accel_sim_report_destroy", "accel_tokenizer_destroy", "accel_last_error",
+                        "accel_status_name")
 
 
 def version() -> str:

@@ -131,10 +131,19 @@ class Model(_Child):
             return CausalLMOutput(Tensor._wrap(loss[0], acc), out_logits, int(tokens[0]))
 
     def generate(self, input_ids: ArrayLike, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
-                 eos_token_id: Optional[int] = None, seed: int = 0, use_cache: bool = True) -> Tensor:
-        """Continues the prompts input_ids ([batch, seq], no padding) with a causal LM
-        (accel_lm_generate): greedy with temperature 0, else sampling (top_k: among the k most
-        likely). Returns the prompts followed by the new tokens. Call eval() first (dropout)."""
+                 eos_token_id: Optional[int] = None, seed: int = 0, use_cache: bool = True, *,
+                 attention_mask: Optional[ArrayLike] = None) -> Tensor:
+        """Continues the prompts input_ids ([batch, seq]) with a causal LM: greedy with
+        temperature 0, else sampling (top_k: among the k most likely). Returns the prompts
+        followed by the new tokens (int64 [batch, seq + n]). Call eval() first (dropout).
+
+        Without attention_mask the prompts have no padding (accel_lm_generate). With it
+        ([batch, seq], int64 or int32: 1 for a token, 0 for padding; a numpy bool array
+        becomes uint8, which the library refuses) they are a batch
+        padded on the LEFT (accel_lm_generate_padded; Tokenizer.encode_batch(...,
+        padding_side="left")), and every row continues as its prompt alone would, as
+        transformers' generate with an attention mask: model.generate(**batch._asdict(), ...).
+        InvalidArgumentError for right padding, a row without tokens, a mask of another shape."""
         opts = ffi.new("accel_generate_options *")
         _check(_lib.lib.accel_generate_options_init(opts, _lib.lib.ACCEL_GENERATE_OPTIONS_VERSION))
         _fill(opts, max_new_tokens=max_new_tokens)
@@ -147,8 +156,12 @@ class Model(_Child):
         acc = self._acc
         with acc._lock:
             ctx, h = self._p()
-            with _Args((input_ids,), convert=(0,)) as (ids,):
-                st = _lib.lib.accel_lm_generate(ctx, h, ids, opts, out)
+            if attention_mask is None:
+                with _Args((input_ids,), convert=(0,)) as (ids,):
+                    st = _lib.lib.accel_lm_generate(ctx, h, ids, opts, out)
+            else:
+                with _Args((input_ids, attention_mask), convert=(0, 1)) as (ids, mask):
+                    st = _lib.lib.accel_lm_generate_padded(ctx, h, ids, mask, opts, out)
             _check(st, ctx)
             return Tensor._wrap(out[0])
 

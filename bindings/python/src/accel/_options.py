@@ -133,6 +133,36 @@ class Loss(enum.IntEnum):
     CAUSAL_LM = 2      # a causal LM's next-token loss; labels: the batch's targets, else its inputs
 
 
+class Side(enum.IntEnum):
+    """accel_side: where a tokenizer's truncation drops ids and where a batch's padding goes
+    (Tokenizer.encode's truncation_side; encode_batch's, DataLoader.for_lm's and for_sft's
+    padding_side: "right" or "left")."""
+
+    RIGHT = 0  # the end (the default)
+    LEFT = 1   # the start (padding: generation from a batch of prompts)
+
+
+class SpecialToken(enum.IntEnum):
+    """accel_special_token: a tokenizer's special tokens (Tokenizer.special_id)."""
+
+    BOS = 0  # beginning of sequence
+    EOS = 1  # end of sequence (generation's stop)
+    PAD = 2  # padding
+    UNK = 3  # unknown
+
+
+class ChatFormat(enum.IntEnum):
+    """accel_chat_format: the chat template Tokenizer.apply_chat renders and DataLoader.for_sft
+    renders "messages" lines with ("auto", "chatml", "llama3", "gemma", "phi3", "mistral")."""
+
+    AUTO = 0     # the tokenizer's chat_template (tokenizer_config.json), recognised by its markers
+    CHATML = 1   # <|im_start|>role\n...<|im_end|> (Qwen2, Qwen2.5, Qwen3, SmolLM2/3...)
+    LLAMA3 = 2   # <|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>
+    GEMMA = 3    # <start_of_turn>user|model\n...<end_of_turn>
+    PHI3 = 4     # <|user|>\n...<|end|>
+    MISTRAL = 5  # [INST] ... [/INST] (Mistral-7B-Instruct, Llama 2 chat)
+
+
 _ALIASES = {"fp32": "no", "none": "no", "float32": "no", "bfloat16": "bf16", "float16": "fp16",
             "f32": "float32", "f16": "float16", "bf16": "bfloat16", "f64": "float64", "double": "float64",
             "float": "float32", "half": "float16", "long": "int64", "int": "int32"}

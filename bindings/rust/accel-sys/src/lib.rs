@@ -19,7 +19,7 @@
 
 // The header's declarations, one module per section of `include/accel/accel.h` and in its
 // order (every type, constant and function of a section together), all re-exported here:
-// `accel_sys::NAME` as before. The functions are 112, each module's `extern "C"` block in the
+// `accel_sys::NAME` as before. The functions are 128, each module's `extern "C"` block in the
 // header's order. The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel), for
 // this crate and every crate that depends on it.
 mod versions;
@@ -37,6 +37,8 @@ mod lm;
 mod memory;
 mod trackers;
 mod realtime;
+mod tokenizers;
+mod finetuning;
 
 pub use versions::*;
 pub use status::*;
@@ -53,3 +55,5 @@ pub use lm::*;
 pub use memory::*;
 pub use trackers::*;
 pub use realtime::*;
+pub use tokenizers::*;
+pub use finetuning::*;

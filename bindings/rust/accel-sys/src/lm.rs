@@ -20,7 +20,7 @@ pub struct accel_lm_options {
 pub const ACCEL_LM_OPTIONS_INIT: accel_lm_options =
     accel_lm_options { version: ACCEL_LM_OPTIONS_VERSION, dtype: ACCEL_FLOAT32, gradient_checkpointing: 0 };
 
-pub const ACCEL_LM_DATA_OPTIONS_VERSION: u32 = 1;
+pub const ACCEL_LM_DATA_OPTIONS_VERSION: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub struct accel_lm_data_options {
     pub pad_id: i64,
     pub pad_to_multiple_of: i64,
     pub group_by_length: i32,
+    // version 2
+    /// 0: padding on the right; 1: on the left (an `accel_side`, declared `int32_t`)
+    pub padding_side: i32,
 }
 
 /// `ACCEL_LM_DATA_OPTIONS_INIT`
@@ -41,6 +44,7 @@ pub const ACCEL_LM_DATA_OPTIONS_INIT: accel_lm_data_options = accel_lm_data_opti
     pad_id: 0,
     pad_to_multiple_of: 0,
     group_by_length: 0,
+    padding_side: 0,
 };
 
 pub const ACCEL_LORA_OPTIONS_VERSION: u32 = 1;

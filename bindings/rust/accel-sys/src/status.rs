@@ -50,6 +50,10 @@ pub struct accel_sim_report {
 pub struct accel_inference {
     _private: [u8; 0],
 }
+#[repr(C)]
+pub struct accel_tokenizer {
+    _private: [u8; 0],
+}
 
 extern "C" {
     pub fn accel_status_name(status: accel_status) -> *const c_char;

@@ -203,12 +203,39 @@ impl<'ctx> Model<'ctx> {
     }
 
     /// Continues the prompts `input_ids` ([batch, seq], int64, no padding) (`accel_lm_generate`):
-    /// the prompts followed by the new tokens. Switch to evaluation mode first (dropout).
+    /// the prompts followed by the new tokens. Switch to evaluation mode first (dropout). A batch
+    /// of prompts of different lengths: [`Model::generate_padded`].
     pub fn generate(&self, input_ids: &Tensor, opts: &GenerateOptions) -> Result<Tensor> {
         let o = opts.to_sys()?;
         // SAFETY: a live context and model (borrowed for the call), a live tensor; `out` is tensor_out's local.
         self.ctx.tensor_out(|out| unsafe {
             sys::accel_lm_generate(self.ctx.raw.as_ptr(), self.raw.ptr(), input_ids.as_raw(), &o, out)
+        })
+    }
+
+    /// Continues a padded batch of prompts (`accel_lm_generate_padded`): `input_ids` (int64
+    /// `[batch, seq]`) with `attention_mask` (`[batch, seq]`, int64 or int32: 1 for a
+    /// token, 0 for padding), the padding on the left of each row, as
+    /// [`Tokenizer::encode_batch`](crate::Tokenizer::encode_batch) makes them with
+    /// `padding_side: Side::Left`. Each row's positions count its own tokens, so every row
+    /// continues as its prompt alone would (transformers' `generate` with an attention mask).
+    /// Returns int64 `[batch, seq + n]`: the padded prompts, then the new tokens. Switch to
+    /// evaluation mode first (dropout).
+    ///
+    /// Errors: as [`Model::generate`]'s; also `Status::InvalidArgument` for a mask of another
+    /// shape or dtype, a row without tokens, or padding after a token (right padding).
+    pub fn generate_padded(&self, input_ids: &Tensor, attention_mask: &Tensor, opts: &GenerateOptions) -> Result<Tensor> {
+        let o = opts.to_sys()?;
+        // SAFETY: a live context and model (borrowed for the call), live tensors; `out` is tensor_out's local.
+        self.ctx.tensor_out(|out| unsafe {
+            sys::accel_lm_generate_padded(
+                self.ctx.raw.as_ptr(),
+                self.raw.ptr(),
+                input_ids.as_raw(),
+                attention_mask.as_raw(),
+                &o,
+                out,
+            )
         })
     }
 

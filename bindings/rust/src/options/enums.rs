@@ -128,3 +128,54 @@ impl Attention {
         }
     }
 }
+
+c_enum!(
+    /// `accel_side`: where [`EncodeOptions`](crate::EncodeOptions)' truncation drops ids, or where
+    /// a batch's padding goes
+    Side: sys::accel_side {
+    /// the end (the default of both)
+    Right = sys::ACCEL_SIDE_RIGHT,
+    /// the start (padding: for generation from a batch of prompts)
+    Left = sys::ACCEL_SIDE_LEFT,
+});
+
+c_enum!(
+    /// `accel_special_token`: which special token [`Tokenizer::special_id`](crate::Tokenizer::special_id)
+    /// looks up
+    SpecialToken: sys::accel_special_token {
+    /// beginning of sequence
+    Bos = sys::ACCEL_TOKEN_BOS,
+    /// end of sequence (generation's stop)
+    Eos = sys::ACCEL_TOKEN_EOS,
+    /// padding
+    Pad = sys::ACCEL_TOKEN_PAD,
+    /// unknown
+    Unk = sys::ACCEL_TOKEN_UNK,
+});
+
+c_enum!(
+    /// `accel_chat_format`: the chat template [`Tokenizer::apply_chat`](crate::Tokenizer::apply_chat)
+    /// and [`SftOptions::chat_format`](crate::SftOptions::chat_format) render a conversation with.
+    /// Each format renders exactly what the family's published template renders (transformers'
+    /// `apply_chat_template`); accel does not run Jinja.
+    ChatFormat: sys::accel_chat_format {
+    /// the tokenizer's `chat_template` (tokenizer_config.json), recognised by its markers (the default)
+    Auto = sys::ACCEL_CHAT_AUTO,
+    /// `<|im_start|>role\n...<|im_end|>` (Qwen2, Qwen2.5, Qwen3, SmolLM2/3...)
+    ChatMl = sys::ACCEL_CHAT_CHATML,
+    /// `<|start_header_id|>role<|end_header_id|>\n\n...<|eot_id|>` (Llama 3)
+    Llama3 = sys::ACCEL_CHAT_LLAMA3,
+    /// `<start_of_turn>user|model\n...<end_of_turn>` (Gemma: no system role, alternating turns)
+    Gemma = sys::ACCEL_CHAT_GEMMA,
+    /// `<|user|>\n...<|end|>` (Phi-3)
+    Phi3 = sys::ACCEL_CHAT_PHI3,
+    /// `[INST] ... [/INST]` (Mistral-7B-Instruct, Llama 2 chat: alternating turns)
+    Mistral = sys::ACCEL_CHAT_MISTRAL,
+});
+
+impl Default for ChatFormat {
+    /// `ChatFormat::Auto` (`ACCEL_CHAT_AUTO`), the C options' default
+    fn default() -> ChatFormat {
+        ChatFormat::Auto
+    }
+}

@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use accel::{Context, Options};
 
+pub mod json;
+
 /// A fresh, unique directory under the system's temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
