@@ -136,8 +136,7 @@ accel_status accel_tokenizer_encode_batch(const accel_tokenizer* tokenizer, cons
     ACCEL_CHECK(!o.pad_to_max_length || o.max_length > 0, Status::InvalidArgument,
                 "pad_to_max_length needs max_length > 0");
     const auto& t = *tokenizer->impl;
-    const int32_t pad = t.batch_pad_id(tp);
-    ACCEL_CHECK(pad < t.vocab_size(), Status::InvalidArgument, "pad_id ", pad, " is outside the vocabulary (",
+    ACCEL_CHECK(o.pad_id < t.vocab_size(), Status::InvalidArgument, "pad_id ", o.pad_id, " is outside the vocabulary (",
                 t.vocab_size(), " ids)");
     std::vector<std::string> keep(count);
     std::vector<std::string_view> views(count);
