@@ -1,5 +1,6 @@
 #include "base/files.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -186,6 +187,14 @@ FileLock lock_file(const std::string& path, const std::string& who) {
 
 void unlock_file(int fd) {
   if (fd >= 0) ::close(fd);
+}
+
+std::string own_directory() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || !info.dli_fname) return "";
+  const std::string path = info.dli_fname;
+  const auto slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
 }  // namespace accel::files

@@ -71,4 +71,9 @@ struct FileLock {
 FileLock lock_file(const std::string& path, const std::string& who);
 void unlock_file(int fd);  // closes the descriptor (the lock goes with it); -1 is ignored
 
+// The directory of the object (libaccel, or the program linking the runtime statically)
+// holding this code: where the libraries it opens at run time lie beside it
+// (libaccel-nccl-sim.so, libaccel-sentencepiece.so). "" when the loader does not say.
+std::string own_directory();
+
 }  // namespace accel::files

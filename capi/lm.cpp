@@ -122,6 +122,34 @@ accel_status accel_generate_options_init(accel_generate_options* opts, uint32_t 
   return guard(nullptr, "accel_generate_options_init", [&] { init_options(opts, version); });
 }
 
+namespace {
+
+// accel_lm_generate and accel_lm_generate_padded (mask NULL: unpadded prompts).
+torch::Tensor generate_with(accel_context* ctx, accel_model* model, const accel_tensor* input_ids,
+                            const accel_tensor* attention_mask, const accel_generate_options* opts) {
+  same_context(ctx, model->ctx, "model");
+  same_context(ctx, input_ids->owner, "input_ids");
+  if (attention_mask) same_context(ctx, attention_mask->owner, "attention_mask");
+  const accel::LMConfig* cfg = accel::lm_config_of(*model->impl);
+  ACCEL_CHECK(cfg, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
+  const accel_generate_options o = read_options(opts);
+  accel::GenerateConfig g;
+  g.max_new_tokens = o.max_new_tokens;
+  g.temperature = o.temperature;
+  g.top_k = o.top_k;
+  g.eos_token_id = o.eos_token_id;
+  g.seed = o.seed;
+  g.use_cache = o.use_cache != 0;
+  accel::Accelerator& acc = acc_of(ctx);
+  accel::Model& m = *model->impl;
+  auto fwd = [&](const std::vector<torch::Tensor>& in, accel::lm_detail::KVCache* cache) {
+    return acc.forward(m, in, cache);
+  };
+  return accel::generate(fwd, input_ids->t, attention_mask ? attention_mask->t : torch::Tensor(), g, *cfg);
+}
+
+}  // namespace
+
 accel_status accel_lm_generate(accel_context* ctx, accel_model* model, const accel_tensor* input_ids,
                                const accel_generate_options* opts, accel_tensor** out) {
   return guard(ctx, "accel_lm_generate", [&] {
@@ -129,22 +157,7 @@ accel_status accel_lm_generate(accel_context* ctx, accel_model* model, const acc
     NEED(model);
     NEED(input_ids);
     NEED(out);
-    same_context(ctx, model->ctx, "model");
-    same_context(ctx, input_ids->owner, "input_ids");
-    const accel::LMConfig* cfg = accel::lm_config_of(*model->impl);
-    ACCEL_CHECK(cfg, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
-    const accel_generate_options o = read_options(opts);
-    accel::GenerateConfig g;
-    g.max_new_tokens = o.max_new_tokens;
-    g.temperature = o.temperature;
-    g.top_k = o.top_k;
-    g.eos_token_id = o.eos_token_id;
-    g.seed = o.seed;
-    g.use_cache = o.use_cache != 0;
-    accel::Accelerator& acc = acc_of(ctx);
-    accel::Model& m = *model->impl;
-    auto fwd = [&](const torch::Tensor& ids, accel::lm_detail::KVCache* cache) { return acc.forward(m, {ids}, cache); };
-    *out = wrap(accel::generate(fwd, input_ids->t, g, *cfg));
+    *out = wrap(generate_with(ctx, model, input_ids, nullptr, opts));
   });
 }
 
@@ -157,25 +170,7 @@ accel_status accel_lm_generate_padded(accel_context* ctx, accel_model* model, co
     NEED(input_ids);
     NEED(attention_mask);
     NEED(out);
-    same_context(ctx, model->ctx, "model");
-    same_context(ctx, input_ids->owner, "input_ids");
-    same_context(ctx, attention_mask->owner, "attention_mask");
-    const accel::LMConfig* cfg = accel::lm_config_of(*model->impl);
-    ACCEL_CHECK(cfg, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
-    const accel_generate_options o = read_options(opts);
-    accel::GenerateConfig g;
-    g.max_new_tokens = o.max_new_tokens;
-    g.temperature = o.temperature;
-    g.top_k = o.top_k;
-    g.eos_token_id = o.eos_token_id;
-    g.seed = o.seed;
-    g.use_cache = o.use_cache != 0;
-    accel::Accelerator& acc = acc_of(ctx);
-    accel::Model& m = *model->impl;
-    auto fwd = [&](const std::vector<torch::Tensor>& in, accel::lm_detail::KVCache* cache) {
-      return acc.forward(m, in, cache);
-    };
-    *out = wrap(accel::generate(fwd, input_ids->t, attention_mask->t, g, *cfg));
+    *out = wrap(generate_with(ctx, model, input_ids, attention_mask, opts));
   });
 }
 

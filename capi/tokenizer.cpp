@@ -40,6 +40,18 @@ std::string_view utf8_text(const char* text, size_t length, bool replace, std::s
   return keep;
 }
 
+// decode's and apply_chat's output: the length always; the text and its NUL into buf when
+// it fits; buf NULL with capacity 0 asks for the size only.
+void copy_text(const std::string& text, char* buf, size_t capacity, size_t* out_length) {
+  *out_length = text.size();
+  if (buf == nullptr && capacity == 0) return;
+  ACCEL_CHECK(buf != nullptr, Status::InvalidArgument, "buf is NULL with capacity ", capacity);
+  ACCEL_CHECK(capacity > text.size(), Status::InvalidArgument, "buf holds ", capacity, " bytes; the text needs ",
+              text.size() + 1, " with its NUL (*out_length says how long it is)");
+  std::memcpy(buf, text.data(), text.size());
+  buf[text.size()] = '\0';
+}
+
 }  // namespace
 
 extern "C" {
@@ -169,13 +181,7 @@ accel_status accel_tokenizer_decode(const accel_tokenizer* tokenizer, const int6
       v[i] = static_cast<int32_t>(ids[i]);
     }
     const std::string text = t.decode(v, skip_special_tokens != 0);
-    *out_length = text.size();
-    if (buf == nullptr && capacity == 0) return;
-    ACCEL_CHECK(buf != nullptr, Status::InvalidArgument, "buf is NULL with capacity ", capacity);
-    ACCEL_CHECK(capacity > text.size(), Status::InvalidArgument, "buf holds ", capacity, " bytes; the text needs ",
-                text.size() + 1, " with its NUL (*out_length says how long it is)");
-    std::memcpy(buf, text.data(), text.size());
-    buf[text.size()] = '\0';
+    copy_text(text, buf, capacity, out_length);
   });
 }
 
@@ -201,13 +207,7 @@ accel_status accel_tokenizer_apply_chat(const accel_tokenizer* tokenizer, accel_
     }
     const std::string text =
         tk::render_chat(*tokenizer->impl, static_cast<tk::ChatFormat>(f), msgs, add_generation_prompt != 0);
-    *out_length = text.size();
-    if (buf == nullptr && capacity == 0) return;
-    ACCEL_CHECK(buf != nullptr, Status::InvalidArgument, "buf is NULL with capacity ", capacity);
-    ACCEL_CHECK(capacity > text.size(), Status::InvalidArgument, "buf holds ", capacity, " bytes; the text needs ",
-                text.size() + 1, " with its NUL (*out_length says how long it is)");
-    std::memcpy(buf, text.data(), text.size());
-    buf[text.size()] = '\0';
+    copy_text(text, buf, capacity, out_length);
   });
 }
 

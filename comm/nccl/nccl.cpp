@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/files.h"
 #include "comm/c10d/tcp_store.h"
 #include "comm/kernels.h"
 #include "comm/nccl/api.h"
@@ -447,19 +448,6 @@ SimMemoryHooks sim_nccl_memory_hooks() {
   return h;
 }
 
-namespace {
-
-// The directory of the object (libaccel, or the program linking the runtime) holding this code.
-std::string own_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&sim_nccl_api), &info) == 0 || !info.dli_fname) return "";
-  const std::string path = info.dli_fname;
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-}  // namespace
-
 const NcclApi& sim_nccl_api() {
   static std::mutex mu;
   static NcclApi* loaded = nullptr;
@@ -470,7 +458,7 @@ const NcclApi& sim_nccl_api() {
   if (given && *given) {
     tried.push_back(given);
   } else {
-    const std::string dir = own_directory();
+    const std::string dir = files::own_directory();
     if (!dir.empty()) tried.push_back(dir + "/libaccel-nccl-sim.so");
     tried.push_back("libaccel-nccl-sim.so");  // the loader's search path
   }

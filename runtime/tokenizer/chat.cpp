@@ -15,34 +15,10 @@ namespace {
 using json = nlohmann::json;
 
 // Python's str.strip() (Jinja's trim filter): Unicode whitespace and the separators \x1c-\x1f.
+bool python_space(char32_t c) { return is_unicode_whitespace(c) || (c >= 0x1C && c <= 0x1F); }
+
 std::string trim(const std::string& s) {
-  const auto space_at = [&](size_t i, size_t* len) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    *len = 1;
-    if (c < 0x80) return (c >= 0x09 && c <= 0x0D) || c == 0x20 || (c >= 0x1C && c <= 0x1F);
-    // the multi-byte ones: U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000
-    static const char* const kSpaces[] = {"\xC2\x85", "\xC2\xA0", "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81",
-                                          "\xE2\x80\x82", "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86",
-                                          "\xE2\x80\x87", "\xE2\x80\x88", "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8",
-                                          "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F", "\xE3\x80\x80"};
-    for (const char* sp : kSpaces) {
-      const size_t n = std::char_traits<char>::length(sp);
-      if (s.compare(i, n, sp) == 0) {
-        *len = n;
-        return true;
-      }
-    }
-    return false;
-  };
-  size_t b = 0, len = 1;
-  while (b < s.size() && space_at(b, &len)) b += len;
-  size_t e = s.size();
-  while (e > b) {
-    size_t k = e - 1;
-    while (k > b && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-    if (!space_at(k, &len) || k + len != e) break;
-    e = k;
-  }
+  const auto [b, e] = strip_range(s, 0, s.size(), true, true, python_space);
   return s.substr(b, e - b);
 }
 

@@ -9,6 +9,7 @@
 
 #include <mutex>
 
+#include "base/files.h"
 #include "base/status.h"
 #include "runtime/tokenizer/tokenizer.h"
 
@@ -26,14 +27,6 @@ struct SpmApi {
   void (*release)(void*);
 };
 
-std::string own_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || !info.dli_fname) return "";
-  const std::string path = info.dli_fname;
-  const auto slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
 const SpmApi& spm_api() {
   static std::mutex mu;
   static SpmApi api;
@@ -41,7 +34,7 @@ const SpmApi& spm_api() {
   std::lock_guard<std::mutex> lk(mu);
   if (loaded) return api;
   std::vector<std::string> tried;
-  const std::string dir = own_directory();
+  const std::string dir = files::own_directory();
   if (!dir.empty()) tried.push_back(dir + "/libaccel-sentencepiece.so");
   tried.push_back("libaccel-sentencepiece.so");
   // A link-map namespace of its own (dlmopen): libsentencepiece, its protobuf and their

@@ -102,6 +102,13 @@ bool is_numeric(char32_t c) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
 }
+// The start of the code point that ends at s[i - 1] (i > 0).
+size_t prev_char_start(std::string_view s, size_t i) {
+  size_t k = i - 1;
+  while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+  return k;
+}
+
 bool is_alphanumeric(char32_t c) {
   const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
   return (cat >= UTF8PROC_CATEGORY_LU && cat <= UTF8PROC_CATEGORY_LO) || is_numeric(c);
@@ -316,21 +323,7 @@ struct Normalizer {
         break;
       }
       case Strip: {
-        size_t b = 0, e = s.size();
-        if (left)
-          while (b < e) {
-            size_t n = 1;
-            if (!is_whitespace(decode_at(s, b, &n))) break;
-            b += n;
-          }
-        if (right)
-          while (e > b) {
-            size_t k = e - 1;
-            while (k > b && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-            size_t n = 1;
-            if (!is_whitespace(decode_at(s, k, &n))) break;
-            e = k;
-          }
+        const auto [b, e] = strip_range(s, 0, s.size(), left, right, is_whitespace);
         s = s.substr(b, e - b);
         break;
       }
@@ -845,10 +838,8 @@ struct Matcher {
       if (t.single_word) {
         bool word_before = false, word_after = false;
         if (h.begin > 0) {
-          size_t k = h.begin - 1;
-          while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
           size_t n = 1;
-          word_before = is_alphanumeric(decode_at(s, k, &n));
+          word_before = is_alphanumeric(decode_at(s, prev_char_start(s, h.begin), &n));
         }
         if (h.end < s.size()) {
           size_t n = 1;
@@ -856,24 +847,9 @@ struct Matcher {
         }
         if (word_before || word_after) continue;
       }
-      if (t.lstrip) {
-        size_t b = h.begin;
-        while (b > 0) {
-          size_t k = b - 1;
-          while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-          size_t n = 1;
-          if (!is_whitespace(decode_at(s, k, &n))) break;
-          b = k;
-        }
-        h.begin = std::max(b, start_offset);
-      }
-      if (t.rstrip) {
-        while (h.end < s.size()) {
-          size_t n = 1;
-          if (!is_whitespace(decode_at(s, h.end, &n))) break;
-          h.end += n;
-        }
-      }
+      // the whitespace before (lstrip) and after (rstrip) the token becomes part of it
+      if (t.lstrip) h.begin = std::max(strip_range(s, 0, h.begin, false, true, is_whitespace).second, start_offset);
+      if (t.rstrip) h.end = strip_range(s, h.end, s.size(), true, false, is_whitespace).first;
       out.push_back(h);
       start_offset = h.end;
     }
@@ -1134,6 +1110,22 @@ class HfTokenizer final : public Tokenizer {
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
+
+bool is_unicode_whitespace(char32_t c) { return is_whitespace(c); }
+
+std::pair<size_t, size_t> strip_range(std::string_view s, size_t b, size_t e, bool left, bool right,
+                                      bool (*strip)(char32_t)) {
+  size_t n = 1;
+  if (left)
+    while (b < e && strip(decode_at(s, b, &n))) b += n;
+  if (right)
+    while (e > b) {
+      const size_t k = prev_char_start(s, e);
+      if (k < b || !strip(decode_at(s, k, &n))) break;
+      e = k;
+    }
+  return {b, e};
+}
 
 size_t invalid_utf8_at(std::string_view s) {
   for (size_t i = 0; i < s.size();) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -115,6 +116,13 @@ struct SftConfig {
 // included, carry labels), {"prompt", "completion"} (labels on the completion), or {"text"}.
 // Throws IO, or InvalidArgument / Format naming the file and line.
 std::vector<SftExample> read_sft_jsonl(const Tokenizer& tok, const std::string& path, const SftConfig& cfg);
+
+// Rust's char::is_whitespace (Unicode's White_Space), as Hugging Face's components use it.
+bool is_unicode_whitespace(char32_t c);
+// [b, e) of valid UTF-8 `s` without the characters `strip` holds at its start (left) and at
+// its end (right).
+std::pair<size_t, size_t> strip_range(std::string_view s, size_t b, size_t e, bool left, bool right,
+                                      bool (*strip)(char32_t));
 
 // The byte offset of the first byte that is not part of valid UTF-8 (overlong forms,
 // surrogates and code points above U+10FFFF are invalid), or npos.
