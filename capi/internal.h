@@ -182,7 +182,16 @@ struct Versions<accel_dataloader_options> {
 };
 ACCEL_ONE_VERSION(accel_sim_options, ACCEL_SIM_OPTIONS);
 ACCEL_ONE_VERSION(accel_project_options, ACCEL_PROJECT_OPTIONS);
-ACCEL_ONE_VERSION(accel_lm_options, ACCEL_LM_OPTIONS);
+template <>
+struct Versions<accel_lm_options> {
+  static constexpr const char* name = "accel_lm_options";
+  static accel_lm_options defaults() { return ACCEL_LM_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_lm_options, quantization)},  // until issue 37 appended quantization, double_quant
+      {2, sizeof(accel_lm_options)},
+  };
+  static constexpr uint32_t current = ACCEL_LM_OPTIONS_VERSION;
+};
 template <>
 struct Versions<accel_lm_data_options> {
   static constexpr const char* name = "accel_lm_data_options";

@@ -17,7 +17,19 @@ torch::ScalarType lm_dtype(const accel_lm_options& o) {
   return d == ACCEL_FLOAT32 ? torch::kFloat : torch::kBFloat16;
 }
 
+// The base's quantization an accel_lm_options asks for, checked before any work.
+accel::QuantType lm_quant(const accel_lm_options& o) {
+  const int q = raw(o.quantization);
+  ACCEL_CHECK(q >= ACCEL_QUANT_NONE && q <= ACCEL_QUANT_INT8, Status::InvalidArgument,
+              "quantization must be an accel_quantization (0..3), got ", q);
+  ACCEL_CHECK(!o.double_quant || (q == ACCEL_QUANT_NF4 || q == ACCEL_QUANT_FP4), Status::InvalidArgument,
+              "double_quant applies to ACCEL_QUANT_NF4 and ACCEL_QUANT_FP4, not to quantization ", q);
+  return static_cast<accel::QuantType>(q);
+}
+
 accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, const accel_lm_options& o) {
+  const accel::QuantType q = lm_quant(o);
+  if (q != accel::QuantType::None) accel::quantize_base(*m, q, o.double_quant != 0);
   accel::set_gradient_checkpointing(*m, o.gradient_checkpointing != 0);
   return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m)), nullptr};
 }
@@ -38,6 +50,7 @@ accel_status accel_model_load_pretrained(accel_context* ctx, const char* dir, co
     NEED(out);
     ACCEL_CHECK(dir[0] != '\0', Status::InvalidArgument, "dir is empty");
     const accel_lm_options o = read_options(opts);
+    lm_quant(o);
     *out = lm_handle(ctx, accel::load_pretrained(dir, lm_dtype(o)), o);
   });
 }
@@ -51,6 +64,7 @@ accel_status accel_model_create_lm(accel_context* ctx, const char* config, const
     ACCEL_CHECK(config[0] != '\0', Status::InvalidArgument, "config is empty");
     const accel_lm_options o = read_options(opts);
     const torch::ScalarType dtype = lm_dtype(o);
+    lm_quant(o);
     std::error_code ec;
     std::string path = config;
     if (std::filesystem::is_directory(path, ec)) path = (std::filesystem::path(path) / "config.json").string();

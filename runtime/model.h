@@ -69,6 +69,9 @@ class Model {
   // Whether forward accepts bf16/fp16 parameters with fp32 inputs outside autocast (the
   // built-in MLP casts); ZeRO keeps the working copy in fp32 for models that do not.
   virtual bool casts_weights() const { return false; }
+  // Why its parameters cannot be trained (an optimizer refuses the model), or empty: a causal
+  // LM with a quantized base and no adapters.
+  virtual std::string untrainable() const { return {}; }
   // Whether inputs[0] is [batch, seq] with one sample per token (a language model): the
   // simulator's compute estimates count batch x seq rows.
   virtual bool sequence_inputs() const { return false; }

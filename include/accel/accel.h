@@ -957,7 +957,19 @@ ACCEL_API accel_status accel_last_checkpoint(const accel_context *ctx, const cha
  * position_ids (int64 [batch, seq], each >= 0; GPT-2: below n_positions), as transformers'.
  * ---------------------------------------------------------------------------------- */
 
-#define ACCEL_LM_OPTIONS_VERSION 1
+/* A frozen base quantized for LoRA (QLoRA; docs/memory.md, "Quantized bases"): the linear
+ * modules of the transformer blocks (what transformers' BitsAndBytesConfig converts: not the
+ * embeddings, norms or head), byte for byte as bitsandbytes quantizes them. */
+typedef enum accel_quantization {
+    ACCEL_QUANT_NONE = 0,  /* the weights in accel_lm_options.dtype */
+    ACCEL_QUANT_NF4 = 1,   /* 4-bit NormalFloat, one float32 absmax per 64 values (0.53 bytes a
+                              weight; 0.51 with double_quant): bitsandbytes' quantize_4bit nf4 */
+    ACCEL_QUANT_FP4 = 2,   /* 4-bit float, the same blocks: quantize_4bit fp4 */
+    ACCEL_QUANT_INT8 = 3   /* LLM.int8's row-wise int8 (1 byte a weight and a float32 per row):
+                              Int8Params' CB and SCB */
+} accel_quantization;
+
+#define ACCEL_LM_OPTIONS_VERSION 2
 
 typedef struct accel_lm_options {
     uint32_t version;                /* ACCEL_LM_OPTIONS_VERSION */
@@ -968,9 +980,22 @@ typedef struct accel_lm_options {
                                         in forward and recomputes its activations in backward
                                         (the same gradients, much less activation memory,
                                         about one more forward's time); default 0 */
+    /* version 2 */
+    accel_quantization quantization; /* the base's linear weights quantized at load (default
+                                        ACCEL_QUANT_NONE). Each is dequantized to dtype one at
+                                        a time in the forward and again for the backward's
+                                        input gradient. Such a model runs forward and
+                                        generation; training needs LoRA adapters
+                                        (accel_model_add_lora or accel_model_load_adapter):
+                                        creating an optimizer without them fails with
+                                        ACCEL_ERR_INVALID_STATE. accel_save_pretrained refuses it
+                                        (the base stays as loaded; save the adapters) */
+    int32_t double_quant;            /* non-zero: NF4/FP4's absmax quantized again (8-bit, blocks
+                                        of 256), bitsandbytes' bnb_4bit_use_double_quant; not
+                                        with int8 (default 0) */
 } accel_lm_options;
 
-#define ACCEL_LM_OPTIONS_INIT { ACCEL_LM_OPTIONS_VERSION, ACCEL_FLOAT32, 0 }
+#define ACCEL_LM_OPTIONS_INIT { ACCEL_LM_OPTIONS_VERSION, ACCEL_FLOAT32, 0, ACCEL_QUANT_NONE, 0 }
 
 /* Fills *opts with the defaults of `version` (as accel_options_init). */
 ACCEL_API accel_status accel_lm_options_init(accel_lm_options *opts, uint32_t version);

@@ -76,7 +76,8 @@ class GPT2 final : public TransformerLM {
         auto a = torch::layer_norm(cast(hin), {E}, P[b], P[b + 1], eps);
         // the block's Conv1D modules, in block_modules() order: c_attn, attn.c_proj, c_fc, mlp.c_proj
         auto conv = [&](const torch::Tensor& x2, size_t w, size_t mod) {
-          return with_lora(torch::addmm(P[w + 1], x2, P[w]), x2, l, mod);
+          const QuantizedWeight* q = quantized(w);  // stored as a Linear's [out, in]
+          return with_lora(q ? quantized_linear(cast(x2), *q, P[w + 1]) : torch::addmm(P[w + 1], x2, P[w]), x2, l, mod);
         };
         auto qkv = conv(a.reshape({B * T, E}), b + 2, 0).view({B, T, 3, H, D});
         auto q = qkv.select(2, 0).transpose(1, 2), k = qkv.select(2, 1).transpose(1, 2),

@@ -753,6 +753,9 @@ const lm_detail::TransformerLM& lm_of(const Model& model, const char* fn) {
 
 void save_pretrained(const Model& model, const std::vector<torch::Tensor>& weights, const std::string& dir) {
   const auto& lm = lm_of(model, "save_pretrained");
+  ACCEL_CHECK(lm.quant_type() == QuantType::None, Status::InvalidArgument, "the model's base is "
+              "quantized (", quant_name(lm.quant_type()), ") and stays as it was loaded; save the trained adapters "
+              "(accel_save_adapter, PEFT's format) and load them onto the base with accel_model_load_adapter");
   const LMConfig* cfg = &lm.config();
   ACCEL_CHECK(!dir.empty(), Status::InvalidArgument, "dir is empty");
   const auto& names = lm.base_names();

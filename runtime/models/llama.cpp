@@ -175,10 +175,7 @@ class Llama final : public TransformerLM {
         };
         // a linear module: its weight, its bias if any, its LoRA slot (block_modules() order)
         auto lin = [&](const torch::Tensor& x, int64_t w, int64_t bias, size_t slot) {
-          const torch::Tensor& W = P[static_cast<size_t>(w)];
-          torch::Tensor y = torch::linear(x.scalar_type() == W.scalar_type() ? x : x.to(W.scalar_type()), W,
-                                          bias >= 0 ? P[static_cast<size_t>(bias)] : torch::Tensor());
-          return with_lora(y, x, l, slot);
+          return with_lora(base_linear(x, w, bias), x, l, slot);
         };
         auto x = norm(hin, b.norm1);
         torch::Tensor q, k, v;

@@ -124,6 +124,17 @@ void add_lora(Model& model, const LoraConfig& cfg, at::Generator gen) {
   m->enable_lora(cfg, gen);
 }
 
+void quantize_base(Model& model, QuantType type, bool double_quant) {
+  auto* m = model.as_lm();
+  ACCEL_CHECK(m, Status::InvalidArgument, "only a causal LM (GPT-2 or Llama) has a base to quantize");
+  m->quantize_base(type, double_quant);
+}
+
+QuantType quant_type_of(const Model& model) {
+  auto* m = model.as_lm();
+  return m ? m->quant_type() : QuantType::None;
+}
+
 const LoraConfig* lora_config_of(const Model& model) {
   auto* m = model.as_lm();
   return m && m->lora() ? &m->lora()->cfg : nullptr;
@@ -133,7 +144,7 @@ std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<
   auto* m = model.as_lm();
   ACCEL_CHECK(m, Status::InvalidArgument, "the model is not a causal LM (GPT-2 or Llama)");
   std::vector<torch::Tensor> out;
-  for (const auto& w : m->base_weights()) out.push_back(w.detach().to(torch::kCPU, torch::kFloat, false, true));
+  for (size_t i = 0; i < m->base_weights().size(); ++i) out.push_back(m->base_weight_float(i));
   const auto* L = m->lora();
   if (!L) return out;
   const std::vector<torch::Tensor>& vals = lora.empty() ? L->params : lora;
@@ -202,12 +213,18 @@ std::unique_ptr<Model> TransformerLM::clone() const {
       cfg_.family == LMFamily::GPT2 ? make_gpt2(cfg_, dtype_, nullptr) : make_llama(cfg_, dtype_, nullptr);
   ACCEL_CHECK(c->params_.size() == params_.size(), Status::Internal, "the copy of the LM has ", c->params_.size(),
               " base weights, the model ", params_.size());
-  if (lora_) {  // the frozen base weights are not published: copied (accel_inference_create refuses them sharded)
+  if (lora_ || !quant_.empty()) {  // the frozen base weights are not published: copied (accel_inference_create
+                                   // refuses them sharded); quantized ones shared (they never change)
     {
       torch::NoGradGuard ng;
       for (size_t i = 0; i < params_.size(); ++i) c->params_[i] = params_[i].detach().clone();
     }
+    c->quant_ = quant_;
+    c->quant_type_ = quant_type_;
+    c->double_quant_ = double_quant_;
     c->finish();
+  }
+  if (lora_) {
     at::Generator g = at::detail::createCPUGenerator(0);  // the adapters' values are replaced by the caller's
     c->enable_lora(lora_->cfg, g);
   }
@@ -219,7 +236,14 @@ void TransformerLM::to(const torch::Device& device) {
   auto move = [&](torch::Tensor& t, bool trainable) {
     if (t.defined() && t.device() != device) t = t.detach().to(device).requires_grad_(trainable);
   };
-  for (auto& t : params_) move(t, !lora_);
+  for (size_t i = 0; i < params_.size(); ++i) move(params_[i], !lora_ && !quantized(i));
+  for (auto& q : quant_)
+    if (q && q->data.device() != device) {
+      auto moved = std::make_shared<QuantizedWeight>(*q);
+      for (auto* t : {&moved->data, &moved->absmax, &moved->absmax2})
+        if (t->defined()) *t = t->to(device);
+      q = std::move(moved);
+    }
   if (!lora_) {
     set_parameters(names_, params_);
     return;
@@ -481,7 +505,66 @@ torch::Tensor TransformerLM::with_lora(const torch::Tensor& y, const torch::Tens
 
 void TransformerLM::disable_lora() {
   lora_.reset();
-  for (auto& p : params_) p.requires_grad_(true);
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].requires_grad_(!quantized(i));
+  set_parameters(names_, params_);
+}
+
+torch::Tensor TransformerLM::base_linear(const torch::Tensor& x, int64_t w, int64_t bias) const {
+  const torch::Tensor b = bias >= 0 ? params_[static_cast<size_t>(bias)] : torch::Tensor();
+  if (const QuantizedWeight* q = quantized(static_cast<size_t>(w)))
+    return quantized_linear(x.scalar_type() == q->dtype ? x : x.to(q->dtype), *q, b);
+  const torch::Tensor& W = params_[static_cast<size_t>(w)];
+  return torch::linear(x.scalar_type() == W.scalar_type() ? x : x.to(W.scalar_type()), W, b);
+}
+
+std::vector<int64_t> TransformerLM::base_shape(size_t i) const {
+  if (const QuantizedWeight* q = quantized(i))
+    return conv1d() ? std::vector<int64_t>{q->cols, q->rows} : std::vector<int64_t>{q->rows, q->cols};
+  return params_.at(i).sizes().vec();
+}
+
+torch::Tensor TransformerLM::base_weight_float(size_t i) const {
+  torch::NoGradGuard ng;
+  if (const QuantizedWeight* q = quantized(i)) {
+    torch::Tensor w = dequantize_weight(*q).to(torch::kCPU, torch::kFloat);
+    return conv1d() ? w.t().contiguous() : w;
+  }
+  return params_.at(i).detach().to(torch::kCPU, torch::kFloat, false, true);
+}
+
+std::string TransformerLM::untrainable() const {
+  if (quant_type_ == QuantType::None || lora_) return {};
+  return std::string("the model's base is quantized (") + quant_name(quant_type_) +
+         "): its weights cannot be trained; add LoRA adapters (accel_model_add_lora or accel_model_load_adapter) "
+         "and train those";
+}
+
+void TransformerLM::quantize_base(QuantType type, bool dq) {
+  ACCEL_CHECK(type != QuantType::None, Status::InvalidArgument, "quantize_base: no quantization type");
+  ACCEL_CHECK(quant_type_ == QuantType::None, Status::InvalidArgument, "the model's base is quantized already (",
+              quant_name(quant_type_), ")");
+  ACCEL_CHECK(!lora_, Status::InvalidArgument, "quantize the base before adding LoRA adapters");
+  ACCEL_CHECK(type != QuantType::Int8 || !dq, Status::InvalidArgument,
+              "double quantization applies to NF4 and FP4, not int8");
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < names_.size(); ++i) index[names_[i]] = i;
+  std::vector<std::shared_ptr<const QuantizedWeight>> quant(params_.size());
+  std::vector<size_t> done;
+  const std::vector<std::string> mods = block_modules();
+  torch::NoGradGuard ng;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    for (const auto& m : mods) {
+      const size_t i = index.at(block_prefix(l) + m + ".weight");
+      const torch::Tensor& w = params_[i];
+      quant[i] = std::make_shared<const QuantizedWeight>(
+          quantize_weight(conv1d() ? w.detach().t() : w.detach(), type, dq, w.scalar_type()));
+      done.push_back(i);
+    }
+  // only now that every weight is quantized: the full weights go (nothing changes on an error)
+  for (size_t i : done) params_[i] = torch::empty({0}, torch::TensorOptions().dtype(dtype_).device(params_[i].device()));
+  quant_ = std::move(quant);
+  quant_type_ = type;
+  double_quant_ = dq;
   set_parameters(names_, params_);
 }
 
@@ -529,12 +612,14 @@ void TransformerLM::enable_lora(const LoraConfig& c, at::Generator& gen) {
           used.insert(t);
         }
       if (!hit) continue;
-      const torch::Tensor& w = params_[index.at(full + ".weight")];
-      const int64_t in = conv1d() ? w.size(0) : w.size(1), out = conv1d() ? w.size(1) : w.size(0);
+      const size_t wi = index.at(full + ".weight");
+      const std::vector<int64_t> ws = base_shape(wi);
+      const torch::Device wdev = params_[wi].device();
+      const int64_t in = conv1d() ? ws[0] : ws[1], out = conv1d() ? ws[1] : ws[0];
       const double bound = 1.0 / std::sqrt(static_cast<double>(in));  // kaiming_uniform(a=sqrt(5)), as nn.Linear
       const size_t slot = l * mods.size() + m;
-      L.A[slot] = torch::empty({c.r, in}, torch::kFloat).uniform_(-bound, bound, gen).to(w.device()).requires_grad_(true);
-      L.B[slot] = torch::zeros({out, c.r}, torch::TensorOptions().dtype(torch::kFloat).device(w.device())).requires_grad_(true);
+      L.A[slot] = torch::empty({c.r, in}, torch::kFloat).uniform_(-bound, bound, gen).to(wdev).requires_grad_(true);
+      L.B[slot] = torch::zeros({out, c.r}, torch::TensorOptions().dtype(torch::kFloat).device(wdev)).requires_grad_(true);
       L.units[l].push_back(L.params.size());
       L.names.push_back(full + ".lora_A.weight");
       L.params.push_back(L.A[slot]);

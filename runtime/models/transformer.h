@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/model.h"
+#include "runtime/models/quant.h"
 
 namespace accel {
 
@@ -184,6 +185,17 @@ void save_adapter(const Model& model, const std::vector<torch::Tensor>& lora, co
 // W + scale B A (GPT-2's Conv1D: its transpose). Without LoRA: the base weights.
 std::vector<torch::Tensor> merged_weights(const Model& model, const std::vector<torch::Tensor>& lora);
 
+// A quantized frozen base for LoRA (docs/memory.md, "Quantized bases"): every linear module
+// of the blocks (what transformers' BitsAndBytesConfig quantizes: not the embeddings, norms
+// or head) becomes NF4, FP4 (blocks of 64, optionally double-quantized) or int8 (row-wise),
+// byte for byte as bitsandbytes; the forward dequantizes one weight at a time. Before LoRA
+// (InvalidArgument for another model, a model with adapters, an already quantized one,
+// double quantization with int8). Such a model runs forward and generation; training needs
+// LoRA adapters (an optimizer refuses it without: InvalidState).
+void quantize_base(Model& model, QuantType type, bool double_quant);
+// The base's quantization (None for other models).
+QuantType quant_type_of(const Model& model);
+
 // Text generation (docs/lm.md, "Generation"): greedy or sampled continuations of prompts.
 struct GenerateConfig {
   int64_t max_new_tokens = 32;
@@ -250,8 +262,19 @@ class TransformerLM : public Model {
   void set_checkpointing(bool on) { checkpointing_ = on; }
   bool checkpointing() const { return checkpointing_; }
   // The base weights and their Hugging Face names (the parameters unless LoRA is on).
+  // A quantized weight's entry is an empty placeholder (its values: quantized(i)).
   const std::vector<torch::Tensor>& base_weights() const { return params_; }
   const std::vector<std::string>& base_names() const { return names_; }
+  // Quantized base (quantize_base): base weight i's quantized form, or nullptr.
+  const QuantizedWeight* quantized(size_t i) const { return i < quant_.size() ? quant_[i].get() : nullptr; }
+  QuantType quant_type() const { return quant_type_; }
+  bool double_quant() const { return double_quant_; }
+  void quantize_base(QuantType type, bool double_quant);
+  // Base weight i's shape (a quantized one's as it was loaded; GPT-2's Conv1D: [in, out]).
+  std::vector<int64_t> base_shape(size_t i) const;
+  // Base weight i as float32 on the CPU (a quantized one dequantized), its layout as loaded.
+  torch::Tensor base_weight_float(size_t i) const;
+  std::string untrainable() const override;
 
   // LoRA (add_lora): per block, one slot per linear module in block_modules() order.
   struct Lora {
@@ -296,6 +319,9 @@ class TransformerLM : public Model {
   // under LoRA the units are the blocks' adapters (block l: unit l) and the rest is frozen.
   void gate_before(UnitGate* g, size_t u) const;
   void gate_after(UnitGate* g, size_t u, const torch::Tensor& out) const;
+  // x W^T + b for base weight `w` (a Linear's layout) and bias `bias` (-1: none), the weight
+  // dequantized if quantized; x is cast to the weights' dtype.
+  torch::Tensor base_linear(const torch::Tensor& x, int64_t w, int64_t bias) const;
   // y plus the LoRA term of module `module` of block `layer` for input x (y unchanged without one).
   torch::Tensor with_lora(const torch::Tensor& y, const torch::Tensor& x, int64_t layer, size_t module);
   double lora_dropout() const { return lora_ ? lora_->cfg.dropout : 0.0; }
@@ -311,6 +337,9 @@ class TransformerLM : public Model {
   std::vector<std::string> names_;
   std::vector<torch::Tensor> params_;
   std::vector<std::vector<size_t>> units_;
+  std::vector<std::shared_ptr<const QuantizedWeight>> quant_;  // per base weight (empty: none quantized)
+  QuantType quant_type_ = QuantType::None;
+  bool double_quant_ = false;
 };
 
 // Scaled dot-product attention in fp32: q [B, H, T, D], k and v [B, Hkv, S, D] with S >= T

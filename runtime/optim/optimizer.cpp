@@ -19,7 +19,10 @@ void OptimizerAlgorithm::step_shard(Shard& shard, double lr) const {
 }
 
 Optimizer::Optimizer(std::shared_ptr<Model> model, std::unique_ptr<OptimizerAlgorithm> algorithm)
-    : model_(std::move(model)), algo_(std::move(algorithm)), base_lr_(algo_->base_lr()), lr_(base_lr_) {}
+    : model_(std::move(model)), algo_(std::move(algorithm)), base_lr_(algo_->base_lr()), lr_(base_lr_) {
+  const std::string why = model_ ? model_->untrainable() : std::string();
+  ACCEL_CHECK(why.empty(), Status::InvalidState, why);
+}
 
 void Optimizer::set_lr(double lr) { lr_ = lr; }
 

@@ -64,6 +64,8 @@ inline torch::ScalarType torch_dtype(const std::string& st) {
   if (st == "F16") return torch::kHalf;
   if (st == "I64") return torch::kLong;
   if (st == "I32") return torch::kInt;
+  if (st == "U8") return torch::kByte;
+  if (st == "I8") return torch::kChar;
   ADD_FAILURE() << "dtype " << st;
   return torch::kFloat;
 }

@@ -52,6 +52,17 @@ void language_models() {
       std::memcpy(&o.dtype, &d, sizeof d);
       add(fn, "dtype=" + str(d), ARG, {"dtype", str(d)}, run(false, "FIXTURE", o, false));
     }
+    for (int q : {-1, 4, 42}) {  // an int a C caller may pass: read as bytes (raw), never as the enum
+      accel_lm_options o = ACCEL_LM_OPTIONS_INIT;
+      std::memcpy(&o.quantization, &q, sizeof q);
+      add(fn, "quantization=" + str(q), ARG, {"quantization", str(q)}, run(false, "FIXTURE", o, false));
+    }
+    for (accel_quantization q : {ACCEL_QUANT_NONE, ACCEL_QUANT_INT8}) {
+      accel_lm_options o = ACCEL_LM_OPTIONS_INIT;
+      o.quantization = q;
+      o.double_quant = 1;
+      add(fn, "double_quant with quantization=" + str(int{q}), ARG, {"double_quant"}, run(false, "FIXTURE", o, false));
+    }
     for (uint32_t v : {0u, uint32_t{ACCEL_LM_OPTIONS_VERSION} + 1}) {
       accel_lm_options o = ACCEL_LM_OPTIONS_INIT;
       o.version = v;
@@ -82,6 +93,26 @@ void language_models() {
     fs::resize_file("lm/model.safetensors", fs::file_size("lm/model.safetensors") / 2);
     return with_out<accel_model*>(
         e, [&](auto* out) { return R(accel_model_load_pretrained(e.a.ctx, "lm", nullptr, out), e.a.ctx); });
+  });
+
+  // a quantized base: no optimizer without adapters, no save_pretrained (the adapters are saved)
+  auto nf4 = [](Env& e) {
+    accel_lm_options o = ACCEL_LM_OPTIONS_INIT;
+    o.quantization = ACCEL_QUANT_NF4;
+    accel_model* m = nullptr;
+    ok(accel_model_load_pretrained(e.a.ctx, g_lm_fixture.c_str(), &o, &m), "accel_model_load_pretrained (nf4)");
+    return m;
+  };
+  add("accel_optimizer_create_adamw", "a quantized base without adapters", STATE, {"quantized (nf4)", "LoRA"},
+      [nf4](Env& e) {
+        accel_adamw_options o = ACCEL_ADAMW_OPTIONS_INIT;
+        return with_out<accel_optimizer*>(
+            e, [&](auto* out) { return R(accel_optimizer_create_adamw(e.a.ctx, nf4(e), &o, out), e.a.ctx); });
+      });
+  add("accel_save_pretrained", "a quantized base", ARG, {"quantized", "accel_save_adapter"}, [nf4](Env& e) {
+    R r(accel_save_pretrained(e.a.ctx, nf4(e), "out"), e.a.ctx);
+    e.expect(!fs::exists("out"), "out was written");
+    return r;
   });
 
   // save_pretrained: what it must refuse, and leave as it was
