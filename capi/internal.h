@@ -151,7 +151,8 @@ struct Versions<accel_options> {
   static constexpr VersionBytes table[] = {
       {1, offsetof(accel_options, strategy)},  // until 27556aa (DDP) appended strategy, bucket_bytes
       {2, offsetof(accel_options, backend)},   // until real processes appended backend, timeout_seconds
-      {3, sizeof(accel_options)},
+      {3, offsetof(accel_options, offload)},   // until issue 37 appended offload
+      {4, sizeof(accel_options)},
   };
   static constexpr uint32_t current = ACCEL_OPTIONS_VERSION;
 };
@@ -180,7 +181,16 @@ struct Versions<accel_dataloader_options> {
   };
   static constexpr uint32_t current = ACCEL_DATALOADER_OPTIONS_VERSION;
 };
-ACCEL_ONE_VERSION(accel_sim_options, ACCEL_SIM_OPTIONS);
+template <>
+struct Versions<accel_sim_options> {
+  static constexpr const char* name = "accel_sim_options";
+  static accel_sim_options defaults() { return ACCEL_SIM_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_sim_options, host_memory)},  // until issue 37 appended host_memory
+      {2, sizeof(accel_sim_options)},
+  };
+  static constexpr uint32_t current = ACCEL_SIM_OPTIONS_VERSION;
+};
 ACCEL_ONE_VERSION(accel_project_options, ACCEL_PROJECT_OPTIONS);
 template <>
 struct Versions<accel_lm_options> {
@@ -422,6 +432,17 @@ inline accel::Options runtime_options(const accel_options* opts) {
       ACCEL_CHECK(v == "auto" || v == "gloo" || v == "nccl" || v == "sim", Status::InvalidArgument, "ACCEL_BACKEND='",
                   env, "' is not a backend (auto, gloo, nccl, sim)");
       ro.backend = v;
+    }
+  }
+  ACCEL_CHECK(raw(o.offload) >= ACCEL_OFFLOAD_NONE && raw(o.offload) <= ACCEL_OFFLOAD_OPTIMIZER,
+              Status::InvalidArgument, "offload must be an accel_offload (0 none, 1 optimizer), got ", raw(o.offload));
+  ro.offload = static_cast<accel::Offload>(raw(o.offload));
+  if (raw(o.offload) == ACCEL_OFFLOAD_NONE) {
+    if (const char* env = std::getenv("ACCEL_OFFLOAD")) {
+      const std::string v = lowercase(env);
+      ACCEL_CHECK(v == "none" || v == "optimizer", Status::InvalidArgument, "ACCEL_OFFLOAD='", env,
+                  "' is not an offload (none, optimizer)");
+      ro.offload = v == "optimizer" ? accel::Offload::Optimizer : accel::Offload::None;
     }
   }
   ro.timeout_seconds = o.timeout_seconds;

@@ -22,6 +22,7 @@ accel_status accel_sim_run(const accel_sim_options* sim, const accel_options* ct
     ws.world_size = so.world_size;
     if (so.topology) ws.topology = so.topology;
     if (so.device_memory) ws.device_memory = so.device_memory;
+    if (so.host_memory) ws.host_memory = so.host_memory;
     ws.timeout_seconds = so.timeout_seconds;
     if (so.faults) ws.faults = so.faults;
     ws.engine_threads = so.engine_threads;
@@ -71,6 +72,19 @@ accel_status accel_sim_report_rank(const accel_sim_report* report, int32_t rank,
     if (out_status) *out_status = static_cast<accel_status>(r.status);
     if (out_error) *out_error = r.error.c_str();
     if (out_peak_bytes) *out_peak_bytes = r.peak_bytes;
+  });
+}
+
+accel_status accel_sim_report_rank_host(const accel_sim_report* report, int32_t rank, uint64_t* out_host_peak_bytes,
+                                        uint64_t* out_transfer_bytes, double* out_transfer_seconds) {
+  return guard(nullptr, "accel_sim_report_rank_host", [&] {
+    NEED(report);
+    ACCEL_CHECK(rank >= 0 && static_cast<size_t>(rank) < report->rep.ranks.size(), Status::InvalidArgument, "rank ",
+                rank, " is not in this ", report->rep.ranks.size(), "-rank report");
+    const auto& r = report->rep.ranks[static_cast<size_t>(rank)];
+    if (out_host_peak_bytes) *out_host_peak_bytes = r.host_peak_bytes;
+    if (out_transfer_bytes) *out_transfer_bytes = r.host_transfer_bytes;
+    if (out_transfer_seconds) *out_transfer_seconds = r.host_transfer_seconds;
   });
 }
 

@@ -127,6 +127,10 @@ class ComputeClock {
   }
   // The rank starts optimizer step `step` (1-based): fault injection may kill it here.
   virtual void on_step(int64_t step) = 0;
+  // `bytes` crossed between the device and its host's memory (offloaded optimizer state and
+  // weights): the simulator charges their time over the topology's host link and counts
+  // them; a clock that does not model the link ignores them.
+  virtual void charge_host_transfer(uint64_t bytes, const char* label) { (void)bytes, (void)label; }
 };
 
 class Communicator {

@@ -212,6 +212,9 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
               ") divisible by the number of processes (", comm_->size(), ")");
   if (m && !model_) strategy_->check(m.get(), o.get());
   if (o && !opt_) strategy_->check(nullptr, o.get());
+  ACCEL_CHECK(!o || opt_ || opts_.offload == Offload::None || o->shardable(), Status::Unsupported,
+              "offload steps the optimizer in host memory with its elementwise kernels (AdamW, SGD, Adafactor); ",
+              o ? o->name() : "", "'s update needs whole tensors on one device: use another optimizer or no offload");
   agree_on_configuration(m && !model_ ? m.get() : nullptr, o && !opt_ ? o.get() : nullptr,
                          loader && !prepared(loader.get()) ? loader.get() : nullptr);
 
@@ -221,6 +224,7 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
     model_ = m;
   }
   if (o && !opt_) {
+    o->set_offload(opts_.offload == Offload::Optimizer);  // before its state exists
     if (!strategy_->shards_state() && !o->bound()) o->bind();  // a sharding strategy keeps the state itself
     opt_ = o;
   }
@@ -240,6 +244,7 @@ void Accelerator::agree_on_configuration(const Model* m, const Optimizer* o, con
       {"mixed_precision", opts_.precision == Precision::BF16 ? "bf16" : opts_.precision == Precision::FP16 ? "fp16" : "no"},
       {"gradient_accumulation_steps", std::to_string(opts_.gradient_accumulation_steps)},
       {"bucket_bytes", std::to_string(opts_.bucket_bytes)},
+      {"offload", opts_.offload == Offload::Optimizer ? "optimizer" : "none"},
   };
   if (m) {
     std::string shapes;
@@ -425,6 +430,9 @@ StepResult Accelerator::step() {
       scaler_.update(true);
     } else {
       strategy_->step(*opt_);
+      // offload: the gradients went to the host and the weights came back (the simulator's link)
+      if (const uint64_t moved = opt_->take_host_bytes(); moved && clock_)
+        clock_->charge_host_transfer(moved, "offload: gradients to the host, weights back");
       scaler_.update(false);
       if (sched_) sched_->step();
       ++optimizer_steps_;

@@ -28,7 +28,10 @@ struct Charged {
   std::shared_ptr<sim::MemoryBudget> budget;  // null: charged to the process's hooks
   int rank;
   uint64_t bytes;
+  bool host = false;  // charged to the rank's host memory (a HostScope)
 };
+
+thread_local bool t_host = false;  // a HostScope lives on this thread
 
 // The multi-process simulator's budget (set_process_hooks).
 std::atomic<int (*)(unsigned long long, char*, size_t)> g_process_charge{nullptr};
@@ -56,7 +59,9 @@ void release_charged(void* data) {
     c = it->second;
     t.erase(it);
   }
-  if (c->budget)
+  if (c->budget && c->host)
+    c->budget->release_host(c->rank, c->bytes);
+  else if (c->budget)
     c->budget->release(c->rank, c->bytes);
   else if (auto release = g_process_release.load())
     release(c->bytes);
@@ -72,11 +77,14 @@ class BudgetAllocator final : public c10::Allocator {
     const int r = sim::current_rank();
     auto process_charge = g_process_charge.load();
     if (n == 0 || ((w == nullptr || r < 0) && !process_charge)) return base_->allocate(n);
+    const bool host = t_host;
+    if (host && (w == nullptr || r < 0)) return base_->allocate(n);  // a launched rank: host memory is not counted
     std::shared_ptr<sim::MemoryBudget> budget;
     if (w != nullptr && r >= 0) {
       budget = w->budget();
       std::string why;
-      TORCH_CHECK_WITH(OutOfMemoryError, budget->try_charge(r, n, &why), why);
+      TORCH_CHECK_WITH(OutOfMemoryError, host ? budget->try_charge_host(r, n, &why) : budget->try_charge(r, n, &why),
+                       why);
     } else {
       char msg[512] = "";
       TORCH_CHECK_WITH(OutOfMemoryError, process_charge(n, msg, sizeof msg) == 0, msg);
@@ -85,7 +93,9 @@ class BudgetAllocator final : public c10::Allocator {
     try {
       inner = base_->allocate(n);
     } catch (...) {
-      if (budget)
+      if (budget && host)
+        budget->release_host(r, n);
+      else if (budget)
         budget->release(r, n);
       else if (auto release = g_process_release.load())
         release(n);
@@ -93,7 +103,7 @@ class BudgetAllocator final : public c10::Allocator {
     }
     void* data = inner.get();
     const c10::Device device = inner.device();
-    auto* ctx = new Charged{std::move(inner), std::move(budget), r, n};
+    auto* ctx = new Charged{std::move(inner), std::move(budget), r, n, host};
     {
       std::lock_guard<std::mutex> lk(g_charged_mu);
       charged_table()[data] = ctx;
@@ -117,6 +127,9 @@ void set_process_hooks(int (*charge)(unsigned long long, char*, size_t), void (*
   g_process_release = release;
   g_process_charge = charge;
 }
+
+HostScope::HostScope() : prev_(t_host) { t_host = true; }
+HostScope::~HostScope() { t_host = prev_; }
 
 void install() {
   static std::once_flag once;

@@ -20,4 +20,20 @@ void install();
 void set_process_hooks(int (*charge)(unsigned long long bytes, char* msg, size_t len),
                        void (*release)(unsigned long long bytes));
 
+// While one lives, the libtorch CPU allocations of this thread are host memory, not the
+// device's: offloaded optimizer state and master weights (docs/memory.md). On a simulated
+// rank they are charged to its host budget (sim::MemoryBudget::try_charge_host; over it:
+// OutOfMemoryError naming host memory); a process of a launched simulated world does not
+// count them (its library has one budget). Scopes nest.
+class HostScope {
+ public:
+  HostScope();
+  ~HostScope();
+  HostScope(const HostScope&) = delete;
+  HostScope& operator=(const HostScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace accel::device_memory

@@ -25,6 +25,8 @@ void validate(const Options& o) {
   ACCEL_CHECK(static_cast<int>(o.strategy) >= 0 && static_cast<int>(o.strategy) <= 4, Status::InvalidArgument,
               "strategy must be in [0, 4] (0 no, 1 DDP, 2-4 ZeRO stages 1-3), got ", static_cast<int>(o.strategy));
   domain::at_least("bucket_bytes", o.bucket_bytes, 1);
+  ACCEL_CHECK(o.offload == Offload::None || o.offload == Offload::Optimizer, Status::InvalidArgument,
+              "offload must be 0 (none) or 1 (optimizer), got ", static_cast<int>(o.offload));
 }
 
 const char* strategy_name(Strategy s) {

@@ -111,6 +111,19 @@ class SimCommunicator final : public RankCommunicator {
     d.compute_t += seconds;
   }
 
+  void charge_host_transfer(uint64_t bytes, const char* label) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    auto& d = w_->ranks[rank_];
+    const double bw = w_->topo.host_link_bandwidth;
+    const double seconds = bw > 0 ? static_cast<double>(bytes) / bw : 0.0;
+    if (w_->opts.record_trace && seconds > 0)
+      w_->trace.push_back({rank_, 0, label ? label : "host transfer", d.compute_t, seconds,
+                           "\"bytes\":" + std::to_string(bytes)});
+    d.compute_t += seconds;
+    d.host_bytes += bytes;
+    d.host_seconds += seconds;
+  }
+
  private:
   OpPtr make(OpKind k, const void* send, void* recv, size_t count, DataType t) {
     auto o = std::make_shared<Op>();

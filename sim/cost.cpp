@@ -36,6 +36,9 @@ constexpr double GB = 1e9;  // nccl-tests' GB/s are 10^9 bytes per second
 // Every preset: the fixed cost of one call (launch, proxy and protocol setup). The rest of
 // the small-message floor (~25-35 us in the data) is in the LL protocol's steps.
 constexpr double kLaunch = 10 * us;
+// PCIe x16 between a GPU and its host, per direction: lanes x transfer rate x 128/130 / 8
+// (5.0: 32 GT/s, 4.0: 16 GT/s), the spec sheet's rate (no measurement fitted yet).
+constexpr double kPcie5x16 = 63.0 * GB, kPcie4x16 = 31.5 * GB;
 
 // ---------------------------------------------------------------------------------------
 // The presets. Each number names the dataset of sim/calibration/nccl_tests.csv it was
@@ -87,6 +90,7 @@ Topology h100_node() {
                         989e12,  // H100 SXM, dense BF16
                         nvlink4());
   h100_node_calibration(t);
+  t.host_link_bandwidth = kPcie5x16;
   return t;
 }
 
@@ -98,6 +102,7 @@ Topology a100_node() {
                         312e12,  // A100 SXM, dense BF16
                         {"NVLink3", 8.29 * us, 235.9 * GB, 1.84 * us, 0.261});
   add(t, CollKind::AllReduce, "ring", 1, 8.29 * us, 235.9 * GB, "A1");
+  t.host_link_bandwidth = kPcie4x16;
   return t;
 }
 
@@ -114,6 +119,7 @@ Topology pcie_node() {
   t.gpus_per_domain = 4;
   t.cross_domain_bandwidth = 20.7 * GB;
   add(t, CollKind::AllReduce, "ring", 1, 5.5 * us, 25.87 * GB, "P3");
+  t.host_link_bandwidth = kPcie4x16;
   return t;
 }
 
@@ -299,15 +305,19 @@ PlatformSpec nvlink_node(const char* name, const char* description, const char* 
 }
 
 PlatformSpec h100_spec() {
-  // NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per GPU
-  return nvlink_node("8xH100", "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP", "NVLink4",
-                     450, true, 989e12);
+  // NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per GPU; PCIe 5.0 x16 to the host
+  PlatformSpec s = nvlink_node("8xH100", "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP",
+                               "NVLink4", 450, true, 989e12);
+  s.host_link_bandwidth = kPcie5x16;
+  return s;
 }
 
 PlatformSpec a100_spec() {
-  // NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per GPU
-  return nvlink_node("8xA100", "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch, no NVLink SHARP", "NVLink3",
-                     300, false, 312e12);
+  // NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per GPU; PCIe 4.0 x16 to the host
+  PlatformSpec s = nvlink_node("8xA100", "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch, no NVLink SHARP",
+                               "NVLink3", 300, false, 312e12);
+  s.host_link_bandwidth = kPcie4x16;
+  return s;
 }
 
 PlatformSpec multi_node(PlatformSpec s, const std::string& name, int nodes, int nics, double nic_gbit,
@@ -356,6 +366,7 @@ PlatformSpec platform_spec(const std::string& name) {
                                  false, 165e12);
     s.gpus_per_domain = 4;
     s.cross_domain_factor = 0.8;
+    s.host_link_bandwidth = kPcie4x16;
     return s;
   }
   int nodes = 0;
@@ -376,6 +387,7 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
   t.description = s.description + " (predicted from its spec sheet)";
   t.gpus_per_node = s.gpus_per_node;
   t.gpu_flops = s.gpu_flops;
+  t.host_link_bandwidth = s.host_link_bandwidth;
   t.launch_overhead = kLaunch;
   t.nodes = s.nodes;
   const double ring_bw = c.eta_ring * s.link_bandwidth;

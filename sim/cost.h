@@ -53,6 +53,10 @@ struct Topology {
   // runtime's FLOP estimates are charged at gpu_flops * mfu.
   double gpu_flops = 0.0;
   double mfu = 0.4;
+  // Between a GPU and its host's memory, per direction, bytes/s, from the spec sheet (PCIe
+  // 5.0 x16: 63 GB/s; 4.0 x16: 31.5 GB/s): what offloaded optimizer state and weights cross
+  // (docs/memory.md). 0: no host link modelled.
+  double host_link_bandwidth = 0.0;
   // --- added by the calibration (docs/sim-calibration.md) ---
   int nodes = 1;                        // nodes in the preset
   // PCIe hosts: GPUs behind one switch / CPU socket; a ring over more crosses the CPU
@@ -89,6 +93,7 @@ struct PlatformSpec {
   int nics_per_node = 0;
   double nic_line_rate = 0;  // one NIC, bytes/s (400 Gb/s = 50e9)
   double gpu_flops = 0;      // dense BF16 peak of one GPU
+  double host_link_bandwidth = 0;  // GPU <-> host memory, per direction, bytes/s
 };
 
 // The coefficients that turn any spec into alpha-beta parameters, shared by all platforms

@@ -21,6 +21,7 @@ Settings parse_settings(const SettingsText& t, const SettingNames& names) {
                 "'; e.g. \"4x8xH100-IB\" has 32), got ", t.world_size);
   }
   if (t.device_memory) s.device_capacity = text::parse_bytes(*t.device_memory, names.device_memory.c_str());
+  if (t.host_memory) s.host_capacity = text::parse_bytes(*t.host_memory, names.host_memory.c_str());
   if (!t.faults.empty()) {
     try {
       s.faults = parse_faults(t.faults, t.world_size > 0 ? t.world_size : 0);

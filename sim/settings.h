@@ -25,6 +25,7 @@ struct SettingsText {
                                   // world): the topology's size and the faults' ranks go unchecked
   std::string topology = kDefaultTopology;  // a preset of sim/cost.h
   std::optional<std::string> device_memory;  // a size (text::parse_bytes); none: unlimited
+  std::optional<std::string> host_memory;    // each rank's host memory (offload); none: unlimited
   std::string faults;             // parse_faults' syntax; empty: none
 };
 
@@ -33,6 +34,7 @@ struct SettingNames {
   std::string world_size = "world_size";
   std::string topology = "topology";
   std::string device_memory = "device_memory";
+  std::string host_memory = "host_memory";
   std::string faults = "faults";
   bool prefix_topology_errors = false;  // "--sim-topology: unknown topology ..." (a flag among many)
 };
@@ -42,6 +44,7 @@ struct SettingNames {
 struct Settings {
   Topology topology;
   uint64_t device_capacity = 0;  // bytes per simulated GPU; 0: unlimited
+  uint64_t host_capacity = 0;    // host memory per rank; 0: unlimited
   std::vector<Fault> faults;
 };
 Settings parse_settings(const SettingsText& text, const SettingNames& names = {});

@@ -45,6 +45,8 @@ struct RankData {
   double compute_t = 0.0, comm_t = 0.0;
   RankFaults faults;
   uint64_t collectives = 0, bytes_sent = 0;
+  uint64_t host_bytes = 0;    // device <-> host transfers charged (offload)
+  double host_seconds = 0.0;  // and their time on the compute clock
   Status status = Status::Ok;
   std::string error;
 };

@@ -50,12 +50,14 @@ WorldOptions world_options(const WorldSettings& s) {
   text.world_size = s.world_size;
   text.topology = s.topology;
   text.device_memory = s.device_memory;
+  text.host_memory = s.host_memory;
   text.faults = s.faults;
   Settings parsed = parse_settings(text);  // each error names the C ABI's field
   WorldOptions wo;
   wo.world_size = s.world_size;
   wo.topology = s.topology;
   wo.device_capacity = parsed.device_capacity;
+  wo.host_capacity = parsed.host_capacity;
   wo.timeout_seconds = s.timeout_seconds;
   wo.faults = std::move(parsed.faults);
   wo.engine_threads = s.engine_threads;
@@ -76,7 +78,7 @@ World::World(WorldOptions opts) : sim_(std::make_unique<Simulation>()) {
   sim_->n = opts.world_size;
   sim_->engine = Engine(opts.engine_threads > 0 ? opts.engine_threads
                                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
-  sim_->budget = std::make_shared<MemoryBudget>(opts.world_size, opts.device_capacity);
+  sim_->budget = std::make_shared<MemoryBudget>(opts.world_size, opts.device_capacity, opts.host_capacity);
   for (const auto& m : opts.missing) {  // "reduce_scatter" or "reduce_scatter:bfloat16"
     const auto colon = m.find(':');
     const std::string name = m.substr(0, colon), type = colon == std::string::npos ? "" : m.substr(colon + 1);
@@ -201,6 +203,10 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
     rr.error = d.error;
     rr.peak_bytes = w.budget->peak(r);
     rr.current_bytes = w.budget->current(r);
+    rr.host_peak_bytes = w.budget->host_peak(r);
+    rr.host_current_bytes = w.budget->host_current(r);
+    rr.host_transfer_bytes = d.host_bytes;
+    rr.host_transfer_seconds = d.host_seconds;
     rr.virtual_seconds = std::max(d.compute_t, d.comm_t);
     rr.collectives = d.collectives;
     rr.bytes_sent = d.bytes_sent;

@@ -35,6 +35,7 @@ using text::parse_bytes;
 struct WorldOptions {
   int world_size = 1;
   uint64_t device_capacity = 0;      // bytes per rank; 0 = unlimited
+  uint64_t host_capacity = 0;        // host memory per rank (offloaded state); 0 = unlimited
   std::string topology = "8xH100";   // a preset name (see sim/cost.h)
   double timeout_seconds = 10.0;     // no progress anywhere for this long: waiting ranks fail with Timeout
   std::vector<Fault> faults;
@@ -55,6 +56,7 @@ struct WorldSettings {
   int world_size = 2;
   std::string topology = "8xH100";  // a preset (sim/cost.h): world_size may not exceed its GPUs
   std::optional<std::string> device_memory;  // a size for parse_bytes; none: unlimited
+  std::optional<std::string> host_memory;    // each rank's host memory (offload); none: unlimited
   double timeout_seconds = 60.0;
   std::string faults;               // parse_faults' syntax; empty: none
   int engine_threads = 0;
@@ -66,7 +68,10 @@ struct RankReport {
   int rank = 0;
   Status status = Status::Ok;        // Ok, or why the rank's function failed
   std::string error;
-  uint64_t peak_bytes = 0, current_bytes = 0;
+  uint64_t peak_bytes = 0, current_bytes = 0;  // device memory
+  uint64_t host_peak_bytes = 0, host_current_bytes = 0;  // host memory (offload, docs/memory.md)
+  uint64_t host_transfer_bytes = 0;  // between the device and the host, both directions
+  double host_transfer_seconds = 0;  // their time over the topology's host link (in virtual_seconds)
   double virtual_seconds = 0.0;      // the rank's clock at the end (compute + communication)
   uint64_t collectives = 0;          // collectives posted
   uint64_t bytes_sent = 0;           // bytes this rank put on the wire, per the algorithm's volume
@@ -137,7 +142,13 @@ class World {
 
 class MemoryBudget {
  public:
-  MemoryBudget(int ranks, uint64_t capacity) : capacity_(capacity), current_(ranks, 0), peak_(ranks, 0) {}
+  MemoryBudget(int ranks, uint64_t capacity, uint64_t host_capacity = 0)
+      : capacity_(capacity),
+        host_capacity_(host_capacity),
+        current_(ranks, 0),
+        peak_(ranks, 0),
+        host_current_(ranks, 0),
+        host_peak_(ranks, 0) {}
   // Charges `bytes` to `rank`; over capacity, charges nothing and returns false with a
   // CUDA-shaped out-of-memory message in *why (the runtime throws it as libtorch's
   // OutOfMemoryError: runtime/device_memory.cpp).
@@ -147,11 +158,18 @@ class MemoryBudget {
   uint64_t peak(int rank) const;
   uint64_t capacity() const { return capacity_; }
   void reset_peaks();  // peak := current, at the start of a run
+  // The rank's host memory (optimizer state and master weights offloaded to it: the runtime
+  // charges what it allocates in a device_memory::HostScope), counted apart from the device's;
+  // over host_capacity (0: none) a charge fails with a host out-of-memory message.
+  bool try_charge_host(int rank, uint64_t bytes, std::string* why);
+  void release_host(int rank, uint64_t bytes);
+  uint64_t host_current(int rank) const;
+  uint64_t host_peak(int rank) const;
 
  private:
   mutable std::mutex mu_;
-  uint64_t capacity_;
-  std::vector<uint64_t> current_, peak_;
+  uint64_t capacity_, host_capacity_;
+  std::vector<uint64_t> current_, peak_, host_current_, host_peak_;
 };
 
 // The rank the calling thread runs as, and its world; -1 / nullptr outside a simulated rank.

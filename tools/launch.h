@@ -24,7 +24,7 @@ struct Options {
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   long master_port = 29500;  // 0: a free port, picked by the launcher (one node only)
-  std::string backend, strategy, mixed_precision;  // ACCEL_*; empty: not set (inherited)
+  std::string backend, strategy, mixed_precision, offload;  // ACCEL_*; empty: not set (inherited)
   std::string timeout;                             // seconds, > 0, finite; empty: not set
   int max_restarts = 0;
   std::string log_dir;        // empty: no log files

@@ -170,6 +170,18 @@ const (
 	BackendSim  Backend = C.ACCEL_BACKEND_SIM
 )
 
+// Offload is accel_offload: what lives in host memory instead of the device's.
+type Offload int32
+
+const (
+	// OffloadNone keeps everything on the device.
+	OffloadNone Offload = C.ACCEL_OFFLOAD_NONE
+	// OffloadOptimizer is ZeRO-Offload: the optimizer's state and the fp32 master weights
+	// live in host memory and each step runs on the CPU; the same weights, bit for bit, as
+	// OffloadNone.
+	OffloadOptimizer Offload = C.ACCEL_OFFLOAD_OPTIMIZER
+)
+
 // Activation is accel_activation.
 type Activation int32
 

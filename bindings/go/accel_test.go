@@ -109,7 +109,8 @@ func TestStatusAndSentinels(t *testing.T) {
 func TestDefaults(t *testing.T) {
 	o := DefaultOptions()
 	if o.GradientAccumulationSteps != 1 || o.LossScaleInit != 65536 || o.BucketBytes != 25<<20 ||
-		o.LossScaleGrowthInterval != 2000 || o.Strategy != StrategyNo || o.MixedPrecision != PrecisionNo {
+		o.LossScaleGrowthInterval != 2000 || o.Strategy != StrategyNo || o.MixedPrecision != PrecisionNo ||
+		o.Offload != OffloadNone {
 		t.Fatalf("%+v", o)
 	}
 	if a := DefaultAdamWOptions(); a.LR != 1e-3 || a.WeightDecay != 0.01 || a.Beta2 != 0.999 {
@@ -121,7 +122,8 @@ func TestDefaults(t *testing.T) {
 	if s := DefaultSGDOptions(); s.LR != 0.01 || s.Nesterov {
 		t.Fatalf("%+v", s)
 	}
-	if s := DefaultSimOptions(); s.WorldSize != 2 || s.Topology != "8xH100" || s.TimeoutSeconds != 60 || s.DeviceMemory != "" {
+	if s := DefaultSimOptions(); s.WorldSize != 2 || s.Topology != "8xH100" || s.TimeoutSeconds != 60 || s.DeviceMemory != "" ||
+		s.HostMemory != "" {
 		t.Fatalf("%+v", s)
 	}
 	if d := DefaultDataLoaderOptions(); d.BatchSize != 1 || !d.EvenBatches || d.Shuffle || d.Iterable {

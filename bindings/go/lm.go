@@ -30,17 +30,34 @@ import (
 
 // ---- language models (GPT-2, Llama in Hugging Face's formats) ----
 
+// Quantization is accel_quantization: how LoadPretrained and NewLM quantize the linear
+// weights of a causal LM's transformer blocks at load (QLoRA: the frozen base byte for byte as
+// bitsandbytes quantizes it). Such a model trains through LoRA adapters only (an optimizer
+// without them fails with ErrInvalidState) and SavePretrained refuses it (ErrInvalidArgument;
+// save the adapters).
+type Quantization int32
+
+const (
+	QuantNone Quantization = C.ACCEL_QUANT_NONE // the weights in LMOptions.DType (the default)
+	QuantNF4  Quantization = C.ACCEL_QUANT_NF4  // 4-bit NormalFloat, one float32 absmax per 64 values (bitsandbytes' nf4)
+	QuantFP4  Quantization = C.ACCEL_QUANT_FP4  // 4-bit float, the same blocks (bitsandbytes' fp4)
+	QuantInt8 Quantization = C.ACCEL_QUANT_INT8 // LLM.int8's row-wise int8 (load_in_8bit)
+)
+
 // LMOptions says how a language model is loaded or created (accel_lm_options).
 type LMOptions struct {
-	DType                 DType // the parameters' dtype: Float32 (default) or BFloat16
-	GradientCheckpointing bool  // recompute each block's activations in backward (less memory)
+	DType                 DType        // the parameters' dtype: Float32 (default) or BFloat16
+	GradientCheckpointing bool         // recompute each block's activations in backward (less memory)
+	Quantization          Quantization // the blocks' linear weights quantized at load (default QuantNone)
+	DoubleQuant           bool         // NF4's/FP4's absmax quantized again (bnb_4bit_use_double_quant); not with QuantInt8
 }
 
 // DefaultLMOptions returns the library's defaults.
 func DefaultLMOptions() LMOptions {
 	var c C.accel_lm_options
 	C.ag_lm_options_init(&c)
-	return LMOptions{DType: DType(c.dtype), GradientCheckpointing: c.gradient_checkpointing != 0}
+	return LMOptions{DType: DType(c.dtype), GradientCheckpointing: c.gradient_checkpointing != 0,
+		Quantization: Quantization(c.quantization), DoubleQuant: c.double_quant != 0}
 }
 
 func (o *LMOptions) toC() C.accel_lm_options {
@@ -51,6 +68,8 @@ func (o *LMOptions) toC() C.accel_lm_options {
 	}
 	c.dtype = C.accel_dtype(o.DType)
 	c.gradient_checkpointing = cbool(o.GradientCheckpointing)
+	c.quantization = C.accel_quantization(o.Quantization)
+	c.double_quant = cbool(o.DoubleQuant)
 	return c
 }
 

@@ -195,6 +195,106 @@ func TestLoRATrainSaveReload(t *testing.T) {
 	wantErr(t, other.AddLoRA(lo), ErrInvalidArgument, "matches no module")
 }
 
+func TestQLoRANF4DoubleQuant(t *testing.T) {
+	ctx := newCtx(t, nil)
+	opts := DefaultLMOptions()
+	opts.Quantization = QuantNF4
+	opts.DoubleQuant = true
+	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), &opts))
+	ids, mask, labels := lmBatch(t)
+	ok(t, m.SetTraining(false))
+	out := must(m.LMForward(ids, mask, nil))
+	if s := must(out.Logits.Shape()); !reflect.DeepEqual(s, []int64{2, 6, 128}) {
+		t.Fatal(s)
+	}
+	logits := must(ToSlice[float32](out.Logits))
+	for i, v := range logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d is %v", i, v)
+		}
+	}
+	// the quantization took effect: the float32 model's logits differ
+	plain := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))
+	ok(t, plain.SetTraining(false))
+	if reflect.DeepEqual(must(ToSlice[float32](must(plain.LMForward(ids, mask, nil)).Logits)), logits) {
+		t.Fatal("the quantized model's logits equal the float32 model's")
+	}
+	ok(t, m.SetTraining(true))
+	// a quantized base trains through adapters only, and is not saved as a base
+	ao := DefaultAdamWOptions()
+	ao.LR = 1e-2
+	_, err := ctx.NewAdamW(m, &ao)
+	wantErr(t, err, ErrInvalidState, "LoRA")
+	dir := filepath.Join(t.TempDir(), "base")
+	wantErr(t, m.SavePretrained(dir), ErrInvalidArgument, "quantized")
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("%s was written (%v)", dir, err)
+	}
+	lo := DefaultLoRAOptions()
+	lo.R = 2
+	ok(t, m.AddLoRA(lo))
+	n, _ := must2(m.NumParameters())
+	names := make([]string, n)
+	before := make([][]float32, n)
+	for i := range names {
+		names[i] = must(m.ParameterName(i))
+		if !strings.Contains(names[i], ".lora_A.") && !strings.Contains(names[i], ".lora_B.") {
+			t.Fatalf("parameter %d is %s, not an adapter", i, names[i])
+		}
+		before[i] = must(ToSlice[float32](must(m.Parameter(i))))
+	}
+	if n == 0 {
+		t.Fatal("no adapters")
+	}
+	opt := must(ctx.NewAdamW(m, &ao))
+	ok(t, ctx.Prepare(m, opt, nil, nil))
+	step := must(m.LMForward(ids, mask, labels))
+	if step.NumTokens != 8 {
+		t.Fatalf("%d real targets, want 8", step.NumTokens)
+	}
+	loss := must(step.Loss.Item())
+	if math.IsNaN(loss) || math.IsInf(loss, 0) || loss <= 0 {
+		t.Fatalf("loss %v", loss)
+	}
+	ok(t, ctx.Backward(step.Loss))
+	if r := must(ctx.Step()); !r.Stepped {
+		t.Fatal("no step")
+	}
+	changedB := false
+	for i := range names {
+		after := must(ToSlice[float32](must(m.Parameter(i))))
+		if !reflect.DeepEqual(after, before[i]) && strings.Contains(names[i], ".lora_B.") {
+			changedB = true
+		}
+	}
+	if !changedB {
+		t.Fatal("the step changed no lora_B adapter")
+	}
+}
+
+func TestQuantizationIsChecked(t *testing.T) {
+	ctx := newCtx(t, nil)
+	// Quantization is a plain int32: the library refuses a value it does not know
+	for _, q := range []Quantization{42, -1, QuantInt8 + 1} {
+		_, err := ctx.LoadPretrained(lmFixture("llama-tiny"), &LMOptions{Quantization: q})
+		wantErr(t, err, ErrInvalidArgument, "quantization")
+		_, err = ctx.NewLM(lmFixture("llama-tiny"), &LMOptions{Quantization: q})
+		wantErr(t, err, ErrInvalidArgument, "quantization")
+	}
+	// double quantization is NF4's and FP4's only
+	_, err := ctx.LoadPretrained(lmFixture("llama-tiny"), &LMOptions{Quantization: QuantInt8, DoubleQuant: true})
+	wantErr(t, err, ErrInvalidArgument, "double_quant")
+	if d := DefaultLMOptions(); d.Quantization != QuantNone || d.DoubleQuant {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, q := range []Quantization{QuantFP4, QuantInt8} {
+		m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), &LMOptions{Quantization: q}))
+		if _, elems := must2(m.NumParameters()); elems <= 0 {
+			t.Fatalf("quantization %d: %d parameters", q, elems)
+		}
+	}
+}
+
 func TestAdafactor(t *testing.T) {
 	ctx := newCtx(t, nil)
 	m := must(ctx.LoadPretrained(lmFixture("llama-tiny"), nil))

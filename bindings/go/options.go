@@ -59,6 +59,9 @@ type Options struct {
 	BucketBytes               int64
 	Backend                   Backend
 	TimeoutSeconds            float64
+	// Offload: OffloadNone (the default, or the ACCEL_OFFLOAD environment variable when left
+	// at it) or OffloadOptimizer (the optimizer's state and master weights in host memory).
+	Offload Offload
 }
 
 // DefaultOptions returns the library's defaults (accel_options_init).
@@ -71,7 +74,7 @@ func DefaultOptions() Options {
 		LossScaleInit: float64(c.loss_scale_init), LossScaleGrowthFactor: float64(c.loss_scale_growth_factor),
 		LossScaleBackoffFactor: float64(c.loss_scale_backoff_factor), LossScaleGrowthInterval: int32(c.loss_scale_growth_interval),
 		NumThreads: int32(c.num_threads), Strategy: Strategy(c.strategy), BucketBytes: int64(c.bucket_bytes),
-		Backend: Backend(c.backend), TimeoutSeconds: float64(c.timeout_seconds),
+		Backend: Backend(c.backend), TimeoutSeconds: float64(c.timeout_seconds), Offload: Offload(c.offload),
 	}
 }
 
@@ -92,6 +95,7 @@ func (o *Options) toC() C.accel_options {
 	c.bucket_bytes = C.int64_t(o.BucketBytes)
 	c.backend = C.accel_backend(o.Backend)
 	c.timeout_seconds = C.double(o.TimeoutSeconds)
+	c.offload = C.accel_offload(o.Offload)
 	return c
 }
 
@@ -248,8 +252,8 @@ func (o *DataLoaderOptions) toC() C.accel_dataloader_options {
 	return c
 }
 
-// SimOptions is accel_sim_options. Empty strings stand for NULL (DeviceMemory "":
-// unlimited; Faults, TracePath "": none).
+// SimOptions is accel_sim_options. Empty strings stand for NULL (DeviceMemory, HostMemory
+// "": unlimited; Faults, TracePath "": none).
 type SimOptions struct {
 	WorldSize      int32
 	DeviceMemory   string
@@ -258,6 +262,10 @@ type SimOptions struct {
 	Faults         string
 	TracePath      string
 	EngineThreads  int32
+	// HostMemory is each rank's host-memory budget, where OffloadOptimizer keeps the
+	// optimizer's state and master weights ("64GiB", a size as DeviceMemory's). Over it the
+	// rank fails with ErrOutOfMemory naming host memory.
+	HostMemory string
 }
 
 func goStr(p *C.char) string {
@@ -273,7 +281,7 @@ func DefaultSimOptions() SimOptions {
 	C.ag_sim_options_init(&c)
 	return SimOptions{WorldSize: int32(c.world_size), DeviceMemory: goStr(c.device_memory), Topology: goStr(c.topology),
 		TimeoutSeconds: float64(c.timeout_seconds), Faults: goStr(c.faults), TracePath: goStr(c.trace_path),
-		EngineThreads: int32(c.engine_threads)}
+		EngineThreads: int32(c.engine_threads), HostMemory: goStr(c.host_memory)}
 }
 
 func (o *SimOptions) toC(s *cstrs) C.accel_sim_options {
@@ -287,6 +295,7 @@ func (o *SimOptions) toC(s *cstrs) C.accel_sim_options {
 	c.faults = s.str(op, "Faults", o.Faults)
 	c.trace_path = s.str(op, "TracePath", o.TracePath)
 	c.engine_threads = C.int32_t(o.EngineThreads)
+	c.host_memory = s.str(op, "HostMemory", o.HostMemory)
 	return c
 }
 

@@ -17,6 +17,9 @@ static ag_res ag_sim_report_rank(const accel_sim_report *r, int32_t rank, accel_
     return ag_fail(accel_sim_report_rank(r, rank, st, err, peak));
 }
 static ag_res ag_sim_report_predicted_seconds(const accel_sim_report *r, double *out) { return ag_fail(accel_sim_report_predicted_seconds(r, out)); }
+static ag_res ag_sim_report_rank_host(const accel_sim_report *r, int32_t rank, uint64_t *peak, uint64_t *moved, double *seconds) {
+    return ag_fail(accel_sim_report_rank_host(r, rank, peak, moved, seconds));
+}
 */
 import "C"
 
@@ -123,6 +126,12 @@ type RankResult struct {
 	Status    Status
 	Error     string // "" when OK; a Go error's or panic's text for failures decided in Go
 	PeakBytes uint64 // peak simulated device memory
+	// The rank's host side (accel_sim_report_rank_host): its peak host memory (what offload
+	// kept there; 0 without offload), the bytes that crossed between its device and the host
+	// (both directions), and their time over the topology's host link (in PredictedSeconds).
+	HostPeakBytes       uint64
+	HostTransferBytes   uint64
+	HostTransferSeconds float64
 }
 
 // SimRun runs fn once per rank of a simulated world (accel_sim_run), each rank with its
@@ -247,8 +256,9 @@ func (r *SimReport) WorldSize() (int, error) {
 	return int(out), err
 }
 
-// Rank returns one rank's outcome. For a rank whose Go function failed, Error is the Go
-// error's (or panic's) text rather than the library's.
+// Rank returns one rank's outcome (accel_sim_report_rank, accel_sim_report_rank_host). For
+// a rank whose Go function failed, Error is the Go error's (or panic's) text rather than the
+// library's.
 func (r *SimReport) Rank(rank int) (RankResult, error) {
 	const op = "accel_sim_report_rank"
 	s, err := r.acquire(op)
@@ -256,15 +266,34 @@ func (r *SimReport) Rank(rank int) (RankResult, error) {
 		return RankResult{}, err
 	}
 	defer s.release()
+	if int(C.int32_t(rank)) != rank {
+		return RankResult{}, errArg(op, "rank %d is not in this report (not an int32)", rank)
+	}
 	var st C.accel_status
 	var msg *C.char
 	var peak C.uint64_t
 	err = resErr(op, C.ag_sim_report_rank(s.h, C.int32_t(rank), &st, &msg, &peak))
 	res := RankResult{Status: Status(st), Error: goStr(msg), PeakBytes: uint64(peak)}
-	if f, ok := s.msgs[rank]; ok && err == nil {
+	if err != nil {
+		return res, err
+	}
+	if f, ok := s.msgs[rank]; ok {
 		res.Error = f.msg
 	}
+	res.HostPeakBytes, res.HostTransferBytes, res.HostTransferSeconds, err = s.rankHost(rank)
 	return res, err
+}
+
+// rankHost is rank's host side (accel_sim_report_rank_host); the caller holds a use of s.
+func (s *reportState) rankHost(rank int) (peakBytes, transferBytes uint64, transferSeconds float64, err error) {
+	const op = "accel_sim_report_rank_host"
+	if int(C.int32_t(rank)) != rank {
+		return 0, 0, 0, errArg(op, "rank %d is not in this report (not an int32)", rank)
+	}
+	var peak, moved C.uint64_t
+	var seconds C.double
+	err = resErr(op, C.ag_sim_report_rank_host(s.h, C.int32_t(rank), &peak, &moved, &seconds))
+	return uint64(peak), uint64(moved), float64(seconds), err
 }
 
 // PredictedSeconds is the cost model's predicted wall time of the run.

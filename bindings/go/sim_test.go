@@ -3,6 +3,7 @@ package accel
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -440,4 +441,200 @@ func TestSimIterableLoader(t *testing.T) {
 		}
 		wantErr(t, shuffleErr[r], ErrInvalidArgument, "shuffle must be 0 for an iterable loader")
 	}
+}
+
+// trainWithOffload trains an MLP with AdamW on 2 simulated DDP ranks (4 steps of 8 samples a
+// rank) and returns the run's report, rank 0's weights before and after, and the run's error.
+func trainWithOffload(offload Offload, hostMemory string) (*SimReport, [][]float32, [][]float32, error) {
+	so := simOpts(2)
+	so.HostMemory = hostMemory
+	o := ctxOpts()
+	o.Strategy = StrategyDDP
+	o.Offload = offload
+	var before, after [][]float32
+	rep, err := SimRun(so, o, func(ctx *Context) error {
+		x := make([]float32, 64*8)
+		y := make([]int64, 64)
+		for i := range x {
+			x[i] = float32(i*37%101) / 101
+		}
+		for i := range y {
+			y[i] = int64(i * 7 % 3)
+		}
+		xs := must(NewTensor(x, 64, 8))
+		defer xs.Close()
+		ys := must(NewTensor(y, 64))
+		defer ys.Close()
+		m := must(ctx.NewMLP(DefaultMLPOptions(8, 16, 3)))
+		defer m.Close()
+		ao := DefaultAdamWOptions()
+		ao.LR = 1e-2
+		opt := must(ctx.NewAdamW(m, &ao))
+		defer opt.Close()
+		lo := DefaultDataLoaderOptions()
+		lo.BatchSize, lo.Shuffle, lo.Seed = 8, true, 3
+		l := must(ctx.NewDataLoader(xs, ys, lo))
+		defer l.Close()
+		if err := ctx.Prepare(m, opt, nil, l); err != nil {
+			return err
+		}
+		params := func() [][]float32 {
+			n, _ := must2(m.NumParameters())
+			out := make([][]float32, n)
+			for i := range out {
+				p := must(m.Parameter(i))
+				out[i] = must(ToSlice[float32](p))
+				p.Close()
+			}
+			return out
+		}
+		first := params()
+		for l.Next() {
+			xb, yb := l.Batch()
+			logits := must(m.Forward(xb))
+			loss := must(ctx.CrossEntropy(logits, yb))
+			logits.Close()
+			if err := ctx.Backward(loss); err != nil {
+				loss.Close()
+				return err
+			}
+			loss.Close()
+			if _, err := ctx.Step(); err != nil {
+				return err
+			}
+		}
+		if err := l.Err(); err != nil {
+			return err
+		}
+		if ctx.mustRank() == 0 {
+			before, after = first, params()
+		}
+		return nil
+	})
+	return rep, before, after, err
+}
+
+func TestSimOffloadSameWeights(t *testing.T) {
+	off, before, wOff, err := trainWithOffload(OffloadOptimizer, "")
+	ok(t, err)
+	defer off.Close()
+	on, _, wOn, err := trainWithOffload(OffloadNone, "")
+	ok(t, err)
+	defer on.Close()
+	if len(wOff) != 4 || len(wOn) != 4 {
+		t.Fatalf("%d %d parameter tensors", len(wOff), len(wOn))
+	}
+	for i := range wOff {
+		moved := false
+		for j := range wOff[i] {
+			if math.Float32bits(wOff[i][j]) != math.Float32bits(wOn[i][j]) {
+				t.Fatalf("parameter %d differs at %d: %v (offload) %v (none)", i, j, wOff[i][j], wOn[i][j])
+			}
+			moved = moved || wOff[i][j] != before[i][j]
+		}
+		if !moved {
+			t.Fatalf("parameter %d did not move", i)
+		}
+	}
+	for r := 0; r < 2; r++ {
+		ro := must(off.Rank(r))
+		if ro.Status != StatusOK || ro.PeakBytes == 0 || ro.HostPeakBytes == 0 || ro.HostTransferBytes == 0 ||
+			ro.HostTransferSeconds <= 0 {
+			t.Fatalf("offload rank %d: %+v", r, ro)
+		}
+		rn := must(on.Rank(r))
+		if rn.Status != StatusOK || rn.PeakBytes == 0 || rn.HostPeakBytes != 0 || rn.HostTransferBytes != 0 ||
+			rn.HostTransferSeconds != 0 {
+			t.Fatalf("no-offload rank %d: %+v", r, rn)
+		}
+	}
+	// the transfers are charged to the predicted time
+	if must(off.PredictedSeconds()) <= must(on.PredictedSeconds()) {
+		t.Fatal("offload's transfers are not in the predicted time")
+	}
+}
+
+func TestSimOffloadHostMemory(t *testing.T) {
+	rep, _, _, err := trainWithOffload(OffloadOptimizer, "1KiB")
+	if rep == nil {
+		t.Fatal("no report", err)
+	}
+	defer rep.Close()
+	e := wantErr(t, err, ErrOutOfMemory, "host")
+	var re *RankError
+	if !errors.As(err, &re) {
+		t.Fatalf("%v", err)
+	}
+	if rr := must(rep.Rank(re.Rank)); rr.Status != StatusOutOfMemory || !strings.Contains(rr.Error, "host") {
+		t.Fatalf("%+v (%v)", rr, e)
+	}
+	// without offload nothing lives in host memory: the same budget is never reached
+	rep2, _, _, err := trainWithOffload(OffloadNone, "1KiB")
+	ok(t, err)
+	defer rep2.Close()
+	for r := 0; r < 2; r++ {
+		if rr := must(rep2.Rank(r)); rr.HostPeakBytes != 0 {
+			t.Fatalf("%+v", rr)
+		}
+	}
+	// a budget as DeviceMemory's: "0" and a NUL byte are refused before any rank runs
+	so := simOpts(2)
+	so.HostMemory = "0"
+	rep3, err := SimRun(so, ctxOpts(), func(ctx *Context) error { return nil })
+	wantErr(t, err, ErrInvalidArgument, "host_memory")
+	if rep3 != nil {
+		t.Fatal("a report for invalid options")
+	}
+	so.HostMemory = "1Gi\x00B"
+	_, err = SimRun(so, ctxOpts(), func(ctx *Context) error { return nil })
+	wantErr(t, err, ErrInvalidArgument, "HostMemory")
+}
+
+func TestSimOffloadRefusals(t *testing.T) {
+	// an offload value that is no accel_offload: refused by Init and by SimRun before any rank runs
+	for _, bad := range []Offload{2, -1, 7} {
+		o := ctxOpts()
+		o.Device = DeviceCPU
+		o.Offload = bad
+		ctx, err := Init(o)
+		wantErr(t, err, ErrInvalidArgument, "offload")
+		if ctx != nil {
+			t.Fatal("a context with an invalid offload")
+		}
+		ran := false
+		rep, err := SimRun(simOpts(2), o, func(ctx *Context) error { ran = true; return nil })
+		wantErr(t, err, ErrInvalidArgument, "offload")
+		if rep != nil || ran {
+			t.Fatal("ran with an invalid offload")
+		}
+	}
+	for _, good := range []Offload{OffloadNone, OffloadOptimizer} {
+		o := ctxOpts()
+		o.Device = DeviceCPU
+		o.Offload = good
+		ok(t, must(Init(o)).Close())
+	}
+	// a rank outside the report is refused by the host accessor
+	o := ctxOpts()
+	o.Offload = OffloadOptimizer
+	rep, err := SimRun(simOpts(2), o, func(ctx *Context) error { return nil })
+	ok(t, err)
+	s := must(rep.acquire("test"))
+	for _, r := range []int{2, -1, 1 << 31, 1 << 32} {
+		_, err = rep.Rank(r)
+		wantErr(t, err, ErrInvalidArgument, "rank")
+		_, _, _, err = s.rankHost(r) // the host accessor itself, not only accel_sim_report_rank before it
+		e := wantErr(t, err, ErrInvalidArgument, "rank")
+		if r < 1<<31 && !strings.Contains(e.Message, fmt.Sprintf("accel_sim_report_rank_host: rank %d is not in this 2-rank report", r)) {
+			t.Fatal(e.Message)
+		}
+	}
+	s.release()
+	rr := must(rep.Rank(1)) // no optimizer was made: nothing was offloaded
+	if rr.HostPeakBytes != 0 || rr.HostTransferBytes != 0 || rr.HostTransferSeconds != 0 {
+		t.Fatalf("%+v", rr)
+	}
+	rep.Close()
+	_, err = rep.Rank(0)
+	wantErr(t, err, ErrClosed, "closed")
 }

@@ -246,7 +246,18 @@ typedef enum accel_backend {
                                sets it (docs/simulator.md, "Simulated processes") */
 } accel_backend;
 
-#define ACCEL_OPTIONS_VERSION 3
+/* What lives in host memory instead of the device's (docs/memory.md, "Offload"). */
+typedef enum accel_offload {
+    ACCEL_OFFLOAD_NONE = 0,      /* everything on the device */
+    ACCEL_OFFLOAD_OPTIMIZER = 1  /* ZeRO-Offload: the optimizer's state and the fp32 master
+                                    weights live in host memory (pinned on CUDA); each step
+                                    copies the gradients there, steps with the CPU kernels
+                                    and copies the updated weights back in the model's dtype.
+                                    The same arithmetic as without: the same weights, bit for
+                                    bit, and the same checkpoints */
+} accel_offload;
+
+#define ACCEL_OPTIONS_VERSION 4
 
 typedef struct accel_options {
     uint32_t version;                    /* ACCEL_OPTIONS_VERSION */
@@ -293,11 +304,16 @@ typedef struct accel_options {
                                             ACCEL_ERR_TIMEOUT; finite and >= 0; 0 (the default)
                                             = the ACCEL_TIMEOUT environment variable (seconds),
                                             else 300 */
+    /* version 4: training in the memory a device has (docs/memory.md) */
+    accel_offload offload;               /* default ACCEL_OFFLOAD_NONE, or the ACCEL_OFFLOAD
+                                            environment variable when left at the default:
+                                            "none", "optimizer" (any case; `accel launch
+                                            --offload` sets it) */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
     { ACCEL_OPTIONS_VERSION, ACCEL_PRECISION_NO, 1, 0, ACCEL_DEVICE_AUTO, 0, 65536.0, 2.0, 0.5, 2000, 0, \
-      ACCEL_STRATEGY_NO, 25 * 1024 * 1024, ACCEL_BACKEND_AUTO, 0.0 }
+      ACCEL_STRATEGY_NO, 25 * 1024 * 1024, ACCEL_BACKEND_AUTO, 0.0, ACCEL_OFFLOAD_NONE }
 
 /* Fills *opts with the defaults of `version` (pass ACCEL_OPTIONS_VERSION) and stores
  * `version` in opts->version. Every version from 1 to ACCEL_OPTIONS_VERSION is accepted;
@@ -787,7 +803,7 @@ ACCEL_API accel_status accel_set_seed(accel_context *ctx, uint64_t seed, int per
  * The simulator: N ranks in this process, NCCL's semantics, memory budgets, a cost model
  * ---------------------------------------------------------------------------------- */
 
-#define ACCEL_SIM_OPTIONS_VERSION 1
+#define ACCEL_SIM_OPTIONS_VERSION 2
 
 typedef struct accel_sim_options {
     uint32_t version;            /* ACCEL_SIM_OPTIONS_VERSION */
@@ -814,9 +830,15 @@ typedef struct accel_sim_options {
                                     the run */
     int32_t engine_threads;      /* threads for large reductions, in [0, 1024]; 0 = the
                                     machine's cores */
+    /* version 2: host memory (docs/memory.md) */
+    const char *host_memory;     /* each rank's host memory, where offloaded optimizer state
+                                    and master weights live (accel_options.offload), counted
+                                    apart from device_memory; a size as device_memory's; NULL
+                                    = unlimited. Over it the rank fails with
+                                    ACCEL_ERR_OUT_OF_MEMORY naming host memory */
 } accel_sim_options;
 
-#define ACCEL_SIM_OPTIONS_INIT { ACCEL_SIM_OPTIONS_VERSION, 2, NULL, "8xH100", 60.0, NULL, NULL, 0 }
+#define ACCEL_SIM_OPTIONS_INIT { ACCEL_SIM_OPTIONS_VERSION, 2, NULL, "8xH100", 60.0, NULL, NULL, 0, NULL }
 
 ACCEL_API accel_status accel_sim_options_init(accel_sim_options *opts, uint32_t version);
 
@@ -865,6 +887,16 @@ ACCEL_API accel_status accel_sim_report_rank(const accel_sim_report *report, int
 /* The cost model's predicted wall time of the run on the topology (the slowest rank's
  * virtual clock: charged compute plus communication). */
 ACCEL_API accel_status accel_sim_report_predicted_seconds(const accel_sim_report *report, double *out);
+
+/* Rank `rank`'s host side (docs/memory.md, "Offload"): its peak host memory in bytes (what
+ * offload kept there; 0 without offload), the bytes that crossed between its device and
+ * the host (both directions), and their time over the topology's host link (PCIe 5.0 x16
+ * at 63 GB/s for the H100 presets, 4.0 x16 at 31.5 GB/s for the A100 and PCIe ones),
+ * included in the predicted time. Any out-parameter may be NULL. ACCEL_ERR_INVALID_ARGUMENT
+ * for a NULL report or a rank outside it. */
+ACCEL_API accel_status accel_sim_report_rank_host(const accel_sim_report *report, int32_t rank,
+                                                  uint64_t *out_host_peak_bytes, uint64_t *out_transfer_bytes,
+                                                  double *out_transfer_seconds);
 
 /* Charges `seconds` (finite and >= 0) of compute to the calling rank's virtual clock (what a forward or
  * backward would take on the simulated GPU); `label` names it in the trace (may be NULL).

@@ -306,9 +306,37 @@ QuantizedWeight quantize_weight(const torch::Tensor& w, QuantType type, bool dou
   return q;
 }
 
+namespace quant_detail {
+
+torch::Tensor dequantize_with_ops(const QuantizedWeight& q) {
+  const torch::Device dev = q.data.device();
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat).device(dev);
+  // the absmax, double quantization undone: dynamic[code] * absmax2 + offset, in float32
+  torch::Tensor am;
+  if (q.double_quant()) {
+    const torch::Tensor dyn = torch::from_blob(const_cast<float*>(kDynamic), {256}, torch::kFloat).to(dev);
+    const int64_t blocks = q.absmax.numel();
+    const torch::Tensor scale = q.absmax2.to(f32).repeat_interleave(256).narrow(0, 0, blocks);
+    am = dyn.index_select(0, q.absmax.to(torch::kLong)) * scale + q.offset;
+  } else {
+    am = q.absmax.to(f32);
+  }
+  // the codes, high nibble first, then level * absmax per block of 64, then the dtype
+  const torch::Tensor bytes = q.data.to(torch::kInt);
+  const torch::Tensor codes = torch::stack({bytes.__rshift__(4), bytes.bitwise_and(15)}, 1).reshape({-1});
+  const int64_t n = q.numel();
+  const torch::Tensor table = torch::from_blob(const_cast<float*>(levels(q.type)), {16}, torch::kFloat).to(dev);
+  const torch::Tensor v = table.index_select(0, codes.narrow(0, 0, n).to(torch::kLong));
+  const torch::Tensor scale = am.repeat_interleave(q.blocksize).narrow(0, 0, n);
+  return (v * scale).to(q.dtype).view({q.rows, q.cols});
+}
+
+}  // namespace quant_detail
+
 torch::Tensor dequantize_weight(const QuantizedWeight& q) {
   ACCEL_CHECK(q.type != QuantType::None && q.data.defined(), Status::InvalidArgument, "the weight is not quantized");
   const torch::Device dev = q.data.device();
+  if (q.type != QuantType::Int8 && !dev.is_cpu()) return quant_detail::dequantize_with_ops(q);
   if (q.type == QuantType::Int8) {
     // int8_vectorwise_dequant: CB * SCB * (1 / 127) in float32
     torch::Tensor w = q.data.to(torch::kFloat) * q.absmax.to(dev, torch::kFloat).view({-1, 1});

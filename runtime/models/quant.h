@@ -66,6 +66,9 @@ std::pair<torch::Tensor, torch::Tensor> quantize_blockwise(const torch::Tensor& 
 void double_quantize(QuantizedWeight& q, const torch::Tensor& absmax, float offset);
 // The dynamic map (256 values) the double quantization uses.
 const float* dynamic_map();
+// dequantize_weight with tensor operations on the weight's own device (what a GPU runs; the
+// CPU runs a loop): the same values, bit for bit.
+torch::Tensor dequantize_with_ops(const QuantizedWeight& q);
 }  // namespace quant_detail
 
 }  // namespace accel

@@ -6,6 +6,8 @@
 // optimizer (per parameter) and ZeRO (per shard).
 #include "runtime/optim/optimizer.h"
 
+#include "runtime/device_memory.h"
+
 #include <cmath>
 
 namespace accel {
@@ -33,8 +35,27 @@ void Optimizer::bind() {
 
 void Optimizer::step() {
   ACCEL_CHECK(bound_, Status::InvalidState, "the optimizer is not prepared");
-  algo_->step(model_->parameters(), state_, lr_);
+  if (offload_)
+    step_as_shards(*algo_, model_->parameters(), state_, lr_, this);
+  else
+    algo_->step(model_->parameters(), state_, lr_);
 }
+
+namespace offload {
+
+torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_device) {
+  device_memory::HostScope host;
+  return torch::zeros(shape, torch::dtype(torch::kFloat).device(torch::kCPU).pinned_memory(model_device.is_cuda()));
+}
+
+torch::Tensor to_host(const torch::Tensor& t) {
+  device_memory::HostScope host;
+  torch::Tensor h = torch::empty(t.sizes(), torch::dtype(torch::kFloat).device(torch::kCPU).pinned_memory(t.is_cuda()));
+  h.copy_(t.detach());
+  return h;
+}
+
+}  // namespace offload
 
 std::vector<torch::Tensor> Optimizer::state(const std::string& kind) const {
   std::vector<torch::Tensor> out(model_->parameters().size());
@@ -69,6 +90,8 @@ void Optimizer::restore(const std::map<std::string, std::vector<torch::Tensor>>&
       const std::vector<int64_t> shape = state_shape(k, params[i].sizes().vec());
       if (cur.defined() && cur.sizes().vec() == shape)
         cur.copy_(t.reshape(shape));  // into the existing state: no new memory
+      else if (offload_)
+        cur = offload::to_host(t.reshape(shape));  // fp32 in host memory, as the offloaded step makes it
       else
         cur = t.to(params[i].device(), algo_->fp32_state() ? torch::kFloat : params[i].scalar_type()).reshape(shape).clone();
     }
@@ -85,15 +108,25 @@ void Optimizer::zero_grad() {
 namespace {
 // One parameter whole as a shard of its own: one segment (its values flattened, fp32), its
 // own state and update count, and the identity as the reducer.
+// Offloaded (`offload` set): the weight and the gradient are fp32 copies in host memory, the
+// state is made there, and the weight goes back to the device after the step.
 class WholeParameter final : public Shard, public Reducer {
  public:
-  WholeParameter(const OptimizerAlgorithm& algo, const torch::Tensor& p, size_t i, ParamState& st)
-      : algo_(algo), p_(p), st_(st), params_{i}, pieces_{StatePiece{i, 0, p.numel(), 0, 0}} {
-    torch::Tensor w = p.detach();
-    if (w.scalar_type() != torch::kFloat) w = w.to(torch::kFloat);
-    w_ = w.contiguous();
-    copy_back_ = w_.data_ptr() != p.data_ptr();  // a cast or a contiguous copy
-    g_ = p.grad().to(torch::kFloat).reshape({-1});
+  WholeParameter(const OptimizerAlgorithm& algo, const torch::Tensor& p, size_t i, ParamState& st,
+                 const Optimizer* offload)
+      : algo_(algo), p_(p), st_(st), params_{i}, pieces_{StatePiece{i, 0, p.numel(), 0, 0}}, offload_(offload) {
+    if (offload_) {
+      w_ = offload::to_host(p);
+      g_ = offload::to_host(p.grad()).reshape({-1});
+      copy_back_ = true;
+      offload_->count_host_bytes(static_cast<uint64_t>(p.numel()) * (2 * p.element_size() + p.grad().element_size()));
+    } else {
+      torch::Tensor w = p.detach();
+      if (w.scalar_type() != torch::kFloat) w = w.to(torch::kFloat);
+      w_ = w.contiguous();
+      copy_back_ = w_.data_ptr() != p.data_ptr();  // a cast or a contiguous copy
+      g_ = p.grad().to(torch::kFloat).reshape({-1});
+    }
     if (st.steps == 0) st.t.clear();  // a parameter's first update makes its state
     ++st.steps;
   }
@@ -104,7 +137,8 @@ class WholeParameter final : public Shard, public Reducer {
   torch::Tensor param_state(const std::string& kind, size_t) override {
     torch::Tensor& t = st_.t[kind];
     if (!t.defined())
-      t = torch::zeros(algo_.state_shape(kind, p_.sizes().vec()), torch::dtype(torch::kFloat).device(p_.device()));
+      t = offload_ ? offload::host_zeros(algo_.state_shape(kind, p_.sizes().vec()), p_.device())
+                   : torch::zeros(algo_.state_shape(kind, p_.sizes().vec()), torch::dtype(torch::kFloat).device(p_.device()));
     return t;
   }
   void stepped(size_t) override {
@@ -125,16 +159,17 @@ class WholeParameter final : public Shard, public Reducer {
   std::vector<StatePiece> pieces_;
   torch::Tensor w_, g_;
   bool copy_back_ = false;
+  const Optimizer* offload_;
 };
 }  // namespace
 
 void step_as_shards(const OptimizerAlgorithm& algo, const std::vector<torch::Tensor>& params,
-                    std::vector<ParamState>& state, double lr) {
+                    std::vector<ParamState>& state, double lr, const Optimizer* offload) {
   torch::NoGradGuard ng;
   // a parameter without a gradient is left alone; its state counts only its own updates
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].grad().defined()) continue;
-    WholeParameter shard(algo, params[i], i, state[i]);
+    WholeParameter shard(algo, params[i], i, state[i], offload);
     algo.step_shard(shard, lr);
   }
 }

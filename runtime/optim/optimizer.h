@@ -148,7 +148,7 @@ class OptimizerAlgorithm {
 // The unsharded step of an optimizer written for shards: each parameter that has a gradient
 // is a shard of its own (its state, its update count, the identity as the reducer).
 void step_as_shards(const OptimizerAlgorithm& algo, const std::vector<torch::Tensor>& params,
-                    std::vector<ParamState>& state, double lr);
+                    std::vector<ParamState>& state, double lr, const class Optimizer* offload = nullptr);
 
 // An optimizer over a model's parameters. Its state is made at bind(), after the model is
 // placed; the learning rate may be set before. SGD and AdamW compute exactly what
@@ -199,13 +199,38 @@ class Optimizer {
   void step();
   void zero_grad();  // sets gradients to none
 
+  // Offload (Options::offload, docs/memory.md): the state in host memory, each step on fp32
+  // host copies of the weights and gradients with the shard kernels (the arithmetic of the
+  // step without offload for fp32 weights; fp32 state for 16-bit ones), the weights copied
+  // back. Set at prepare, before the state exists (shardable optimizers only).
+  void set_offload(bool on) { offload_ = on; }
+  bool offload() const { return offload_; }
+  // Bytes moved between the device and the host since the last call (the simulator charges
+  // their time); ZeRO's shard counts its own through count_host_bytes.
+  uint64_t take_host_bytes() {
+    const uint64_t b = host_bytes_;
+    host_bytes_ = 0;
+    return b;
+  }
+  void count_host_bytes(uint64_t bytes) const { host_bytes_ += bytes; }
+
  private:
   std::shared_ptr<Model> model_;
   std::unique_ptr<OptimizerAlgorithm> algo_;
   double base_lr_, lr_;
   bool bound_ = false;
+  bool offload_ = false;
+  mutable uint64_t host_bytes_ = 0;
   std::vector<ParamState> state_;  // per parameter, model order
 };
+
+// Offload's host memory (docs/memory.md): fp32, pinned when the model is on a GPU, and
+// charged to a simulated rank's host budget (device_memory::HostScope).
+namespace offload {
+torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_device);
+// An fp32 copy of t in host memory.
+torch::Tensor to_host(const torch::Tensor& t);
+}  // namespace offload
 
 // AdamW and LAMB share their hyper-parameters' domains.
 template <class C>

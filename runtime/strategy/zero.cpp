@@ -75,7 +75,7 @@ void ZeroEngine::layout(int64_t bucket_bytes) {
     for (size_t u = buckets_[b].lo; u <= buckets_[b].hi; ++u) bucket_of_unit_[u] = b;
 
   total_ = total_chunks;
-  if (separate_master()) master_ = torch::zeros({total_chunks}, on(torch::kFloat));
+  if (separate_master()) master_ = home_zeros({total_chunks});
   shard_buffers();
   for (size_t ui = 0; ui < units_.size(); ++ui) {
     Unit& u = units_[ui];
@@ -306,18 +306,36 @@ double ZeroEngine::clip(double max_norm) {
 // reducer (fp64 sums), and each stepped unit sent on as the stage requires.
 class ZeroEngine::RankShard final : public Shard, public Reducer {
  public:
+  // Offloaded (the engine's offload_): the master chunks are in host memory (a separate
+  // master) or copied there for the step (stages 1-2 in fp32, whose master is the working
+  // weights), the gradient is read through a host copy, the state lives there.
   RankShard(ZeroEngine& e, const Optimizer& opt) : e_(e), opt_(opt), pieces_(e.pieces()) {
     for (size_t i = 0; i < e.model_.parameters().size(); ++i) params_.push_back(i);
+    if (e_.offload_) host_w_.resize(e_.units_.size());
   }
   size_t segments() const override { return e_.units_.size(); }
-  torch::Tensor weight(size_t s) override { return e_.master_chunk(s); }
+  torch::Tensor weight(size_t s) override {
+    if (!e_.offload_ || e_.master_.defined()) return e_.master_chunk(s);
+    torch::Tensor& h = host_w_[s];
+    if (!h.defined()) {
+      h = offload::to_host(e_.master_chunk(s));
+      opt_.count_host_bytes(static_cast<uint64_t>(h.numel()) * 4);
+    }
+    return h;
+  }
   torch::Tensor grad(size_t s, int64_t at, int64_t len) override {
-    torch::Tensor g = e_.grad_chunk(s).narrow(0, at, len).to(torch::kFloat);  // a copy only for 16-bit gradients
+    torch::Tensor g = e_.grad_chunk(s).narrow(0, at, len);
+    if (e_.offload_) {
+      opt_.count_host_bytes(static_cast<uint64_t>(g.numel()) * g.element_size());
+      g = offload::to_host(g);  // its own copy: scaled in place, in host memory
+      return e_.grad_factor_ != 1.0 ? g.mul_(e_.grad_factor_) : g;
+    }
+    g = g.to(torch::kFloat);  // a copy only for 16-bit gradients
     return e_.grad_factor_ != 1.0 ? g * e_.grad_factor_ : g;
   }
   torch::Tensor state(const std::string& kind, size_t s) override {
     torch::Tensor& all = e_.flat_state_[kind];
-    if (!all.defined()) all = torch::zeros({e_.total_}, e_.on(torch::kFloat));
+    if (!all.defined()) all = e_.home_zeros({e_.total_});
     return all.narrow(0, e_.units_[s].shard_offset, e_.units_[s].chunk);
   }
   torch::Tensor param_state(const std::string& kind, size_t param) override {
@@ -329,11 +347,22 @@ class ZeroEngine::RankShard final : public Shard, public Reducer {
       if (!whole)
         for (const auto& pc : pieces_)
           if (pc.param == param) shape = {pc.len};
-      v[param] = torch::zeros(shape, e_.on(torch::kFloat));
+      v[param] = e_.home_zeros(shape);
     }
     return v[param];
   }
-  void stepped(size_t s) override { e_.stepped(s, gathers); }
+  void stepped(size_t s) override {
+    if (e_.offload_) {  // the updated chunk back to the device: into the working weights
+      if (host_w_[s].defined()) {
+        e_.master_chunk(s).copy_(host_w_[s]);
+        opt_.count_host_bytes(static_cast<uint64_t>(host_w_[s].numel()) * 4);
+        host_w_[s] = torch::Tensor();
+      } else {
+        opt_.count_host_bytes(static_cast<uint64_t>(e_.units_[s].chunk) * c10::elementSize(e_.work_));
+      }
+    }
+    e_.stepped(s, gathers);
+  }
   const std::vector<StatePiece>& pieces() const override { return pieces_; }
   const std::vector<size_t>& params() const override { return params_; }
   std::vector<int64_t> shape(size_t param) const override { return e_.model_.parameters()[param].sizes().vec(); }
@@ -348,6 +377,7 @@ class ZeroEngine::RankShard final : public Shard, public Reducer {
   const Optimizer& opt_;
   std::vector<StatePiece> pieces_;
   std::vector<size_t> params_;
+  std::vector<torch::Tensor> host_w_;  // offload without a separate master: the chunk being stepped
 };
 
 void ZeroEngine::step(const Optimizer& opt) {
@@ -457,14 +487,14 @@ void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>
     if (kind != "weight" && scope(kind) == StateScope::Parameter) {
       auto& dst = whole_state_[kind];
       for (size_t i = 0; i < np; ++i)
-        if (tensors[i].defined()) dst[i] = tensors[i].to(device_, torch::kFloat).clone();
+        if (tensors[i].defined()) dst[i] = to_home(tensors[i]);
       continue;
     }
     if (kind != "weight" && scope(kind) == StateScope::Piece) {
       auto& dst = piece_state_[kind];
       for (const auto& pc : pieces())
         if (tensors[pc.param].defined())
-          dst[pc.param] = tensors[pc.param].reshape({-1}).narrow(0, pc.start, pc.len).to(device_, torch::kFloat).clone();
+          dst[pc.param] = to_home(tensors[pc.param].reshape({-1}).narrow(0, pc.start, pc.len));
       continue;
     }
     bool known = false;
@@ -472,7 +502,7 @@ void ZeroEngine::restore(const std::map<std::string, std::vector<torch::Tensor>>
       for (const auto& k : opt->state_kinds()) known = known || k == kind;
     torch::Tensor* opt_state = kind != "weight" && known ? &flat_state_[kind] : nullptr;
     ACCEL_CHECK(kind == "weight" || opt_state != nullptr, Status::Internal, "restore: unknown state '", kind, "'");
-    if (opt_state && !opt_state->defined()) *opt_state = torch::zeros({total_}, on(torch::kFloat));
+    if (opt_state && !opt_state->defined()) *opt_state = home_zeros({total_});
     for (size_t u = 0; u < units_.size(); ++u) {
       Unit& x = units_[u];
       torch::Tensor flat = torch::zeros({x.padded}, on(torch::kFloat));
@@ -530,7 +560,7 @@ class ZeroStrategy final : public ParallelStrategy {
     if (opts_.precision == Precision::FP16 && sixteen) work = torch::kHalf;
     // fp16 emulated on a CPU for a model that computes in fp32: round its gradients
     if (opts_.precision == Precision::FP16 && device_.is_cpu() && work == torch::kFloat) model.set_grad_rounding(true);
-    engine_ = stage_.make(comm_, clock_, model, work, opts_.bucket_bytes);
+    engine_ = stage_.make(comm_, clock_, model, work, opts_.bucket_bytes, opts_.offload == Offload::Optimizer);
   }
   bool shards_state() const override { return true; }
 

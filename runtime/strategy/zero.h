@@ -59,7 +59,7 @@ struct ZeroStage {
   Cadence cadence;
   const char* collectives_noun;  // in errors
   std::unique_ptr<ZeroEngine> (*make)(comm::Communicator& comm, comm::ComputeClock* clock, Model& model,
-                                      c10::ScalarType work, int64_t bucket_bytes);
+                                      c10::ScalarType work, int64_t bucket_bytes, bool offload);
 };
 const ZeroStage& zero_stage1();  // zero_stage1_2.cpp
 const ZeroStage& zero_stage2();  // zero_stage1_2.cpp
@@ -76,6 +76,8 @@ class ZeroEngine {
   // Groups the parameters in units, shards them and points the model's parameters at the
   // working copy (asks the stage's hooks: call once, after construction).
   void layout(int64_t bucket_bytes);
+  // Options::offload: the optimizer's state and the separate master in host memory (before layout).
+  void set_offload(bool on) { offload_ = on; }
   c10::ScalarType work_dtype() const { return work_; }
 
   // The model's forward (stage 3 gathers each unit around its use).
@@ -222,6 +224,14 @@ class ZeroEngine {
     return flat.narrow(0, r_ * units_[u].chunk, units_[u].chunk);
   }
   torch::TensorOptions on(c10::ScalarType t) const { return torch::dtype(t).device(device_); }
+  // fp32 zeros where the optimizer's state and the separate master live: the device, or the
+  // host under offload (docs/memory.md); and a copy of t there.
+  torch::Tensor home_zeros(at::IntArrayRef shape) const {
+    return offload_ ? offload::host_zeros(shape, device_) : torch::zeros(shape, on(torch::kFloat));
+  }
+  torch::Tensor to_home(const torch::Tensor& t) const {
+    return offload_ ? offload::to_host(t) : t.to(device_, torch::kFloat).clone();
+  }
 
   // Whether the backend pays a high fixed cost per collective (Gloo), so that stages 1-2
   // coalesce their units' collectives (see above).
@@ -239,6 +249,7 @@ class ZeroEngine {
   std::vector<size_t> bucket_of_unit_;  // unit -> its bucket
   int64_t total_ = 0;  // elements in the rank's chunks, all units
   torch::Tensor master_, grad_;
+  bool offload_ = false;  // Options::offload: state and separate master in host memory
   bool grad_valid_ = false;
   bool sync_ = false;
   std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
@@ -273,8 +284,9 @@ class ZeroEngine {
 // A stage's maker: its engine E (constructed from these), laid out.
 template <class E>
 std::unique_ptr<ZeroEngine> make_zero_engine(comm::Communicator& comm, comm::ComputeClock* clock, Model& model,
-                                             c10::ScalarType work, int64_t bucket_bytes) {
+                                             c10::ScalarType work, int64_t bucket_bytes, bool offload) {
   std::unique_ptr<E> e = std::make_unique<E>(comm, clock, model, work);
+  e->set_offload(offload);
   e->layout(bucket_bytes);
   return e;
 }

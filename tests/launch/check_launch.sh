@@ -40,30 +40,30 @@ launch() {
 case_env() {
   program show.sh <<'EOF'
 #!/bin/sh
-echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK addr=$MASTER_ADDR port=$MASTER_PORT backend=$ACCEL_BACKEND strategy=$ACCEL_STRATEGY mp=$ACCEL_MIXED_PRECISION timeout=$ACCEL_TIMEOUT restart=$ACCEL_RESTART_COUNT te=$TORCHELASTIC_RESTART_COUNT args=$*"
+echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE lws=$LOCAL_WORLD_SIZE group=$GROUP_RANK addr=$MASTER_ADDR port=$MASTER_PORT backend=$ACCEL_BACKEND strategy=$ACCEL_STRATEGY mp=$ACCEL_MIXED_PRECISION offload=$ACCEL_OFFLOAD timeout=$ACCEL_TIMEOUT restart=$ACCEL_RESTART_COUNT te=$TORCHELASTIC_RESTART_COUNT args=$*"
 EOF
   local port
   port=$(free_port)
   # stale launcher variables in the environment are replaced; options after PROGRAM are the program's
-  RANK=7 WORLD_SIZE=9 MASTER_PORT=1 ACCEL_RESTART_COUNT=5 \
-    launch -n 3 --master-port "$port" --backend gloo --strategy ddp --mixed-precision bf16 --timeout 2.50 \
-    "$tmp/show.sh" --foo 3 -n x
+  RANK=7 WORLD_SIZE=9 MASTER_PORT=1 ACCEL_RESTART_COUNT=5 ACCEL_OFFLOAD=none \
+    launch -n 3 --master-port "$port" --backend gloo --strategy ddp --mixed-precision bf16 --offload optimizer \
+    --timeout 2.50 "$tmp/show.sh" --foo 3 -n x
   [ "$rc" = 0 ] || { fail "exit status $rc"; show "$tmp/err"; }
   for i in 0 1 2; do
-    want="[$i] rank=$i local=$i world=3 lws=3 group=0 addr=127.0.0.1 port=$port backend=gloo strategy=ddp mp=bf16 timeout=2.5 restart=0 te=0 args=--foo 3 -n x"
+    want="[$i] rank=$i local=$i world=3 lws=3 group=0 addr=127.0.0.1 port=$port backend=gloo strategy=ddp mp=bf16 offload=optimizer timeout=2.5 restart=0 te=0 args=--foo 3 -n x"
     has "$tmp/out" "$want" || { fail "no line '$want'"; show "$tmp/out"; }
   done
   [ "$(wc -l <"$tmp/out")" = 3 ] || { fail "not 3 lines on stdout"; show "$tmp/out"; }
   contains "$tmp/err" "accel launch: 3 processes (node 0 of 1), master 127.0.0.1:$port" || { fail "no start line"; show "$tmp/err"; }
   contains "$tmp/err" "accel launch: all 3 processes exited 0 in " || { fail "no end line"; show "$tmp/err"; }
-  ok "3 processes on one node: RANK, LOCAL_RANK, WORLD_SIZE, ..., ACCEL_* and the program's own options"
+  ok "3 processes on one node: RANK, LOCAL_RANK, WORLD_SIZE, ..., ACCEL_* (a stale ACCEL_OFFLOAD replaced by --offload) and the program's own options"
 
   # the second of two nodes (node 1 checks no port: node 0 hosts it); ACCEL_* not given are inherited
   ACCEL_STRATEGY=zero2 ACCEL_TIMEOUT=7 launch -n 2 --nnodes 2 --node-rank 1 --master-addr localhost "$tmp/show.sh"
   [ "$rc" = 0 ] || { fail "node 1: exit status $rc"; show "$tmp/err"; }
   for i in 0 1; do
     r=$((2 + i))
-    want="[$r] rank=$r local=$i world=4 lws=2 group=1 addr=localhost port=29500 backend= strategy=zero2 mp= timeout=7 restart=0 te=0 args="
+    want="[$r] rank=$r local=$i world=4 lws=2 group=1 addr=localhost port=29500 backend= strategy=zero2 mp= offload= timeout=7 restart=0 te=0 args="
     has "$tmp/out" "$want" || { fail "no line '$want'"; show "$tmp/out"; }
   done
   contains "$tmp/err" "2 processes (node 1 of 2, ranks 2..3 of 4), master localhost:29500" || { fail "node 1: start line"; show "$tmp/err"; }
@@ -446,6 +446,7 @@ EOF
   expect 2 "--strategy 'zero4' is not one of no, ddp, zero1, zero2, zero3" -n 2 --strategy zero4 "$tmp/marker.sh"
   expect 2 "--backend 'ncl' is not one of auto, gloo, nccl, sim" -n 2 --backend ncl "$tmp/marker.sh"
   expect 2 "--mixed-precision 'fp8' is not one of no, bf16, fp16, auto" -n 2 --mixed-precision fp8 "$tmp/marker.sh"
+  expect 2 "--offload 'nvme' is not one of none, optimizer" -n 2 --offload nvme "$tmp/marker.sh"
   # CLI11's own errors: the tool's status for a usage error, 2
   expect 2 "Could not convert" -n abc "$tmp/marker.sh"
   expect 2 "--nproc-per-node is required" "$tmp/marker.sh"

@@ -85,6 +85,24 @@ TEST(Quant, FourBitBytesEqualBitsandbytes) {
               checked);
 }
 
+// The tensor-operation dequantization (what a GPU runs) gives the CPU loop's values bit for bit.
+TEST(Quant, DequantizationOnAnyDeviceIsTheSame) {
+  const auto ref = read_map(kQuant + "/bytes.safetensors");
+  int checked = 0;
+  for (const std::string name : {"normal_f32", "odd_f32", "bf16", "edge_f32", "many_f32"})
+    for (QuantType t : {QuantType::NF4, QuantType::FP4})
+      for (bool dq : {false, true}) {
+        const torch::Tensor& w = ref.at(name + ".input");
+        for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+          const QuantizedWeight q = quantize_weight(w, t, dq, dtype);
+          EXPECT_TRUE(same_bytes(quant_detail::dequantize_with_ops(q), dequantize_weight(q)))
+              << name << " " << quant_name(t) << (dq ? " double" : "") << " " << c10::toString(dtype);
+          ++checked;
+        }
+      }
+  EXPECT_EQ(checked, 60);
+}
+
 TEST(Quant, Int8BytesEqualBitsandbytes) {
   const auto ref = read_map(kQuant + "/bytes.safetensors");
   int checked = 0;

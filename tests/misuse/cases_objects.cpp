@@ -184,6 +184,7 @@ void context() {
   t.field<int32_t>("num_threads", &accel_options::num_threads, {-1, 4097, INT32_MAX, INT32_MIN});
   t.field<int64_t>("bucket_bytes", &accel_options::bucket_bytes, {0, -1, INT64_MIN});
   t.enums("backend", &accel_options::backend);
+  t.enums("offload", &accel_options::offload);
   t.field("timeout_seconds", &accel_options::timeout_seconds, plus(kNonFinite, {-1, -1e300}));
   Case& cuda = t.bad(
       "device=CUDA", {"device"}, [](accel_options& o) { o.device = ACCEL_DEVICE_CUDA; }, UNSUPPORTED);
@@ -196,6 +197,7 @@ void context() {
       {{"ACCEL_TIMEOUT", "soon"}},
       {{"ACCEL_TIMEOUT", "-3"}},
       {{"ACCEL_MIXED_PRECISION", "fp8"}},
+      {{"ACCEL_OFFLOAD", "nvme"}},
       {{"RANK", "3"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}},
       {{"WORLD_SIZE", "two"}, {"RANK", "0"}},
   };

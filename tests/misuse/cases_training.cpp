@@ -230,6 +230,9 @@ void simulator() {
     std::vector<std::string> needles = {"device_memory"};
     if (!m.empty()) needles.push_back(m);
     t.bad("device_memory=\"" + m + "\"", needles, [m](accel_sim_options& o) { o.device_memory = m.c_str(); });
+    std::vector<std::string> host_needles = {"host_memory"};
+    if (!m.empty()) host_needles.push_back(m);
+    t.bad("host_memory=\"" + m + "\"", host_needles, [m](accel_sim_options& o) { o.host_memory = m.c_str(); });
   }
   static const std::vector<std::string> good_memory = {"64MiB", "1.5GiB", "1000000"};
   for (const std::string& m : good_memory)
@@ -285,6 +288,24 @@ void simulator() {
   null_case("accel_sim_report_rank", "report", rank(true, 0));
   for (int32_t r : {-1, 2, INT32_MAX, INT32_MIN})
     add("accel_sim_report_rank", "rank=" + str(r) + " of 2", ARG, {"rank", str(r)}, rank(false, r));
+  auto host = [](bool null_report, int32_t r) {
+    return [=](Env& e) {
+      const accel_sim_report* rep = null_report ? nullptr : e.report();
+      uint64_t peak, moved;
+      double seconds;
+      fill(peak);
+      fill(moved);
+      fill(seconds);
+      R res = accel_sim_report_rank_host(rep, r, &peak, &moved, &seconds);
+      e.untouched(peak, "*out_host_peak_bytes");
+      e.untouched(moved, "*out_transfer_bytes");
+      e.untouched(seconds, "*out_transfer_seconds");
+      return res;
+    };
+  };
+  null_case("accel_sim_report_rank_host", "report", host(true, 0));
+  for (int32_t r : {-1, 2, INT32_MAX, INT32_MIN})
+    add("accel_sim_report_rank_host", "rank=" + str(r) + " of 2", ARG, {"rank", str(r)}, host(false, r));
   null_case("accel_sim_charge_compute", "ctx", [](Env&) { return R(accel_sim_charge_compute(nullptr, 1.0, "x")); });
   for (double v : plus(kNonFinite, {-1, -1e-300}))
     add("accel_sim_charge_compute", "seconds=" + str(v), ARG, {"seconds", str(v)},

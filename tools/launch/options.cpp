@@ -139,8 +139,8 @@ void validate_sim(Options& o, const std::vector<std::string>& empty_given) {
   if (!o.sim_trace.empty()) check_output_file("--sim-trace", o.sim_trace);
 }
 
-// --backend, --strategy, --mixed-precision: the values the processes' runtime accepts in
-// ACCEL_BACKEND, ACCEL_STRATEGY and ACCEL_MIXED_PRECISION (any case; capi/internal.h,
+// --backend, --strategy, --mixed-precision, --offload: the values the processes' runtime
+// accepts in ACCEL_BACKEND, ACCEL_STRATEGY, ACCEL_MIXED_PRECISION and ACCEL_OFFLOAD (any case; capi/internal.h,
 // runtime_options, and runtime/options.cpp, parse_strategy), checked here so that a typo
 // fails before anything starts rather than in every process. Empty: not given.
 void check_choice(const char* flag, const std::string& value, std::initializer_list<const char*> accepted,
@@ -184,6 +184,7 @@ void validate(Options& o, bool separated, const std::vector<std::string>& empty_
                 "shard_grad_op", "zero3", "zero-3", "zero_3", "full_shard"},
                "no, ddp, zero1, zero2, zero3 (or shard_grad_op, full_shard)");
   check_choice("--mixed-precision", o.mixed_precision, {"no", "bf16", "fp16", "auto"}, "no, bf16, fp16, auto");
+  check_choice("--offload", o.offload, {"none", "optimizer"}, "none, optimizer");
   validate_sim(o, empty_sim_flags);
   if (!o.timeout.empty()) o.timeout = normalized_timeout(o.timeout);
   if (o.max_restarts < 0)

@@ -102,7 +102,7 @@ std::vector<std::string> Launcher::base_environment() const {
       "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
       "MASTER_ADDR", "MASTER_PORT", "ACCEL_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT",
       "TORCHELASTIC_MAX_RESTARTS", "ACCEL_BACKEND", "ACCEL_STRATEGY", "ACCEL_MIXED_PRECISION",
-      "ACCEL_TIMEOUT", "ACCEL_LAUNCH_STATUS_DIR"};
+      "ACCEL_OFFLOAD", "ACCEL_TIMEOUT", "ACCEL_LAUNCH_STATUS_DIR"};
   // with --backend sim, the simulation's settings are the launcher's flags, never inherited
   static const char* const sim_replaced[] = {"ACCEL_SIM_OUT", "ACCEL_SIM_GPU_MEM", "ACCEL_SIM_TOPOLOGY",
                                              "ACCEL_SIM_TRACE", "ACCEL_SIM_FAULTS"};
@@ -119,6 +119,7 @@ std::vector<std::string> Launcher::base_environment() const {
       replace = (name == "ACCEL_BACKEND" && !o_.backend.empty()) ||
                 (name == "ACCEL_STRATEGY" && !o_.strategy.empty()) ||
                 (name == "ACCEL_MIXED_PRECISION" && !o_.mixed_precision.empty()) ||
+                (name == "ACCEL_OFFLOAD" && !o_.offload.empty()) ||
                 (name == "ACCEL_TIMEOUT" && !o_.timeout.empty()) || name.rfind("ACCEL_SIM_", 0) == 0 ||
                 name == "ACCEL_LAUNCH_STATUS_DIR";
     }
@@ -166,6 +167,7 @@ void Launcher::start_group(int restart_count, int port, const SignalScope& signa
     if (!o_.backend.empty()) set("ACCEL_BACKEND", o_.backend);
     if (!o_.strategy.empty()) set("ACCEL_STRATEGY", o_.strategy);
     if (!o_.mixed_precision.empty()) set("ACCEL_MIXED_PRECISION", o_.mixed_precision);
+    if (!o_.offload.empty()) set("ACCEL_OFFLOAD", o_.offload);
     if (!o_.timeout.empty()) set("ACCEL_TIMEOUT", o_.timeout);
     if (!status_dir_.empty()) set("ACCEL_LAUNCH_STATUS_DIR", status_dir_);
     // on a terminal the processes draw progress bars, which the relay redraws in place

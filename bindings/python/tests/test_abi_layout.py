@@ -88,7 +88,9 @@ _ENUMS = {"accel_status": (accel.Status, ("ACCEL_ERR_", "ACCEL_")), "accel_dtype
           "accel_loss": (accel.Loss, ("ACCEL_LOSS_",)),
           "accel_special_token": (accel.SpecialToken, ("ACCEL_TOKEN_",)),
           "accel_side": (accel.Side, ("ACCEL_SIDE_",)),
-          "accel_chat_format": (accel.ChatFormat, ("ACCEL_CHAT_",))}
+          "accel_chat_format": (accel.ChatFormat, ("ACCEL_CHAT_",)),
+          "accel_quantization": (accel.Quantization, ("ACCEL_QUANT_",)),
+          "accel_offload": (accel.Offload, ("ACCEL_OFFLOAD_",))}
 
 
 def test_enum_constants(table):
@@ -178,3 +180,33 @@ def test_chat_and_fine_tuning_declarations_are_in_the_table(table):
     for fn in ("accel_tokenizer_apply_chat", "accel_sft_options_init", "accel_sft_dataloader_create",
                "accel_dataloader_attention_mask", "accel_lm_generate_padded"):
         assert fn in table["function"], fn
+
+
+def test_offload_declarations_are_in_the_table(table):
+    # accel_options version 4 (offload), accel_sim_options version 2 (host_memory) and the
+    # report's host side: present in the table, so the generic checks above cover them
+    lib = accel.load_library()
+    assert table["version"]["accel_options"] == lib.ACCEL_OPTIONS_VERSION == 4
+    assert table["version"]["accel_sim_options"] == lib.ACCEL_SIM_OPTIONS_VERSION == 2
+    assert [f for f, _ in ffi.typeof("accel_options").fields][-3:] == ["backend", "timeout_seconds", "offload"]
+    assert [f for f, _ in ffi.typeof("accel_sim_options").fields][-2:] == ["engine_threads", "host_memory"]
+    assert ("accel_options", "offload") in table["field"] and ("accel_sim_options", "host_memory") in table["field"]
+    assert table["default"][("accel_options", "offload")] == "0"
+    assert table["default"][("accel_sim_options", "host_memory")] == "NULL"
+    assert table["const"]["ACCEL_OFFLOAD_NONE"] == ("accel_offload", 0)
+    assert table["const"]["ACCEL_OFFLOAD_OPTIMIZER"] == ("accel_offload", 1)
+    assert set(accel.Offload.__members__) == {"NONE", "OPTIMIZER"}
+    assert "accel_sim_report_rank_host" in table["function"]
+    # version 3 of accel_options ends before offload, version 1 of accel_sim_options before
+    # host_memory: their inits leave those bytes alone
+    o = ffi.new("accel_options *")
+    o.offload = 7
+    assert lib.accel_options_init(o, 3) == 0 and o.version == 3 and o.offload == 7
+    assert lib.accel_options_init(o, 4) == 0 and o.offload == lib.ACCEL_OFFLOAD_NONE
+    assert lib.accel_options_init(o, 5) == lib.ACCEL_ERR_INVALID_ARGUMENT
+    s = ffi.new("accel_sim_options *")
+    keep = ffi.new("char[]", b"7GiB")
+    s.host_memory = keep
+    assert lib.accel_sim_options_init(s, 1) == 0 and s.version == 1 and s.host_memory == keep
+    assert lib.accel_sim_options_init(s, 2) == 0 and s.host_memory == ffi.NULL
+    assert lib.accel_sim_options_init(s, 3) == lib.ACCEL_ERR_INVALID_ARGUMENT

@@ -218,6 +218,55 @@ def test_lora_matches_peft_and_round_trips(acc, tmp_path):
         plain.save_adapter(tmp_path / "none")
 
 
+def test_qlora_nf4_double_quant_forward_and_one_step(acc, tmp_path):
+    ref = reference("llama-tiny")
+    llama = os.path.join(FIXTURES, "llama-tiny")
+    model = accel.Model.from_pretrained(acc, llama, quantization="nf4", double_quant=True)
+    model.eval()
+    logits = model.lm(ref["input_ids"], ref["attention_mask"]).logits.numpy()
+    assert logits.shape == ref["logits"].shape and logits.dtype == np.float32
+    assert np.isfinite(logits).all()
+    # the quantization took effect: the logits moved from the float32 model's
+    assert np.abs(logits - ref["logits"]).max() > 0
+    model.train()
+    with pytest.raises(accel.InvalidStateError, match="LoRA"):
+        accel.AdamW(model, lr=1e-2)  # a quantized base trains through adapters only
+    with pytest.raises(accel.InvalidArgumentError, match="quantized"):
+        model.save_pretrained(tmp_path / "base")
+    assert not (tmp_path / "base").exists()
+    model.add_lora(r=2)
+    names = model.parameter_names()
+    assert names and all(".lora_A." in n or ".lora_B." in n for n in names)
+    before = model.parameters()
+    opt = accel.AdamW(model, lr=1e-2)
+    model, opt = acc.prepare(model, opt)
+    out = model(input_ids=ref["input_ids"], attention_mask=ref["attention_mask"], labels=ref["labels"])
+    loss = out.loss.item()
+    assert np.isfinite(loss)
+    acc.backward(out.loss)
+    opt.step()
+    after = model.parameters()
+    changed = [n for n, b, a in zip(names, before, after) if not np.array_equal(b, a)]
+    assert any(".lora_B." in n for n in changed), changed
+    assert all(np.isfinite(a).all() for a in after)
+
+
+def test_quantization_is_checked(acc):
+    llama = os.path.join(FIXTURES, "llama-tiny")
+    with pytest.raises(accel.InvalidArgumentError, match="quantization"):
+        accel.Model.from_pretrained(acc, llama, quantization="bogus")
+    with pytest.raises(accel.InvalidArgumentError, match="quantization"):
+        accel.Model.from_pretrained(acc, llama, quantization=42)
+    with pytest.raises(accel.InvalidArgumentError, match="quantization"):
+        accel.Model.from_config(acc, llama, quantization="bogus")
+    # the library's own check: double quantization is NF4's and FP4's only
+    with pytest.raises(accel.InvalidArgumentError, match="double_quant"):
+        accel.Model.from_pretrained(acc, llama, quantization="int8", double_quant=True)
+    # names are case-insensitive, and the enum works too
+    assert accel.Model.from_pretrained(acc, llama, quantization="FP4").num_parameters > 0
+    assert accel.Model.from_pretrained(acc, llama, quantization=accel.Quantization.INT8).num_parameters > 0
+
+
 def test_adafactor(acc):
     ref = reference("llama-tiny")
     model = accel.Model.from_pretrained(acc, os.path.join(FIXTURES, "llama-tiny"))

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 import accel
+from accel._ffi import ffi
 
 
 def test_process_utilities_on_four_ranks():
@@ -209,3 +210,97 @@ def test_another_ranks_accelerator_is_refused_without_waiting():
 
     report = accel.sim.run(fn, world_size=2, timeout=20)
     assert report.results == [0, 1]
+
+
+def _train_with_offload(offload, **sim_kwargs):
+    """A small MLP trained with AdamW on 2 simulated DDP ranks; each rank returns its weights
+    before and after."""
+    rng = np.random.default_rng(0)
+    x = rng.random((64, 8), dtype=np.float32)
+    y = rng.integers(0, 3, 64)
+
+    def fn(acc):
+        model = accel.Model.mlp(acc, [8, 16, 3])
+        opt = accel.AdamW(model, lr=1e-2)
+        loader = accel.DataLoader(acc, x, y, batch_size=8, shuffle=True, seed=3)
+        model, opt, loader = acc.prepare(model, opt, loader)
+        before = model.parameters()
+        for xb, yb in loader:
+            acc.backward(accel.cross_entropy(model(xb), yb))
+            opt.step()
+        return before, model.parameters()
+
+    return accel.sim.run(fn, world_size=2, strategy="ddp", seed=5, offload=offload, **sim_kwargs)
+
+
+def test_offload_optimizer_gives_the_same_weights_and_reports_the_host():
+    with _train_with_offload("optimizer") as off, _train_with_offload(accel.Offload.NONE) as on:
+        (before, w_off), (_, w_on) = off.results[0], on.results[0]
+        assert len(w_off) == len(w_on) == 4
+        for a, b, b0 in zip(w_off, w_on, before):
+            assert a.dtype == b.dtype == np.float32 and a.shape == b.shape
+            assert a.tobytes() == b.tobytes()  # bit for bit
+            assert not np.array_equal(a, b0)   # and the steps moved them
+        for o in off.ranks:
+            assert o.status == accel.Status.OK
+            assert o.host_peak_bytes > 0 and o.host_transfer_bytes > 0 and o.host_transfer_seconds > 0, o
+            assert isinstance(o.host_transfer_seconds, float) and o.peak_bytes > 0
+        for o in on.ranks:
+            assert (o.host_peak_bytes, o.host_transfer_bytes, o.host_transfer_seconds) == (0, 0, 0.0), o
+            assert o.peak_bytes > 0
+        # the transfers are charged to the predicted time
+        assert off.predicted_seconds > on.predicted_seconds
+        assert off.rank(1) == off.ranks[1] and off.rank(0).host_peak_bytes == off.ranks[0].host_peak_bytes
+
+
+def test_offload_host_memory_budget():
+    with pytest.raises(accel.OutOfMemoryError) as info:
+        _train_with_offload("optimizer", host_memory="1KiB")
+    err = info.value
+    assert "host" in err.message, err.message
+    assert err.report.ranks[err.rank].status == accel.Status.OUT_OF_MEMORY
+    assert "host" in err.report.ranks[err.rank].error
+    # without offload nothing lives in host memory: the same budget is never reached
+    with _train_with_offload("none", host_memory="1KiB") as report:
+        assert all(o.host_peak_bytes == 0 for o in report.ranks)
+    # a budget as device_memory's: bytes as an int, "0" refused before any rank runs
+    with _train_with_offload("optimizer", host_memory=1 << 30) as report:
+        assert all(0 < o.host_peak_bytes <= 1 << 30 for o in report.ranks)
+    with pytest.raises(accel.InvalidArgumentError, match="host_memory"):
+        accel.sim.run(lambda acc: None, world_size=2, host_memory="0")
+    with pytest.raises(accel.InvalidArgumentError, match="NUL"):
+        accel.sim.run(lambda acc: None, world_size=2, host_memory="1Gi\0B")
+
+
+def test_offload_and_the_host_accessor_refuse_what_they_do_not_know():
+    for bad in ("bogus", "cpu", 2, -1, 1.5):
+        with pytest.raises(accel.InvalidArgumentError, match="offload"):
+            accel.Accelerator(cpu=True, offload=bad)
+        with pytest.raises(accel.InvalidArgumentError, match="offload"):
+            accel.sim.run(lambda acc: None, world_size=2, offload=bad)
+    # names are case-insensitive, and the enum and its int work too
+    for good in ("OPTIMIZER", "none", accel.Offload.OPTIMIZER, 0, None):
+        accel.Accelerator(cpu=True, offload=good).close()
+    # the library's own check, for a value the binding did not vet
+    lib = accel.load_library()
+    opts = ffi.new("accel_options *")
+    assert lib.accel_options_init(opts, lib.ACCEL_OPTIONS_VERSION) == 0
+    opts.device = lib.ACCEL_DEVICE_CPU
+    opts.offload = 7
+    out = ffi.new("accel_context **")
+    assert lib.accel_init(opts, out) == lib.ACCEL_ERR_INVALID_ARGUMENT and out[0] == ffi.NULL
+    assert "offload" in ffi.string(lib.accel_last_error(ffi.NULL)).decode()
+    # a rank outside the report
+    with accel.sim.run(lambda acc: None, world_size=2) as report:
+        for rank in (2, -1, 2**31 - 1):
+            with pytest.raises(accel.InvalidArgumentError, match="rank"):
+                report.rank(rank)
+            host_peak, moved, seconds = ffi.new("uint64_t *"), ffi.new("uint64_t *"), ffi.new("double *")
+            assert lib.accel_sim_report_rank_host(report._p(), rank, host_peak, moved, seconds) == \
+                lib.ACCEL_ERR_INVALID_ARGUMENT
+            assert f"rank {rank} is not in this 2-rank report" in ffi.string(lib.accel_last_error(ffi.NULL)).decode()
+        assert lib.accel_sim_report_rank_host(ffi.NULL, 0, ffi.NULL, ffi.NULL, ffi.NULL) == lib.ACCEL_ERR_INVALID_ARGUMENT
+        assert lib.accel_sim_report_rank_host(report._p(), 1, ffi.NULL, ffi.NULL, ffi.NULL) == 0  # NULL outs: fine
+        assert report.rank(1)[4:] == (0, 0, 0.0)
+    with pytest.raises(accel.ClosedError):
+        report.rank(0)

@@ -233,7 +233,7 @@ pub use inference::Inference;
 pub use memory::{estimate_memory, MemoryEstimate};
 pub use options::{
     Activation, AdafactorOptions, AdamWOptions, Attention, Backend, ChatFormat, DataLoaderOptions, Device, EncodeOptions, GenerateOptions, InferenceOptions, LambOptions, LmDataOptions, LmOptions, LogWriters, LoraOptions,
-    Loss, MemoryEstimateOptions, MlpOptions, OptimizerKind, Options, Precision,
+    Loss, MemoryEstimateOptions, MlpOptions, Offload, OptimizerKind, Options, Precision, Quantization,
     ProjectOptions, RawSimOptions, ReduceOp, Schedule, SchedulerOptions, SftOptions, SgdOptions, Side, SimOptions, SpecialToken, Strategy, TrackerOptions,
 };
 pub use sim::{RankOutcome, SimError, SimReport};

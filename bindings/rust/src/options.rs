@@ -53,7 +53,7 @@ mod data;
 mod sim;
 mod tokenizer;
 
-pub use self::enums::{Activation, Attention, Backend, ChatFormat, Device, Loss, OptimizerKind, Precision, ReduceOp, Schedule, Side, SpecialToken, Strategy};
+pub use self::enums::{Activation, Attention, Backend, ChatFormat, Device, Loss, Offload, OptimizerKind, Precision, Quantization, ReduceOp, Schedule, Side, SpecialToken, Strategy};
 pub use self::context::{InferenceOptions, LogWriters, Options, ProjectOptions, TrackerOptions};
 pub use self::model::{GenerateOptions, LmOptions, LoraOptions, MlpOptions};
 pub use self::memory::MemoryEstimateOptions;

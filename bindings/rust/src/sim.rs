@@ -21,6 +21,13 @@ pub struct RankOutcome {
     pub error: String,
     /// Peak device memory in bytes.
     pub peak_bytes: u64,
+    /// Peak host memory in bytes: what offload kept there (0 without offload)
+    /// (`accel_sim_report_rank_host`).
+    pub host_peak_bytes: u64,
+    /// The bytes that crossed between the rank's device and the host, both directions.
+    pub host_transfer_bytes: u64,
+    /// Their time over the topology's host link, in seconds (included in the predicted time).
+    pub host_transfer_seconds: f64,
 }
 
 /// The outcome of a simulated run (`accel_sim_report`), destroyed on drop.
@@ -66,7 +73,7 @@ impl SimReport {
         Ok(v)
     }
 
-    /// Rank `rank`'s outcome (`accel_sim_report_rank`).
+    /// Rank `rank`'s outcome (`accel_sim_report_rank`, `accel_sim_report_rank_host`).
     pub fn rank(&self, rank: i32) -> Result<RankOutcome> {
         let _turn = self.turn();
         let mut st = 0;
@@ -77,11 +84,21 @@ impl SimReport {
             unsafe { sys::accel_sim_report_rank(self.raw.as_ptr(), rank, &mut st, &mut msg, &mut peak) },
             std::ptr::null(),
         )?;
+        // SAFETY: `msg` is the report's string (or NULL), copied at once while `self` keeps the report alive.
+        let error = unsafe { owned_string(msg) };
+        let (mut host_peak, mut moved, mut seconds) = (0u64, 0u64, 0.0f64);
+        check(
+            // SAFETY: the report is live (owned by `self`); out-parameters are locals.
+            unsafe { sys::accel_sim_report_rank_host(self.raw.as_ptr(), rank, &mut host_peak, &mut moved, &mut seconds) },
+            std::ptr::null(),
+        )?;
         Ok(RankOutcome {
             status: if st == sys::ACCEL_OK { None } else { Some(Status::from_code(st)) },
-            // SAFETY: `msg` is the report's string (or NULL), copied at once while `self` keeps the report alive.
-            error: unsafe { owned_string(msg) },
+            error,
             peak_bytes: peak,
+            host_peak_bytes: host_peak,
+            host_transfer_bytes: moved,
+            host_transfer_seconds: seconds,
         })
     }
 

@@ -125,7 +125,7 @@ fn struct_layouts_match_the_header() {
         layout!(accel_options {
             version, mixed_precision, gradient_accumulation_steps, seed, device, device_index,
             loss_scale_init, loss_scale_growth_factor, loss_scale_backoff_factor,
-            loss_scale_growth_interval, num_threads, strategy, bucket_bytes, backend, timeout_seconds
+            loss_scale_growth_interval, num_threads, strategy, bucket_bytes, backend, timeout_seconds, offload
         }),
         layout!(accel_mlp_options { version, layer_sizes, num_layer_sizes, activation, dropout, bias }),
         layout!(accel_sgd_options { version, lr, momentum, dampening, weight_decay, nesterov }),
@@ -137,10 +137,11 @@ fn struct_layouts_match_the_header() {
         }),
         layout!(accel_step_result { stepped, skipped, sync_step, loss_scale, optimizer_steps, micro_steps }),
         layout!(accel_sim_options {
-            version, world_size, device_memory, topology, timeout_seconds, faults, trace_path, engine_threads
+            version, world_size, device_memory, topology, timeout_seconds, faults, trace_path, engine_threads,
+            host_memory
         }),
         layout!(accel_project_options { version, project_dir, total_limit }),
-        layout!(accel_lm_options { version, dtype, gradient_checkpointing }),
+        layout!(accel_lm_options { version, dtype, gradient_checkpointing, quantization, double_quant }),
         layout!(accel_adafactor_options {
             version, lr, eps1, eps2, clip_threshold, decay_rate, beta1, weight_decay, scale_parameter, relative_step,
             warmup_init
@@ -213,6 +214,7 @@ fn constants_match_the_header() {
         ACCEL_STRATEGY_NO, ACCEL_STRATEGY_DDP, ACCEL_STRATEGY_ZERO1, ACCEL_STRATEGY_ZERO2, ACCEL_STRATEGY_ZERO3,
         ACCEL_STRATEGY_SHARD_GRAD_OP, ACCEL_STRATEGY_FULL_SHARD,
         ACCEL_BACKEND_AUTO, ACCEL_BACKEND_GLOO, ACCEL_BACKEND_NCCL, ACCEL_BACKEND_SIM,
+        ACCEL_OFFLOAD_NONE, ACCEL_OFFLOAD_OPTIMIZER,
         ACCEL_ACT_RELU, ACCEL_ACT_GELU, ACCEL_ACT_TANH, ACCEL_ACT_SIGMOID,
         ACCEL_SCHEDULE_CONSTANT, ACCEL_SCHEDULE_LINEAR, ACCEL_SCHEDULE_COSINE,
         ACCEL_REDUCE_SUM, ACCEL_REDUCE_MEAN, ACCEL_REDUCE_MAX, ACCEL_REDUCE_MIN, ACCEL_REDUCE_PROD,
@@ -223,6 +225,7 @@ fn constants_match_the_header() {
         ACCEL_TOKEN_BOS, ACCEL_TOKEN_EOS, ACCEL_TOKEN_PAD, ACCEL_TOKEN_UNK,
         ACCEL_SIDE_RIGHT, ACCEL_SIDE_LEFT,
         ACCEL_CHAT_AUTO, ACCEL_CHAT_CHATML, ACCEL_CHAT_LLAMA3, ACCEL_CHAT_GEMMA, ACCEL_CHAT_PHI3, ACCEL_CHAT_MISTRAL,
+        ACCEL_QUANT_NONE, ACCEL_QUANT_NF4, ACCEL_QUANT_FP4, ACCEL_QUANT_INT8,
     ];
     let names: BTreeSet<&str> = mirror.iter().map(|(n, _)| *n).collect();
     for (name, value) in &mirror {
@@ -307,6 +310,7 @@ fn init_defaults_match_the_header() {
         ("bucket_bytes", o.bucket_bytes.to_string()),
         ("backend", o.backend.to_string()),
         ("timeout_seconds", o.timeout_seconds.to_string()),
+        ("offload", o.offload.to_string()),
     ] {
         check(format!("accel_options.{}", f), v);
     }
@@ -368,6 +372,7 @@ fn init_defaults_match_the_header() {
         ("faults", s(si.faults)),
         ("trace_path", s(si.trace_path)),
         ("engine_threads", si.engine_threads.to_string()),
+        ("host_memory", s(si.host_memory)),
     ] {
         check(format!("accel_sim_options.{}", f), v);
     }
@@ -377,6 +382,8 @@ fn init_defaults_match_the_header() {
     let l = sys::ACCEL_LM_OPTIONS_INIT;
     check("accel_lm_options.dtype".into(), l.dtype.to_string());
     check("accel_lm_options.gradient_checkpointing".into(), l.gradient_checkpointing.to_string());
+    check("accel_lm_options.quantization".into(), l.quantization.to_string());
+    check("accel_lm_options.double_quant".into(), l.double_quant.to_string());
     let af = sys::ACCEL_ADAFACTOR_OPTIONS_INIT;
     for (f, v) in [
         ("lr", af.lr.to_string()),
@@ -484,17 +491,38 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut m: sys::accel_mlp_options = std::mem::zeroed();
         assert_eq!(sys::accel_mlp_options_init(&mut m, 1), sys::ACCEL_OK);
         assert_eq!(m, sys::ACCEL_MLP_OPTIONS_INIT);
+        // version 4 added offload: version 3's init writes the bytes before it only
+        let mut o3: sys::accel_options = std::mem::zeroed();
+        o3.offload = 7;
+        assert_eq!(sys::accel_options_init(&mut o3, 3), sys::ACCEL_OK);
+        assert_eq!(o3, sys::accel_options { version: 3, offload: 7, ..sys::ACCEL_OPTIONS_INIT });
+        assert_eq!(sys::accel_options_init(&mut o3, 4), sys::ACCEL_OK);
+        assert_eq!(o3, sys::ACCEL_OPTIONS_INIT);
+        assert_eq!(sys::accel_options_init(&mut o3, 5), sys::ACCEL_ERR_INVALID_ARGUMENT);
+        // version 2 added host_memory: version 1's init writes the bytes before it only
+        let budget = b"7GiB\0".as_ptr() as *const std::os::raw::c_char;
         let mut s: sys::accel_sim_options = std::mem::zeroed();
+        s.host_memory = budget;
         assert_eq!(sys::accel_sim_options_init(&mut s, 1), sys::ACCEL_OK);
         assert_eq!(std::ffi::CStr::from_ptr(s.topology).to_str().unwrap(), "8xH100");
         s.topology = sys::ACCEL_SIM_OPTIONS_INIT.topology;
+        assert_eq!(s, sys::accel_sim_options { version: 1, host_memory: budget, ..sys::ACCEL_SIM_OPTIONS_INIT });
+        assert_eq!(sys::accel_sim_options_init(&mut s, 2), sys::ACCEL_OK);
+        s.topology = sys::ACCEL_SIM_OPTIONS_INIT.topology;
         assert_eq!(s, sys::ACCEL_SIM_OPTIONS_INIT);
+        assert_eq!(sys::accel_sim_options_init(&mut s, 3), sys::ACCEL_ERR_INVALID_ARGUMENT);
         let mut d: sys::accel_dataloader_options = std::mem::zeroed();
         assert_eq!(sys::accel_dataloader_options_init(&mut d, 3), sys::ACCEL_OK);
         assert_eq!(d, sys::ACCEL_DATALOADER_OPTIONS_INIT);
+        // version 2 added quantization and double_quant: version 1's init writes the bytes before them only
         let mut l: sys::accel_lm_options = std::mem::zeroed();
+        l.quantization = 7;
+        l.double_quant = 7;
         assert_eq!(sys::accel_lm_options_init(&mut l, 1), sys::ACCEL_OK);
+        assert_eq!(l, sys::accel_lm_options { version: 1, quantization: 7, double_quant: 7, ..sys::ACCEL_LM_OPTIONS_INIT });
+        assert_eq!(sys::accel_lm_options_init(&mut l, 2), sys::ACCEL_OK);
         assert_eq!(l, sys::ACCEL_LM_OPTIONS_INIT);
+        assert_eq!(sys::accel_lm_options_init(&mut l, 3), sys::ACCEL_ERR_INVALID_ARGUMENT);
         // version 2 added padding_side: version 1's init writes the bytes before it only
         let mut ld: sys::accel_lm_data_options = std::mem::zeroed();
         ld.padding_side = 7;
@@ -584,6 +612,20 @@ fn options_init_functions_agree_with_the_mirror() {
     );
     let lm = accel::LmDataOptions::default().with_padding_side(accel::Side::Left).to_sys().unwrap();
     assert_eq!(lm, sys::accel_lm_data_options { padding_side: sys::ACCEL_SIDE_LEFT, ..sys::ACCEL_LM_DATA_OPTIONS_INIT });
+    let q = accel::LmOptions::default().with_quantization(accel::Quantization::Nf4).with_double_quant(true).to_sys().unwrap();
+    assert_eq!(q, sys::accel_lm_options { quantization: sys::ACCEL_QUANT_NF4, double_quant: 1, ..sys::ACCEL_LM_OPTIONS_INIT });
+    for v in [accel::Quantization::None, accel::Quantization::Nf4, accel::Quantization::Fp4, accel::Quantization::Int8] {
+        assert_eq!(accel::Quantization::from_raw(v.to_raw()), Some(v));
+    }
+    assert_eq!(accel::Quantization::from_raw(sys::ACCEL_QUANT_INT8 + 1), None);
+    assert_eq!(accel::Quantization::default().to_raw(), sys::ACCEL_LM_OPTIONS_INIT.quantization);
+    let off = accel::Options::default().with_offload(accel::Offload::Optimizer).to_sys().unwrap();
+    assert_eq!(off, sys::accel_options { offload: sys::ACCEL_OFFLOAD_OPTIMIZER, ..sys::ACCEL_OPTIONS_INIT });
+    for v in [accel::Offload::None, accel::Offload::Optimizer] {
+        assert_eq!(accel::Offload::from_raw(v.to_raw()), Some(v));
+    }
+    assert_eq!(accel::Offload::from_raw(sys::ACCEL_OFFLOAD_OPTIMIZER + 1), None);
+    assert_eq!(accel::Offload::default().to_raw(), sys::ACCEL_OPTIONS_INIT.offload);
     // the Rust enums cover the C enumerators, both ways
     for f in [
         accel::ChatFormat::Auto,
@@ -601,7 +643,11 @@ fn options_init_functions_agree_with_the_mirror() {
     let init = sys::ACCEL_SIM_OPTIONS_INIT;
     assert_eq!((sim.raw.world_size, sim.raw.timeout_seconds, sim.raw.engine_threads), (2, 60.0, 0));
     assert!(sim.raw.device_memory.is_null() && sim.raw.faults.is_null() && sim.raw.trace_path.is_null());
+    assert!(sim.raw.host_memory.is_null());
     assert_eq!(unsafe { std::ffi::CStr::from_ptr(sim.raw.topology) }, unsafe { std::ffi::CStr::from_ptr(init.topology) });
+    let sim = accel::SimOptions::default().with_host_memory(Some("2GiB")).to_sys().unwrap();
+    assert_eq!(unsafe { std::ffi::CStr::from_ptr(sim.raw.host_memory) }.to_str().unwrap(), "2GiB");
+    assert_eq!(sim.raw.version, sys::ACCEL_SIM_OPTIONS_VERSION);
 }
 
 /// Every `pub fn accel_*` of the accel-sys crate (accel-sys/src/lib.rs and its modules) is a function of the header and
@@ -631,7 +677,7 @@ fn functions_match_the_header() {
     }
     let missing: Vec<_> = t.functions.keys().filter(|f| !mirrored.contains_key(*f)).collect();
     assert!(missing.is_empty(), "functions of the header missing from accel-sys: {:?}", missing);
-    assert_eq!(mirrored.len(), 128);
+    assert_eq!(mirrored.len(), 129);
 }
 
 /// Every function of the header is called from the safe layer (`sys::accel_NAME(` in a

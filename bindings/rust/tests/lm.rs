@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use accel::{
     estimate_memory, AdafactorOptions, AdamWOptions, Attention, DType, GenerateOptions, LmDataOptions, LmOptions, LoraOptions,
-    MemoryEstimateOptions, MlpOptions, OptimizerKind, Precision, Status, Strategy, Tensor,
+    MemoryEstimateOptions, MlpOptions, OptimizerKind, Precision, Quantization, Status, Strategy, Tensor,
 };
 use common::{ctx, temp_dir};
 
@@ -184,6 +184,78 @@ fn lora_train_save_and_reload() {
     let other = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
     assert_eq!(other.add_lora(&bad).unwrap_err().status, Status::InvalidArgument);
     assert_eq!(model.add_lora(&opts).unwrap_err().status, Status::InvalidState);
+}
+
+#[test]
+fn qlora_nf4_double_quant_forward_and_one_step() {
+    let ctx = ctx(9);
+    let opts = LmOptions::default().with_quantization(Quantization::Nf4).with_double_quant(true);
+    let model = ctx.load_pretrained(fixture("llama-tiny"), &opts).unwrap();
+    let (ids, mask, labels, targets) = batch();
+    model.set_training(false).unwrap();
+    let out = model.lm_forward(&ids, Some(&mask), None).unwrap();
+    assert_eq!(out.logits.shape().unwrap(), vec![2, 6, 128]);
+    let logits = out.logits.to_vec::<f32>().unwrap();
+    assert!(logits.iter().all(|v| v.is_finite()));
+    // the quantization took effect: the float32 model's logits differ
+    let plain = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default()).unwrap();
+    plain.set_training(false).unwrap();
+    assert_ne!(plain.lm_forward(&ids, Some(&mask), None).unwrap().logits.to_vec::<f32>().unwrap(), logits);
+    model.set_training(true).unwrap();
+    // a quantized base trains through adapters only, and is not saved as a base
+    let e = err(ctx.adamw(&model, &AdamWOptions::default().with_lr(1e-2)));
+    assert_eq!(e.status, Status::InvalidState);
+    assert!(e.message.contains("LoRA"), "{}", e.message);
+    let dir = temp_dir("qlora").join("base");
+    let e = err(model.save_pretrained(&dir));
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("quantized"), "{}", e.message);
+    assert!(!dir.exists());
+    model.add_lora(&LoraOptions::default().with_r(2)).unwrap();
+    let names = model.parameter_names().unwrap();
+    assert!(!names.is_empty() && names.iter().all(|n| n.contains(".lora_A.") || n.contains(".lora_B.")), "{:?}", names);
+    let params = |m: &accel::Model<'_>| -> Vec<Vec<f32>> {
+        (0..names.len()).map(|i| m.parameter(i).unwrap().to_vec::<f32>().unwrap()).collect()
+    };
+    let before = params(&model);
+    let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(1e-2)).unwrap();
+    ctx.prepare(Some(&model), Some(&opt), None, None).unwrap();
+    let out = model.lm_forward(&ids, Some(&mask), Some(&labels)).unwrap();
+    assert_eq!(out.num_tokens, targets);
+    let loss = out.loss.expect("labels give a loss");
+    let l = loss.item().unwrap();
+    assert!(l.is_finite() && l > 0.0, "loss {}", l);
+    ctx.backward(&loss).unwrap();
+    assert!(ctx.step().unwrap().stepped);
+    let after = params(&model);
+    assert!(after.iter().flatten().all(|v| v.is_finite()));
+    let changed: Vec<&String> = names.iter().zip(before.iter().zip(&after)).filter(|(_, (b, a))| b != a).map(|(n, _)| n).collect();
+    assert!(changed.iter().any(|n| n.contains(".lora_B.")), "changed: {:?}", changed);
+}
+
+#[test]
+fn quantization_is_checked() {
+    let ctx = ctx(10);
+    // the enum cannot hold another value; a raw one (through sys) is refused by the library
+    assert_eq!(Quantization::from_raw(42), None);
+    let dir = std::ffi::CString::new(fixture("llama-tiny").to_str().unwrap()).unwrap();
+    let mut raw = LmOptions::default().to_sys().unwrap();
+    raw.quantization = 42;
+    let mut out: *mut accel::sys::accel_model = std::ptr::null_mut();
+    // SAFETY: a live context, a NUL-terminated path, an initialised options struct, a writable out pointer.
+    let status = unsafe { accel::sys::accel_model_load_pretrained(ctx.as_raw(), dir.as_ptr(), &raw, &mut out) };
+    assert_eq!(status, accel::sys::ACCEL_ERR_INVALID_ARGUMENT);
+    assert!(out.is_null());
+    assert!(ctx.last_error().contains("quantization"), "{}", ctx.last_error());
+    // double quantization is NF4's and FP4's only
+    let int8_dq = LmOptions::default().with_quantization(Quantization::Int8).with_double_quant(true);
+    let e = err(ctx.load_pretrained(fixture("llama-tiny"), &int8_dq));
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("double_quant"), "{}", e.message);
+    for q in [Quantization::Fp4, Quantization::Int8] {
+        let m = ctx.load_pretrained(fixture("llama-tiny"), &LmOptions::default().with_quantization(q)).unwrap();
+        assert!(m.num_parameters().unwrap().1 > 0);
+    }
 }
 
 #[test]

@@ -227,3 +227,151 @@ fn ddp_keeps_ranks_in_sync_and_reports_memory() {
         assert!(r.peak_bytes > 0, "{:?}", r);
     }
 }
+
+/// `accel_last_error(NULL)` of this thread, copied.
+fn last_error_without_context() -> String {
+    // SAFETY: the library's thread-local message (never NULL), copied at once.
+    unsafe { std::ffi::CStr::from_ptr(sys::accel_last_error(std::ptr::null())) }.to_string_lossy().into_owned()
+}
+
+/// An MLP trained with AdamW on 2 simulated DDP ranks (4 steps of 8 samples a rank); rank 0's
+/// weights (every parameter tensor) before and after, and the run's result.
+fn train_with_offload(
+    offload: Offload,
+    host_memory: Option<&str>,
+) -> (std::result::Result<SimReport, SimError>, Vec<Vec<f32>>, Vec<Vec<f32>>) {
+    let before = std::sync::Mutex::new(Vec::new());
+    let after = std::sync::Mutex::new(Vec::new());
+    let sim_opts = SimOptions::with_world_size(2).with_host_memory(host_memory);
+    let opts = cpu_options(5).with_strategy(Strategy::Ddp).with_offload(offload);
+    let result = sim::run(&sim_opts, &opts, |ctx| {
+        let xs: Vec<f32> = (0..64 * 8).map(|i| ((i * 37) % 101) as f32 / 101.0).collect();
+        let ys: Vec<i64> = (0..64).map(|i| (i * 7 % 3) as i64).collect();
+        let x = Tensor::from_slice(&xs, &[64, 8])?;
+        let y = Tensor::from_slice(&ys, &[64])?;
+        let model = ctx.mlp(&MlpOptions::new(&[8, 16, 3]))?;
+        let opt = ctx.adamw(&model, &AdamWOptions::default().with_lr(1e-2))?;
+        let loader_opts = DataLoaderOptions::default().with_batch_size(8).with_shuffle(true).with_seed(3);
+        let mut loader = ctx.dataloader(&x, Some(&y), &loader_opts)?;
+        ctx.prepare(Some(&model), Some(&opt), None, Some(&loader))?;
+        let params = || -> Result<Vec<Vec<f32>>> {
+            (0..model.num_parameters()?.0).map(|i| model.parameter(i).and_then(|t| t.to_vec::<f32>())).collect()
+        };
+        let first = params()?;
+        for batch in loader.epoch_iter() {
+            let batch = batch?;
+            let loss = ctx.cross_entropy(&model.forward1(&batch.inputs)?, batch.targets.as_ref().unwrap())?;
+            ctx.backward(&loss)?;
+            assert!(ctx.step()?.stepped);
+        }
+        if ctx.process_index()? == 0 {
+            *before.lock().unwrap() = first;
+            *after.lock().unwrap() = params()?;
+        }
+        Ok(())
+    });
+    (result, before.into_inner().unwrap(), after.into_inner().unwrap())
+}
+
+#[test]
+fn offload_optimizer_gives_the_same_weights_and_reports_the_host() {
+    let (off, before, w_off) = train_with_offload(Offload::Optimizer, None);
+    let (on, _, w_on) = train_with_offload(Offload::None, None);
+    let (off, on) = (off.unwrap(), on.unwrap());
+    assert_eq!(w_off.len(), 4);
+    assert_eq!(w_on.len(), 4);
+    for ((a, b), b0) in w_off.iter().zip(&w_on).zip(&before) {
+        let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(a), bits(b), "bit for bit");
+        assert_ne!(a, b0, "the steps moved the weights");
+    }
+    for r in off.ranks().unwrap() {
+        assert!(r.status.is_none(), "{:?}", r);
+        assert!(r.peak_bytes > 0 && r.host_peak_bytes > 0, "{:?}", r);
+        assert!(r.host_transfer_bytes > 0 && r.host_transfer_seconds > 0.0, "{:?}", r);
+    }
+    for r in on.ranks().unwrap() {
+        assert!(r.peak_bytes > 0, "{:?}", r);
+        assert_eq!((r.host_peak_bytes, r.host_transfer_bytes, r.host_transfer_seconds), (0, 0, 0.0), "{:?}", r);
+    }
+    // the transfers are charged to the predicted time
+    assert!(off.predicted_seconds().unwrap() > on.predicted_seconds().unwrap());
+}
+
+#[test]
+fn offload_host_memory_budget() {
+    let (result, _, _) = train_with_offload(Offload::Optimizer, Some("1KiB"));
+    let err = result.unwrap_err();
+    assert_eq!(err.error.status, Status::OutOfMemory, "{}", err);
+    assert!(err.error.message.contains("host"), "{}", err.error.message);
+    let rank = err.rank.expect("a rank failed");
+    let outcome = err.report.as_ref().unwrap().rank(rank).unwrap();
+    assert_eq!(outcome.status, Some(Status::OutOfMemory));
+    assert!(outcome.error.contains("host"), "{}", outcome.error);
+    // without offload nothing lives in host memory: the same budget is never reached
+    let (result, _, _) = train_with_offload(Offload::None, Some("1KiB"));
+    assert!(result.unwrap().ranks().unwrap().iter().all(|r| r.host_peak_bytes == 0));
+    // a budget as device_memory's: "0" and a NUL byte are refused before any rank runs
+    let f = |_: &Context| Ok(());
+    let zero = SimOptions::with_world_size(2).with_host_memory(Some("0"));
+    let e = sim::run(&zero, &cpu_options(0), f).unwrap_err();
+    assert!(e.report.is_none() && e.error.status == Status::InvalidArgument, "{}", e);
+    assert!(e.error.message.contains("host_memory"), "{}", e.error.message);
+    let nul = SimOptions::with_world_size(2).with_host_memory(Some("1Gi\0B"));
+    assert_eq!(sim::run(&nul, &cpu_options(0), f).unwrap_err().error.status, Status::InvalidArgument);
+}
+
+#[test]
+fn offload_and_the_host_accessor_refuse_what_they_do_not_know() {
+    // the enum cannot hold another value; a raw one (through sys) is refused by the library
+    assert_eq!(Offload::from_raw(2), None);
+    assert_eq!(Offload::from_raw(-1), None);
+    let mut raw = cpu_options(0).to_sys().unwrap();
+    raw.offload = 7;
+    let mut ctx: *mut sys::accel_context = std::ptr::null_mut();
+    // SAFETY: an initialised options struct and a writable out pointer.
+    assert_eq!(unsafe { sys::accel_init(&raw, &mut ctx) }, sys::ACCEL_ERR_INVALID_ARGUMENT);
+    assert!(ctx.is_null());
+    let msg = last_error_without_context();
+    assert!(msg.contains("offload"), "{}", msg);
+    let ran = AtomicUsize::new(0);
+    let rank_fn = |_: &Context| {
+        ran.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    };
+    // and the same through the simulator, before any rank runs
+    unsafe extern "C" fn never(_: *mut sys::accel_context, _: *mut std::os::raw::c_void) -> sys::accel_status {
+        sys::ACCEL_ERR_INTERNAL
+    }
+    let mut report: *mut sys::accel_sim_report = std::ptr::null_mut();
+    let so = SimOptions::with_world_size(2).to_sys().unwrap();
+    // SAFETY: complete structs (strings owned by `so`), a rank function that touches nothing, a local out pointer.
+    let st = unsafe { sys::accel_sim_run(&so.raw, &raw, Some(never), std::ptr::null_mut(), &mut report) };
+    assert_eq!(st, sys::ACCEL_ERR_INVALID_ARGUMENT);
+    assert!(report.is_null());
+    let msg = last_error_without_context();
+    assert!(msg.contains("offload"), "{}", msg);
+    // a rank outside the report is refused by the host accessor
+    let report = sim::run(&SimOptions::with_world_size(2), &cpu_options(0).with_offload(Offload::Optimizer), rank_fn).unwrap();
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    for rank in [2, -1, i32::MAX] {
+        let e = report.rank(rank).unwrap_err();
+        assert_eq!(e.status, Status::InvalidArgument);
+        assert!(e.message.contains("rank"), "{}", e.message);
+        let (mut peak, mut moved, mut seconds) = (0u64, 0u64, 0.0f64);
+        // SAFETY: a live report and local out-parameters.
+        let st = unsafe { sys::accel_sim_report_rank_host(report.as_raw(), rank, &mut peak, &mut moved, &mut seconds) };
+        assert_eq!(st, sys::ACCEL_ERR_INVALID_ARGUMENT);
+        let msg = last_error_without_context();
+        assert!(msg.contains(&format!("rank {} is not in this 2-rank report", rank)), "{}", msg);
+    }
+    // SAFETY: NULL report (refused) and NULL out-parameters (allowed).
+    unsafe {
+        let none = std::ptr::null();
+        assert_eq!(sys::accel_sim_report_rank_host(none, 0, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), sys::ACCEL_ERR_INVALID_ARGUMENT);
+        assert_eq!(sys::accel_sim_report_rank_host(report.as_raw(), 1, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()), sys::ACCEL_OK);
+    }
+    // no optimizer was made: nothing was offloaded
+    let r1 = report.rank(1).unwrap();
+    assert_eq!((r1.host_peak_bytes, r1.host_transfer_bytes, r1.host_transfer_seconds), (0, 0, 0.0));
+}

@@ -49,8 +49,8 @@ from ._memory import MemoryEstimate, estimate_memory
 from ._model import (LAMB, SGD, Adafactor, AdamW, CausalLMOutput, Model, Optimizer, Scheduler, StepResult,
                      get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup,
                      get_linear_schedule_with_warmup)
-from ._options import (Activation, Attention, Backend, ChatFormat, Device, DType, LogWriter, Loss, OptimizerKind,
-                       Precision, ReduceOp, Schedule, Side, SpecialToken, Strategy)
+from ._options import (Activation, Attention, Backend, ChatFormat, Device, DType, LogWriter, Loss, Offload,
+                       OptimizerKind, Precision, Quantization, ReduceOp, Schedule, Side, SpecialToken, Strategy)
 from ._realtime import Inference, InferenceWeights, TrainResult
 from ._tensor import Tensor, dtype_size, tensor
 from ._tokenizer import BatchEncoding, Tokenizer
@@ -64,7 +64,7 @@ __all__ = [
     "Accelerator", "Activation", "Adafactor", "AdamW", "Attention", "Backend", "BatchEncoding", "CausalLMOutput", "ChatFormat", "ClosedError", "CommunicationError", "DataLoader", "Device",
     "DType", "Error", "FormatError", "Inference", "InferenceWeights", "InternalError", "InvalidArgumentError",
     "InvalidStateError", "LAMB", "LibraryNotFoundError", "LibraryVersionError", "LogWriter", "Loss", "MemoryEstimate", "Model", "NonFiniteError",
-    "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "Side", "SimReport",
+    "Offload", "Optimizer", "OptimizerKind", "OutOfMemoryError", "Precision", "Quantization", "RankOutcome", "ReduceOp", "SGD", "Schedule", "Scheduler", "Side", "SimReport",
     "SpecialToken", "Status", "StepResult", "Strategy", "Tensor", "Tokenizer", "TrainResult", "UnsupportedError", "check_version",
     "cross_entropy", "dtype_size", "error_for", "estimate_memory", "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup", "get_linear_schedule_with_warmup", "load_library", "mse_loss", "read_token_file", "sim",

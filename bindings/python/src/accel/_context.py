@@ -17,7 +17,8 @@ from ._ffi import ffi
 from ._handle import _Args, _Child, _destroy_handle
 from ._lib import _NoCopy
 from ._model import Model, Optimizer, Scheduler, StepResult
-from ._options import Backend, Device, LogWriter, Loss, Precision, ReduceOp, Strategy, _enum, _log_writers, _options
+from ._options import (Backend, Device, LogWriter, Loss, Offload, Precision, ReduceOp, Strategy, _enum, _log_writers,
+                       _options)
 from ._realtime import Inference, TrainResult
 from ._tensor import ArrayLike, Tensor, _pin_all, _unpin_all
 from ._util import _cpath, _cstr, _fill, _int, _overflow
@@ -60,8 +61,10 @@ class Accelerator(_NoCopy):
         acc = accel.Accelerator(mixed_precision="bf16", gradient_accumulation_steps=4)
 
     Arguments left at None keep the library's default, which for mixed_precision, strategy,
-    backend and timeout is the ACCEL_MIXED_PRECISION / ACCEL_STRATEGY / ACCEL_BACKEND /
-    ACCEL_TIMEOUT environment variable when set. Calls from several threads are serialised (a lock).
+    backend, timeout and offload is the ACCEL_MIXED_PRECISION / ACCEL_STRATEGY / ACCEL_BACKEND /
+    ACCEL_TIMEOUT / ACCEL_OFFLOAD environment variable when set. offload="optimizer" keeps the
+    optimizer's state and the fp32 master weights in host memory (ZeRO-Offload; the same
+    weights, bit for bit, as offload="none"). Calls from several threads are serialised (a lock).
 
     It cannot be copied or pickled (TypeError): it owns the C context (a device, a process group)."""
 
@@ -75,7 +78,8 @@ class Accelerator(_NoCopy):
                  loss_scale_init: Optional[float] = None, loss_scale_growth_factor: Optional[float] = None,
                  loss_scale_backoff_factor: Optional[float] = None,
                  loss_scale_growth_interval: Optional[int] = None, bucket_bytes: Optional[int] = None,
-                 split_batches: bool = False, even_batches: bool = True) -> None:
+                 offload: Union[Offload, str, None] = None, split_batches: bool = False,
+                 even_batches: bool = True) -> None:
         """Creates the context (accel_init). split_batches/even_batches are the defaults of the
         DataLoaders made from it (Accelerate's arguments of the same names)."""
         self._ctx: Any = None
@@ -83,7 +87,7 @@ class Accelerator(_NoCopy):
         self._records: Dict[int, List[Any]] = {}
         opts = _options(mixed_precision, gradient_accumulation_steps, cpu, seed, strategy, backend, timeout,
                         num_threads, device, device_index, loss_scale_init, loss_scale_growth_factor,
-                        loss_scale_backoff_factor, loss_scale_growth_interval, bucket_bytes)
+                        loss_scale_backoff_factor, loss_scale_growth_interval, bucket_bytes, offload)
         out = ffi.new("accel_context **")
         _check(_lib.lib.accel_init(opts, out))  # accel_last_error(NULL): there is no context yet
         self._setup(out[0], owned=True, accumulation=int(gradient_accumulation_steps),

@@ -89,7 +89,11 @@ typedef enum accel_backend {
     ACCEL_BACKEND_NCCL = 2,
     ACCEL_BACKEND_SIM = 3
 } accel_backend;
-#define ACCEL_OPTIONS_VERSION 3
+typedef enum accel_offload {
+    ACCEL_OFFLOAD_NONE = 0,
+    ACCEL_OFFLOAD_OPTIMIZER = 1
+} accel_offload;
+#define ACCEL_OPTIONS_VERSION 4
 typedef struct accel_options {
     uint32_t version;
     accel_precision mixed_precision;
@@ -106,6 +110,7 @@ typedef struct accel_options {
     int64_t bucket_bytes;
     accel_backend backend;
     double timeout_seconds;
+    accel_offload offload;
 } accel_options;
 accel_status accel_options_init(accel_options *opts, uint32_t version);
 accel_status accel_init(const accel_options *opts, accel_context **out);
@@ -248,7 +253,7 @@ accel_status accel_gather_for_metrics(accel_context *ctx, const accel_tensor *te
 accel_status accel_pad_across_processes(accel_context *ctx, const accel_tensor *tensor, int32_t dim, double pad_value, int pad_first, accel_tensor **out);
 accel_status accel_print(accel_context *ctx, const char *message);
 accel_status accel_set_seed(accel_context *ctx, uint64_t seed, int per_process);
-#define ACCEL_SIM_OPTIONS_VERSION 1
+#define ACCEL_SIM_OPTIONS_VERSION 2
 typedef struct accel_sim_options {
     uint32_t version;
     int32_t world_size;
@@ -258,6 +263,7 @@ typedef struct accel_sim_options {
     const char *faults;
     const char *trace_path;
     int32_t engine_threads;
+    const char *host_memory;
 } accel_sim_options;
 accel_status accel_sim_options_init(accel_sim_options *opts, uint32_t version);
 typedef accel_status (*accel_rank_fn)(accel_context *ctx, void *user);
@@ -267,6 +273,7 @@ void accel_sim_report_destroy(accel_sim_report *report);
 accel_status accel_sim_report_world_size(const accel_sim_report *report, int32_t *out);
 accel_status accel_sim_report_rank(const accel_sim_report *report, int32_t rank, accel_status *out_status, const char **out_error, uint64_t *out_peak_bytes);
 accel_status accel_sim_report_predicted_seconds(const accel_sim_report *report, double *out);
+accel_status accel_sim_report_rank_host(const accel_sim_report *report, int32_t rank, uint64_t *out_host_peak_bytes, uint64_t *out_transfer_bytes, double *out_transfer_seconds);
 accel_status accel_sim_charge_compute(accel_context *ctx, double seconds, const char *label);
 #define ACCEL_PROJECT_OPTIONS_VERSION 1
 typedef struct accel_project_options {
@@ -279,11 +286,19 @@ accel_status accel_set_project(accel_context *ctx, const accel_project_options *
 accel_status accel_save_state(accel_context *ctx, const char *dir);
 accel_status accel_load_state(accel_context *ctx, const char *dir);
 accel_status accel_last_checkpoint(const accel_context *ctx, const char **out);
-#define ACCEL_LM_OPTIONS_VERSION 1
+typedef enum accel_quantization {
+    ACCEL_QUANT_NONE = 0,
+    ACCEL_QUANT_NF4 = 1,
+    ACCEL_QUANT_FP4 = 2,
+    ACCEL_QUANT_INT8 = 3
+} accel_quantization;
+#define ACCEL_LM_OPTIONS_VERSION 2
 typedef struct accel_lm_options {
     uint32_t version;
     accel_dtype dtype;
     int32_t gradient_checkpointing;
+    accel_quantization quantization;
+    int32_t double_quant;
 } accel_lm_options;
 accel_status accel_lm_options_init(accel_lm_options *opts, uint32_t version);
 accel_status accel_model_load_pretrained(accel_context *ctx, const char *dir, const accel_lm_options *opts, accel_model **out);

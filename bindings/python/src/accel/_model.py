@@ -10,7 +10,7 @@ from . import _lib
 from ._errors import InvalidArgumentError, Status, _check
 from ._ffi import ffi
 from ._handle import _Args, _Child
-from ._options import Activation, DType, Schedule, _enum
+from ._options import Activation, DType, Quantization, Schedule, _enum
 from ._tensor import ArrayLike, Tensor, _pin_all, _unpin_all
 from ._util import _cpath, _fill, _int
 
@@ -58,28 +58,38 @@ class Model(_Child):
         return cls._make(accelerator, _lib.lib.accel_model_load_torchscript, _cpath(path))
 
     @staticmethod
-    def _lm_options(dtype: Union[DType, str], gradient_checkpointing: bool) -> Any:
+    def _lm_options(dtype: Union[DType, str], gradient_checkpointing: bool, quantization: Union[Quantization, str],
+                    double_quant: bool) -> Any:
         opts = ffi.new("accel_lm_options *")
         _check(_lib.lib.accel_lm_options_init(opts, _lib.lib.ACCEL_LM_OPTIONS_VERSION))
         _fill(opts, dtype=_enum(DType, dtype, "dtype"))
         opts.gradient_checkpointing = 1 if gradient_checkpointing else 0
+        _fill(opts, quantization=_enum(Quantization, quantization, "quantization"))
+        opts.double_quant = 1 if double_quant else 0
         return opts
 
     @classmethod
     def from_pretrained(cls, accelerator: "Accelerator", directory: Union[str, "os.PathLike[str]"], *,
-                        dtype: Union[DType, str] = "float32", gradient_checkpointing: bool = False) -> "Model":
+                        dtype: Union[DType, str] = "float32", gradient_checkpointing: bool = False,
+                        quantization: Union[Quantization, str] = "none", double_quant: bool = False) -> "Model":
         """A GPT-2 or Llama causal LM from a Hugging Face directory (config.json and
         model.safetensors or a sharded index), as transformers' from_pretrained
-        (accel_model_load_pretrained). dtype: "float32" or "bfloat16" parameters."""
-        opts = cls._lm_options(dtype, gradient_checkpointing)
+        (accel_model_load_pretrained). dtype: "float32" or "bfloat16" parameters.
+        quantization: "none", "nf4", "fp4" or "int8" (or accel.Quantization): the blocks' linear
+        weights quantized at load as bitsandbytes does (QLoRA); such a model trains through LoRA
+        adapters only (an optimizer without them: InvalidStateError) and save_pretrained refuses
+        it. double_quant: NF4's/FP4's absmax quantized again (bnb_4bit_use_double_quant)."""
+        opts = cls._lm_options(dtype, gradient_checkpointing, quantization, double_quant)
         return cls._make(accelerator, _lib.lib.accel_model_load_pretrained, _cpath(directory, "directory"), opts)
 
     @classmethod
     def from_config(cls, accelerator: "Accelerator", config: Union[str, "os.PathLike[str]"], *,
-                    dtype: Union[DType, str] = "float32", gradient_checkpointing: bool = False) -> "Model":
+                    dtype: Union[DType, str] = "float32", gradient_checkpointing: bool = False,
+                    quantization: Union[Quantization, str] = "none", double_quant: bool = False) -> "Model":
         """A causal LM with random weights from a config.json (the file or its directory), drawn
-        from the Accelerator's seed as transformers initialises them (accel_model_create_lm)."""
-        opts = cls._lm_options(dtype, gradient_checkpointing)
+        from the Accelerator's seed as transformers initialises them (accel_model_create_lm).
+        quantization and double_quant: as from_pretrained's."""
+        opts = cls._lm_options(dtype, gradient_checkpointing, quantization, double_quant)
         return cls._make(accelerator, _lib.lib.accel_model_create_lm, _cpath(config, "config"), opts)
 
     @classmethod

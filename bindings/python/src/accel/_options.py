@@ -31,6 +31,18 @@ class DType(enum.IntEnum):
     INT8 = 7
 
 
+class Quantization(enum.IntEnum):
+    """accel_quantization: how Model.from_pretrained / from_config quantize a causal LM's block
+    linear weights at load (QLoRA: bitsandbytes' formats, byte for byte). A quantized base
+    trains through LoRA adapters only (an optimizer without them: InvalidStateError) and
+    save_pretrained refuses it (InvalidArgumentError; save the adapters)."""
+
+    NONE = 0  # the weights in the model's dtype
+    NF4 = 1   # 4-bit NormalFloat, one float32 absmax per 64 values (bnb_4bit_quant_type="nf4")
+    FP4 = 2   # 4-bit float, the same blocks (bnb_4bit_quant_type="fp4")
+    INT8 = 3  # LLM.int8's row-wise int8 (load_in_8bit)
+
+
 class Precision(enum.IntEnum):
     """accel_precision: mixed_precision="no" | "bf16" | "fp16" | "auto" (bf16 where the device
     computes it natively, else no; resolved when the Accelerator is made)."""
@@ -68,6 +80,15 @@ class Backend(enum.IntEnum):
     GLOO = 1
     NCCL = 2
     SIM = 3
+
+
+class Offload(enum.IntEnum):
+    """accel_offload: what lives in host memory instead of the device's (offload="none" |
+    "optimizer"). OPTIMIZER is ZeRO-Offload: the optimizer's state and the fp32 master weights in
+    host memory, each step on the CPU; the same weights, bit for bit, as without."""
+
+    NONE = 0       # everything on the device
+    OPTIMIZER = 1  # the optimizer's state and the master weights in host memory
 
 
 class Activation(enum.IntEnum):
@@ -234,7 +255,7 @@ def _options(mixed_precision: Union[Precision, str, None] = None, gradient_accum
              device: Union[Device, str, None] = None, device_index: int = 0,
              loss_scale_init: Optional[float] = None, loss_scale_growth_factor: Optional[float] = None,
              loss_scale_backoff_factor: Optional[float] = None, loss_scale_growth_interval: Optional[int] = None,
-             bucket_bytes: Optional[int] = None) -> Any:
+             bucket_bytes: Optional[int] = None, offload: Union[Offload, str, None] = None) -> Any:
     """An accel_options filled by accel_options_init, then the arguments that were given."""
     opts = ffi.new("accel_options *")
     _check(_lib.lib.accel_options_init(opts, _lib.lib.ACCEL_OPTIONS_VERSION))
@@ -264,4 +285,6 @@ def _options(mixed_precision: Union[Precision, str, None] = None, gradient_accum
         _fill(opts, backend=_enum(Backend, backend, "backend"))
     if timeout is not None:
         _fill(opts, timeout_seconds=timeout)
+    if offload is not None:
+        _fill(opts, offload=_enum(Offload, offload, "offload"))
     return opts

@@ -27,11 +27,17 @@ __all__ = ["run", "SimReport", "RankOutcome"]
 
 
 class RankOutcome(NamedTuple):
-    """One rank's outcome: status, error message ("" when OK) and peak device memory in bytes."""
+    """One rank's outcome: status, error message ("" when OK), peak device memory in bytes, and
+    its host side (accel_sim_report_rank_host): peak host memory in bytes (what offload kept
+    there; 0 without offload), the bytes that crossed between its device and the host (both
+    directions) and their time in seconds over the topology's host link (in predicted_seconds)."""
     rank: int
     status: Union[Status, int]
     error: str
     peak_bytes: int
+    host_peak_bytes: int = 0
+    host_transfer_bytes: int = 0
+    host_transfer_seconds: float = 0.0
 
 
 class SimReport(_NoCopy):
@@ -59,21 +65,28 @@ class SimReport(_NoCopy):
         return int(out[0])
 
     def rank(self, rank: int) -> RankOutcome:
-        """Rank `rank`'s outcome (accel_sim_report_rank); the message is copied."""
+        """Rank `rank`'s outcome (accel_sim_report_rank and accel_sim_report_rank_host); the
+        message is copied."""
         status = ffi.new("accel_status *")
         error = ffi.new("const char **")
         peak = ffi.new("uint64_t *")
+        host_peak = ffi.new("uint64_t *")
+        transfer = ffi.new("uint64_t *")
+        transfer_seconds = ffi.new("double *")
+        r = _int(rank, "rank")
         try:
-            st = _lib.lib.accel_sim_report_rank(self._p(), _int(rank, "rank"), status, error, peak)
+            st = _lib.lib.accel_sim_report_rank(self._p(), r, status, error, peak)
         except OverflowError as exc:
             raise InvalidArgumentError(Status.INVALID_ARGUMENT, f"accel_sim_report_rank: rank {rank!r} ({exc})") from None
         _check(st)
+        _check(_lib.lib.accel_sim_report_rank_host(self._p(), r, host_peak, transfer, transfer_seconds))
         try:
             code: Union[Status, int] = Status(status[0])
         except ValueError:
             code = int(status[0])
         msg = ffi.string(error[0]).decode("utf-8", "replace") if error[0] != ffi.NULL else ""
-        return RankOutcome(int(rank), code, msg, int(peak[0]))
+        return RankOutcome(int(rank), code, msg, int(peak[0]), int(host_peak[0]), int(transfer[0]),
+                           float(transfer_seconds[0]))
 
     @property
     def ranks(self) -> List[RankOutcome]:
@@ -135,14 +148,17 @@ def _python_failure(exc: BaseException, rank: int, report: SimReport) -> BaseExc
 def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Union[str, int, None] = None,
         topology: str = "8xH100", timeout: float = 60, faults: Optional[str] = None,
         trace_path: Union[str, "os.PathLike[str]", None] = None, engine_threads: int = 0,
-        **accelerator_kwargs: Any) -> SimReport:
+        host_memory: Union[str, int, None] = None, **accelerator_kwargs: Any) -> SimReport:
     """Runs fn(acc) once per rank of a simulated world and returns the SimReport.
 
     device_memory: per-rank budget ("80GiB", "64MiB", bytes as an int; None = unlimited).
+    host_memory: each rank's host-memory budget, where offload="optimizer" keeps the optimizer's
+    state and master weights (a size as device_memory's; None = unlimited; over it the rank fails
+    with OutOfMemoryError naming host memory).
     topology: "8xH100", "8xA100", "8xPCIe", "Nx8xH100-IB". timeout: seconds without progress
     before waiting ranks fail. faults: e.g. "kill:1@collective:3,delay:0:0.5". trace_path:
     Chrome-trace JSON of the timeline. accelerator_kwargs: as accel.Accelerator (seed=,
-    strategy=, mixed_precision=, gradient_accumulation_steps=, ...); the device is the CPU.
+    strategy=, mixed_precision=, gradient_accumulation_steps=, offload=, ...); the device is the CPU.
 
     If a rank fails, raises the error of the first failing rank (err.report holds the report,
     err.rank the rank); if fn raised a Python exception there, an exception of the same type
@@ -167,6 +183,7 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     opts.faults = cstr(faults, "faults")
     opts.trace_path = cstr(trace_path, "trace_path", path=True)
     _fill(opts, engine_threads=engine_threads)
+    opts.host_memory = cstr(host_memory, "host_memory")
     split_batches = bool(accelerator_kwargs.pop("split_batches", False))
     even_batches = bool(accelerator_kwargs.pop("even_batches", True))
     ctx_opts = _options(**accelerator_kwargs)

@@ -32,7 +32,14 @@ pub const ACCEL_BACKEND_GLOO: accel_backend = 1;
 pub const ACCEL_BACKEND_NCCL: accel_backend = 2;
 pub const ACCEL_BACKEND_SIM: accel_backend = 3;
 
-pub const ACCEL_OPTIONS_VERSION: u32 = 3;
+/// What lives in host memory instead of the device's.
+pub type accel_offload = c_int;
+/// everything on the device
+pub const ACCEL_OFFLOAD_NONE: accel_offload = 0;
+/// ZeRO-Offload: the optimizer's state and the fp32 master weights in host memory
+pub const ACCEL_OFFLOAD_OPTIMIZER: accel_offload = 1;
+
+pub const ACCEL_OPTIONS_VERSION: u32 = 4;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -54,6 +61,8 @@ pub struct accel_options {
     // version 3
     pub backend: accel_backend,
     pub timeout_seconds: f64,
+    // version 4
+    pub offload: accel_offload,
 }
 
 /// `ACCEL_OPTIONS_INIT`
@@ -73,6 +82,7 @@ pub const ACCEL_OPTIONS_INIT: accel_options = accel_options {
     bucket_bytes: 25 * 1024 * 1024,
     backend: ACCEL_BACKEND_AUTO,
     timeout_seconds: 0.0,
+    offload: ACCEL_OFFLOAD_NONE,
 };
 
 extern "C" {

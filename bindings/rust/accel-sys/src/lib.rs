@@ -19,7 +19,7 @@
 
 // The header's declarations, one module per section of `include/accel/accel.h` and in its
 // order (every type, constant and function of a section together), all re-exported here:
-// `accel_sys::NAME` as before. The functions are 128, each module's `extern "C"` block in the
+// `accel_sys::NAME` as before. The functions are 129, each module's `extern "C"` block in the
 // header's order. The library is linked by build.rs (cargo:rustc-link-lib=dylib=accel), for
 // this crate and every crate that depends on it.
 mod versions;

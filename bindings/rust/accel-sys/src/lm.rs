@@ -1,12 +1,24 @@
 //! `include/accel/accel.h`: Language models, and Adafactor.
 
-use std::os::raw::c_char;
+use std::os::raw::{c_char, c_int};
 
 use crate::{ACCEL_FLOAT32, accel_context, accel_dataloader, accel_dataloader_options, accel_dtype, accel_model, accel_optimizer, accel_status, accel_tensor};
 
 // ---- Language models -----------------------------------------------------------------
 
-pub const ACCEL_LM_OPTIONS_VERSION: u32 = 1;
+/// A frozen base quantized for LoRA (QLoRA): the linear modules of the transformer blocks,
+/// byte for byte as bitsandbytes quantizes them.
+pub type accel_quantization = c_int;
+/// the weights in `accel_lm_options.dtype`
+pub const ACCEL_QUANT_NONE: accel_quantization = 0;
+/// 4-bit NormalFloat, one float32 absmax per 64 values (bitsandbytes' quantize_4bit nf4)
+pub const ACCEL_QUANT_NF4: accel_quantization = 1;
+/// 4-bit float, the same blocks (quantize_4bit fp4)
+pub const ACCEL_QUANT_FP4: accel_quantization = 2;
+/// LLM.int8's row-wise int8 (Int8Params' CB and SCB)
+pub const ACCEL_QUANT_INT8: accel_quantization = 3;
+
+pub const ACCEL_LM_OPTIONS_VERSION: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,11 +26,20 @@ pub struct accel_lm_options {
     pub version: u32,
     pub dtype: accel_dtype,
     pub gradient_checkpointing: i32,
+    // version 2
+    pub quantization: accel_quantization,
+    /// non-zero: NF4/FP4's absmax quantized again (not with int8)
+    pub double_quant: i32,
 }
 
 /// `ACCEL_LM_OPTIONS_INIT`
-pub const ACCEL_LM_OPTIONS_INIT: accel_lm_options =
-    accel_lm_options { version: ACCEL_LM_OPTIONS_VERSION, dtype: ACCEL_FLOAT32, gradient_checkpointing: 0 };
+pub const ACCEL_LM_OPTIONS_INIT: accel_lm_options = accel_lm_options {
+    version: ACCEL_LM_OPTIONS_VERSION,
+    dtype: ACCEL_FLOAT32,
+    gradient_checkpointing: 0,
+    quantization: ACCEL_QUANT_NONE,
+    double_quant: 0,
+};
 
 pub const ACCEL_LM_DATA_OPTIONS_VERSION: u32 = 2;
 

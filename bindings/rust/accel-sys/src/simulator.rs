@@ -6,7 +6,7 @@ use crate::{accel_context, accel_options, accel_sim_report, accel_status};
 
 // ---- The simulator -----------------------------------------------------------------
 
-pub const ACCEL_SIM_OPTIONS_VERSION: u32 = 1;
+pub const ACCEL_SIM_OPTIONS_VERSION: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,6 +19,9 @@ pub struct accel_sim_options {
     pub faults: *const c_char,
     pub trace_path: *const c_char,
     pub engine_threads: i32,
+    // version 2
+    /// each rank's host-memory budget (a size as `device_memory`'s); NULL = unlimited
+    pub host_memory: *const c_char,
 }
 
 /// The default topology of `ACCEL_SIM_OPTIONS_INIT`, NUL-terminated.
@@ -34,6 +37,7 @@ pub const ACCEL_SIM_OPTIONS_INIT: accel_sim_options = accel_sim_options {
     faults: std::ptr::null(),
     trace_path: std::ptr::null(),
     engine_threads: 0,
+    host_memory: std::ptr::null(),
 };
 
 /// `accel_rank_fn`: a rank's function (the header's typedef is a non-NULL function pointer;
@@ -60,5 +64,12 @@ extern "C" {
         out_peak_bytes: *mut u64,
     ) -> accel_status;
     pub fn accel_sim_report_predicted_seconds(report: *const accel_sim_report, out: *mut f64) -> accel_status;
+    pub fn accel_sim_report_rank_host(
+        report: *const accel_sim_report,
+        rank: i32,
+        out_host_peak_bytes: *mut u64,
+        out_transfer_bytes: *mut u64,
+        out_transfer_seconds: *mut f64,
+    ) -> accel_status;
     pub fn accel_sim_charge_compute(ctx: *mut accel_context, seconds: f64, label: *const c_char) -> accel_status;
 }

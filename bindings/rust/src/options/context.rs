@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use crate::error::{check, Result};
 use crate::sys;
 use crate::util::path_cstring;
-use super::enums::{Backend, Device, Precision, Strategy};
+use super::enums::{Backend, Device, Offload, Precision, Strategy};
 
-/// `accel_options` (version 3). See the header for each field's domain; the library checks
+/// `accel_options` (version 4). See the header for each field's domain; the library checks
 /// them in `Context::new` / `sim::run` (`Status::InvalidArgument` naming the field).
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
@@ -27,6 +27,10 @@ pub struct Options {
     pub bucket_bytes: i64,
     pub backend: Backend,
     pub timeout_seconds: f64,
+    /// What lives in host memory (default `Offload::None`, or the `ACCEL_OFFLOAD` environment
+    /// variable when left at it): `Offload::Optimizer` keeps the optimizer's state and the fp32
+    /// master weights there (ZeRO-Offload; the same weights, bit for bit).
+    pub offload: Offload,
 }
 
 impl Default for Options {
@@ -47,6 +51,7 @@ impl Default for Options {
             bucket_bytes: 25 * 1024 * 1024,
             backend: Backend::Auto,
             timeout_seconds: 0.0,
+            offload: Offload::None,
         }
     }
 }
@@ -71,6 +76,7 @@ impl Options {
         o.bucket_bytes = self.bucket_bytes;
         o.backend = self.backend.to_raw();
         o.timeout_seconds = self.timeout_seconds;
+        o.offload = self.offload.to_raw();
         Ok(o)
     }
 }
@@ -90,6 +96,7 @@ setters!(Options {
     with_bucket_bytes bucket_bytes: i64,
     with_backend backend: Backend,
     with_timeout_seconds timeout_seconds: f64,
+    with_offload offload: Offload,
 });
 
 /// `accel_project_options`

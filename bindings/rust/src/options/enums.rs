@@ -46,6 +46,24 @@ c_enum!(
     Sim = sys::ACCEL_BACKEND_SIM,
 });
 c_enum!(
+    /// `accel_offload`: what lives in host memory instead of the device's
+    /// ([`Options::offload`](crate::Options::offload))
+    Offload: sys::accel_offload {
+    /// everything on the device (the default)
+    None = sys::ACCEL_OFFLOAD_NONE,
+    /// ZeRO-Offload: the optimizer's state and the fp32 master weights in host memory, each
+    /// step on the CPU; the same weights, bit for bit, as without
+    Optimizer = sys::ACCEL_OFFLOAD_OPTIMIZER,
+});
+
+impl Default for Offload {
+    /// `Offload::None` (`ACCEL_OFFLOAD_NONE`), the C options' default
+    fn default() -> Offload {
+        Offload::None
+    }
+}
+
+c_enum!(
     /// `accel_activation`
     Activation: sys::accel_activation {
     Relu = sys::ACCEL_ACT_RELU,
@@ -177,5 +195,29 @@ impl Default for ChatFormat {
     /// `ChatFormat::Auto` (`ACCEL_CHAT_AUTO`), the C options' default
     fn default() -> ChatFormat {
         ChatFormat::Auto
+    }
+}
+
+c_enum!(
+    /// `accel_quantization`: how [`LmOptions::quantization`](crate::LmOptions::quantization)
+    /// quantizes a causal LM's block linear weights at load (QLoRA: the frozen base byte for byte
+    /// as bitsandbytes quantizes it). Such a model trains through LoRA adapters only: an
+    /// optimizer without them is `Status::InvalidState`, and `save_pretrained` refuses it
+    /// (`Status::InvalidArgument`; save the adapters).
+    Quantization: sys::accel_quantization {
+    /// the weights in `LmOptions::dtype` (the default)
+    None = sys::ACCEL_QUANT_NONE,
+    /// 4-bit NormalFloat, one float32 absmax per 64 values (bitsandbytes' `nf4`)
+    Nf4 = sys::ACCEL_QUANT_NF4,
+    /// 4-bit float, the same blocks (bitsandbytes' `fp4`)
+    Fp4 = sys::ACCEL_QUANT_FP4,
+    /// LLM.int8's row-wise int8 (`load_in_8bit`)
+    Int8 = sys::ACCEL_QUANT_INT8,
+});
+
+impl Default for Quantization {
+    /// `Quantization::None` (`ACCEL_QUANT_NONE`), the C options' default
+    fn default() -> Quantization {
+        Quantization::None
     }
 }

@@ -6,7 +6,7 @@ use crate::error::{check, Result};
 use crate::sys;
 use crate::tensor::DType;
 use crate::util::cstring;
-use super::enums::Activation;
+use super::enums::{Activation, Quantization};
 
 /// `accel_mlp_options`: `layer_sizes` holds input, hidden..., output (>= 2 entries).
 #[derive(Debug, Clone, PartialEq)]
@@ -60,12 +60,19 @@ pub struct LmOptions {
     pub dtype: DType,
     /// Recompute each transformer block's activations in backward (less memory, same gradients).
     pub gradient_checkpointing: bool,
+    /// The blocks' linear weights quantized at load (QLoRA; default `Quantization::None`): the
+    /// model then trains through LoRA adapters only (an optimizer without them is
+    /// `Status::InvalidState`) and `save_pretrained` refuses it.
+    pub quantization: Quantization,
+    /// NF4's/FP4's absmax quantized again (bitsandbytes' `bnb_4bit_use_double_quant`); not with
+    /// `Quantization::Int8`.
+    pub double_quant: bool,
 }
 
 impl Default for LmOptions {
     /// `ACCEL_LM_OPTIONS_INIT`
     fn default() -> LmOptions {
-        LmOptions { dtype: DType::F32, gradient_checkpointing: false }
+        LmOptions { dtype: DType::F32, gradient_checkpointing: false, quantization: Quantization::None, double_quant: false }
     }
 }
 
@@ -77,6 +84,8 @@ impl LmOptions {
         check(unsafe { sys::accel_lm_options_init(&mut o, sys::ACCEL_LM_OPTIONS_VERSION) }, std::ptr::null())?;
         o.dtype = self.dtype.to_raw();
         o.gradient_checkpointing = self.gradient_checkpointing as i32;
+        o.quantization = self.quantization.to_raw();
+        o.double_quant = self.double_quant as i32;
         Ok(o)
     }
 }
@@ -84,6 +93,8 @@ impl LmOptions {
 setters!(LmOptions {
     with_dtype dtype: DType,
     with_gradient_checkpointing gradient_checkpointing: bool,
+    with_quantization quantization: Quantization,
+    with_double_quant double_quant: bool,
 });
 
 /// `accel_lora_options` (PEFT's LoraConfig): rank, alpha, dropout, target modules.

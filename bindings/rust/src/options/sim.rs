@@ -22,6 +22,10 @@ pub struct SimOptions {
     /// Chrome trace JSON output; None = none
     pub trace_path: Option<PathBuf>,
     pub engine_threads: i32,
+    /// each rank's host-memory budget, where `Offload::Optimizer` keeps the optimizer's state
+    /// and master weights ("64GiB", ...; a size as `device_memory`'s); None = unlimited. Over it
+    /// the rank fails with `Status::OutOfMemory` naming host memory.
+    pub host_memory: Option<String>,
 }
 
 impl Default for SimOptions {
@@ -35,6 +39,7 @@ impl Default for SimOptions {
             faults: None,
             trace_path: None,
             engine_threads: 0,
+            host_memory: None,
         }
     }
 }
@@ -54,6 +59,7 @@ impl SimOptions {
         let topology = self.topology.as_deref().map(|s| cstring(s, "SimOptions.topology")).transpose()?;
         let faults = self.faults.as_deref().map(|s| cstring(s, "SimOptions.faults")).transpose()?;
         let trace_path = self.trace_path.as_deref().map(|p| path_cstring(p, "SimOptions.trace_path")).transpose()?;
+        let host_memory = self.host_memory.as_deref().map(|s| cstring(s, "SimOptions.host_memory")).transpose()?;
         fn ptr(s: &Option<CString>) -> *const std::os::raw::c_char {
             s.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())
         }
@@ -64,7 +70,8 @@ impl SimOptions {
         o.faults = ptr(&faults);
         o.trace_path = ptr(&trace_path);
         o.engine_threads = self.engine_threads;
-        Ok(RawSimOptions { raw: o, _strings: [device_memory, topology, faults, trace_path] })
+        o.host_memory = ptr(&host_memory);
+        Ok(RawSimOptions { raw: o, _strings: [device_memory, topology, faults, trace_path, host_memory] })
     }
 }
 
@@ -75,11 +82,12 @@ setters!(SimOptions {
     with_faults faults: Option<&str> => |v| v.map(str::to_string),
     with_trace_path trace_path: Option<&Path> => |v| v.map(Path::to_path_buf),
     with_engine_threads engine_threads: i32,
+    with_host_memory host_memory: Option<&str> => |v| v.map(str::to_string),
 });
 
 /// A raw `accel_sim_options` with the strings it points to (moving this struct does not
 /// move the strings' heap buffers, so `raw` stays valid as long as this value lives).
 pub struct RawSimOptions {
     pub raw: sys::accel_sim_options,
-    _strings: [Option<CString>; 4],
+    _strings: [Option<CString>; 5],
 }
