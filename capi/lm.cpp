@@ -27,8 +27,9 @@ accel::QuantType lm_quant(const accel_lm_options& o) {
   return static_cast<accel::QuantType>(q);
 }
 
-accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, const accel_lm_options& o) {
-  const accel::QuantType q = lm_quant(o);
+// `q`: lm_quant(o), checked by the caller before the model was made.
+accel_model* lm_handle(accel_context* ctx, std::unique_ptr<accel::Model> m, const accel_lm_options& o,
+                       accel::QuantType q) {
   if (q != accel::QuantType::None) accel::quantize_base(*m, q, o.double_quant != 0);
   accel::set_gradient_checkpointing(*m, o.gradient_checkpointing != 0);
   return new accel_model{ctx, std::shared_ptr<accel::Model>(std::move(m)), nullptr};
@@ -50,8 +51,8 @@ accel_status accel_model_load_pretrained(accel_context* ctx, const char* dir, co
     NEED(out);
     ACCEL_CHECK(dir[0] != '\0', Status::InvalidArgument, "dir is empty");
     const accel_lm_options o = read_options(opts);
-    lm_quant(o);
-    *out = lm_handle(ctx, accel::load_pretrained(dir, lm_dtype(o)), o);
+    const accel::QuantType q = lm_quant(o);
+    *out = lm_handle(ctx, accel::load_pretrained(dir, lm_dtype(o)), o, q);
   });
 }
 
@@ -64,12 +65,12 @@ accel_status accel_model_create_lm(accel_context* ctx, const char* config, const
     ACCEL_CHECK(config[0] != '\0', Status::InvalidArgument, "config is empty");
     const accel_lm_options o = read_options(opts);
     const torch::ScalarType dtype = lm_dtype(o);
-    lm_quant(o);
+    const accel::QuantType q = lm_quant(o);
     std::error_code ec;
     std::string path = config;
     if (std::filesystem::is_directory(path, ec)) path = (std::filesystem::path(path) / "config.json").string();
     const accel::LMConfig cfg = accel::read_lm_config(path);
-    *out = lm_handle(ctx, accel::make_causal_lm(cfg, acc_of(ctx).generator(), dtype), o);
+    *out = lm_handle(ctx, accel::make_causal_lm(cfg, acc_of(ctx).generator(), dtype), o, q);
   });
 }
 

@@ -106,9 +106,7 @@ class SimCommunicator final : public RankCommunicator {
 
   void charge_compute(double seconds, const char* label) override {
     std::lock_guard<std::mutex> lk(w_->mu);
-    auto& d = w_->ranks[rank_];
-    if (w_->opts.record_trace && seconds > 0) w_->trace.push_back({rank_, 0, label ? label : "compute", d.compute_t, seconds, ""});
-    d.compute_t += seconds;
+    advance_compute(seconds, label ? label : "compute", "");
   }
 
   void charge_host_transfer(uint64_t bytes, const char* label) override {
@@ -116,15 +114,18 @@ class SimCommunicator final : public RankCommunicator {
     auto& d = w_->ranks[rank_];
     const double bw = w_->topo.host_link_bandwidth;
     const double seconds = bw > 0 ? static_cast<double>(bytes) / bw : 0.0;
-    if (w_->opts.record_trace && seconds > 0)
-      w_->trace.push_back({rank_, 0, label ? label : "host transfer", d.compute_t, seconds,
-                           "\"bytes\":" + std::to_string(bytes)});
-    d.compute_t += seconds;
+    advance_compute(seconds, label ? label : "host transfer", "\"bytes\":" + std::to_string(bytes));
     d.host_bytes += bytes;
     d.host_seconds += seconds;
   }
 
  private:
+  // The rank's compute clock moves on by `seconds`, traced as `name` (the caller holds w_->mu).
+  void advance_compute(double seconds, const char* name, std::string args) {
+    auto& d = w_->ranks[rank_];
+    if (w_->opts.record_trace && seconds > 0) w_->trace.push_back({rank_, 0, name, d.compute_t, seconds, std::move(args)});
+    d.compute_t += seconds;
+  }
   OpPtr make(OpKind k, const void* send, void* recv, size_t count, DataType t) {
     auto o = std::make_shared<Op>();
     o->kind = k;

@@ -9,79 +9,85 @@
 
 namespace accel::sim {
 
+void MemoryBudget::Pool::charge(int rank, uint64_t bytes) {
+  uint64_t& cur = current.at(rank);
+  cur += bytes;
+  peak[rank] = std::max(peak[rank], cur);
+}
+
+void MemoryBudget::Pool::release(int rank, uint64_t bytes) {
+  uint64_t& cur = current.at(rank);
+  cur -= std::min(cur, bytes);
+}
+
 bool MemoryBudget::try_charge(int rank, uint64_t bytes, std::string* why) {
   std::lock_guard<std::mutex> lk(mu_);
-  uint64_t& cur = current_.at(rank);
-  if (capacity_ && cur + bytes > capacity_) {
+  if (!device_.fits(rank, bytes)) {
     if (why) {
+      const uint64_t cap = device_.capacity, cur = device_.current[rank];
       std::ostringstream os;
       os << "CUDA out of memory (simulated). Tried to allocate " << format_bytes(bytes) << " (rank " << rank << "; "
-         << format_bytes(capacity_) << " total capacity; " << format_bytes(cur) << " already allocated; "
-         << format_bytes(capacity_ - cur) << " free; peak " << format_bytes(peak_[rank]) << ")";
+         << format_bytes(cap) << " total capacity; " << format_bytes(cur) << " already allocated; "
+         << format_bytes(cap - cur) << " free; peak " << format_bytes(device_.peak[rank]) << ")";
       *why = os.str();
     }
     return false;
   }
-  cur += bytes;
-  peak_[rank] = std::max(peak_[rank], cur);
+  device_.charge(rank, bytes);
   return true;
 }
 
 void MemoryBudget::release(int rank, uint64_t bytes) {
   std::lock_guard<std::mutex> lk(mu_);
-  uint64_t& cur = current_.at(rank);
-  cur -= std::min(cur, bytes);
+  device_.release(rank, bytes);
 }
 
 uint64_t MemoryBudget::current(int rank) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return current_.at(rank);
+  return device_.current.at(rank);
 }
 
 uint64_t MemoryBudget::peak(int rank) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return peak_.at(rank);
+  return device_.peak.at(rank);
 }
 
 void MemoryBudget::reset_peaks() {
   std::lock_guard<std::mutex> lk(mu_);
-  peak_ = current_;
-  host_peak_ = host_current_;
+  device_.peak = device_.current;
+  host_.peak = host_.current;
 }
 
 bool MemoryBudget::try_charge_host(int rank, uint64_t bytes, std::string* why) {
   std::lock_guard<std::mutex> lk(mu_);
-  uint64_t& cur = host_current_.at(rank);
-  if (host_capacity_ && cur + bytes > host_capacity_) {
+  if (!host_.fits(rank, bytes)) {
     if (why) {
+      const uint64_t cap = host_.capacity, cur = host_.current[rank];
       std::ostringstream os;
       os << "host out of memory (simulated): rank " << rank << " tried to allocate " << format_bytes(bytes)
-         << " of host memory for offloaded optimizer state or weights; " << format_bytes(host_capacity_)
-         << " per rank, " << format_bytes(cur) << " already allocated, " << format_bytes(host_capacity_ - cur)
-         << " free";
+         << " of host memory for offloaded optimizer state or weights; " << format_bytes(cap) << " per rank, "
+         << format_bytes(cur) << " already allocated, " << format_bytes(cap - cur) << " free";
       *why = os.str();
     }
     return false;
   }
-  cur += bytes;
-  host_peak_[rank] = std::max(host_peak_[rank], cur);
+  host_.charge(rank, bytes);
   return true;
 }
 
 void MemoryBudget::release_host(int rank, uint64_t bytes) {
   std::lock_guard<std::mutex> lk(mu_);
-  uint64_t& cur = host_current_.at(rank);
-  cur -= std::min(cur, bytes);
+  host_.release(rank, bytes);
 }
 
 uint64_t MemoryBudget::host_current(int rank) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return host_current_.at(rank);
+  return host_.current.at(rank);
 }
 
 uint64_t MemoryBudget::host_peak(int rank) const {
   std::lock_guard<std::mutex> lk(mu_);
-  return host_peak_.at(rank);
+  return host_.peak.at(rank);
 }
 
 }  // namespace accel::sim

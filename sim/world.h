@@ -143,12 +143,8 @@ class World {
 class MemoryBudget {
  public:
   MemoryBudget(int ranks, uint64_t capacity, uint64_t host_capacity = 0)
-      : capacity_(capacity),
-        host_capacity_(host_capacity),
-        current_(ranks, 0),
-        peak_(ranks, 0),
-        host_current_(ranks, 0),
-        host_peak_(ranks, 0) {}
+      : device_{capacity, std::vector<uint64_t>(ranks, 0), std::vector<uint64_t>(ranks, 0)},
+        host_{host_capacity, std::vector<uint64_t>(ranks, 0), std::vector<uint64_t>(ranks, 0)} {}
   // Charges `bytes` to `rank`; over capacity, charges nothing and returns false with a
   // CUDA-shaped out-of-memory message in *why (the runtime throws it as libtorch's
   // OutOfMemoryError: runtime/device_memory.cpp).
@@ -156,7 +152,7 @@ class MemoryBudget {
   void release(int rank, uint64_t bytes);
   uint64_t current(int rank) const;
   uint64_t peak(int rank) const;
-  uint64_t capacity() const { return capacity_; }
+  uint64_t capacity() const { return device_.capacity; }
   void reset_peaks();  // peak := current, at the start of a run
   // The rank's host memory (optimizer state and master weights offloaded to it: the runtime
   // charges what it allocates in a device_memory::HostScope), counted apart from the device's;
@@ -167,9 +163,16 @@ class MemoryBudget {
   uint64_t host_peak(int rank) const;
 
  private:
+  // One kind of memory: its capacity per rank (0: none), each rank's bytes now and at peak.
+  struct Pool {
+    uint64_t capacity;
+    std::vector<uint64_t> current, peak;
+    bool fits(int rank, uint64_t bytes) const { return !capacity || current.at(rank) + bytes <= capacity; }
+    void charge(int rank, uint64_t bytes);
+    void release(int rank, uint64_t bytes);
+  };
   mutable std::mutex mu_;
-  uint64_t capacity_, host_capacity_;
-  std::vector<uint64_t> current_, peak_, host_current_, host_peak_;
+  Pool device_, host_;
 };
 
 // The rank the calling thread runs as, and its world; -1 / nullptr outside a simulated rank.
