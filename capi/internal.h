@@ -215,7 +215,16 @@ struct Versions<accel_lm_data_options> {
 ACCEL_ONE_VERSION(accel_lora_options, ACCEL_LORA_OPTIONS);
 ACCEL_ONE_VERSION(accel_adafactor_options, ACCEL_ADAFACTOR_OPTIONS);
 ACCEL_ONE_VERSION(accel_generate_options, ACCEL_GENERATE_OPTIONS);
-ACCEL_ONE_VERSION(accel_memory_estimate_options, ACCEL_MEMORY_ESTIMATE_OPTIONS);
+template <>
+struct Versions<accel_memory_estimate_options> {
+  static constexpr const char* name = "accel_memory_estimate_options";
+  static accel_memory_estimate_options defaults() { return ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT; }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_memory_estimate_options, offload)},  // until issue 37 appended offload, quantization
+      {2, sizeof(accel_memory_estimate_options)},
+  };
+  static constexpr uint32_t current = ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION;
+};
 ACCEL_ONE_VERSION(accel_tracker_options, ACCEL_TRACKER_OPTIONS);
 ACCEL_ONE_VERSION(accel_inference_options, ACCEL_INFERENCE_OPTIONS);
 ACCEL_ONE_VERSION(accel_encode_options, ACCEL_ENCODE_OPTIONS);
@@ -234,7 +243,20 @@ ACCEL_ONE_VERSION(accel_sft_options, ACCEL_SFT_OPTIONS);
     static constexpr VersionBytes table[] = {{1, sizeof(T)}}; \
     static constexpr uint32_t current = VERSION;              \
   }
-ACCEL_ONE_OUTPUT_VERSION(accel_memory_estimate, ACCEL_MEMORY_ESTIMATE_VERSION);
+template <>
+struct Versions<accel_memory_estimate> {
+  static constexpr const char* name = "accel_memory_estimate";
+  static accel_memory_estimate defaults() {
+    accel_memory_estimate out{};
+    out.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+    return out;
+  }
+  static constexpr VersionBytes table[] = {
+      {1, offsetof(accel_memory_estimate, host)},  // until issue 37 appended host, transfer_bytes
+      {2, sizeof(accel_memory_estimate)},
+  };
+  static constexpr uint32_t current = ACCEL_MEMORY_ESTIMATE_VERSION;
+};
 ACCEL_ONE_OUTPUT_VERSION(accel_train_result, ACCEL_TRAIN_RESULT_VERSION);
 
 // The table's rows are versions 1, 2, ... in order, its last row is the header's current

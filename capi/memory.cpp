@@ -32,6 +32,12 @@ accel_status accel_estimate_memory(const char* model, const accel_memory_estimat
     c.lora_rank = o.lora_rank;
     if (o.lora_target_modules) c.lora_targets = target_list(o.lora_target_modules);
     c.attention = static_cast<accel::EstimateAttention>(o.attention);
+    const int off = raw(o.offload);
+    ACCEL_CHECK(off == ACCEL_OFFLOAD_NONE || off == ACCEL_OFFLOAD_OPTIMIZER, Status::InvalidArgument,
+                "offload must be ACCEL_OFFLOAD_NONE or ACCEL_OFFLOAD_OPTIMIZER, got ", off);
+    c.offload = off == ACCEL_OFFLOAD_OPTIMIZER;
+    c.quantization = raw(o.quantization);
+    c.double_quant = o.double_quant != 0;
     const accel::MemoryEstimate e = accel::estimate_memory(std::string(model), c);
     accel_memory_estimate r{};
     r.version = out->version;
@@ -46,6 +52,8 @@ accel_status accel_estimate_memory(const char* model, const accel_memory_estimat
     r.activations = bytes(e.activations);
     r.temporaries = bytes(e.temporaries);
     r.total = bytes(e.total);
+    r.host = bytes(e.host);
+    r.transfer_bytes = bytes(e.transfer_bytes);
     std::memcpy(static_cast<void*>(out), &r, out_bytes);
   });
 }

@@ -128,7 +128,7 @@ void set_process_hooks(int (*charge)(unsigned long long, char*, size_t), void (*
   g_process_charge = charge;
 }
 
-HostScope::HostScope() : prev_(t_host) { t_host = true; }
+HostScope::HostScope(bool host) : prev_(t_host) { t_host = host; }
 HostScope::~HostScope() { t_host = prev_; }
 
 void install() {

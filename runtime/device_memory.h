@@ -24,10 +24,12 @@ void set_process_hooks(int (*charge)(unsigned long long bytes, char* msg, size_t
 // device's: offloaded optimizer state and master weights (docs/memory.md). On a simulated
 // rank they are charged to its host budget (sim::MemoryBudget::try_charge_host; over it:
 // OutOfMemoryError naming host memory); a process of a launched simulated world does not
-// count them (its library has one budget). Scopes nest.
+// count them (its library has one budget). Scopes nest: HostScope(false) inside one makes
+// this thread's allocations device memory again until it ends (an offloaded step's copy back
+// and its collectives).
 class HostScope {
  public:
-  HostScope();
+  explicit HostScope(bool host = true);
   ~HostScope();
   HostScope(const HostScope&) = delete;
   HostScope& operator=(const HostScope&) = delete;

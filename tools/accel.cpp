@@ -20,10 +20,14 @@
 //   accel estimate-memory MODEL [--mixed-precision no|bf16|fp16] [--dtype float32|bfloat16]
 //                [--optimizer adamw|sgd|momentum|adafactor|lamb] [--strategy S[,S...]] [-n N]
 //                [--batch B] [--seq T] [--gradient-checkpointing] [--lora-rank R]
-//                [--lora-targets M,...] [--attention auto|eager|fused] [--json]
+//                [--lora-targets M,...] [--attention auto|eager|fused] [--offload none|optimizer]
+//                [--quantization none|nf4|fp4|int8] [--double-quant] [--json]
+//                [--budget SIZE [--host-budget SIZE] [--topology T] [--plans K] [--sort S]]
 //       the memory per GPU of training a causal LM (a named shape, a config.json or its
-//       directory): weights, gradients, optimizer state, activations, the peak; a table, or
-//       JSON lines (one per strategy) (runtime/models/memory_estimate.h, docs/lm.md)
+//       directory): weights, gradients, optimizer state, activations, the peak, host memory
+//       under offload; a table, or JSON lines (one per strategy) (runtime/models/
+//       memory_estimate.h, docs/lm.md). With --budget: the plans that fit, best first
+//       (docs/memory.md, "Plans that fit")
 //   accel version, accel --version
 //
 // This file holds main: the command line (CLI11; the one other file that includes it is
@@ -213,7 +217,21 @@ int main(int argc, char** argv) {
   est->add_option("--lora-rank", ea.lora_rank, "LoRA adapters of this rank (0: full fine-tuning)")->capture_default_str();
   est->add_option("--lora-targets", ea.lora_targets, "the adapted modules (default: PEFT's for the family)");
   est->add_option("--attention", ea.attention, "auto (this build's kernel), eager or fused")->capture_default_str();
-  est->add_flag("--json", ea.json, "JSON lines (one per strategy) instead of a table");
+  est->add_option("--offload", ea.offload, "none, or optimizer (its state and ZeRO's master in host memory)");
+  est->add_option("--quantization", ea.quantization, "the LoRA base's linear weights: none, nf4, fp4 or int8");
+  est->add_flag("--double-quant", ea.double_quant, "NF4's or FP4's absmax quantized again");
+  est->add_option("--budget", ea.budget,
+                  "the device memory of one GPU (16GB, 80GiB): print the plans that fit, best first (strategy, offload, "
+                  "quantization, checkpointing, LoRA; what is not given is searched)");
+  est->add_option("--host-budget", ea.host_budget, "with --budget: the host memory per GPU the plans may use");
+  est->add_option("--topology", ea.topology, "with --budget: the preset whose GPU, links and host link price each "
+                                            "plan's step (accel sim topologies)")
+      ->capture_default_str();
+  est->add_option("--plans", ea.plans, "with --budget: how many plans to print")->capture_default_str()->check(at_least(1));
+  est->add_option("--sort", ea.sort, "with --budget: fidelity (full fine-tuning first, then LoRA, int8, NF4; then "
+                                     "the step time), time (the predicted step) or memory (device bytes)")
+      ->capture_default_str();
+  est->add_flag("--json", ea.json, "JSON lines (one per strategy, or per plan) instead of a table");
   accel::launch::Options launch_options;
   auto* launch = accel::launch::add_command(app, launch_options);
   try {

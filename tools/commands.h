@@ -49,6 +49,13 @@ struct EstimateArgs {
   int world = 1;
   int64_t batch = 1, seq = 0, lora_rank = 0;
   bool ckpt = false, json = false;
+  // issue 37: offload and quantized bases ("" = not given: searched under --budget)
+  std::string offload, quantization;
+  bool double_quant = false;
+  // the plans that fit (--budget): the device and host memory per GPU (sizes; "" = none),
+  // the preset whose rates price the step, how many plans to print and their order
+  std::string budget, host_budget, topology = "8xH100", sort = "fidelity";
+  int plans = 10;
 };
 
 int estimate(const EstimateArgs& a);
@@ -82,7 +89,7 @@ int report_errors(F&& run) {
 // prints an error as "accel: ..." and returns the exit status. `built_against` is main's
 // kToolsInterface: a module from another build refuses to run (2) instead of misreading
 // the Invocation.
-constexpr int kToolsInterface = 1;
+constexpr int kToolsInterface = 2;
 using ToolsEntry = int (*)(const Invocation* inv, int built_against);
 constexpr const char* kToolsEntryName = "accel_tools_run";
 

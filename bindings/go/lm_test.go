@@ -1,6 +1,7 @@
 package accel
 
 import (
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -457,6 +458,24 @@ func TestEstimateMemory(t *testing.T) {
 	lo.LoRATargetModules = []string{"q_proj", "v_proj"}
 	if named := must(EstimateMemory("llama-7b", &lo)); named != lora {
 		t.Fatalf("named targets %+v vs default %+v", named, lora)
+	}
+	// offload: the moments in host memory, 12 bytes a parameter moved per step (fp32); an NF4
+	// base under LoRA holds fewer weight bytes than the fp32 one
+	of := DefaultMemoryEstimateOptions()
+	of.Offload = OffloadOptimizer
+	off := must(EstimateMemory("llama-7b", &of))
+	if e.Host != 0 || e.TransferBytes != 0 || off.OptimizerState != 0 || off.Host < 8*llama7B ||
+		off.TransferBytes != 12*llama7B || off.Total >= e.Total {
+		t.Fatalf("plain %+v, offloaded %+v", e, off)
+	}
+	q := DefaultMemoryEstimateOptions()
+	q.LoRARank, q.Quantization, q.DoubleQuant = 16, QuantNF4, true
+	if nf4 := must(EstimateMemory("llama-7b", &q)); nf4.Weights >= lora.Weights/4 {
+		t.Fatalf("nf4 %+v vs fp32 base %+v", nf4, lora)
+	}
+	q.LoRARank = 0
+	if _, err := EstimateMemory("llama-7b", &q); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("a quantized base without LoRA: %v", err)
 	}
 
 	// ZeRO-3 over 64 processes with bf16 autocast: (4 + 2 + 2 + 8) / 64 bytes per parameter

@@ -53,6 +53,9 @@ type MemoryEstimateOptions struct {
 	LoRARank              int32    // > 0: LoRA adapters of this rank, the base frozen; 0: full fine-tuning
 	LoRATargetModules     []string // e.g. {"q_proj", "v_proj"} or {"all-linear"}; nil: PEFT's default for the family
 	Attention             Attention
+	Offload               Offload      // OffloadOptimizer: the optimizer's state and ZeRO's master in host memory
+	Quantization          Quantization // the LoRA base's linear weights (NF4, FP4, int8); needs LoRARank > 0
+	DoubleQuant           bool         // NF4's or FP4's absmax quantized again
 }
 
 // DefaultMemoryEstimateOptions returns the library's defaults (fp32 AdamW on one process,
@@ -63,7 +66,8 @@ func DefaultMemoryEstimateOptions() MemoryEstimateOptions {
 	return MemoryEstimateOptions{MixedPrecision: Precision(c.mixed_precision), WeightsDType: DType(c.weights_dtype),
 		Optimizer: OptimizerKind(c.optimizer), Strategy: Strategy(c.strategy), WorldSize: int32(c.world_size),
 		MicroBatch: int64(c.micro_batch), SeqLen: int64(c.seq_len), GradientCheckpointing: c.gradient_checkpointing != 0,
-		LoRARank: int32(c.lora_rank), Attention: Attention(c.attention)}
+		LoRARank: int32(c.lora_rank), Attention: Attention(c.attention), Offload: Offload(c.offload),
+		Quantization: Quantization(c.quantization), DoubleQuant: c.double_quant != 0}
 }
 
 // toC fills a C struct; the LoRA targets are copied to C memory, which s holds until free.
@@ -81,6 +85,9 @@ func (o *MemoryEstimateOptions) toC(s *cstrs) C.accel_memory_estimate_options {
 	c.lora_rank = C.int32_t(o.LoRARank)
 	c.lora_target_modules = s.str("accel_estimate_memory", "LoRATargetModules", strings.Join(o.LoRATargetModules, ","))
 	c.attention = C.int32_t(o.Attention)
+	c.offload = C.accel_offload(o.Offload)
+	c.quantization = C.accel_quantization(o.Quantization)
+	c.double_quant = cbool(o.DoubleQuant)
 	return c
 }
 
@@ -95,7 +102,9 @@ type MemoryEstimate struct {
 	OptimizerState      uint64    // the optimizer's state on this GPU
 	Activations         uint64    // saved for backward at the end of the forward
 	Temporaries         uint64    // the rest of the peak (the logits' gradient, a recomputed block, ...)
-	Total               uint64    // the peak of a training step
+	Total               uint64    // the peak of a training step (device memory)
+	Host                uint64    // the peak of host memory (offload: state, master, the step's copies)
+	TransferBytes       uint64    // bytes between device and host per optimizer step (offload)
 }
 
 // EstimateMemory estimates the memory per GPU of training model (accel_estimate_memory; no
@@ -133,5 +142,6 @@ func EstimateMemory(model string, opts *MemoryEstimateOptions) (MemoryEstimate, 
 	return MemoryEstimate{Parameters: int64(out.parameters), TrainableParameters: int64(out.trainable_parameters),
 		SeqLen: int64(out.seq_len), Attention: Attention(out.attention), Weights: uint64(out.weights),
 		Gradients: uint64(out.gradients), OptimizerState: uint64(out.optimizer_state),
-		Activations: uint64(out.activations), Temporaries: uint64(out.temporaries), Total: uint64(out.total)}, nil
+		Activations: uint64(out.activations), Temporaries: uint64(out.temporaries), Total: uint64(out.total),
+		Host: uint64(out.host), TransferBytes: uint64(out.transfer_bytes)}, nil
 }

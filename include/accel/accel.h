@@ -1297,7 +1297,7 @@ typedef enum accel_optimizer_kind {
     ACCEL_OPTIMIZER_LAMB = 4
 } accel_optimizer_kind;
 
-#define ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION 1
+#define ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION 2
 
 typedef struct accel_memory_estimate_options {
     uint32_t version;                 /* ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION */
@@ -1320,16 +1320,24 @@ typedef struct accel_memory_estimate_options {
                                          (libtorch >= 2.1: fused, else eager), 1 eager (the
                                          T x T probabilities are saved), 2 fused (as a GPU's
                                          flash or memory-efficient attention) */
+    /* version 2: training in the memory a device has (docs/memory.md) */
+    accel_offload offload;            /* as accel_options.offload: ACCEL_OFFLOAD_OPTIMIZER puts
+                                         the optimizer's state (fp32) and ZeRO's separate fp32
+                                         master in host memory (default ACCEL_OFFLOAD_NONE) */
+    accel_quantization quantization;  /* as accel_lm_options.quantization: the LoRA base's
+                                         linear weights in NF4, FP4 or int8 (needs lora_rank >
+                                         0; default ACCEL_QUANT_NONE) */
+    int32_t double_quant;             /* non-zero: NF4's or FP4's absmax quantized again */
 } accel_memory_estimate_options;
 
 #define ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT \
     { ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION, ACCEL_PRECISION_NO, ACCEL_FLOAT32, ACCEL_OPTIMIZER_ADAMW, \
-      ACCEL_STRATEGY_NO, 1, 1, 0, 0, 0, NULL, 0 }
+      ACCEL_STRATEGY_NO, 1, 1, 0, 0, 0, NULL, 0, ACCEL_OFFLOAD_NONE, ACCEL_QUANT_NONE, 0 }
 
 /* Fills *opts with the defaults of `version` (as accel_options_init). */
 ACCEL_API accel_status accel_memory_estimate_options_init(accel_memory_estimate_options *opts, uint32_t version);
 
-#define ACCEL_MEMORY_ESTIMATE_VERSION 1
+#define ACCEL_MEMORY_ESTIMATE_VERSION 2
 
 /* An estimate, in bytes per GPU. The caller sets `version` (ACCEL_MEMORY_ESTIMATE_VERSION);
  * the library writes the fields of that version only, so later versions may append. */
@@ -1347,7 +1355,14 @@ typedef struct accel_memory_estimate {
     uint64_t temporaries;           /* the rest of the peak: the logits' gradient, a block
                                        recomputed under checkpointing, gathered ZeRO-3 units,
                                        gradient buffers in flight */
-    uint64_t total;                 /* the peak of a training step */
+    uint64_t total;                 /* the peak of a training step (device memory) */
+    /* version 2 */
+    uint64_t host;                  /* the peak of host memory a rank holds (offload: the
+                                       optimizer's state, ZeRO's master, the step's fp32
+                                       copies and temporaries; 0 without offload) */
+    uint64_t transfer_bytes;        /* bytes between the device and the host per optimizer
+                                       step, both directions (offload; 0 without): what the
+                                       simulator charges over the preset's host link */
 } accel_memory_estimate;
 
 /* Estimates the memory per GPU of training `model`: a named shape ("gpt2", "gpt2-medium",
@@ -1359,10 +1374,14 @@ typedef struct accel_memory_estimate {
  * context, allocates nothing model-sized and is thread-safe.
  * Errors: ACCEL_ERR_INVALID_ARGUMENT naming the field for an empty model, a bad option value,
  * world_size > 1 without a strategy, bf16 weights with autocast, LoRA targets that match no
- * module, or an unknown out->version; ACCEL_ERR_IO for a model that is neither a named shape
+ * module, a quantization without lora_rank, double_quant without NF4 or FP4, or an unknown
+ * out->version; ACCEL_ERR_IO for a model that is neither a named shape
  * nor a readable config; ACCEL_ERR_FORMAT or ACCEL_ERR_UNSUPPORTED as
  * accel_model_create_lm for the config; ACCEL_ERR_UNSUPPORTED for what accel_prepare refuses
- * (LAMB or Adafactor under ZeRO; bf16 weights under ZeRO). */
+ * (LAMB or Adafactor under ZeRO; bf16 weights under ZeRO; LAMB with offload).
+ * With offload (version 2 of the options) `total` counts the device only and `host` what
+ * lives in host memory; with a quantized base `weights` holds its bitsandbytes bytes.
+ * `accel estimate-memory --budget` searches these options for the plans that fit. */
 ACCEL_API accel_status accel_estimate_memory(const char *model, const accel_memory_estimate_options *opts,
                                              accel_memory_estimate *out);
 

@@ -212,6 +212,14 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
               "ZeRO shards fp32 parameters: with bf16 weights use mixed precision instead");
   ACCEL_CHECK(!(o.bf16_weights && o.precision != 0), Status::InvalidArgument,
               "bf16 weights train without autocast (mixed_precision 0): the weights are already 16-bit");
+  ACCEL_CHECK(o.quantization >= 0 && o.quantization <= 3, Status::InvalidArgument,
+              "quantization must be 0 (none), 1 (NF4), 2 (FP4) or 3 (int8), got ", o.quantization);
+  ACCEL_CHECK(o.quantization == 0 || o.lora_rank > 0, Status::InvalidArgument,
+              "a quantized base trains through LoRA adapters: set lora_rank (QLoRA)");
+  ACCEL_CHECK(!o.double_quant || o.quantization == 1 || o.quantization == 2, Status::InvalidArgument,
+              "double_quant quantizes NF4's or FP4's absmax: it needs quantization NF4 or FP4");
+  ACCEL_CHECK(!(o.offload && o.optimizer == EstimateOptimizer::LAMB), Status::Unsupported,
+              "offload steps SGD, AdamW and Adafactor in shards, not LAMB (its trust ratio needs whole tensors)");
 
   MemoryEstimate r;
   const int fam = c.family == LMFamily::GPT2 ? 0 : 1;
@@ -307,7 +315,25 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
     }
   }
   const double sbytes = o.optimizer == EstimateOptimizer::LAMB || o.optimizer == EstimateOptimizer::Adafactor ? 4.0 : tbytes;
-  const double base = lora ? P * pbytes : 0.0;  // a LoRA model's frozen base: whole on every rank
+  // a LoRA model's frozen base: whole on every rank; quantized, its blocks' linear weights
+  // hold bitsandbytes' bytes (runtime/models/quant.h): NF4/FP4 half a byte a value and a
+  // float32 absmax per 64 (double quantization: a byte per 64, a float32 per 256 blocks), int8
+  // a byte a value and a float32 per row
+  double base = lora ? P * pbytes : 0.0;
+  double largest_linear = 0;  // the largest weight a quantized linear dequantizes at a time
+  if (lora && o.quantization != 0) {
+    for (const auto& m : mods) {
+      const int64_t n = m.in * m.out, blocks = (n + 63) / 64;
+      double q = 0;
+      if (o.quantization == 3)
+        q = static_cast<double>(n + 4 * m.out);
+      else
+        q = static_cast<double>((n + 1) / 2) +
+            (o.double_quant ? static_cast<double>(blocks + 4 * ((blocks + 255) / 256)) : 4.0 * static_cast<double>(blocks));
+      base += L * (q - static_cast<double>(n) * pbytes);
+      largest_linear = std::max(largest_linear, static_cast<double>(n));
+    }
+  }
   double weights = 0, grads_kept = 0, grads_total = 0, opt = 0, grads_in_backward = 0;
   // ZeRO's units: the embeddings, each block, the final norm with the head (LoRA: each
   // block's adapters)
@@ -336,6 +362,34 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
       // gradients autograd has made before the hooks move them into the buffer (up to the
       // MLP's three matrices at once, measured)
       grads_in_backward = 3 * unit * work + (lora ? 0.0 : 3 * largest_param * work);
+    }
+  }
+  // Offload (docs/memory.md, "Offload"): the optimizer's state, in fp32, and ZeRO's separate
+  // fp32 master live in host memory; each step copies a parameter's (ZeRO: a unit's chunk's)
+  // gradient, and its weight where the master is the working weights, to fp32 host buffers,
+  // steps there and copies the weight back in its dtype
+  double host = 0, host_step = 0;
+  if (o.offload) {
+    const double host_state = opt * (sbytes == 4.0 ? 1.0 : 4.0 / sbytes);
+    opt = 0;
+    if (!zero) {
+      double largest_trained = lora ? 0.0 : largest_param;
+      if (lora)
+        for (size_t k = 0; k < mods.size(); ++k)
+          if (hit[k]) largest_trained = std::max(largest_trained, static_cast<double>(o.lora_rank * std::max(mods[k].in, mods[k].out)));
+      host = host_state;
+      host_step = 2 * 4.0 * largest_trained;  // the weight's and the gradient's fp32 copies
+      r.transfer_bytes = Pt * 3 * tbytes;      // the gradient and the weight there, the weight back
+    } else {
+      const double n = static_cast<double>(N), chunk = unit / n;
+      // ZeRO-3's master is always its own tensor (a 16-bit working shard beside it, or the
+      // gathers' source in fp32: then the gathers read host memory); stages 1-2 keep one
+      // only with 16-bit working weights
+      const bool separate = o.strategy == 4 || work != 4.0;
+      if (separate) weights -= Pt / n * 4.0;
+      host = host_state + (separate ? Pt / n * 4.0 : 0.0);
+      host_step = (separate ? 1.0 : 2.0) * 4.0 * chunk;
+      r.transfer_bytes = Pt / n * (separate ? 2 * work : 8.0 + work);
     }
   }
   r.weights = weights;
@@ -387,14 +441,22 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
   // the peak
   const double head_grad = 2.0 * R * V * 4.0;                         // the logits' gradient and softmax's
   double layer_transient = fused ? 0.0 : B * H * Tn * Tn * 4.0;        // one attention's T x T gradient
+  layer_transient += largest_linear * pbytes;  // a quantized weight dequantized for the input's gradient
   if (o.gradient_checkpointing) layer_transient += kept_block * R + (copies ? 2.0 * block_linear : 0.0);  // recomputed
   const double backward = weights + opt + grads_kept + r.activations +
                           std::max(head_grad, grads_in_backward + layer_transient);
   // the step's own temporaries: Adafactor's update (ZeRO: of the rank's elements; otherwise
-  // a parameter at a time, with its squared gradient)
+  // a parameter at a time: its squared weight and gradient, the factors' product, the update
+  // and its square, up to four alive at once, measured under offload, where the step's
+  // host peak shows them)
   double step_temp = 0;
   if (o.optimizer == EstimateOptimizer::Adafactor)
-    step_temp = zero ? 4.0 * Pt / static_cast<double>(N) : 2 * 4.0 * (lora ? 0.0 : largest_param);
+    step_temp = zero ? 4.0 * Pt / static_cast<double>(N) : 4 * 4.0 * (lora ? 0.0 : largest_param);
+  if (o.offload) {  // the step's temporaries are host memory too
+    host += host_step + step_temp;
+    step_temp = 0;
+  }
+  r.host = host;
   const double step = weights + grads_total + opt + step_temp;
   r.total = std::max(backward, step);
   r.largest = backward >= step ? "backward" : "optimizer step";

@@ -30,6 +30,9 @@ struct MemoryEstimateConfig {
   int64_t lora_rank = 0;        // 0: full fine-tuning
   std::vector<std::string> lora_targets;  // PEFT's names; empty: PEFT's default; {"all-linear"}
   EstimateAttention attention = EstimateAttention::Auto;  // Auto: the kernel this build runs
+  bool offload = false;         // the optimizer's state (and ZeRO's fp32 master) in host memory
+  int quantization = 0;         // the LoRA base's linear weights: 0 none, 1 NF4, 2 FP4, 3 int8 (QuantType)
+  bool double_quant = false;    // NF4/FP4's absmax quantized again
 };
 
 struct MemoryEstimate {
@@ -43,7 +46,9 @@ struct MemoryEstimate {
   double activations = 0;  // what autograd holds at the end of the forward (and autocast's weight copies)
   double temporaries = 0;  // the rest of the peak: backward's transients (the logits' gradient, a
                            // block recomputed under checkpointing, ZeRO's gathered units and buffers)
-  double total = 0;        // the per-rank peak of a training step
+  double total = 0;        // the per-rank peak of a training step (device memory)
+  double host = 0;         // the per-rank peak of host memory (offload; 0 without)
+  double transfer_bytes = 0;  // bytes between device and host per optimizer step (offload)
   std::string largest = "backward";  // the phase of the peak: "backward" or "optimizer step"
 };
 

@@ -6,9 +6,10 @@
 // optimizer (per parameter) and ZeRO (per shard).
 #include "runtime/optim/optimizer.h"
 
-#include "runtime/device_memory.h"
-
 #include <cmath>
+#include <optional>
+
+#include "runtime/device_memory.h"
 
 namespace accel {
 
@@ -170,6 +171,9 @@ void step_as_shards(const OptimizerAlgorithm& algo, const std::vector<torch::Ten
   for (size_t i = 0; i < params.size(); ++i) {
     if (!params[i].grad().defined()) continue;
     WholeParameter shard(algo, params[i], i, state[i], offload);
+    // offloaded, the step runs on host tensors: its temporaries are host memory too
+    std::optional<device_memory::HostScope> host;
+    if (offload) host.emplace();
     algo.step_shard(shard, lr);
   }
 }

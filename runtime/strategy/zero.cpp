@@ -2,9 +2,11 @@
 // stages' own parts are zero_stage1_2.cpp and zero_stage3.cpp).
 #include "runtime/strategy/zero.h"
 
-#include "comm/tensors.h"
-
 #include <cmath>
+#include <optional>
+
+#include "comm/tensors.h"
+#include "runtime/device_memory.h"
 
 namespace accel {
 
@@ -352,6 +354,7 @@ class ZeroEngine::RankShard final : public Shard, public Reducer {
     return v[param];
   }
   void stepped(size_t s) override {
+    device_memory::HostScope device(false);  // the copy back and the gathers are the device's
     if (e_.offload_) {  // the updated chunk back to the device: into the working weights
       if (host_w_[s].defined()) {
         e_.master_chunk(s).copy_(host_w_[s]);
@@ -384,6 +387,9 @@ void ZeroEngine::step(const Optimizer& opt) {
   torch::NoGradGuard ng;
   ++steps_;
   RankShard shard(*this, opt);
+  // offloaded, the step runs on host tensors: its temporaries are host memory too
+  std::optional<device_memory::HostScope> host;
+  if (offload_) host.emplace();
   opt.step_shard(shard);
   for (auto& w : shard.gathers) w->wait();
 }

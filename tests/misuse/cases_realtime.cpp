@@ -181,6 +181,19 @@ void memory_estimates() {
     o.strategy = ACCEL_STRATEGY_ZERO3;
     o.world_size = 8;
   }, UNSUPPORTED);
+  // version 2: offload and quantized bases
+  t.enums("offload", &O::offload);
+  t.enums("quantization", &O::quantization);
+  t.bad("quantization=NF4 without LoRA", {"quantized base", "lora_rank"}, [](O& o) { o.quantization = ACCEL_QUANT_NF4; });
+  t.bad("double_quant with int8", {"double_quant", "NF4"}, [](O& o) {
+    o.lora_rank = 8;
+    o.quantization = ACCEL_QUANT_INT8;
+    o.double_quant = 1;
+  });
+  t.bad("LAMB with offload", {"offload", "LAMB"}, [](O& o) {
+    o.optimizer = ACCEL_OPTIMIZER_LAMB;
+    o.offload = ACCEL_OFFLOAD_OPTIMIZER;
+  }, UNSUPPORTED);
 }
 
 // Inference copies (accel_inference_*, accel_publish_weights) and the bounded training call.

@@ -46,7 +46,57 @@ import json, sys
 ddp, z3 = [json.loads(l) for l in sys.argv[1].splitlines()]
 assert z3["bytes_per_gpu"]["total"] < ddp["bytes_per_gpu"]["total"] / 4, (ddp, z3)
 PY
-for bad in "nope-7b" "llama-7b --optimizer adam" "llama-7b -n 4 --strategy no" "llama-7b --strategy zero2 -n 2 --optimizer lamb"; do
+# offload: the optimizer's state moves to the host (the device total falls by it, host holds it)
+lines=$("$tool" estimate-memory llama-7b --mixed-precision bf16 --json; "$tool" estimate-memory llama-7b --mixed-precision bf16 --offload optimizer --json)
+python3 - "$lines" <<'PY'
+import json, sys
+plain, off = [json.loads(l)["bytes_per_gpu"] for l in sys.argv[1].splitlines()]
+assert plain["host"] == 0 and plain["transfer_per_step"] == 0, plain
+assert off["optimizer"] == 0 and off["host"] >= plain["optimizer"], (plain, off)
+assert off["total"] < plain["total"] - plain["optimizer"] * 0.9, (plain, off)
+assert off["transfer_per_step"] == 12 * 6738415616, off  # fp32: the gradient and the weight there, the weight back
+PY
+# an NF4 base (double quant) holds about 0.51 bytes a block weight
+lines=$("$tool" estimate-memory llama-7b --lora-rank 8 --json; "$tool" estimate-memory llama-7b --lora-rank 8 --quantization nf4 --double-quant --json)
+python3 - "$lines" <<'PY'
+import json, sys
+fp32, nf4 = [json.loads(l) for l in sys.argv[1].splitlines()]
+saved = fp32["bytes_per_gpu"]["weights"] - nf4["bytes_per_gpu"]["weights"]
+block = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)  # the blocks' linear weights
+assert abs(saved / block - (4 - 0.5 - 1 / 64 - 4 / 16384)) < 1e-3, saved / block
+PY
+# --budget: the plans that fit, best first; each within the budget, the order as --sort says
+plans=$("$tool" estimate-memory llama-3.1-8b --budget 16GB --mixed-precision bf16 --topology 8xPCIe)
+echo "$plans"
+for want in "plans fit" "LoRA r16 on an NF4 base (double quant) + checkpointing" "Best: llama-3.1-8b on 1 GPU"; do
+  grep -qF -- "$want" <<<"$plans" || { echo "check_estimate: no '$want' in the plans"; exit 1; }
+done
+json=$("$tool" estimate-memory llama-3.1-8b --budget 16GB --mixed-precision bf16 --plans 100 --json)
+python3 - "$json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert rows and all(r["device_bytes"] <= 16e9 for r in rows), rows
+assert [r["plan"] for r in rows] == list(range(1, len(rows) + 1)), rows
+order = {"none": 1, "int8": 2, "nf4": 3, "fp4": 3}
+keys = [(0 if r["training"] == "full" else order[r["quantization"]], r["step_seconds"]) for r in rows]
+assert keys == sorted(keys), keys
+assert not any(r["training"] == "full" for r in rows), "8B fully fine-tuned does not fit 16 GB"
+PY
+json=$("$tool" estimate-memory llama-3.1-8b --budget 80GB --host-budget 200GB -n 8 --mixed-precision bf16 --sort memory --plans 100 --json)
+python3 - "$json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert all(r["device_bytes"] <= 80e9 and r["host_bytes"] <= 200e9 for r in rows), rows
+assert [r["device_bytes"] for r in rows] == sorted(r["device_bytes"] for r in rows), rows
+full = [r for r in rows if r["training"] == "full"]
+assert full and {r["strategy"] for r in full} <= {"ddp", "zero1", "zero2", "zero3"}, rows
+PY
+# nothing fits: the smallest plan named, status 1
+if err=$("$tool" estimate-memory llama-70b --budget 8GB 2>&1 >/dev/null); then echo "check_estimate: 70B in 8 GB fitted"; exit 1; fi
+grep -q "no plan fits in 7.45 GiB per GPU; the smallest, LoRA r16 on an NF4 base" <<<"$err" || { echo "check_estimate: $err"; exit 1; }
+for bad in "nope-7b" "llama-7b --optimizer adam" "llama-7b --quantization nf4" "llama-7b --lora-rank 4 --double-quant --quantization int8" \
+           "llama-7b --offload all" "llama-7b --host-budget 1GB" "llama-7b --budget lots" "llama-7b --budget 1GB --sort best" \
+           "llama-7b --budget 1GB --topology 9xH100" "llama-7b --offload optimizer --optimizer lamb" "llama-7b -n 4 --strategy no" "llama-7b --strategy zero2 -n 2 --optimizer lamb"; do
   # shellcheck disable=SC2086
   if err=$("$tool" estimate-memory $bad 2>&1); then
     echo "check_estimate: '$bad' succeeded: $err"; exit 1

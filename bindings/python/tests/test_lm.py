@@ -432,6 +432,16 @@ def test_estimate_memory():
     assert fused.activations < eager.activations
     sgd = accel.estimate_memory("llama-7b", optimizer="sgd", seq_len=512, micro_batch=2)
     assert sgd.optimizer_state == 0 and sgd.seq_len == 512
+    # offload: the moments in host memory, 12 bytes a parameter moved per step (fp32)
+    off = accel.estimate_memory("llama-7b", offload="optimizer")
+    assert e.host == 0 and e.transfer_bytes == 0
+    assert off.optimizer_state == 0 and off.host >= 8 * LLAMA_7B and off.transfer_bytes == 12 * LLAMA_7B
+    assert off.total < e.total
+    # an NF4 base (double quant) under LoRA: fewer weight bytes than the fp32 base
+    nf4 = accel.estimate_memory("llama-7b", lora_rank=16, quantization="nf4", double_quant=True)
+    assert nf4.weights < lora.weights / 4 and nf4.trainable_parameters == lora.trainable_parameters
+    with pytest.raises(accel.InvalidArgumentError, match="LoRA adapters"):
+        accel.estimate_memory("llama-7b", quantization=accel.Quantization.NF4)
     # a config.json (or its directory) gives the parameters the model really has
     tiny = accel.estimate_memory(os.path.join(FIXTURES, "llama-tiny"))
     assert tiny == accel.estimate_memory(os.path.join(FIXTURES, "llama-tiny", "config.json"))

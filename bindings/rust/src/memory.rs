@@ -27,8 +27,12 @@ pub struct MemoryEstimate {
     /// The rest of the peak: the logits' gradient, a block recomputed under checkpointing,
     /// gathered ZeRO-3 units, gradient buffers in flight.
     pub temporaries: u64,
-    /// The peak of a training step.
+    /// The peak of a training step (device memory).
     pub total: u64,
+    /// The peak of host memory (offload: the optimizer's state, ZeRO's master, the step's copies).
+    pub host: u64,
+    /// Bytes between the device and the host per optimizer step (offload).
+    pub transfer_bytes: u64,
 }
 
 /// Estimates the memory per GPU of training `model` (`accel_estimate_memory`): a named shape
@@ -69,5 +73,7 @@ pub fn estimate_memory(model: &str, opts: &MemoryEstimateOptions) -> Result<Memo
         activations: out.activations,
         temporaries: out.temporaries,
         total: out.total,
+        host: out.host,
+        transfer_bytes: out.transfer_bytes,
     })
 }

@@ -153,11 +153,11 @@ fn struct_layouts_match_the_header() {
         }),
         layout!(accel_memory_estimate_options {
             version, mixed_precision, weights_dtype, optimizer, strategy, world_size, micro_batch, seq_len,
-            gradient_checkpointing, lora_rank, lora_target_modules, attention
+            gradient_checkpointing, lora_rank, lora_target_modules, attention, offload, quantization, double_quant
         }),
         layout!(accel_memory_estimate {
             version, parameters, trainable_parameters, seq_len, attention, weights, gradients, optimizer_state,
-            activations, temporaries, total
+            activations, temporaries, total, host, transfer_bytes
         }),
         layout!(accel_tracker_options { version, log_dir, writers, all_processes }),
         layout!(accel_inference_options { version, num_threads }),
@@ -440,6 +440,9 @@ fn init_defaults_match_the_header() {
         ("lora_rank", me.lora_rank.to_string()),
         ("lora_target_modules", s(me.lora_target_modules)),
         ("attention", me.attention.to_string()),
+        ("offload", me.offload.to_string()),
+        ("quantization", me.quantization.to_string()),
+        ("double_quant", me.double_quant.to_string()),
     ] {
         check(format!("accel_memory_estimate_options.{}", f), v);
     }
@@ -540,9 +543,25 @@ fn options_init_functions_agree_with_the_mirror() {
         let mut ge: sys::accel_generate_options = std::mem::zeroed();
         assert_eq!(sys::accel_generate_options_init(&mut ge, 1), sys::ACCEL_OK);
         assert_eq!(ge, sys::ACCEL_GENERATE_OPTIONS_INIT);
+        // version 2 added offload, quantization and double_quant: version 1's init writes the bytes before them only
         let mut me: sys::accel_memory_estimate_options = std::mem::zeroed();
+        me.offload = 7;
+        me.quantization = 7;
+        me.double_quant = 7;
         assert_eq!(sys::accel_memory_estimate_options_init(&mut me, 1), sys::ACCEL_OK);
+        assert_eq!(
+            me,
+            sys::accel_memory_estimate_options {
+                version: 1,
+                offload: 7,
+                quantization: 7,
+                double_quant: 7,
+                ..sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT
+            }
+        );
+        assert_eq!(sys::accel_memory_estimate_options_init(&mut me, 2), sys::ACCEL_OK);
         assert_eq!(me, sys::ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT);
+        assert_eq!(sys::accel_memory_estimate_options_init(&mut me, 3), sys::ACCEL_ERR_INVALID_ARGUMENT);
         let mut tr: sys::accel_tracker_options = std::mem::zeroed();
         tr.log_dir = b"x\0".as_ptr() as *const std::os::raw::c_char; // overwritten with NULL
         tr.writers = 7;

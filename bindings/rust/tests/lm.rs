@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use accel::{
     estimate_memory, AdafactorOptions, AdamWOptions, Attention, DType, GenerateOptions, LmDataOptions, LmOptions, LoraOptions,
-    MemoryEstimateOptions, MlpOptions, OptimizerKind, Precision, Quantization, Status, Strategy, Tensor,
+    MemoryEstimateOptions, MlpOptions, Offload, OptimizerKind, Precision, Quantization, Status, Strategy, Tensor,
 };
 use common::{ctx, temp_dir};
 
@@ -330,6 +330,18 @@ fn estimate_memory_of_llama_7b() {
     let z = estimate_memory("llama-7b", &z3).unwrap();
     let per_param = (z.weights + z.gradients + z.optimizer_state) as f64 / LLAMA_7B as f64;
     assert!((per_param - 0.25).abs() < 1e-6, "{}", per_param);
+
+    // offload: the moments in host memory, 12 bytes a parameter moved per step (fp32); an NF4
+    // base under LoRA holds fewer weight bytes than the fp32 one
+    let off = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_offload(Offload::Optimizer)).unwrap();
+    assert_eq!((e.host, e.transfer_bytes), (0, 0));
+    assert_eq!((off.optimizer_state, off.transfer_bytes), (0, 12 * p));
+    assert!(off.host >= 8 * p && off.total < e.total, "{:?}", off);
+    let q = MemoryEstimateOptions::default().with_lora_rank(16).with_quantization(Quantization::Nf4).with_double_quant(true);
+    let nf4 = estimate_memory("llama-7b", &q).unwrap();
+    assert!(nf4.weights < lora.weights / 4, "{:?}", nf4);
+    let err = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_quantization(Quantization::Nf4)).unwrap_err();
+    assert_eq!(err.status, Status::InvalidArgument);
 
     // the kernel asked for is the one reported; SGD keeps no state
     let eager = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_attention(Attention::Eager)).unwrap();

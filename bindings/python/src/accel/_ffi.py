@@ -367,7 +367,7 @@ typedef enum accel_optimizer_kind {
     ACCEL_OPTIMIZER_ADAFACTOR = 3,
     ACCEL_OPTIMIZER_LAMB = 4
 } accel_optimizer_kind;
-#define ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION 1
+#define ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION 2
 typedef struct accel_memory_estimate_options {
     uint32_t version;
     accel_precision mixed_precision;
@@ -381,9 +381,12 @@ typedef struct accel_memory_estimate_options {
     int32_t lora_rank;
     const char *lora_target_modules;
     int32_t attention;
+    accel_offload offload;
+    accel_quantization quantization;
+    int32_t double_quant;
 } accel_memory_estimate_options;
 accel_status accel_memory_estimate_options_init(accel_memory_estimate_options *opts, uint32_t version);
-#define ACCEL_MEMORY_ESTIMATE_VERSION 1
+#define ACCEL_MEMORY_ESTIMATE_VERSION 2
 typedef struct accel_memory_estimate {
     uint32_t version;
     int64_t parameters;
@@ -396,6 +399,8 @@ typedef struct accel_memory_estimate {
     uint64_t activations;
     uint64_t temporaries;
     uint64_t total;
+    uint64_t host;
+    uint64_t transfer_bytes;
 } accel_memory_estimate;
 accel_status accel_estimate_memory(const char *model, const accel_memory_estimate_options *opts, accel_memory_estimate *out);
 typedef enum accel_log_writer {

@@ -9,7 +9,7 @@ from typing import NamedTuple, Sequence, Union
 from . import _lib
 from ._errors import _check
 from ._ffi import ffi
-from ._options import Attention, DType, OptimizerKind, Precision, Strategy, _enum
+from ._options import Attention, DType, Offload, OptimizerKind, Precision, Quantization, Strategy, _enum
 from ._util import _cpath, _fill
 
 
@@ -24,7 +24,9 @@ class MemoryEstimate(NamedTuple):
     optimizer_state: int       # the optimizer's state on this GPU
     activations: int           # saved for backward at the end of the forward
     temporaries: int           # the rest of the peak (logits' gradient, recomputed block, ...)
-    total: int                 # the peak of a training step
+    total: int                 # the peak of a training step (device memory)
+    host: int = 0              # the peak of host memory (offload: state, master, the step's copies)
+    transfer_bytes: int = 0    # bytes between device and host per optimizer step (offload)
 
 
 def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: Union[Precision, str] = "no",
@@ -32,7 +34,8 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
                     strategy: Union[Strategy, str] = "no", world_size: int = 1, micro_batch: int = 1,
                     seq_len: int = 0, gradient_checkpointing: bool = False, lora_rank: int = 0,
                     lora_target_modules: Union[str, Sequence[str], None] = None,
-                    attention: Union[Attention, str, None] = None) -> MemoryEstimate:
+                    attention: Union[Attention, str, None] = None, offload: Union[Offload, str] = "none",
+                    quantization: Union[Quantization, str] = "none", double_quant: bool = False) -> MemoryEstimate:
     """The memory per GPU of training a causal LM (accel_estimate_memory; no Accelerator
     needed): weights, gradients, optimizer state, activations and the peak, in bytes.
 
@@ -42,7 +45,10 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
     optimizer: "sgd", "sgd_momentum", "adamw", "adafactor" or "lamb". world_size > 1 needs a
     strategy. seq_len 0: min(1024, max_position_embeddings). lora_rank > 0: LoRA adapters of
     that rank on lora_target_modules (None: PEFT's default for the family). attention:
-    "eager", "fused" or None (this build's kernel). Raises IOError for a model that is
+    "eager", "fused" or None (this build's kernel). offload: "none" or "optimizer" (the
+    optimizer's state and ZeRO's master in host memory: `host` and `transfer_bytes`).
+    quantization: "none", "nf4", "fp4" or "int8" (the LoRA base's linear weights; needs
+    lora_rank), double_quant for NF4/FP4's absmax. Raises IOError for a model that is
     neither a named shape nor a readable config, InvalidArgumentError for a bad option,
     UnsupportedError for what prepare refuses (LAMB under ZeRO, ...)."""
     opts = ffi.new("accel_memory_estimate_options *")
@@ -62,6 +68,9 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
         keep = ffi.new("char[]", _cpath(",".join(names), "lora_target_modules"))
     opts.lora_target_modules = keep
     _fill(opts, attention=Attention.AUTO if attention is None else _enum(Attention, attention, "attention"))
+    _fill(opts, offload=_enum(Offload, offload, "offload"))
+    _fill(opts, quantization=_enum(Quantization, quantization, "quantization"))
+    opts.double_quant = 1 if double_quant else 0
     out = ffi.new("accel_memory_estimate *")
     out.version = _lib.lib.ACCEL_MEMORY_ESTIMATE_VERSION
     _check(_lib.lib.accel_estimate_memory(_cpath(model, "model"), opts, out))  # accel_last_error(NULL)
@@ -71,4 +80,4 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
         kernel = int(out.attention)
     return MemoryEstimate(int(out.parameters), int(out.trainable_parameters), int(out.seq_len), kernel,
                           int(out.weights), int(out.gradients), int(out.optimizer_state), int(out.activations),
-                          int(out.temporaries), int(out.total))
+                          int(out.temporaries), int(out.total), int(out.host), int(out.transfer_bytes))

@@ -2,7 +2,10 @@
 
 use std::os::raw::{c_char, c_int};
 
-use crate::{ACCEL_FLOAT32, ACCEL_PRECISION_NO, ACCEL_STRATEGY_NO, accel_dtype, accel_precision, accel_status, accel_strategy};
+use crate::{
+    ACCEL_FLOAT32, ACCEL_OFFLOAD_NONE, ACCEL_PRECISION_NO, ACCEL_QUANT_NONE, ACCEL_STRATEGY_NO, accel_dtype, accel_offload,
+    accel_precision, accel_quantization, accel_status, accel_strategy,
+};
 
 // ---- Memory estimates ----------------------------------------------------------------
 
@@ -13,7 +16,7 @@ pub const ACCEL_OPTIMIZER_ADAMW: accel_optimizer_kind = 2;
 pub const ACCEL_OPTIMIZER_ADAFACTOR: accel_optimizer_kind = 3;
 pub const ACCEL_OPTIMIZER_LAMB: accel_optimizer_kind = 4;
 
-pub const ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION: u32 = 1;
+pub const ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION: u32 = 2;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +33,10 @@ pub struct accel_memory_estimate_options {
     pub lora_rank: i32,
     pub lora_target_modules: *const c_char,
     pub attention: i32,
+    // version 2
+    pub offload: accel_offload,
+    pub quantization: accel_quantization,
+    pub double_quant: i32,
 }
 
 /// `ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT`
@@ -46,9 +53,12 @@ pub const ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT: accel_memory_estimate_options = ac
     lora_rank: 0,
     lora_target_modules: std::ptr::null(),
     attention: 0,
+    offload: ACCEL_OFFLOAD_NONE,
+    quantization: ACCEL_QUANT_NONE,
+    double_quant: 0,
 };
 
-pub const ACCEL_MEMORY_ESTIMATE_VERSION: u32 = 1;
+pub const ACCEL_MEMORY_ESTIMATE_VERSION: u32 = 2;
 
 /// An estimate in bytes per GPU; the caller sets `version` (`ACCEL_MEMORY_ESTIMATE_VERSION`).
 #[repr(C)]
@@ -65,6 +75,9 @@ pub struct accel_memory_estimate {
     pub activations: u64,
     pub temporaries: u64,
     pub total: u64,
+    // version 2
+    pub host: u64,
+    pub transfer_bytes: u64,
 }
 
 extern "C" {

@@ -6,7 +6,7 @@ use crate::error::{check, Result};
 use crate::sys;
 use crate::tensor::DType;
 use crate::util::cstring;
-use super::enums::{Attention, OptimizerKind, Precision, Strategy};
+use super::enums::{Attention, Offload, OptimizerKind, Precision, Quantization, Strategy};
 
 /// `accel_memory_estimate_options`: what [`estimate_memory`](crate::estimate_memory) assumes
 /// of the training run.
@@ -32,6 +32,12 @@ pub struct MemoryEstimateOptions {
     /// The LoRA targets ("q_proj", "v_proj") or `["all-linear"]`; empty: PEFT's default for the family.
     pub lora_target_modules: Vec<String>,
     pub attention: Attention,
+    /// `Offload::Optimizer`: the optimizer's state and ZeRO's separate fp32 master in host memory.
+    pub offload: Offload,
+    /// The LoRA base's linear weights quantized (NF4, FP4, int8); needs `lora_rank` > 0.
+    pub quantization: Quantization,
+    /// NF4's or FP4's absmax quantized again.
+    pub double_quant: bool,
 }
 
 impl Default for MemoryEstimateOptions {
@@ -49,6 +55,9 @@ impl Default for MemoryEstimateOptions {
             lora_rank: 0,
             lora_target_modules: Vec::new(),
             attention: Attention::Auto,
+            offload: Offload::None,
+            quantization: Quantization::None,
+            double_quant: false,
         }
     }
 }
@@ -78,6 +87,9 @@ impl MemoryEstimateOptions {
         };
         o.lora_target_modules = names.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
         o.attention = self.attention.to_raw();
+        o.offload = self.offload.to_raw();
+        o.quantization = self.quantization.to_raw();
+        o.double_quant = self.double_quant as i32;
         Ok((o, names))
     }
 }
@@ -94,4 +106,7 @@ setters!(MemoryEstimateOptions {
     with_lora_rank lora_rank: i32,
     with_lora_target_modules lora_target_modules: Vec<String>,
     with_attention attention: Attention,
+    with_offload offload: Offload,
+    with_quantization quantization: Quantization,
+    with_double_quant double_quant: bool,
 });
