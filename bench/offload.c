@@ -9,7 +9,8 @@
  *    offload_ratio = the offloaded step's median time over the plain one's (on a CPU the
  *    "host" is the same memory: what it costs is the copies of the weights and gradients).
  * 2. The simulator's prediction of the same step on GPUs: DDP on "8xH100" (8 ranks, PCIe 5.0
- *    x16 to the host) and one GPU of "8xPCIe" (PCIe 4.0 x16), with and without offload: the
+ *    x16 to the host), one GPU of "8xPCIe" (PCIe 4.0 x16) and DDP on "4xGH200" (4 ranks,
+ *    NVLink-C2C to the host, 450 GB/s a direction), with and without offload: the
  *    predicted time of a step (the difference between runs of 3 and 1 steps, halved), the host
  *    transfers' share of it, the device and host peaks of rank 0:
  *      {"bench":"offload","case":"sim/8xH100/...","plain_step_s":..,"offload_step_s":..,
@@ -206,7 +207,7 @@ int main(int argc, char **argv) {
 
     /* 2. the simulator's prediction on GPUs */
     const struct { const char *topology, *what; int world; } sims[] = {
-        {"8xH100", "8xH100/ddp-8", 8}, {"8xPCIe", "1xPCIe4-GPU", 1}};
+        {"8xH100", "8xH100/ddp-8", 8}, {"8xPCIe", "1xPCIe4-GPU", 1}, {"4xGH200", "4xGH200/ddp-4", 4}};
     for (size_t k = 0; k < sizeof sims / sizeof sims[0]; ++k) {
         SimOut p1, p3, o1, o3;
         if (simulate(sims[k].topology, sims[k].world, ACCEL_OFFLOAD_NONE, 1, config, &p1) ||

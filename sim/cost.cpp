@@ -39,6 +39,9 @@ constexpr double kLaunch = 10 * us;
 // PCIe x16 between a GPU and its host, per direction: lanes x transfer rate x 128/130 / 8
 // (5.0: 32 GT/s, 4.0: 16 GT/s), the spec sheet's rate (no measurement fitted yet).
 constexpr double kPcie5x16 = 63.0 * GB, kPcie4x16 = 31.5 * GB;
+// NVLink-C2C between a Grace Hopper superchip's GPU and its CPU: 900 GB/s in both directions
+// together (NVIDIA's GH200 datasheet), 450 GB/s each way.
+constexpr double kNvlinkC2C = 450.0 * GB;
 
 // ---------------------------------------------------------------------------------------
 // The presets. Each number names the dataset of sim/calibration/nccl_tests.csv it was
@@ -359,6 +362,20 @@ PlatformSpec platform_spec(const std::string& name) {
     return s;
   }
   if (name == "8xA100" || name == "a100") return a100_spec();
+  if (name == "4xGH200" || name == "gh200") {
+    // GH200 Grace Hopper superchips, four to a node (HPE Cray EX254n, as CSCS's Alps; NVIDIA's
+    // quad GH200 MGX): each Hopper GPU has the H100's 18 NVLink 4 links, 6 to each of the 3
+    // others (all-to-all, no NVSwitch, so no NVLink SHARP), 450 GB/s per direction in all, and
+    // the H100's dense BF16 peak. Its host memory (the Grace CPU's LPDDR5X) is reached over
+    // NVLink-C2C at 900 GB/s, 450 GB/s per direction, instead of PCIe.
+    PlatformSpec s = nvlink_node("4xGH200",
+                                 "one node of 4 GH200 Grace Hopper superchips, NVLink 4 all-to-all (6 links a pair), "
+                                 "host memory over NVLink-C2C",
+                                 "NVLink4", 450, false, 989e12);
+    s.gpus_per_node = 4;
+    s.host_link_bandwidth = kNvlinkC2C;
+    return s;
+  }
   if (name == "8xPCIe" || name == "pcie") {
     // PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s per direction; two domains
     // of 4 GPUs, a ring across them keeps 0.8 of its bandwidth (NVIDIA/nccl #1639)
@@ -422,7 +439,8 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
 }
 
 std::vector<std::string> topology_preset_names() {
-  return {"8xH100", "8xA100", "8xPCIe", "Nx8xH100-IB", "8xH200", "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB"};
+  return {"8xH100",        "8xA100",        "8xPCIe",      "Nx8xH100-IB", "8xH200",
+          "Nx8xH100-RoCE", "Nx8xH100-EFA",  "Nx8xA100-IB", "4xGH200"};
 }
 
 Topology topology_preset(const std::string& name) {

@@ -54,7 +54,8 @@ struct Topology {
   double gpu_flops = 0.0;
   double mfu = 0.4;
   // Between a GPU and its host's memory, per direction, bytes/s, from the spec sheet (PCIe
-  // 5.0 x16: 63 GB/s; 4.0 x16: 31.5 GB/s): what offloaded optimizer state and weights cross
+  // 5.0 x16: 63 GB/s; 4.0 x16: 31.5 GB/s; Grace Hopper's NVLink-C2C: 450 GB/s): what
+  // offloaded optimizer state and weights cross
   // (docs/memory.md). 0: no host link modelled.
   double host_link_bandwidth = 0.0;
   // --- added by the calibration (docs/sim-calibration.md) ---
@@ -74,8 +75,9 @@ struct Topology {
 // 8xH100 over 400 Gb/s InfiniBand, e.g. "4x8xH100-IB"), calibrated on their own data; and,
 // predicted from their spec sheet (topology_from_spec with spec_coefficients()), "8xH200",
 // "Nx8xH100-RoCE" (16 x 200G RoCE per node), "Nx8xH100-EFA" (32 x 100G EFA per node, AWS
-// p5) and "Nx8xA100-IB" (8 x HDR 200G per node). Throws Error(InvalidArgument) naming the
-// known presets.
+// p5), "Nx8xA100-IB" (8 x HDR 200G per node) and "4xGH200" (4 Grace Hopper superchips, NVLink 4
+// all-to-all, host memory over NVLink-C2C at 450 GB/s a direction). Throws
+// Error(InvalidArgument) naming the known presets.
 Topology topology_preset(const std::string& name);
 std::vector<std::string> topology_preset_names();
 

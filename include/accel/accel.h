@@ -891,7 +891,8 @@ ACCEL_API accel_status accel_sim_report_predicted_seconds(const accel_sim_report
 /* Rank `rank`'s host side (docs/memory.md, "Offload"): its peak host memory in bytes (what
  * offload kept there; 0 without offload), the bytes that crossed between its device and
  * the host (both directions), and their time over the topology's host link (PCIe 5.0 x16
- * at 63 GB/s for the H100 presets, 4.0 x16 at 31.5 GB/s for the A100 and PCIe ones),
+ * at 63 GB/s for the H100 presets, 4.0 x16 at 31.5 GB/s for the A100 and PCIe ones,
+ * NVLink-C2C at 450 GB/s a direction for 4xGH200),
  * included in the predicted time. Any out-parameter may be NULL. ACCEL_ERR_INVALID_ARGUMENT
  * for a NULL report or a rank outside it. */
 ACCEL_API accel_status accel_sim_report_rank_host(const accel_sim_report *report, int32_t rank,

@@ -262,7 +262,7 @@ const std::vector<std::string>& presets() {
                                              "2x8xH100-IB", "3x8xH100-IB", "4x8xH100-IB",  "6x8xH100-IB",
                                              "8x8xH100-IB", "10x8xH100-IB", "16x8xH100-IB", "128x8xH100-IB",
                                              "8xH200",      "2x8xH100-RoCE", "4x8xH100-EFA", "4x8xA100-IB",
-                                             "16x8xA100-IB"};
+                                             "16x8xA100-IB", "4xGH200"};
   return p;
 }
 
@@ -495,6 +495,20 @@ TEST(Calibration, SpecPresetsAgreeWithWhatIsPublished) {
   const double a100_peak = peak_busbw(topology_preset("16x8xA100-IB"), CollKind::AllReduce, 128) / 1e9;
   EXPECT_LT(a100_peak, 200.0);
   EXPECT_GT(a100_peak, 0.75 * 192.0);
+  // 4xGH200: 4 GPUs, the H100's NVLink 4 bandwidth all-to-all and its BF16 peak, no NVSwitch
+  // (a ring, never NVLS), and NVLink-C2C to the host: 900 GB/s both ways, 450 each, 7.1x the
+  // 8xH100 preset's PCIe 5.0 x16
+  const Topology gh = topology_preset("4xGH200");
+  EXPECT_EQ(gh.gpus_per_node, 4);
+  EXPECT_DOUBLE_EQ(gh.host_link_bandwidth, 450e9);
+  EXPECT_DOUBLE_EQ(gh.gpu_flops, topology_preset("8xH100").gpu_flops);
+  EXPECT_NEAR(gh.host_link_bandwidth / topology_preset("8xH100").host_link_bandwidth, 450.0 / 63.0, 1e-12);
+  for (uint64_t s = 1 * MiB; s <= 8 * GiB; s *= 4)
+    EXPECT_EQ(collective_cost(gh, CollKind::AllReduce, s, 4).algorithm, "ring") << s;
+  EXPECT_DOUBLE_EQ(peak_busbw(gh, CollKind::AllReduce, 4), peak_busbw(h100, CollKind::AllReduce, 4) > 0
+                                                               ? spec_coefficients().eta_ring * 450e9
+                                                               : 0.0);
+  EXPECT_EQ(topology_preset("gh200").name, "4xGH200");
   // presets that are not names
   EXPECT_THROW(topology_preset("2x8xH100-Ethernet"), Error);
   EXPECT_THROW(topology_preset("2x8xA100-RoCE"), Error);
