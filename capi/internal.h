@@ -456,15 +456,18 @@ inline accel::Options runtime_options(const accel_options* opts) {
       ro.backend = v;
     }
   }
-  ACCEL_CHECK(raw(o.offload) >= ACCEL_OFFLOAD_NONE && raw(o.offload) <= ACCEL_OFFLOAD_OPTIMIZER,
-              Status::InvalidArgument, "offload must be an accel_offload (0 none, 1 optimizer), got ", raw(o.offload));
+  ACCEL_CHECK(raw(o.offload) >= ACCEL_OFFLOAD_NONE && raw(o.offload) <= ACCEL_OFFLOAD_PARAMETERS,
+              Status::InvalidArgument, "offload must be an accel_offload (0 none, 1 optimizer, 2 parameters), got ",
+              raw(o.offload));
   ro.offload = static_cast<accel::Offload>(raw(o.offload));
   if (raw(o.offload) == ACCEL_OFFLOAD_NONE) {
     if (const char* env = std::getenv("ACCEL_OFFLOAD")) {
       const std::string v = lowercase(env);
-      ACCEL_CHECK(v == "none" || v == "optimizer", Status::InvalidArgument, "ACCEL_OFFLOAD='", env,
-                  "' is not an offload (none, optimizer)");
-      ro.offload = v == "optimizer" ? accel::Offload::Optimizer : accel::Offload::None;
+      ACCEL_CHECK(v == "none" || v == "optimizer" || v == "parameters", Status::InvalidArgument, "ACCEL_OFFLOAD='",
+                  env, "' is not an offload (none, optimizer, parameters)");
+      ro.offload = v == "optimizer"    ? accel::Offload::Optimizer
+                   : v == "parameters" ? accel::Offload::Parameters
+                                       : accel::Offload::None;
     }
   }
   ro.timeout_seconds = o.timeout_seconds;

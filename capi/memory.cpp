@@ -33,9 +33,10 @@ accel_status accel_estimate_memory(const char* model, const accel_memory_estimat
     if (o.lora_target_modules) c.lora_targets = target_list(o.lora_target_modules);
     c.attention = static_cast<accel::EstimateAttention>(o.attention);
     const int off = raw(o.offload);
-    ACCEL_CHECK(off == ACCEL_OFFLOAD_NONE || off == ACCEL_OFFLOAD_OPTIMIZER, Status::InvalidArgument,
-                "offload must be ACCEL_OFFLOAD_NONE or ACCEL_OFFLOAD_OPTIMIZER, got ", off);
-    c.offload = off == ACCEL_OFFLOAD_OPTIMIZER;
+    ACCEL_CHECK(off == ACCEL_OFFLOAD_NONE || off == ACCEL_OFFLOAD_OPTIMIZER || off == ACCEL_OFFLOAD_PARAMETERS,
+                Status::InvalidArgument,
+                "offload must be ACCEL_OFFLOAD_NONE, ACCEL_OFFLOAD_OPTIMIZER or ACCEL_OFFLOAD_PARAMETERS, got ", off);
+    c.offload = off;
     c.quantization = raw(o.quantization);
     c.double_quant = o.double_quant != 0;
     const accel::MemoryEstimate e = accel::estimate_memory(std::string(model), c);

@@ -224,7 +224,7 @@ void Accelerator::prepare(const std::shared_ptr<Model>& model, const std::shared
     model_ = m;
   }
   if (o && !opt_) {
-    o->set_offload(opts_.offload == Offload::Optimizer);  // before its state exists
+    o->set_offload(opts_.offload != Offload::None);  // before its state exists
     if (!strategy_->shards_state() && !o->bound()) o->bind();  // a sharding strategy keeps the state itself
     opt_ = o;
   }
@@ -244,7 +244,7 @@ void Accelerator::agree_on_configuration(const Model* m, const Optimizer* o, con
       {"mixed_precision", opts_.precision == Precision::BF16 ? "bf16" : opts_.precision == Precision::FP16 ? "fp16" : "no"},
       {"gradient_accumulation_steps", std::to_string(opts_.gradient_accumulation_steps)},
       {"bucket_bytes", std::to_string(opts_.bucket_bytes)},
-      {"offload", opts_.offload == Offload::Optimizer ? "optimizer" : "none"},
+      {"offload", offload_name(opts_.offload)},
   };
   if (m) {
     std::string shapes;

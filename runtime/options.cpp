@@ -25,8 +25,20 @@ void validate(const Options& o) {
   ACCEL_CHECK(static_cast<int>(o.strategy) >= 0 && static_cast<int>(o.strategy) <= 4, Status::InvalidArgument,
               "strategy must be in [0, 4] (0 no, 1 DDP, 2-4 ZeRO stages 1-3), got ", static_cast<int>(o.strategy));
   domain::at_least("bucket_bytes", o.bucket_bytes, 1);
-  ACCEL_CHECK(o.offload == Offload::None || o.offload == Offload::Optimizer, Status::InvalidArgument,
-              "offload must be 0 (none) or 1 (optimizer), got ", static_cast<int>(o.offload));
+  ACCEL_CHECK(o.offload == Offload::None || o.offload == Offload::Optimizer || o.offload == Offload::Parameters,
+              Status::InvalidArgument, "offload must be 0 (none), 1 (optimizer) or 2 (parameters), got ",
+              static_cast<int>(o.offload));
+  ACCEL_CHECK(o.offload != Offload::Parameters || o.strategy == Strategy::Zero3, Status::InvalidArgument,
+              "offload 2 (parameters) keeps each rank's shard of the weights in host memory, which only ZeRO-3 "
+              "shards: set strategy ZeRO-3, or offload 1 (optimizer)");
+}
+
+const char* offload_name(Offload o) {
+  switch (o) {
+    case Offload::Optimizer: return "optimizer";
+    case Offload::Parameters: return "parameters";
+    default: return "none";
+  }
 }
 
 const char* strategy_name(Strategy s) {

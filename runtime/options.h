@@ -19,8 +19,10 @@ enum class Precision { No = 0, BF16 = 1, FP16 = 2, Auto = 3 };
 enum class DeviceKind { Auto = 0, CPU = 1, CUDA = 2 };
 // ZeRO stages as DeepSpeed numbers them (FSDP: SHARD_GRAD_OP ~ Zero2, FULL_SHARD ~ Zero3).
 enum class Strategy { None = 0, DDP = 1, Zero1 = 2, Zero2 = 3, Zero3 = 4 };
-// Optimizer: the optimizer's state and master weights in host memory (docs/memory.md).
-enum class Offload { None = 0, Optimizer = 1 };
+// Optimizer: the optimizer's state and master weights in host memory (docs/memory.md);
+// Parameters: that and, under ZeRO-3, each rank's shard of the working weights.
+enum class Offload { None = 0, Optimizer = 1, Parameters = 2 };
+const char* offload_name(Offload o);  // "none", "optimizer", "parameters"
 inline bool is_zero(Strategy s) { return s == Strategy::Zero1 || s == Strategy::Zero2 || s == Strategy::Zero3; }
 inline int zero_stage(Strategy s) { return is_zero(s) ? static_cast<int>(s) - 1 : 0; }
 const char* strategy_name(Strategy s);

@@ -217,7 +217,8 @@ int main(int argc, char** argv) {
   est->add_option("--lora-rank", ea.lora_rank, "LoRA adapters of this rank (0: full fine-tuning)")->capture_default_str();
   est->add_option("--lora-targets", ea.lora_targets, "the adapted modules (default: PEFT's for the family)");
   est->add_option("--attention", ea.attention, "auto (this build's kernel), eager or fused")->capture_default_str();
-  est->add_option("--offload", ea.offload, "none, or optimizer (its state and ZeRO's master in host memory)");
+  est->add_option("--offload", ea.offload, "none, optimizer (its state and ZeRO's master in host memory) or parameters "
+                                          "(ZeRO-3: its shard of the weights too)");
   est->add_option("--quantization", ea.quantization, "the LoRA base's linear weights: none, nf4, fp4 or int8");
   est->add_flag("--double-quant", ea.double_quant, "NF4's or FP4's absmax quantized again");
   est->add_option("--budget", ea.budget,

@@ -52,13 +52,17 @@ int pick(const std::map<std::string, int>& table, const std::string& v, const ch
 }
 
 const std::map<std::string, int>& offload_table() {
-  static const std::map<std::string, int> t = {{"none", ACCEL_OFFLOAD_NONE}, {"optimizer", ACCEL_OFFLOAD_OPTIMIZER}};
+  static const std::map<std::string, int> t = {
+      {"none", ACCEL_OFFLOAD_NONE}, {"optimizer", ACCEL_OFFLOAD_OPTIMIZER}, {"parameters", ACCEL_OFFLOAD_PARAMETERS}};
   return t;
 }
 const std::map<std::string, int>& quant_table() {
   static const std::map<std::string, int> t = {
       {"none", ACCEL_QUANT_NONE}, {"nf4", ACCEL_QUANT_NF4}, {"fp4", ACCEL_QUANT_FP4}, {"int8", ACCEL_QUANT_INT8}};
   return t;
+}
+const char* offload_label(int o) {
+  return o == ACCEL_OFFLOAD_PARAMETERS ? "parameters" : o == ACCEL_OFFLOAD_OPTIMIZER ? "optimizer" : "none";
 }
 const char* quant_label(int q) { return q == ACCEL_QUANT_NF4 ? "nf4" : q == ACCEL_QUANT_FP4 ? "fp4" : q == ACCEL_QUANT_INT8 ? "int8" : "none"; }
 
@@ -97,8 +101,8 @@ std::vector<std::string> split(const std::string& list) {
 // One configuration the plan search tried: what it sets, the estimate, the predicted step.
 struct Plan {
   std::string strategy;
-  bool offload = false, ckpt = false, double_quant = false;
-  int quant = 0;
+  bool ckpt = false, double_quant = false;
+  int offload = 0, quant = 0;
   int64_t lora = 0;
   accel_memory_estimate e{};
   double compute = 0, comm = 0, transfer = 0, step = 0;
@@ -108,7 +112,7 @@ struct Plan {
     if (quant) l += std::string(" on an ") + (quant == ACCEL_QUANT_INT8 ? "int8" : quant == ACCEL_QUANT_NF4 ? "NF4" : "FP4") +
                     " base" + (double_quant ? " (double quant)" : "");
     if (strategy != "no") l += ", " + strategy;
-    if (offload) l += " + optimizer offload";
+    if (offload) l += offload == ACCEL_OFFLOAD_PARAMETERS ? " + optimizer and parameter offload" : " + optimizer offload";
     if (ckpt) l += " + checkpointing";
     return l;
   }
@@ -134,7 +138,7 @@ int plans(const EstimateArgs& a) {
   const std::vector<std::string> strategies =
       !a.strategy.empty() ? split(a.strategy) : a.world > 1 ? std::vector<std::string>{"ddp", "zero1", "zero2", "zero3"}
                                                             : std::vector<std::string>{"no"};
-  std::vector<int> offloads = {ACCEL_OFFLOAD_NONE, ACCEL_OFFLOAD_OPTIMIZER};
+  std::vector<int> offloads = {ACCEL_OFFLOAD_NONE, ACCEL_OFFLOAD_OPTIMIZER, ACCEL_OFFLOAD_PARAMETERS};
   if (!a.offload.empty()) offloads = {pick(offload_table(), a.offload, "--offload")};
   const std::vector<bool> ckpts = a.ckpt ? std::vector<bool>{true} : std::vector<bool>{false, true};
   const std::vector<int64_t> ranks = a.lora_rank > 0 ? std::vector<int64_t>{a.lora_rank} : std::vector<int64_t>{0, 16};
@@ -148,9 +152,10 @@ int plans(const EstimateArgs& a) {
         if (q != ACCEL_QUANT_NONE && r == 0) continue;  // a quantized base trains through adapters
         for (int off : offloads)
           for (bool ck : ckpts) {
+            if (off == ACCEL_OFFLOAD_PARAMETERS && s != "zero3" && s != "full_shard") continue;  // ZeRO-3's shard
             Plan p;
             p.strategy = s;
-            p.offload = off != 0;
+            p.offload = off;
             p.ckpt = ck;
             p.quant = q;
             p.lora = r;
@@ -212,7 +217,7 @@ int plans(const EstimateArgs& a) {
       j["quantization"] = quant_label(p.quant);
       j["double_quant"] = p.double_quant;
       j["strategy"] = p.strategy;
-      j["offload"] = p.offload ? "optimizer" : "none";
+      j["offload"] = offload_label(p.offload);
       j["gradient_checkpointing"] = p.ckpt;
       j["world_size"] = a.world;
       j["topology"] = topo.name;
@@ -310,7 +315,7 @@ int estimate(const EstimateArgs& a) {
       j["gradient_checkpointing"] = a.ckpt;
       j["lora_rank"] = a.lora_rank;
       j["attention"] = e.attention == 2 ? "fused" : "eager";
-      j["offload"] = o.offload == ACCEL_OFFLOAD_OPTIMIZER ? "optimizer" : "none";
+      j["offload"] = offload_label(o.offload);
       j["quantization"] = quant_label(o.quantization);
       j["double_quant"] = a.double_quant;
       j["bytes_per_gpu"] = {{"weights", e.weights},         {"gradients", e.gradients},
@@ -325,7 +330,7 @@ int estimate(const EstimateArgs& a) {
   std::string extras;
   if (a.lora_rank > 0) extras += ", LoRA rank " + std::to_string(a.lora_rank);
   if (o.quantization) extras += std::string(" on a ") + quant_label(o.quantization) + " base" + (a.double_quant ? " (double quant)" : "");
-  if (o.offload) extras += ", optimizer offloaded";
+  if (o.offload) extras += o.offload == ACCEL_OFFLOAD_PARAMETERS ? ", optimizer and parameters offloaded" : ", optimizer offloaded";
   std::printf("%s: %.4g M parameters (%.4g M trained); %s, %s weights, %s; %d GPU%s; micro-batch %lld x %lld tokens%s%s; "
               "%s attention\n\n",
               a.model.c_str(), f.parameters / 1e6, f.trainable_parameters / 1e6,
@@ -333,7 +338,7 @@ int estimate(const EstimateArgs& a) {
               a.dtype.c_str(), a.optimizer.c_str(), a.world, a.world == 1 ? "" : "s", static_cast<long long>(a.batch),
               static_cast<long long>(f.seq_len), a.ckpt ? ", gradient checkpointing" : "", extras.c_str(),
               f.attention == 2 ? "fused" : "eager");
-  const bool host = o.offload == ACCEL_OFFLOAD_OPTIMIZER;
+  const bool host = o.offload != ACCEL_OFFLOAD_NONE;
   std::printf("%-8s %12s %12s %12s %12s %12s %12s", "strategy", "weights", "gradients", "optimizer", "activations",
               "temporaries", "total/GPU");
   if (host) std::printf(" %12s %12s", "host/GPU", "moved/step");

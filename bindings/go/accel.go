@@ -180,6 +180,9 @@ const (
 	// live in host memory and each step runs on the CPU; the same weights, bit for bit, as
 	// OffloadNone.
 	OffloadOptimizer Offload = C.ACCEL_OFFLOAD_OPTIMIZER
+	// OffloadParameters (ZeRO-3 only) is OffloadOptimizer and each rank's shard of the
+	// working weights in host memory too, copied to the device unit by unit for its gathers.
+	OffloadParameters Offload = C.ACCEL_OFFLOAD_PARAMETERS
 )
 
 // Activation is accel_activation.

@@ -592,7 +592,7 @@ func TestSimOffloadHostMemory(t *testing.T) {
 
 func TestSimOffloadRefusals(t *testing.T) {
 	// an offload value that is no accel_offload: refused by Init and by SimRun before any rank runs
-	for _, bad := range []Offload{2, -1, 7} {
+	for _, bad := range []Offload{3, -1, 7} {
 		o := ctxOpts()
 		o.Device = DeviceCPU
 		o.Offload = bad
@@ -614,6 +614,14 @@ func TestSimOffloadRefusals(t *testing.T) {
 		o.Offload = good
 		ok(t, must(Init(o)).Close())
 	}
+	// parameter offload is ZeRO-3's
+	po := ctxOpts()
+	po.Device = DeviceCPU
+	po.Offload = OffloadParameters
+	_, err := Init(po)
+	wantErr(t, err, ErrInvalidArgument, "only ZeRO-3")
+	po.Strategy = StrategyZero3
+	ok(t, must(Init(po)).Close())
 	// a rank outside the report is refused by the host accessor
 	o := ctxOpts()
 	o.Offload = OffloadOptimizer

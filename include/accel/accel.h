@@ -249,12 +249,18 @@ typedef enum accel_backend {
 /* What lives in host memory instead of the device's (docs/memory.md, "Offload"). */
 typedef enum accel_offload {
     ACCEL_OFFLOAD_NONE = 0,      /* everything on the device */
-    ACCEL_OFFLOAD_OPTIMIZER = 1  /* ZeRO-Offload: the optimizer's state and the fp32 master
+    ACCEL_OFFLOAD_OPTIMIZER = 1, /* ZeRO-Offload: the optimizer's state and the fp32 master
                                     weights live in host memory (pinned on CUDA); each step
                                     copies the gradients there, steps with the CPU kernels
                                     and copies the updated weights back in the model's dtype.
                                     The same arithmetic as without: the same weights, bit for
                                     bit, and the same checkpoints */
+    ACCEL_OFFLOAD_PARAMETERS = 2 /* ZeRO-3 only (ACCEL_ERR_INVALID_ARGUMENT otherwise): the
+                                    optimizer's, as above, and each rank's shard of the
+                                    working weights in host memory too, copied to the device
+                                    unit by unit for its all-gathers (forward and backward).
+                                    In fp32 the shard is the master, in host memory with
+                                    either value. The same weights, bit for bit */
 } accel_offload;
 
 #define ACCEL_OPTIONS_VERSION 4
@@ -307,8 +313,8 @@ typedef struct accel_options {
     /* version 4: training in the memory a device has (docs/memory.md) */
     accel_offload offload;               /* default ACCEL_OFFLOAD_NONE, or the ACCEL_OFFLOAD
                                             environment variable when left at the default:
-                                            "none", "optimizer" (any case; `accel launch
-                                            --offload` sets it) */
+                                            "none", "optimizer", "parameters" (any case;
+                                            `accel launch --offload` sets it) */
 } accel_options;
 
 #define ACCEL_OPTIONS_INIT \
@@ -1324,7 +1330,8 @@ typedef struct accel_memory_estimate_options {
     /* version 2: training in the memory a device has (docs/memory.md) */
     accel_offload offload;            /* as accel_options.offload: ACCEL_OFFLOAD_OPTIMIZER puts
                                          the optimizer's state (fp32) and ZeRO's separate fp32
-                                         master in host memory (default ACCEL_OFFLOAD_NONE) */
+                                         master in host memory, ACCEL_OFFLOAD_PARAMETERS (ZeRO-3)
+                                         ZeRO-3's working shard too (default ACCEL_OFFLOAD_NONE) */
     accel_quantization quantization;  /* as accel_lm_options.quantization: the LoRA base's
                                          linear weights in NF4, FP4 or int8 (needs lora_rank >
                                          0; default ACCEL_QUANT_NONE) */

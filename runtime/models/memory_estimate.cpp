@@ -218,6 +218,10 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
               "a quantized base trains through LoRA adapters: set lora_rank (QLoRA)");
   ACCEL_CHECK(!o.double_quant || o.quantization == 1 || o.quantization == 2, Status::InvalidArgument,
               "double_quant quantizes NF4's or FP4's absmax: it needs quantization NF4 or FP4");
+  ACCEL_CHECK(o.offload >= 0 && o.offload <= 2, Status::InvalidArgument,
+              "offload must be 0 (none), 1 (optimizer) or 2 (parameters), got ", o.offload);
+  ACCEL_CHECK(o.offload != 2 || o.strategy == 4, Status::InvalidArgument,
+              "offload 2 (parameters) keeps each rank's shard of the weights in host memory, which only ZeRO-3 shards");
   ACCEL_CHECK(!(o.offload && o.optimizer == EstimateOptimizer::LAMB), Status::Unsupported,
               "offload steps SGD, AdamW and Adafactor in shards, not LAMB (its trust ratio needs whole tensors)");
 
@@ -390,6 +394,18 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
       host = host_state + (separate ? Pt / n * 4.0 : 0.0);
       host_step = (separate ? 1.0 : 2.0) * 4.0 * chunk;
       r.transfer_bytes = Pt / n * (separate ? 2 * work : 8.0 + work);
+      // ZeRO-3 whose gathers read host memory (fp32: the master; offload 2: the 16-bit
+      // working shard, moved there too): each unit's shard goes to the device for its
+      // forward's and its backward's all-gather, and the step's update stays on the host
+      if (o.strategy == 4 && (work == 4.0 || o.offload == 2)) {
+        if (work != 4.0) {
+          weights -= Pt / n * work;
+          host += Pt / n * work;
+        }
+        r.transfer_bytes = Pt / n * work + 2 * Pt / n * work;
+        // tied embeddings: the head reads the embedding's unit again, one more gather (measured)
+        if (c.tie_word_embeddings && !lora) r.transfer_bytes += embed / n * work;
+      }
     }
   }
   r.weights = weights;

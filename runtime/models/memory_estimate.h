@@ -30,7 +30,8 @@ struct MemoryEstimateConfig {
   int64_t lora_rank = 0;        // 0: full fine-tuning
   std::vector<std::string> lora_targets;  // PEFT's names; empty: PEFT's default; {"all-linear"}
   EstimateAttention attention = EstimateAttention::Auto;  // Auto: the kernel this build runs
-  bool offload = false;         // the optimizer's state (and ZeRO's fp32 master) in host memory
+  int offload = 0;              // 1: the optimizer's state (and ZeRO's fp32 master) in host memory;
+                                // 2 (ZeRO-3): and its working shard (Offload)
   int quantization = 0;         // the LoRA base's linear weights: 0 none, 1 NF4, 2 FP4, 3 int8 (QuantType)
   bool double_quant = false;    // NF4/FP4's absmax quantized again
 };

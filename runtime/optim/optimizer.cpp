@@ -44,9 +44,9 @@ void Optimizer::step() {
 
 namespace offload {
 
-torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_device) {
+torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_device, c10::ScalarType dtype) {
   device_memory::HostScope host;
-  return torch::zeros(shape, torch::dtype(torch::kFloat).device(torch::kCPU).pinned_memory(model_device.is_cuda()));
+  return torch::zeros(shape, torch::dtype(dtype).device(torch::kCPU).pinned_memory(model_device.is_cuda()));
 }
 
 torch::Tensor to_host(const torch::Tensor& t) {

@@ -227,7 +227,8 @@ class Optimizer {
 // Offload's host memory (docs/memory.md): fp32, pinned when the model is on a GPU, and
 // charged to a simulated rank's host budget (device_memory::HostScope).
 namespace offload {
-torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_device);
+torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_device,
+                         c10::ScalarType dtype = torch::kFloat);
 // An fp32 copy of t in host memory.
 torch::Tensor to_host(const torch::Tensor& t);
 }  // namespace offload

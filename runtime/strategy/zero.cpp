@@ -360,7 +360,7 @@ class ZeroEngine::RankShard final : public Shard, public Reducer {
         e_.master_chunk(s).copy_(host_w_[s]);
         opt_.count_host_bytes(static_cast<uint64_t>(host_w_[s].numel()) * 4);
         host_w_[s] = torch::Tensor();
-      } else {
+      } else if (!e_.weights_on_host()) {  // (stage 3 with its shard on the host: its gathers copy it)
         opt_.count_host_bytes(static_cast<uint64_t>(e_.units_[s].chunk) * c10::elementSize(e_.work_));
       }
     }
@@ -566,7 +566,7 @@ class ZeroStrategy final : public ParallelStrategy {
     if (opts_.precision == Precision::FP16 && sixteen) work = torch::kHalf;
     // fp16 emulated on a CPU for a model that computes in fp32: round its gradients
     if (opts_.precision == Precision::FP16 && device_.is_cpu() && work == torch::kFloat) model.set_grad_rounding(true);
-    engine_ = stage_.make(comm_, clock_, model, work, opts_.bucket_bytes, opts_.offload == Offload::Optimizer);
+    engine_ = stage_.make(comm_, clock_, model, work, opts_.bucket_bytes, opts_.offload);
   }
   bool shards_state() const override { return true; }
 

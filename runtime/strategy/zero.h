@@ -59,7 +59,7 @@ struct ZeroStage {
   Cadence cadence;
   const char* collectives_noun;  // in errors
   std::unique_ptr<ZeroEngine> (*make)(comm::Communicator& comm, comm::ComputeClock* clock, Model& model,
-                                      c10::ScalarType work, int64_t bucket_bytes, bool offload);
+                                      c10::ScalarType work, int64_t bucket_bytes, Offload offload);
 };
 const ZeroStage& zero_stage1();  // zero_stage1_2.cpp
 const ZeroStage& zero_stage2();  // zero_stage1_2.cpp
@@ -76,8 +76,12 @@ class ZeroEngine {
   // Groups the parameters in units, shards them and points the model's parameters at the
   // working copy (asks the stage's hooks: call once, after construction).
   void layout(int64_t bucket_bytes);
-  // Options::offload: the optimizer's state and the separate master in host memory (before layout).
-  void set_offload(bool on) { offload_ = on; }
+  // Options::offload: the optimizer's state and the separate master in host memory; with
+  // Offload::Parameters (stage 3) the working weights' shard too (before layout).
+  void set_offload(Offload o) {
+    offload_ = o != Offload::None;
+    offload_params_ = o == Offload::Parameters;
+  }
   c10::ScalarType work_dtype() const { return work_; }
 
   // The model's forward (stage 3 gathers each unit around its use).
@@ -166,6 +170,9 @@ class ZeroEngine {
   }
   // Whether the master chunks are a buffer of their own (else views of `full`).
   virtual bool separate_master() const = 0;
+  // Whether the weights the stage reads between steps live in host memory (stage 3 with
+  // offloaded parameters: the step's update stays there, each gather moves a unit's shard).
+  virtual bool weights_on_host() const { return false; }
   // The rank's buffers over its chunks, after the master: the sharded gradient (stages 2-3).
   virtual void shard_buffers() { grad_ = torch::zeros({total_}, on(work_)); }
   // Unit u is laid out (its whole weights in `full`, the parameters views of it); `mine`:
@@ -250,6 +257,7 @@ class ZeroEngine {
   int64_t total_ = 0;  // elements in the rank's chunks, all units
   torch::Tensor master_, grad_;
   bool offload_ = false;  // Options::offload: state and separate master in host memory
+  bool offload_params_ = false;  // Offload::Parameters: stage 3's working shard in host memory too
   bool grad_valid_ = false;
   bool sync_ = false;
   std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
@@ -284,7 +292,7 @@ class ZeroEngine {
 // A stage's maker: its engine E (constructed from these), laid out.
 template <class E>
 std::unique_ptr<ZeroEngine> make_zero_engine(comm::Communicator& comm, comm::ComputeClock* clock, Model& model,
-                                             c10::ScalarType work, int64_t bucket_bytes, bool offload) {
+                                             c10::ScalarType work, int64_t bucket_bytes, Offload offload) {
   std::unique_ptr<E> e = std::make_unique<E>(comm, clock, model, work);
   e->set_offload(offload);
   e->layout(bucket_bytes);

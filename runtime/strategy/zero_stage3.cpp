@@ -68,8 +68,13 @@ class Stage3Engine final : public ZeroEngine, public UnitGate {
     return Model::units_of_all(model_.parameters().size());
   }
   bool separate_master() const override { return true; }
+  bool weights_on_host() const override { return source_on_host_; }
   void shard_buffers() override {
-    if (work_ != torch::kFloat) work_shard_ = torch::zeros({total_}, on(work_));
+    // Offload::Parameters: the 16-bit shard in host memory (pinned on CUDA); in fp32 the
+    // gathers' source is the master, in host memory under any offload
+    if (work_ != torch::kFloat)
+      work_shard_ = offload_params_ ? offload::host_zeros({total_}, device_, work_) : torch::zeros({total_}, on(work_));
+    source_on_host_ = offload_ && (work_ == torch::kFloat || offload_params_);
     ZeroEngine::shard_buffers();
   }
   void laid_out(size_t u, const torch::Tensor& mine) override {
@@ -101,11 +106,22 @@ class Stage3Engine final : public ZeroEngine, public UnitGate {
     if (x.gathered) return;
     alloc_storage(x.full, static_cast<size_t>(x.padded) * x.full.element_size());
     torch::Tensor src = source_chunk(u);
+    if (source_on_host_) {
+      // the shard lives in host memory: to the device first (a staging copy, freed after the
+      // gather; from pinned memory, asynchronous on CUDA), over the host link
+      torch::Tensor staged = torch::empty({x.chunk}, on(work_));
+      staged.copy_(src, /*non_blocking=*/true);
+      if (clock_)
+        clock_->charge_host_transfer(static_cast<uint64_t>(staged.numel()) * staged.element_size(),
+                                     "offload: a unit's parameter shard to the device");
+      src = staged;
+    }
     comm::all_gather(comm_, src, x.full)->wait();
     x.gathered = true;
   }
 
   torch::Tensor work_shard_;  // with a 16-bit working dtype: the rank's chunks in it
+  bool source_on_host_ = false;  // the gathers read host memory (offloaded parameters)
 };
 
 }  // namespace

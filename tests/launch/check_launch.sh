@@ -446,7 +446,7 @@ EOF
   expect 2 "--strategy 'zero4' is not one of no, ddp, zero1, zero2, zero3" -n 2 --strategy zero4 "$tmp/marker.sh"
   expect 2 "--backend 'ncl' is not one of auto, gloo, nccl, sim" -n 2 --backend ncl "$tmp/marker.sh"
   expect 2 "--mixed-precision 'fp8' is not one of no, bf16, fp16, auto" -n 2 --mixed-precision fp8 "$tmp/marker.sh"
-  expect 2 "--offload 'nvme' is not one of none, optimizer" -n 2 --offload nvme "$tmp/marker.sh"
+  expect 2 "--offload 'nvme' is not one of none, optimizer, parameters" -n 2 --offload nvme "$tmp/marker.sh"
   # CLI11's own errors: the tool's status for a usage error, 2
   expect 2 "Could not convert" -n abc "$tmp/marker.sh"
   expect 2 "--nproc-per-node is required" "$tmp/marker.sh"

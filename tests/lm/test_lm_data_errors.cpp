@@ -671,7 +671,7 @@ struct MemCase {
   bool ckpt = false;
   int64_t lora = 0;
   std::vector<std::string> lora_targets;  // empty: PEFT's default
-  bool offload = false;                   // Offload::Optimizer (docs/memory.md)
+  int offload = 0;                        // Offload: 1 optimizer, 2 parameters (docs/memory.md)
   QuantType quant = QuantType::None;      // the base quantized before LoRA is added
   bool double_quant = false;
   bool steps_only = false;                // the peaks of the steps, from the end of prepare
@@ -680,6 +680,7 @@ struct MemCase {
 struct MemPhases {
   uint64_t prepared = 0, forward = 0, backward = 0, stepped = 0, peak = 0, peak_fwd = 0;
   uint64_t host_peak = 0, transfer = 0;  // host memory; bytes between device and host over the steps
+  std::vector<torch::Tensor> params;     // rank 0's after the steps, whole (steps_only cases)
 };
 
 MemPhases measure_memory(const MemCase& c) {
@@ -695,7 +696,7 @@ MemPhases measure_memory(const MemCase& c) {
     o.device = DeviceKind::CPU;
     o.strategy = c.strategy;
     o.precision = c.precision;
-    if (c.offload) o.offload = Offload::Optimizer;
+    o.offload = static_cast<Offload>(c.offload);
     std::shared_ptr<comm::Communicator> cm(&rk.comm(), [](comm::Communicator*) {});
     Accelerator acc(o, cm);
     auto& budget = *rk.world().budget();
@@ -738,6 +739,7 @@ MemPhases measure_memory(const MemCase& c) {
     }
     m.peak = budget.peak(r);
     m.host_peak = budget.host_peak(r);
+    if (c.steps_only) m.params = acc.full_parameters(*model);  // a collective: every rank
   });
   EXPECT_TRUE(rep.ok()) << c.name << ": " << rep.first_error();
   for (const auto& rr : rep.ranks) ph[static_cast<size_t>(rr.rank)].transfer = rr.host_transfer_bytes;
@@ -872,6 +874,10 @@ std::vector<MemCase> offload_quant_grid() {
   add("wide zero3 bf16 off", kLlamaWide, [](MemCase& c) {
     c.offload = true; c.batch = 1; c.seq = 32; c.strategy = Strategy::Zero3; c.precision = Precision::BF16; });
   add("gpt2 ddp offload", kGPT2Tiny, [](MemCase& c) { c.offload = true; });
+  add("llama zero3 bf16 params", kLlamaTiny, [](MemCase& c) {
+    c.offload = 2; c.strategy = Strategy::Zero3; c.precision = Precision::BF16; });
+  add("wide zero3 bf16 params", kLlamaWide, [](MemCase& c) {
+    c.offload = 2; c.batch = 1; c.seq = 32; c.strategy = Strategy::Zero3; c.precision = Precision::BF16; });
   add("llama lora8 nf4", kLlamaTiny, [](MemCase& c) { c.lora = 8; c.quant = QuantType::NF4; });
   add("wide lora nf4 dq", kLlamaWide, [&](MemCase& c) {
     c.lora = 4; c.lora_targets = all; c.quant = QuantType::NF4; c.double_quant = true; c.batch = 1; c.seq = 32; });
@@ -908,12 +914,42 @@ TEST(MemoryEstimate, OffloadAndQuantizationWithinTenPercentOfTheSimulator) {
     EXPECT_LT(std::fabs(host), 0.10) << c.name << ": host peak " << m.host_peak << " B, estimated " << e.host << " B";
     // the transfers are counted, not estimated: the same bytes
     EXPECT_NEAR(e.transfer_bytes, static_cast<double>(m.transfer) / steps, 1.0) << c.name;
-    EXPECT_EQ(c.offload, m.host_peak > 0) << c.name;
+    EXPECT_EQ(c.offload != 0, m.host_peak > 0) << c.name;
     for (double x : {dev, host})
       if (c.offload || x != 0) worst = std::max(worst, std::fabs(x)), sum += std::fabs(x), ++n;
   }
   std::printf("  %zu configurations (%d peaks): mean |error| %.1f%%, worst %.1f%%\n", grid.size(), n, 100 * sum / n,
               100 * worst);
+}
+
+// Parameter offload under ZeRO-3 with bf16 working weights (the 16-bit shard in host memory,
+// copied to the device unit by unit for each gather): the same weights bit for bit as
+// without offload and as with the optimizer's alone, in less device memory than either.
+TEST(MemoryEstimate, ParameterOffloadSameWeightsLessDeviceMemory) {
+  MemPhases m[3];
+  for (int off = 0; off < 3; ++off) {
+    MemCase c;
+    c.name = "llama zero3 bf16 offload " + std::to_string(off);
+    c.config = kLlamaWide;
+    c.strategy = Strategy::Zero3;
+    c.precision = Precision::BF16;
+    c.batch = 1;
+    c.seq = 32;
+    c.offload = off;
+    c.steps_only = true;
+    m[off] = measure_memory(c);
+    ASSERT_FALSE(m[off].params.empty());
+  }
+  for (int off = 1; off < 3; ++off)
+    for (size_t i = 0; i < m[0].params.size(); ++i)
+      EXPECT_TRUE(torch::equal(m[0].params[i], m[off].params[i])) << "offload " << off << ", parameter " << i;
+  EXPECT_LT(m[2].peak, m[1].peak);
+  EXPECT_LT(m[1].peak, m[0].peak);
+  EXPECT_GT(m[2].host_peak, m[1].host_peak);
+  std::printf("  ZeRO-3 bf16, 2 ranks, device peak per rank: no offload %.1f KiB, optimizer %.1f KiB, parameters %.1f KiB "
+              "(host %.1f and %.1f KiB; %.1f and %.1f KiB moved a step)\n",
+              m[0].peak / 1024.0, m[1].peak / 1024.0, m[2].peak / 1024.0, m[1].host_peak / 1024.0,
+              m[2].host_peak / 1024.0, m[1].transfer / 2048.0, m[2].transfer / 2048.0);
 }
 
 // The published arithmetic: parameter counts of the named shapes; a 7B model's fp32 weights

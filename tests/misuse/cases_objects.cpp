@@ -185,6 +185,8 @@ void context() {
   t.field<int64_t>("bucket_bytes", &accel_options::bucket_bytes, {0, -1, INT64_MIN});
   t.enums("backend", &accel_options::backend);
   t.enums("offload", &accel_options::offload);
+  t.bad("offload=PARAMETERS without ZeRO-3", {"offload", "only ZeRO-3"},
+        [](accel_options& o) { o.offload = ACCEL_OFFLOAD_PARAMETERS; });
   t.field("timeout_seconds", &accel_options::timeout_seconds, plus(kNonFinite, {-1, -1e300}));
   Case& cuda = t.bad(
       "device=CUDA", {"device"}, [](accel_options& o) { o.device = ACCEL_DEVICE_CUDA; }, UNSUPPORTED);

@@ -190,6 +190,8 @@ void memory_estimates() {
     o.quantization = ACCEL_QUANT_INT8;
     o.double_quant = 1;
   });
+  t.bad("offload=PARAMETERS without ZeRO-3", {"offload", "only ZeRO-3"},
+        [](O& o) { o.offload = ACCEL_OFFLOAD_PARAMETERS; });
   t.bad("LAMB with offload", {"offload", "LAMB"}, [](O& o) {
     o.optimizer = ACCEL_OPTIMIZER_LAMB;
     o.offload = ACCEL_OFFLOAD_OPTIMIZER;

@@ -45,6 +45,7 @@ struct Case {
   uint64_t device_capacity = 0;
   int steps = 4;
   std::string topology = "8xH100";
+  bool parameters = false;  // with offload: Offload::Parameters (ZeRO-3) instead of Optimizer
 };
 
 struct Outcome {
@@ -72,7 +73,7 @@ Outcome train(const Case& s, bool offload, const std::string& save = "", const s
     o.precision = s.precision;
     o.gradient_accumulation_steps = s.accumulation;
     o.bucket_bytes = 4096;
-    o.offload = offload ? Offload::Optimizer : Offload::None;
+    o.offload = offload ? (s.parameters ? Offload::Parameters : Offload::Optimizer) : Offload::None;
     std::shared_ptr<comm::Communicator> c(&rk.comm(), [](comm::Communicator*) {});
     Accelerator acc(o, c);
     MLPConfig cfg;
@@ -234,6 +235,24 @@ TEST(Offload, CheckpointsResumeAcrossOffload) {
                                                                                          : ": resumed with offload");
     }
   }
+  // ZeRO-3 with its bf16 shard offloaded: saved with it, resumed without, and the reverse
+  Case p;
+  p.strategy = Strategy::Zero3;
+  p.precision = Precision::BF16;
+  p.parameters = true;
+  p.steps = 6;
+  Outcome whole = train(p, false);
+  ASSERT_TRUE(whole.report.ok()) << whole.report.first_error();
+  p.steps = 3;
+  for (bool first_offloaded : {true, false}) {
+    fs::remove_all(dir);
+    Outcome a = train(p, first_offloaded, (dir / "ckpt").string());
+    ASSERT_TRUE(a.report.ok()) << a.report.first_error();
+    Outcome b = train(p, !first_offloaded, "", (dir / "ckpt").string());
+    ASSERT_TRUE(b.report.ok()) << b.report.first_error();
+    EXPECT_TRUE(same(b.params, whole.params)) << (first_offloaded ? "parameters: saved with offload"
+                                                                  : "parameters: resumed with offload");
+  }
   fs::remove_all(dir);
 }
 
@@ -258,6 +277,62 @@ TEST(Offload, HostBudgetIsItsOwn) {
   });
   ASSERT_FALSE(rep.ok());
   EXPECT_NE(rep.first_error().find("host out of memory"), std::string::npos) << rep.first_error();
+}
+
+// Parameter offload under ZeRO-3 (fp32: the shard is the master): the same weights bit for
+// bit as without offload and as with the optimizer's; each unit's shard goes to the device
+// for its forward's and its backward's gathers (2 x 4 bytes of the rank's shard a step), its
+// gradient to the host (4 bytes), and no weight comes back after the step. Another strategy
+// is refused.
+TEST(Offload, ParametersUnderZeRO3) {
+  Case s;
+  s.strategy = Strategy::Zero3;
+  s.sizes = {32, 64, 64, 8};
+  s.steps = 3;
+  Outcome plain = train(s, false), opt = train(s, true);
+  s.parameters = true;
+  Outcome par = train(s, true);
+  ASSERT_TRUE(plain.report.ok() && opt.report.ok() && par.report.ok()) << par.report.first_error();
+  ASSERT_EQ(plain.params.size(), par.params.size());
+  for (size_t i = 0; i < plain.params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(plain.params[i], par.params[i])) << i;
+    EXPECT_TRUE(torch::equal(opt.params[i], par.params[i])) << i;
+  }
+  const double shard = (32 * 64 + 64 + 64 * 64 + 64 + 64 * 8 + 8) / 2.0;  // the rank's elements, about
+  const RankReport& r = par.report.ranks[0];
+  EXPECT_NEAR(static_cast<double>(r.host_transfer_bytes) / s.steps, 3 * 4 * shard, 3 * 4 * 8.0 * 3);  // units' padding
+  EXPECT_EQ(r.host_transfer_bytes, opt.report.ranks[0].host_transfer_bytes);  // fp32: optimizer offload is the same
+  EXPECT_GT(r.host_peak_bytes, 0u);
+  // bf16 mixed precision (16-bit working weights, an fp32 master): the bf16 shard moves to the
+  // host, each gather reads it there (2 bytes), the gradient goes down in 16 bits (2 bytes); SGD,
+  // AdamW and Adafactor, with fp16's loss scaling too, all to the same weights bit for bit
+  for (Precision pr : {Precision::BF16, Precision::FP16})
+    for (Opt op : {Opt::SGD, Opt::AdamW, Opt::Adafactor}) {
+      Case h = s;
+      h.precision = pr;
+      h.opt = op;
+      h.parameters = false;
+      Outcome hp = train(h, false), ho = train(h, true);
+      h.parameters = true;
+      Outcome hq = train(h, true);
+      ASSERT_TRUE(hp.report.ok() && ho.report.ok() && hq.report.ok()) << hq.report.first_error();
+      EXPECT_TRUE(same(hp.params, hq.params)) << static_cast<int>(pr) << " " << static_cast<int>(op);
+      const RankReport& q = hq.report.ranks[0];
+      const RankReport& oo = ho.report.ranks[0];
+      // instead of the updated weight back (2 bytes), two gathers' shards up (2 x 2)
+      EXPECT_NEAR((static_cast<double>(q.host_transfer_bytes) - static_cast<double>(oo.host_transfer_bytes)) / h.steps,
+                  2 * shard, 2 * 8.0 * 3);
+      if (op != Opt::Adafactor) {  // (whose offloaded step reads the weight too)
+        EXPECT_NEAR(static_cast<double>(q.host_transfer_bytes) / h.steps, 3 * 2 * shard, 3 * 2 * 8.0 * 3);
+      }
+      // the 16-bit shard left the device for the host: 2 bytes per element
+      EXPECT_NEAR(static_cast<double>(q.host_peak_bytes) - static_cast<double>(oo.host_peak_bytes), 2 * shard, 2 * 8.0 * 3);
+      EXPECT_LT(q.peak_bytes, oo.peak_bytes);
+    }
+  s.strategy = Strategy::DDP;
+  Outcome ddp = train(s, true);
+  ASSERT_FALSE(ddp.report.ok());
+  EXPECT_NE(ddp.report.first_error().find("only ZeRO-3"), std::string::npos) << ddp.report.first_error();
 }
 
 TEST(Offload, RefusesAnOptimizerThatNeedsWholeTensors) {

@@ -28,7 +28,8 @@ CLI::App* add_command(CLI::App& app, Options& o) {
   sub->add_option("--strategy", o.strategy, "ACCEL_STRATEGY (no, ddp, zero1, zero2, zero3, ...)");
   sub->add_option("--mixed-precision", o.mixed_precision, "ACCEL_MIXED_PRECISION (no, bf16, fp16)");
   sub->add_option("--offload", o.offload,
-                  "ACCEL_OFFLOAD (none, optimizer: the optimizer's state and master weights in host memory)");
+                  "ACCEL_OFFLOAD (none; optimizer: the optimizer's state and master weights in host memory; "
+                  "parameters: ZeRO-3's shard of the weights too)");
   sub->add_option("--timeout", o.timeout, "ACCEL_TIMEOUT: the collectives' timeout in seconds (may be fractional)");
   sub->add_option("--max-restarts", o.max_restarts, "restart the whole group up to K times after a failure")
       ->capture_default_str();

@@ -184,7 +184,7 @@ void validate(Options& o, bool separated, const std::vector<std::string>& empty_
                 "shard_grad_op", "zero3", "zero-3", "zero_3", "full_shard"},
                "no, ddp, zero1, zero2, zero3 (or shard_grad_op, full_shard)");
   check_choice("--mixed-precision", o.mixed_precision, {"no", "bf16", "fp16", "auto"}, "no, bf16, fp16, auto");
-  check_choice("--offload", o.offload, {"none", "optimizer"}, "none, optimizer");
+  check_choice("--offload", o.offload, {"none", "optimizer", "parameters"}, "none, optimizer, parameters");
   validate_sim(o, empty_sim_flags);
   if (!o.timeout.empty()) o.timeout = normalized_timeout(o.timeout);
   if (o.max_restarts < 0)

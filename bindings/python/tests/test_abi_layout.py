@@ -195,7 +195,7 @@ def test_offload_declarations_are_in_the_table(table):
     assert table["default"][("accel_sim_options", "host_memory")] == "NULL"
     assert table["const"]["ACCEL_OFFLOAD_NONE"] == ("accel_offload", 0)
     assert table["const"]["ACCEL_OFFLOAD_OPTIMIZER"] == ("accel_offload", 1)
-    assert set(accel.Offload.__members__) == {"NONE", "OPTIMIZER"}
+    assert set(accel.Offload.__members__) == {"NONE", "OPTIMIZER", "PARAMETERS"}
     assert "accel_sim_report_rank_host" in table["function"]
     # version 3 of accel_options ends before offload, version 1 of accel_sim_options before
     # host_memory: their inits leave those bytes alone

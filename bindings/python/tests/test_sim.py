@@ -273,7 +273,7 @@ def test_offload_host_memory_budget():
 
 
 def test_offload_and_the_host_accessor_refuse_what_they_do_not_know():
-    for bad in ("bogus", "cpu", 2, -1, 1.5):
+    for bad in ("bogus", "cpu", 3, -1, 1.5):
         with pytest.raises(accel.InvalidArgumentError, match="offload"):
             accel.Accelerator(cpu=True, offload=bad)
         with pytest.raises(accel.InvalidArgumentError, match="offload"):
@@ -281,6 +281,10 @@ def test_offload_and_the_host_accessor_refuse_what_they_do_not_know():
     # names are case-insensitive, and the enum and its int work too
     for good in ("OPTIMIZER", "none", accel.Offload.OPTIMIZER, 0, None):
         accel.Accelerator(cpu=True, offload=good).close()
+    # parameter offload is ZeRO-3's
+    with pytest.raises(accel.InvalidArgumentError, match="only ZeRO-3"):
+        accel.Accelerator(cpu=True, offload="parameters")
+    accel.Accelerator(cpu=True, offload=accel.Offload.PARAMETERS, strategy="zero3").close()
     # the library's own check, for a value the binding did not vet
     lib = accel.load_library()
     opts = ffi.new("accel_options *")

@@ -214,7 +214,7 @@ fn constants_match_the_header() {
         ACCEL_STRATEGY_NO, ACCEL_STRATEGY_DDP, ACCEL_STRATEGY_ZERO1, ACCEL_STRATEGY_ZERO2, ACCEL_STRATEGY_ZERO3,
         ACCEL_STRATEGY_SHARD_GRAD_OP, ACCEL_STRATEGY_FULL_SHARD,
         ACCEL_BACKEND_AUTO, ACCEL_BACKEND_GLOO, ACCEL_BACKEND_NCCL, ACCEL_BACKEND_SIM,
-        ACCEL_OFFLOAD_NONE, ACCEL_OFFLOAD_OPTIMIZER,
+        ACCEL_OFFLOAD_NONE, ACCEL_OFFLOAD_OPTIMIZER, ACCEL_OFFLOAD_PARAMETERS,
         ACCEL_ACT_RELU, ACCEL_ACT_GELU, ACCEL_ACT_TANH, ACCEL_ACT_SIGMOID,
         ACCEL_SCHEDULE_CONSTANT, ACCEL_SCHEDULE_LINEAR, ACCEL_SCHEDULE_COSINE,
         ACCEL_REDUCE_SUM, ACCEL_REDUCE_MEAN, ACCEL_REDUCE_MAX, ACCEL_REDUCE_MIN, ACCEL_REDUCE_PROD,
@@ -640,10 +640,10 @@ fn options_init_functions_agree_with_the_mirror() {
     assert_eq!(accel::Quantization::default().to_raw(), sys::ACCEL_LM_OPTIONS_INIT.quantization);
     let off = accel::Options::default().with_offload(accel::Offload::Optimizer).to_sys().unwrap();
     assert_eq!(off, sys::accel_options { offload: sys::ACCEL_OFFLOAD_OPTIMIZER, ..sys::ACCEL_OPTIONS_INIT });
-    for v in [accel::Offload::None, accel::Offload::Optimizer] {
+    for v in [accel::Offload::None, accel::Offload::Optimizer, accel::Offload::Parameters] {
         assert_eq!(accel::Offload::from_raw(v.to_raw()), Some(v));
     }
-    assert_eq!(accel::Offload::from_raw(sys::ACCEL_OFFLOAD_OPTIMIZER + 1), None);
+    assert_eq!(accel::Offload::from_raw(sys::ACCEL_OFFLOAD_PARAMETERS + 1), None);
     assert_eq!(accel::Offload::default().to_raw(), sys::ACCEL_OPTIONS_INIT.offload);
     // the Rust enums cover the C enumerators, both ways
     for f in [

@@ -324,7 +324,13 @@ fn offload_host_memory_budget() {
 #[test]
 fn offload_and_the_host_accessor_refuse_what_they_do_not_know() {
     // the enum cannot hold another value; a raw one (through sys) is refused by the library
-    assert_eq!(Offload::from_raw(2), None);
+    assert_eq!(Offload::from_raw(2), Some(Offload::Parameters));
+    assert_eq!(Offload::from_raw(3), None);
+    // parameter offload is ZeRO-3's: refused for any other strategy, naming why
+    let err = Context::new(&cpu_options(0).with_offload(Offload::Parameters)).err().unwrap();
+    assert_eq!(err.status, Status::InvalidArgument);
+    assert!(err.message.contains("only ZeRO-3"), "{}", err.message);
+    drop(Context::new(&cpu_options(0).with_offload(Offload::Parameters).with_strategy(Strategy::Zero3)).unwrap());
     assert_eq!(Offload::from_raw(-1), None);
     let mut raw = cpu_options(0).to_sys().unwrap();
     raw.offload = 7;

@@ -91,7 +91,8 @@ typedef enum accel_backend {
 } accel_backend;
 typedef enum accel_offload {
     ACCEL_OFFLOAD_NONE = 0,
-    ACCEL_OFFLOAD_OPTIMIZER = 1
+    ACCEL_OFFLOAD_OPTIMIZER = 1,
+    ACCEL_OFFLOAD_PARAMETERS = 2
 } accel_offload;
 #define ACCEL_OPTIONS_VERSION 4
 typedef struct accel_options {

@@ -87,8 +87,9 @@ class Offload(enum.IntEnum):
     "optimizer"). OPTIMIZER is ZeRO-Offload: the optimizer's state and the fp32 master weights in
     host memory, each step on the CPU; the same weights, bit for bit, as without."""
 
-    NONE = 0       # everything on the device
-    OPTIMIZER = 1  # the optimizer's state and the master weights in host memory
+    NONE = 0        # everything on the device
+    OPTIMIZER = 1   # the optimizer's state and the master weights in host memory
+    PARAMETERS = 2  # ZeRO-3 only: that and each rank's shard of the weights, moved per unit to the device
 
 
 class Activation(enum.IntEnum):

@@ -38,6 +38,8 @@ pub type accel_offload = c_int;
 pub const ACCEL_OFFLOAD_NONE: accel_offload = 0;
 /// ZeRO-Offload: the optimizer's state and the fp32 master weights in host memory
 pub const ACCEL_OFFLOAD_OPTIMIZER: accel_offload = 1;
+/// ZeRO-3 only: the optimizer's, and each rank's shard of the working weights in host memory
+pub const ACCEL_OFFLOAD_PARAMETERS: accel_offload = 2;
 
 pub const ACCEL_OPTIONS_VERSION: u32 = 4;
 

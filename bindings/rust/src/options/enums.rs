@@ -54,6 +54,9 @@ c_enum!(
     /// ZeRO-Offload: the optimizer's state and the fp32 master weights in host memory, each
     /// step on the CPU; the same weights, bit for bit, as without
     Optimizer = sys::ACCEL_OFFLOAD_OPTIMIZER,
+    /// ZeRO-3 only: the optimizer's, and each rank's shard of the working weights in host
+    /// memory, copied to the device unit by unit for its gathers; the same weights, bit for bit
+    Parameters = sys::ACCEL_OFFLOAD_PARAMETERS,
 });
 
 impl Default for Offload {
