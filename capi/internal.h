@@ -253,7 +253,8 @@ struct Versions<accel_memory_estimate> {
   }
   static constexpr VersionBytes table[] = {
       {1, offsetof(accel_memory_estimate, host)},  // until issue 37 appended host, transfer_bytes
-      {2, sizeof(accel_memory_estimate)},
+      {2, offsetof(accel_memory_estimate, gradient_transfer_bytes)},  // until the gradients' overlap
+      {3, sizeof(accel_memory_estimate)},
   };
   static constexpr uint32_t current = ACCEL_MEMORY_ESTIMATE_VERSION;
 };

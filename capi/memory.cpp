@@ -55,6 +55,7 @@ accel_status accel_estimate_memory(const char* model, const accel_memory_estimat
     r.total = bytes(e.total);
     r.host = bytes(e.host);
     r.transfer_bytes = bytes(e.transfer_bytes);
+    r.gradient_transfer_bytes = bytes(e.gradient_transfer_bytes);
     std::memcpy(static_cast<void*>(out), &r, out_bytes);
   });
 }

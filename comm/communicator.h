@@ -78,6 +78,9 @@ class Work {
   // false while it still runs. The default polls test(); backends that can block with a
   // deadline do (comm/guard.h checks a long wait across the processes in between).
   virtual bool wait_for(std::chrono::milliseconds d);
+  // The backend's own Work under any wrappers (staging, unpacking, the guard), for what
+  // reads the backend's record of it (the simulator's clock: when it ended).
+  virtual const Work* underlying() const { return this; }
 };
 
 // The operations of the interface below, for capability queries (Communicator::supports).
@@ -131,6 +134,15 @@ class ComputeClock {
   // weights): the simulator charges their time over the topology's host link and counts
   // them; a clock that does not model the link ignores them.
   virtual void charge_host_transfer(uint64_t bytes, const char* label) { (void)bytes, (void)label; }
+  // `bytes` go from the device to the host beside the compute (a copy stream): from the end
+  // of `after` (the collective that produced them; null: from now), once the link is free.
+  // The compute waits for them only at wait_host_transfers. Counted as charge_host_transfer's.
+  virtual void post_host_transfer(uint64_t bytes, const char* label, const Work* after) {
+    (void)after;
+    charge_host_transfer(bytes, label);
+  }
+  // The compute waits for the posted transfers (before the offloaded step reads them).
+  virtual void wait_host_transfers() {}
 };
 
 class Communicator {

@@ -399,6 +399,7 @@ class GuardWork final : public Work {
     done_ = true;
   }
   bool test() override { return w_->test(); }
+  const Work* underlying() const override { return w_->underlying(); }
   bool wait_for(std::chrono::milliseconds d) override {
     if (done_ || w_->wait_for(d)) {
       done_ = true;

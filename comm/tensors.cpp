@@ -40,6 +40,7 @@ class StagedWork final : public Work {
     wait();  // complete: rethrows a failure, else copies back
     return true;
   }
+  const Work* underlying() const override { return inner_->underlying(); }
 
  private:
   void finish() {

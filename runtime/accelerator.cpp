@@ -429,10 +429,12 @@ StepResult Accelerator::step() {
       r.skipped = true;
       scaler_.update(true);
     } else {
+      // offload: the step reads the gradients' host copies, made during the backward
+      if (clock_) clock_->wait_host_transfers();
       strategy_->step(*opt_);
-      // offload: the gradients went to the host and the weights came back (the simulator's link)
+      // offload: the weights to the host and back, the gradients not copied yet (the simulator's link)
       if (const uint64_t moved = opt_->take_host_bytes(); moved && clock_)
-        clock_->charge_host_transfer(moved, "offload: gradients to the host, weights back");
+        clock_->charge_host_transfer(moved, "offload: the step's copies (weights back)");
       scaler_.update(false);
       if (sched_) sched_->step();
       ++optimizer_steps_;

@@ -50,8 +50,7 @@ bool LossScaler::unscale(const std::vector<torch::Tensor>& params) const {
   for (const auto& p : params)
     if (p.grad().defined()) grads.push_back(p.grad());
   if (grads.empty()) return false;
-  // As torch.cuda.amp: the reciprocal is taken in double and applied in fp32.
-  const double inv = static_cast<double>(static_cast<float>(1.0 / scale_));
+  const double inv = inv_scale();
   if (grads.front().is_cuda()) {
     auto found = torch::zeros({1}, grads.front().options().dtype(torch::kFloat));
     auto inv_t = torch::full({1}, inv, grads.front().options().dtype(torch::kFloat));

@@ -31,6 +31,8 @@ class LossScaler {
       : enabled_(enabled), scale_(enabled ? init : 1.0), growth_(growth), backoff_(backoff), interval_(interval) {}
   bool enabled() const { return enabled_; }
   double scale() const { return scale_; }
+  // What unscale multiplies by: as torch.cuda.amp, the reciprocal in double, applied in fp32.
+  double inv_scale() const { return static_cast<double>(static_cast<float>(1.0 / scale_)); }
   int growth_tracker() const { return tracker_; }
   void restore(double scale, int tracker) {
     scale_ = scale;

@@ -26,6 +26,7 @@ class SimWork final : public comm::Work {
     std::lock_guard<std::mutex> lk(w_->mu);
     return op_->done;
   }
+  const Op& op() const { return *op_; }  // read under w_->mu
 
  private:
   Simulation* w_;
@@ -109,17 +110,49 @@ class SimCommunicator final : public RankCommunicator {
     advance_compute(seconds, label ? label : "compute", "");
   }
 
+  // The compute waits for the link (copies posted earlier), then for these bytes.
   void charge_host_transfer(uint64_t bytes, const char* label) override {
     std::lock_guard<std::mutex> lk(w_->mu);
     auto& d = w_->ranks[rank_];
-    const double bw = w_->topo.host_link_bandwidth;
-    const double seconds = bw > 0 ? static_cast<double>(bytes) / bw : 0.0;
+    wait_link(d);
+    const double seconds = link_seconds(bytes);
     advance_compute(seconds, label ? label : "host transfer", "\"bytes\":" + std::to_string(bytes));
+    d.host_link_t = d.compute_t;
     d.host_bytes += bytes;
     d.host_seconds += seconds;
   }
 
+  // On the host link's lane: from the end of `after` (the op's virtual end, once complete)
+  // or now, and after the copies posted before; the compute goes on.
+  void post_host_transfer(uint64_t bytes, const char* label, const comm::Work* after) override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    auto& d = w_->ranks[rank_];
+    double from = d.compute_t;
+    const auto* sw = dynamic_cast<const SimWork*>(after ? after->underlying() : nullptr);
+    if (sw && sw->op().done) from = sw->op().end_t;
+    const double start = std::max(from, d.host_link_t), seconds = link_seconds(bytes);
+    if (w_->opts.record_trace && seconds > 0)
+      w_->trace.push_back({rank_, 2, label ? label : "host transfer", start, seconds, "\"bytes\":" + std::to_string(bytes)});
+    d.host_link_t = start + seconds;
+    d.host_bytes += bytes;
+    d.host_seconds += seconds;
+  }
+
+  void wait_host_transfers() override {
+    std::lock_guard<std::mutex> lk(w_->mu);
+    wait_link(w_->ranks[rank_]);
+  }
+
  private:
+  double link_seconds(uint64_t bytes) const {
+    const double bw = w_->topo.host_link_bandwidth;
+    return bw > 0 ? static_cast<double>(bytes) / bw : 0.0;
+  }
+  // The compute waits for the copies still on the host link (the caller holds w_->mu).
+  void wait_link(RankData& d) {
+    if (d.host_link_t > d.compute_t)
+      advance_compute(d.host_link_t - d.compute_t, "offload: waiting for the copies to the host", "");
+  }
   // The rank's compute clock moves on by `seconds`, traced as `name` (the caller holds w_->mu).
   void advance_compute(double seconds, const char* name, std::string args) {
     auto& d = w_->ranks[rank_];

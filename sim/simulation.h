@@ -46,7 +46,8 @@ struct RankData {
   RankFaults faults;
   uint64_t collectives = 0, bytes_sent = 0;
   uint64_t host_bytes = 0;    // device <-> host transfers charged (offload)
-  double host_seconds = 0.0;  // and their time on the compute clock
+  double host_seconds = 0.0;  // and their time over the host link
+  double host_link_t = 0.0;   // when the rank's host link is free (posted copies run beside the compute)
   Status status = Status::Ok;
   std::string error;
 };

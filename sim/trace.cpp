@@ -28,10 +28,15 @@ std::string chrome_trace_json(std::vector<TraceEvent> ev, const std::string& top
     os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << r << ",\"tid\":0,\"args\":{\"name\":\"compute\"}}";
     sep();
     os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << r << ",\"tid\":1,\"args\":{\"name\":\"communication\"}}";
+    // the host link's lane only where the rank's copies ran beside its compute (offload)
+    if (std::any_of(ev.begin(), ev.end(), [r](const TraceEvent& e) { return e.rank == r && e.lane == 2; })) {
+      sep();
+      os << "{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" << r << ",\"tid\":2,\"args\":{\"name\":\"host link\"}}";
+    }
   }
   for (const auto& e : ev) {
     sep();
-    os << "{\"ph\":\"X\",\"name\":\"" << e.name << "\",\"cat\":\"" << (e.lane ? "comm" : "compute") << "\",\"pid\":" << e.rank
+    os << "{\"ph\":\"X\",\"name\":\"" << e.name << "\",\"cat\":\"" << (e.lane == 2 ? "host" : e.lane ? "comm" : "compute") << "\",\"pid\":" << e.rank
        << ",\"tid\":" << e.lane << ",\"ts\":" << e.ts * 1e6 << ",\"dur\":" << e.dur * 1e6 << ",\"args\":{" << e.args
        << "}}";
   }

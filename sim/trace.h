@@ -1,4 +1,4 @@
-// The timeline: events on each rank's compute and communication lanes (virtual seconds),
+// The timeline: events on each rank's compute, communication and host-link lanes (virtual seconds),
 // written as Chrome trace JSON (chrome://tracing, ui.perfetto.dev). Torch-free.
 #pragma once
 
@@ -9,7 +9,7 @@ namespace accel::sim {
 
 struct TraceEvent {
   int rank;
-  int lane;  // 0 compute, 1 communication
+  int lane;  // 0 compute, 1 communication, 2 the host link's copies beside the compute (offload)
   std::string name;
   double ts, dur;  // seconds
   std::string args;

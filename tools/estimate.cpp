@@ -177,8 +177,9 @@ int plans(const EstimateArgs& a) {
             // the step on the topology: forward 2 P T FLOPs, backward 4 P T (LoRA: 2 P T, the
             // input gradients), one more forward under checkpointing, at gpu_flops x mfu; the
             // strategy's communication of the trained parameters, hidden behind that compute as
-            // the simulator's estimate_step hides it; the offload's transfers over the host link,
-            // serial with the compute (as the simulator charges them)
+            // the simulator's estimate_step hides it; the offload's transfers over the host link:
+            // the gradients' copies beside the backward (what it does not hide is exposed), the
+            // rest (the weights at the step, ZeRO-3's gathers from the host) serial
             const double P = static_cast<double>(p.e.parameters), Pt = static_cast<double>(p.e.trainable_parameters);
             const double tokens = static_cast<double>(a.batch) * static_cast<double>(p.e.seq_len);
             const double rate = topo.gpu_flops * topo.mfu;
@@ -189,7 +190,11 @@ int plans(const EstimateArgs& a) {
               const double t_equiv = p.compute * rate / (6 * Pt);
               p.comm = accel::sim::estimate_step(topo, s == "no" ? "ddp" : s, Pt, t_equiv, a.world).exposed;
             }
-            p.transfer = topo.host_link_bandwidth > 0 ? static_cast<double>(p.e.transfer_bytes) / topo.host_link_bandwidth : 0;
+            if (topo.host_link_bandwidth > 0) {
+              const double bw = topo.host_link_bandwidth, grads = static_cast<double>(p.e.gradient_transfer_bytes);
+              const double backward = ((r == 0 ? 2 * fwd : fwd) + (ck ? fwd : 0)) / rate;
+              p.transfer = (static_cast<double>(p.e.transfer_bytes) - grads) / bw + std::max(0.0, grads / bw - backward);
+            }
             p.step = p.compute + p.comm + p.transfer;
             all.push_back(p);
           }
@@ -224,6 +229,7 @@ int plans(const EstimateArgs& a) {
       j["device_bytes"] = p.e.total;
       j["host_bytes"] = p.e.host;
       j["transfer_bytes_per_step"] = p.e.transfer_bytes;
+      j["gradient_transfer_bytes_per_step"] = p.e.gradient_transfer_bytes;
       j["budget_bytes"] = budget;
       j["step_seconds"] = p.step;
       j["compute_seconds"] = p.compute;
@@ -263,7 +269,8 @@ int plans(const EstimateArgs& a) {
     }
     for (const auto& [what, why] : skipped) std::printf("Not possible: %s (%s)\n", what.c_str(), why.c_str());
     std::printf("\nStep times are the cost model's (the compute at the preset's rate, the strategy's exposed "
-                "communication, the offload's transfers serial with the compute): docs/memory.md, \"Plans that fit\".\n");
+                "communication, the offload's transfers: the gradients' beside the backward, the rest serial): "
+                "docs/memory.md, \"Plans that fit\".\n");
   }
   if (ok.empty()) {
     const Plan* smallest = nullptr;
@@ -321,7 +328,8 @@ int estimate(const EstimateArgs& a) {
       j["bytes_per_gpu"] = {{"weights", e.weights},         {"gradients", e.gradients},
                             {"optimizer", e.optimizer_state}, {"activations", e.activations},
                             {"temporaries", e.temporaries},   {"total", e.total},
-                            {"host", e.host},                 {"transfer_per_step", e.transfer_bytes}};
+                            {"host", e.host},                 {"transfer_per_step", e.transfer_bytes},
+                            {"gradient_transfer_per_step", e.gradient_transfer_bytes}};
       std::printf("%s\n", j.dump().c_str());
     }
   }

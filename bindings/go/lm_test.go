@@ -465,7 +465,7 @@ func TestEstimateMemory(t *testing.T) {
 	of.Offload = OffloadOptimizer
 	off := must(EstimateMemory("llama-7b", &of))
 	if e.Host != 0 || e.TransferBytes != 0 || off.OptimizerState != 0 || off.Host < 8*llama7B ||
-		off.TransferBytes != 12*llama7B || off.Total >= e.Total {
+		off.TransferBytes != 12*llama7B || off.GradientTransferBytes != 4*llama7B || off.Total >= e.Total {
 		t.Fatalf("plain %+v, offloaded %+v", e, off)
 	}
 	q := DefaultMemoryEstimateOptions()

@@ -105,6 +105,8 @@ type MemoryEstimate struct {
 	Total               uint64    // the peak of a training step (device memory)
 	Host                uint64    // the peak of host memory (offload: state, master, the step's copies)
 	TransferBytes       uint64    // bytes between device and host per optimizer step (offload)
+	// of TransferBytes, the gradients' copies to the host, beside the backward
+	GradientTransferBytes uint64
 }
 
 // EstimateMemory estimates the memory per GPU of training model (accel_estimate_memory; no
@@ -143,5 +145,6 @@ func EstimateMemory(model string, opts *MemoryEstimateOptions) (MemoryEstimate, 
 		SeqLen: int64(out.seq_len), Attention: Attention(out.attention), Weights: uint64(out.weights),
 		Gradients: uint64(out.gradients), OptimizerState: uint64(out.optimizer_state),
 		Activations: uint64(out.activations), Temporaries: uint64(out.temporaries), Total: uint64(out.total),
-		Host: uint64(out.host), TransferBytes: uint64(out.transfer_bytes)}, nil
+		Host: uint64(out.host), TransferBytes: uint64(out.transfer_bytes),
+		GradientTransferBytes: uint64(out.gradient_transfer_bytes)}, nil
 }

@@ -330,8 +330,8 @@ int main(int argc, char **argv) {
     accel_sim_report_predicted_seconds(rep, &predicted);
     accel_sim_report_destroy(rep);
     printf("\nTrained under %s: loss %.3f -> %.3f (the first and last two steps); device peak %.1f MiB "
-           "(estimated %.1f), host peak %.2f MiB (estimated %.2f); %.2f MiB moved between device and host, %.3f ms of "
-           "the %.3f ms predicted on the preset\n",
+           "(estimated %.1f), host peak %.2f MiB (estimated %.2f); %.2f MiB moved between device and host, %.3f ms on "
+           "the host link (the gradients' copies beside the backward) in the %.3f ms predicted on the preset\n",
            budget, j.first_loss, j.last_loss, mib(peak), mib(qlora.total), mib(host_peak), mib(qlora.host), mib(moved),
            moved_s * 1e3, predicted * 1e3);
     printf("Saved %s (PEFT's adapter format; the base stays as it was loaded)\n", j.adapter);

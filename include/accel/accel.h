@@ -1345,7 +1345,7 @@ typedef struct accel_memory_estimate_options {
 /* Fills *opts with the defaults of `version` (as accel_options_init). */
 ACCEL_API accel_status accel_memory_estimate_options_init(accel_memory_estimate_options *opts, uint32_t version);
 
-#define ACCEL_MEMORY_ESTIMATE_VERSION 2
+#define ACCEL_MEMORY_ESTIMATE_VERSION 3
 
 /* An estimate, in bytes per GPU. The caller sets `version` (ACCEL_MEMORY_ESTIMATE_VERSION);
  * the library writes the fields of that version only, so later versions may append. */
@@ -1371,6 +1371,10 @@ typedef struct accel_memory_estimate {
     uint64_t transfer_bytes;        /* bytes between the device and the host per optimizer
                                        step, both directions (offload; 0 without): what the
                                        simulator charges over the preset's host link */
+    /* version 3 */
+    uint64_t gradient_transfer_bytes; /* of transfer_bytes, the gradients' copies to the host,
+                                         made as each bucket is reduced: they run beside the
+                                         backward (the rest is serial with the compute) */
 } accel_memory_estimate;
 
 /* Estimates the memory per GPU of training `model`: a named shape ("gpt2", "gpt2-medium",

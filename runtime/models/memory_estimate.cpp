@@ -369,9 +369,10 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
     }
   }
   // Offload (docs/memory.md, "Offload"): the optimizer's state, in fp32, and ZeRO's separate
-  // fp32 master live in host memory; each step copies a parameter's (ZeRO: a unit's chunk's)
-  // gradient, and its weight where the master is the working weights, to fp32 host buffers,
-  // steps there and copies the weight back in its dtype
+  // fp32 master live in host memory; the gradients go there as they are reduced, in their
+  // dtype (the rank's share under ZeRO), and each step copies a parameter's (ZeRO: a unit's
+  // chunk's) gradient, and its weight where the master is the working weights, to fp32 host
+  // buffers, steps there and copies the weight back in its dtype
   double host = 0, host_step = 0;
   if (o.offload) {
     const double host_state = opt * (sbytes == 4.0 ? 1.0 : 4.0 / sbytes);
@@ -381,9 +382,10 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
       if (lora)
         for (size_t k = 0; k < mods.size(); ++k)
           if (hit[k]) largest_trained = std::max(largest_trained, static_cast<double>(o.lora_rank * std::max(mods[k].in, mods[k].out)));
-      host = host_state;
+      host = host_state + Pt * tbytes;         // the state, the gradients' host copies
       host_step = 2 * 4.0 * largest_trained;  // the weight's and the gradient's fp32 copies
       r.transfer_bytes = Pt * 3 * tbytes;      // the gradient and the weight there, the weight back
+      r.gradient_transfer_bytes = Pt * tbytes;
     } else {
       const double n = static_cast<double>(N), chunk = unit / n;
       // ZeRO-3's master is always its own tensor (a 16-bit working shard beside it, or the
@@ -391,9 +393,10 @@ MemoryEstimate estimate_memory(const LMConfig& c, const MemoryEstimateConfig& o)
       // only with 16-bit working weights
       const bool separate = o.strategy == 4 || work != 4.0;
       if (separate) weights -= Pt / n * 4.0;
-      host = host_state + (separate ? Pt / n * 4.0 : 0.0);
+      host = host_state + (separate ? Pt / n * 4.0 : 0.0) + Pt / n * work;  // and the gradient shard's copy
       host_step = (separate ? 1.0 : 2.0) * 4.0 * chunk;
       r.transfer_bytes = Pt / n * (separate ? 2 * work : 8.0 + work);
+      r.gradient_transfer_bytes = Pt / n * work;  // the reduced shard, as each unit's is complete
       // ZeRO-3 whose gathers read host memory (fp32: the master; offload 2: the 16-bit
       // working shard, moved there too): each unit's shard goes to the device for its
       // forward's and its backward's all-gather, and the step's update stays on the host

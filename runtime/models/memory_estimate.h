@@ -50,6 +50,7 @@ struct MemoryEstimate {
   double total = 0;        // the per-rank peak of a training step (device memory)
   double host = 0;         // the per-rank peak of host memory (offload; 0 without)
   double transfer_bytes = 0;  // bytes between device and host per optimizer step (offload)
+  double gradient_transfer_bytes = 0;  // of which the gradients' copies, beside the backward
   std::string largest = "backward";  // the phase of the peak: "backward" or "optimizer step"
 };
 

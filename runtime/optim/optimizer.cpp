@@ -9,6 +9,8 @@
 #include <cmath>
 #include <optional>
 
+#include <torch/cuda.h>
+
 #include "runtime/device_memory.h"
 
 namespace accel {
@@ -36,10 +38,12 @@ void Optimizer::bind() {
 
 void Optimizer::step() {
   ACCEL_CHECK(bound_, Status::InvalidState, "the optimizer is not prepared");
-  if (offload_)
+  if (offload_) {
+    if (!host_grads_.empty() && !model_->parameters().empty()) offload::wait_copies(model_->parameters().front().device());
     step_as_shards(*algo_, model_->parameters(), state_, lr_, this);
-  else
+  } else {
     algo_->step(model_->parameters(), state_, lr_);
+  }
 }
 
 namespace offload {
@@ -54,6 +58,17 @@ torch::Tensor to_host(const torch::Tensor& t) {
   torch::Tensor h = torch::empty(t.sizes(), torch::dtype(torch::kFloat).device(torch::kCPU).pinned_memory(t.is_cuda()));
   h.copy_(t.detach());
   return h;
+}
+
+torch::Tensor copy_to_host(const torch::Tensor& t) {
+  device_memory::HostScope host;
+  torch::Tensor h = torch::empty(t.sizes(), torch::dtype(t.scalar_type()).device(torch::kCPU).pinned_memory(t.is_cuda()));
+  h.copy_(t.detach(), /*non_blocking=*/t.is_cuda());
+  return h;
+}
+
+void wait_copies(const torch::Device& model_device) {
+  if (model_device.is_cuda()) torch::cuda::synchronize(model_device.index());
 }
 
 }  // namespace offload
@@ -101,6 +116,7 @@ void Optimizer::restore(const std::map<std::string, std::vector<torch::Tensor>>&
 }
 
 void Optimizer::zero_grad() {
+  host_grads_.clear();
   for (const auto& p : model_->parameters()) {
     if (p.grad().defined()) p.mutable_grad().reset();
   }
@@ -118,9 +134,14 @@ class WholeParameter final : public Shard, public Reducer {
       : algo_(algo), p_(p), st_(st), params_{i}, pieces_{StatePiece{i, 0, p.numel(), 0, 0}}, offload_(offload) {
     if (offload_) {
       w_ = offload::to_host(p);
-      g_ = offload::to_host(p.grad()).reshape({-1});
       copy_back_ = true;
-      offload_->count_host_bytes(static_cast<uint64_t>(p.numel()) * (2 * p.element_size() + p.grad().element_size()));
+      if (const torch::Tensor* hg = offload_->host_grad(i)) {  // copied as it was reduced (counted then)
+        g_ = offload::to_host(*hg).reshape({-1});
+        offload_->count_host_bytes(static_cast<uint64_t>(p.numel()) * 2 * p.element_size());
+      } else {
+        g_ = offload::to_host(p.grad()).reshape({-1});
+        offload_->count_host_bytes(static_cast<uint64_t>(p.numel()) * (2 * p.element_size() + p.grad().element_size()));
+      }
     } else {
       torch::Tensor w = p.detach();
       if (w.scalar_type() != torch::kFloat) w = w.to(torch::kFloat);

@@ -213,6 +213,16 @@ class Optimizer {
     return b;
   }
   void count_host_bytes(uint64_t bytes) const { host_bytes_ += bytes; }
+  // Parameter i's gradient, already in host memory: the strategy copied it there as it was
+  // reduced (bucket by bucket, during the backward; its transfer charged then), so the
+  // offloaded step reads it instead of copying the device's. Dropped at zero_grad.
+  void set_host_grad(size_t i, torch::Tensor g) {
+    if (host_grads_.size() <= i) host_grads_.resize(i + 1);
+    host_grads_[i] = std::move(g);
+  }
+  const torch::Tensor* host_grad(size_t i) const {
+    return i < host_grads_.size() && host_grads_[i].defined() ? &host_grads_[i] : nullptr;
+  }
 
  private:
   std::shared_ptr<Model> model_;
@@ -221,6 +231,7 @@ class Optimizer {
   bool bound_ = false;
   bool offload_ = false;
   mutable uint64_t host_bytes_ = 0;
+  std::vector<torch::Tensor> host_grads_;  // set_host_grad's, by parameter
   std::vector<ParamState> state_;  // per parameter, model order
 };
 
@@ -231,6 +242,12 @@ torch::Tensor host_zeros(at::IntArrayRef shape, const torch::Device& model_devic
                          c10::ScalarType dtype = torch::kFloat);
 // An fp32 copy of t in host memory.
 torch::Tensor to_host(const torch::Tensor& t);
+// A copy of t in host memory in t's dtype (pinned, and asynchronous, on CUDA: wait_copies
+// before reading it): a reduced gradient leaving the device as soon as it is complete.
+torch::Tensor copy_to_host(const torch::Tensor& t);
+// The asynchronous copies to the host are complete (a CUDA device synchronisation; nothing
+// on the CPU).
+void wait_copies(const torch::Device& model_device);
 }  // namespace offload
 
 // AdamW and LAMB share their hyper-parameters' domains.

@@ -3,6 +3,8 @@
 // (the gradients are views into their bucket, as DDP's gradient_as_bucket_view).
 #include "runtime/strategy/ddp.h"
 
+#include <deque>
+
 #include "comm/tensors.h"
 
 namespace accel {
@@ -45,6 +47,7 @@ class DataParallel final : public ParallelStrategy {
 
   void backward(const torch::Tensor& scaled_loss, bool sync, int64_t rows) override {
     rows_ = rows;
+    averaging_.clear();  // (a backward that failed may have left some)
     sync_now_ = sync;  // DDP communicates during the backward that completes the gradients only
     in_backward_ = true;
     struct Done {
@@ -59,7 +62,7 @@ class DataParallel final : public ParallelStrategy {
   }
 
   void zero_grad(Optimizer& opt) override {
-    opt.zero_grad();
+    ParallelStrategy::zero_grad(opt);
     for (auto& b : buckets_) b.flat = torch::Tensor();  // the gradients (views) were reset
   }
 
@@ -95,6 +98,24 @@ class DataParallel final : public ParallelStrategy {
   void launch(Bucket& b) {
     charge(4.0 * static_cast<double>(rows_) * static_cast<double>(b.layout.numel), "backward");
     b.work = comm::all_reduce(comm_, b.flat, comm::RedOp::Avg);
+    if (offloads_grads()) {
+      averaging_.push_back(&b);
+      copy_averaged(false);
+    }
+  }
+
+  // Offload: each bucket's average goes to the host once complete, in launch order, while
+  // the backward goes on (`all`: waits for the rest, at its end).
+  void copy_averaged(bool all) {
+    while (!averaging_.empty()) {
+      Bucket& b = *averaging_.front();
+      if (all)
+        b.work->wait();
+      else if (!b.work->test())
+        return;
+      grads_to_host(b.flat, b.layout.params, b.layout.offsets, b.work.get());
+      averaging_.pop_front();
+    }
   }
 
   // Launches the buckets not complete yet (parameters unused in this forward get zeros, so
@@ -109,6 +130,7 @@ class DataParallel final : public ParallelStrategy {
       }
       launch(b);
     }
+    copy_averaged(true);
     for (auto& b : buckets_) {
       b.work->wait();
       b.work.reset();
@@ -117,6 +139,7 @@ class DataParallel final : public ParallelStrategy {
   }
 
   std::vector<Bucket> buckets_;
+  std::deque<Bucket*> averaging_;  // offload: launched, not yet copied to the host
   std::vector<std::pair<size_t, size_t>> bucket_of_;  // param -> (bucket, slot)
   std::vector<compat::GradAccumulator> accumulators_;  // keeps the post hooks alive
   bool in_backward_ = false, sync_now_ = false;

@@ -14,12 +14,17 @@ namespace accel {
 // ---------------------------------------------------------------------------------------
 // Defaults: the gradients live whole in the parameters' .grad
 
-bool ParallelStrategy::unscale(const LossScaler& scaler) { return scaler.unscale(model_->parameters()); }
+bool ParallelStrategy::unscale(const LossScaler& scaler) {
+  const bool inf = scaler.unscale(model_->parameters());
+  if (scaler.enabled()) scale_host_grads(scaler.inv_scale());
+  return inf;
+}
 
 void ParallelStrategy::scale_gradients(double f) {
   torch::NoGradGuard ng;
   for (const auto& p : model_->parameters())
     if (p.grad().defined()) p.grad().mul_(f);
+  scale_host_grads(f);
 }
 
 double ParallelStrategy::clip(double max_norm) {
@@ -32,9 +37,35 @@ double ParallelStrategy::clip(double max_norm) {
   const double total = torch::stack(norms).norm(2).item<double>();
   if (!std::isfinite(total)) return total;
   const double coef = max_norm / (total + 1e-6);
-  if (coef < 1.0)
+  if (coef < 1.0) {
     for (auto& g : grads) g.mul_(coef);
+    scale_host_grads(coef);
+  }
   return total;
+}
+
+void ParallelStrategy::grads_to_host(const torch::Tensor& flat, const std::vector<size_t>& params,
+                                     const std::vector<int64_t>& offsets, const comm::Work* after) {
+  torch::NoGradGuard ng;
+  HostGrads h{offload::copy_to_host(flat), params, offsets};
+  if (clock_)
+    clock_->post_host_transfer(static_cast<uint64_t>(flat.numel()) * flat.element_size(),
+                               "offload: gradients to the host", after);
+  host_grads_.push_back(std::move(h));
+}
+
+void ParallelStrategy::scale_host_grads(double f) {
+  torch::NoGradGuard ng;
+  for (auto& h : host_grads_) h.host.mul_(f);
+}
+
+void ParallelStrategy::give_host_grads(Optimizer& opt) const {
+  const auto& ps = model_->parameters();
+  for (const auto& h : host_grads_)
+    for (size_t i = 0; i < h.params.size(); ++i) {
+      const torch::Tensor& p = ps[h.params[i]];
+      opt.set_host_grad(h.params[i], h.host.narrow(0, h.offsets[i], p.numel()).view(p.sizes()));
+    }
 }
 
 std::vector<torch::Tensor> ParallelStrategy::full_parameters() {
@@ -71,18 +102,48 @@ namespace {
 class SingleProcess final : public ParallelStrategy {
  public:
   using ParallelStrategy::ParallelStrategy;
+  ~SingleProcess() override { *owner_ = nullptr; }
   void prepare(Model& model) override {
     model_ = &model;
     // fp16 requested where the device has no fp16 kernels: emulated by rounding
     if (opts_.precision == Precision::FP16 && device_.is_cpu()) model.set_grad_rounding(true);
+    // offload: each gradient to the host as soon as the backward that completes it has it
+    if (offloads_grads())
+      for (size_t k = 0; k < model.parameters().size(); ++k)
+        accumulators_.push_back(on_grad_accumulated(model.parameters()[k], [owner = owner_, k] {
+          if (SingleProcess* s = *owner) s->accumulated(k);
+        }));
   }
   Cadence cadence() const override { return Cadence::Never; }
   void backward(const torch::Tensor& scaled_loss, bool sync, int64_t rows) override {
-    (void)sync;
+    rows_ = rows;
+    charged_ = 0.0;
+    copying_ = sync && offloads_grads();  // the backward that completes the gradients
+    struct Done {
+      SingleProcess& s;
+      ~Done() { s.copying_ = false; }
+    } done{*this};
     scaled_loss.backward();
-    // a dense layer: 2 FLOPs per weight and row for each of dX and dW
-    charge(4.0 * static_cast<double>(rows) * static_cast<double>(model_->num_elements()), "backward");
+    // a dense layer: 2 FLOPs per weight and row for each of dX and dW (the parameters
+    // copied to the host were charged as their gradients came)
+    charge(4.0 * static_cast<double>(rows) * static_cast<double>(model_->num_elements()) - charged_, "backward");
   }
+
+ private:
+  void accumulated(size_t k) {
+    if (!copying_) return;
+    const torch::Tensor& p = model_->parameters()[k];
+    if (!p.grad().defined()) return;
+    const double flops = 4.0 * static_cast<double>(rows_) * static_cast<double>(p.numel());
+    charge(flops, "backward");  // the clock at this gradient, for its copy to start from
+    charged_ += flops;
+    grads_to_host(p.grad().reshape({-1}), {k}, {0}, nullptr);
+  }
+  std::vector<compat::GradAccumulator> accumulators_;  // keeps the post hooks alive
+  bool copying_ = false;
+  int64_t rows_ = 0;
+  double charged_ = 0.0;
+  std::shared_ptr<SingleProcess*> owner_ = std::make_shared<SingleProcess*>(this);
 };
 }  // namespace
 

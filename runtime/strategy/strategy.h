@@ -79,8 +79,14 @@ class ParallelStrategy {
   virtual double clip(double max_norm);
   // Multiplies the (synchronised) gradients by f.
   virtual void scale_gradients(double f);
-  virtual void step(Optimizer& opt) { opt.step(); }
-  virtual void zero_grad(Optimizer& opt) { opt.zero_grad(); }
+  virtual void step(Optimizer& opt) {
+    give_host_grads(opt);
+    opt.step();
+  }
+  virtual void zero_grad(Optimizer& opt) {
+    host_grads_.clear();
+    opt.zero_grad();
+  }
 
   // --- evaluation and checkpoints
   // The prepared model's parameters whole, fp32, on the host (a collective when sharded).
@@ -115,11 +121,31 @@ class ParallelStrategy {
   void charge(double flops, const char* label) const {
     if (clock_) clock_->charge_flops(flops, label);
   }
+  // Offload (docs/memory.md): the gradients go to host memory as each is complete, not at
+  // the step: `flat` holds the parameters `params` at `offsets` (a DDP bucket, or one
+  // parameter), copied in its dtype once `after` (the collective that averaged it; null:
+  // none) is done, its transfer posted to the clock beside the compute. unscale,
+  // scale_gradients and clip multiply the copies as they multiply the device's gradients
+  // (the same multiplications: the same bits), and step hands them to the optimizer.
+  bool offloads_grads() const { return opts_.offload != Offload::None; }
+  void grads_to_host(const torch::Tensor& flat, const std::vector<size_t>& params, const std::vector<int64_t>& offsets,
+                     const comm::Work* after);
+  void scale_host_grads(double f);
+  void give_host_grads(Optimizer& opt) const;
+
   const Options& opts_;
   comm::Communicator& comm_;
   comm::ComputeClock* clock_;
   torch::Device device_;
   Model* model_ = nullptr;  // set by prepare
+
+ private:
+  struct HostGrads {
+    torch::Tensor host;
+    std::vector<size_t> params;
+    std::vector<int64_t> offsets;
+  };
+  std::vector<HostGrads> host_grads_;  // this step's, in the order they were complete
 };
 
 // The strategy `opts.strategy` names on this world (DDP on one process is no strategy).

@@ -197,19 +197,32 @@ void ZeroEngine::complete(size_t bi) {
   Bucket& b = buckets_[bi];
   if (inflight_.empty() || inflight_.front() != bi) return;
   inflight_.pop_front();
-  b.work->wait();
-  b.work.reset();
+  const std::shared_ptr<comm::Work> work = std::move(b.work);
+  work->wait();
   b.launched = 0;
   if (b.size() == 1) {
     reduced(b.lo);
+    grad_to_host(b.lo, work.get());
     return;
   }
   b.send = torch::Tensor();
   for (size_t u = b.lo; u <= b.hi; ++u) {
     units_[u].rs_out = b.out.narrow(0, units_[u].bucket_at, units_[u].chunk);
     reduced(u);
+    grad_to_host(u, work.get());
   }
   b.out = torch::Tensor();
+}
+
+void ZeroEngine::grad_to_host(size_t u, const comm::Work* after) {
+  if (!offload_ || !sync_) return;  // (an earlier micro-batch: the gradient is not complete)
+  torch::NoGradGuard ng;
+  const torch::Tensor g = grad_chunk(u);
+  if (host_grad_.size() != units_.size()) host_grad_.resize(units_.size());
+  host_grad_[u] = offload::copy_to_host(g);
+  if (clock_)
+    clock_->post_host_transfer(static_cast<uint64_t>(g.numel()) * g.element_size(), "offload: gradients to the host",
+                               after);
 }
 
 void ZeroEngine::reduced(size_t ui) {
@@ -254,6 +267,7 @@ void ZeroEngine::end_backward() {
 
 void ZeroEngine::end_backward_abandoned() {
   in_backward_ = false;
+  host_grad_.clear();
   while (!inflight_.empty()) {
     Bucket& b = buckets_[inflight_.front()];
     inflight_.pop_front();
@@ -328,7 +342,11 @@ class ZeroEngine::RankShard final : public Shard, public Reducer {
   torch::Tensor grad(size_t s, int64_t at, int64_t len) override {
     torch::Tensor g = e_.grad_chunk(s).narrow(0, at, len);
     if (e_.offload_) {
-      opt_.count_host_bytes(static_cast<uint64_t>(g.numel()) * g.element_size());
+      if (s < e_.host_grad_.size() && e_.host_grad_[s].defined()) {
+        g = e_.host_grad_[s].narrow(0, at, len);  // copied as it was reduced (counted then)
+      } else {
+        opt_.count_host_bytes(static_cast<uint64_t>(g.numel()) * g.element_size());
+      }
       g = offload::to_host(g);  // its own copy: scaled in place, in host memory
       return e_.grad_factor_ != 1.0 ? g.mul_(e_.grad_factor_) : g;
     }
@@ -386,6 +404,7 @@ class ZeroEngine::RankShard final : public Shard, public Reducer {
 void ZeroEngine::step(const Optimizer& opt) {
   torch::NoGradGuard ng;
   ++steps_;
+  if (!host_grad_.empty()) offload::wait_copies(device_);
   RankShard shard(*this, opt);
   // offloaded, the step runs on host tensors: its temporaries are host memory too
   std::optional<device_memory::HostScope> host;
@@ -397,6 +416,7 @@ void ZeroEngine::step(const Optimizer& opt) {
 void ZeroEngine::zero_grad() {
   grad_valid_ = false;  // the next micro-batch overwrites the sharded gradient
   grad_factor_ = 1.0;
+  host_grad_.clear();
   clear_grads();
 }
 

@@ -258,6 +258,7 @@ class ZeroEngine {
   torch::Tensor master_, grad_;
   bool offload_ = false;  // Options::offload: state and separate master in host memory
   bool offload_params_ = false;  // Offload::Parameters: stage 3's working shard in host memory too
+  std::vector<torch::Tensor> host_grad_;  // offload: the reduced chunks' host copies, by unit (this step's)
   bool grad_valid_ = false;
   bool sync_ = false;
   std::shared_ptr<ZeroEngine*> owner_ = std::make_shared<ZeroEngine*>(this);
@@ -268,6 +269,9 @@ class ZeroEngine {
   std::shared_ptr<comm::Work> reduce_bucket(Bucket& b);
   void pack(Bucket& b, size_t u, int64_t at, const torch::Tensor& flat);
   void complete(size_t bucket);
+  // Offload, on the micro-batch that completes the gradients: unit u's reduced chunk to the
+  // host as soon as `after` (its reduction) is done, the transfer posted beside the compute.
+  void grad_to_host(size_t u, const comm::Work* after);
   void clear_grads();
   void charge_backward(size_t u);
 

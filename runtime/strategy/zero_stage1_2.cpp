@@ -30,6 +30,7 @@ class UnpackedWork final : public comm::Work {
     wait();
     return true;
   }
+  const comm::Work* underlying() const override { return inner_->underlying(); }
 
  private:
   std::shared_ptr<comm::Work> inner_;

@@ -96,6 +96,10 @@ GUARDED(accel_project_options);
 #ifdef ACCEL_ENCODE_OPTIONS_VERSION
 GUARDED(accel_encode_options);
 #endif
+#ifdef ACCEL_MEMORY_ESTIMATE_VERSION
+GUARDED(accel_memory_estimate);
+GUARDED(accel_memory_estimate_options);
+#endif
 #ifdef ACCEL_LM_OPTIONS_VERSION
 GUARDED(accel_lm_options);
 GUARDED(accel_lora_options);
@@ -603,6 +607,27 @@ static void simulate(const dataset *data) {
     accel_sim_report_destroy(rep);
 }
 
+#ifdef ACCEL_MEMORY_ESTIMATE_VERSION
+/* v6: accel_estimate_memory fills the estimate as far as the caller's version and no
+ * further, from options of the header's version (their fields past it never read). */
+static void estimate(void) {
+    guarded_accel_memory_estimate e;
+    guarded_accel_memory_estimate_options o;
+    CHECK_INIT(o, accel_memory_estimate_options_init, ACCEL_MEMORY_ESTIMATE_OPTIONS_VERSION);
+    o.opts.world_size = 8;
+    o.opts.strategy = ACCEL_STRATEGY_ZERO3;
+    o.opts.mixed_precision = ACCEL_PRECISION_BF16;
+    memset(&e, GARBAGE, sizeof e);
+    e.opts.version = ACCEL_MEMORY_ESTIMATE_VERSION;
+    CHECK(accel_estimate_memory("llama-7b", &o.opts, &e.opts) == ACCEL_OK, "accel_estimate_memory: %s",
+          accel_last_error(NULL));
+    CHECK(e.opts.total > e.opts.weights && e.opts.weights > 0, "estimate total %llu, weights %llu",
+          (unsigned long long)e.opts.total, (unsigned long long)e.opts.weights);
+    CHECK(untouched(e.after, GUARD), "accel_estimate_memory wrote past the end of the header's estimate (%u bytes)",
+          (unsigned)sizeof e.opts);
+}
+#endif
+
 int main(void) {
     dataset data;
     printf("header %s (options v%d, dataloader v%d) against library %s\n", ACCEL_VERSION_STRING,
@@ -613,6 +638,9 @@ int main(void) {
     check_options_init();
     train_one_process(&data);
     simulate(&data);
+#ifdef ACCEL_MEMORY_ESTIMATE_VERSION
+    estimate();
+#endif
     if (failures) fprintf(stderr, "%d checks failed\n", failures);
     else printf("all checks passed\n");
     return failures ? 1 : 0;

@@ -55,6 +55,7 @@ assert plain["host"] == 0 and plain["transfer_per_step"] == 0, plain
 assert off["optimizer"] == 0 and off["host"] >= plain["optimizer"], (plain, off)
 assert off["total"] < plain["total"] - plain["optimizer"] * 0.9, (plain, off)
 assert off["transfer_per_step"] == 12 * 6738415616, off  # fp32: the gradient and the weight there, the weight back
+assert off["gradient_transfer_per_step"] == 4 * 6738415616, off  # of which the gradients, beside the backward
 PY
 # an NF4 base (double quant) holds about 0.51 bytes a block weight
 lines=$("$tool" estimate-memory llama-7b --lora-rank 8 --json; "$tool" estimate-memory llama-7b --lora-rank 8 --quantization nf4 --double-quant --json)

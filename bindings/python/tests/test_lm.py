@@ -436,6 +436,7 @@ def test_estimate_memory():
     off = accel.estimate_memory("llama-7b", offload="optimizer")
     assert e.host == 0 and e.transfer_bytes == 0
     assert off.optimizer_state == 0 and off.host >= 8 * LLAMA_7B and off.transfer_bytes == 12 * LLAMA_7B
+    assert off.gradient_transfer_bytes == 4 * LLAMA_7B
     assert off.total < e.total
     # an NF4 base (double quant) under LoRA: fewer weight bytes than the fp32 base
     nf4 = accel.estimate_memory("llama-7b", lora_rank=16, quantization="nf4", double_quant=True)

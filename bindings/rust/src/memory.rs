@@ -33,6 +33,9 @@ pub struct MemoryEstimate {
     pub host: u64,
     /// Bytes between the device and the host per optimizer step (offload).
     pub transfer_bytes: u64,
+    /// Of `transfer_bytes`, the gradients' copies to the host, made as each bucket is reduced:
+    /// they run beside the backward (the rest is serial with the compute).
+    pub gradient_transfer_bytes: u64,
 }
 
 /// Estimates the memory per GPU of training `model` (`accel_estimate_memory`): a named shape
@@ -75,5 +78,6 @@ pub fn estimate_memory(model: &str, opts: &MemoryEstimateOptions) -> Result<Memo
         total: out.total,
         host: out.host,
         transfer_bytes: out.transfer_bytes,
+        gradient_transfer_bytes: out.gradient_transfer_bytes,
     })
 }

@@ -157,7 +157,7 @@ fn struct_layouts_match_the_header() {
         }),
         layout!(accel_memory_estimate {
             version, parameters, trainable_parameters, seq_len, attention, weights, gradients, optimizer_state,
-            activations, temporaries, total, host, transfer_bytes
+            activations, temporaries, total, host, transfer_bytes, gradient_transfer_bytes
         }),
         layout!(accel_tracker_options { version, log_dir, writers, all_processes }),
         layout!(accel_inference_options { version, num_threads }),

@@ -335,7 +335,7 @@ fn estimate_memory_of_llama_7b() {
     // base under LoRA holds fewer weight bytes than the fp32 one
     let off = estimate_memory("llama-7b", &MemoryEstimateOptions::default().with_offload(Offload::Optimizer)).unwrap();
     assert_eq!((e.host, e.transfer_bytes), (0, 0));
-    assert_eq!((off.optimizer_state, off.transfer_bytes), (0, 12 * p));
+    assert_eq!((off.optimizer_state, off.transfer_bytes, off.gradient_transfer_bytes), (0, 12 * p, 4 * p));
     assert!(off.host >= 8 * p && off.total < e.total, "{:?}", off);
     let q = MemoryEstimateOptions::default().with_lora_rank(16).with_quantization(Quantization::Nf4).with_double_quant(true);
     let nf4 = estimate_memory("llama-7b", &q).unwrap();

@@ -387,7 +387,7 @@ typedef struct accel_memory_estimate_options {
     int32_t double_quant;
 } accel_memory_estimate_options;
 accel_status accel_memory_estimate_options_init(accel_memory_estimate_options *opts, uint32_t version);
-#define ACCEL_MEMORY_ESTIMATE_VERSION 2
+#define ACCEL_MEMORY_ESTIMATE_VERSION 3
 typedef struct accel_memory_estimate {
     uint32_t version;
     int64_t parameters;
@@ -402,6 +402,7 @@ typedef struct accel_memory_estimate {
     uint64_t total;
     uint64_t host;
     uint64_t transfer_bytes;
+    uint64_t gradient_transfer_bytes;
 } accel_memory_estimate;
 accel_status accel_estimate_memory(const char *model, const accel_memory_estimate_options *opts, accel_memory_estimate *out);
 typedef enum accel_log_writer {

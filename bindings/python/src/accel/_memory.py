@@ -27,6 +27,7 @@ class MemoryEstimate(NamedTuple):
     total: int                 # the peak of a training step (device memory)
     host: int = 0              # the peak of host memory (offload: state, master, the step's copies)
     transfer_bytes: int = 0    # bytes between device and host per optimizer step (offload)
+    gradient_transfer_bytes: int = 0  # of which the gradients' copies, beside the backward
 
 
 def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: Union[Precision, str] = "no",
@@ -45,8 +46,9 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
     optimizer: "sgd", "sgd_momentum", "adamw", "adafactor" or "lamb". world_size > 1 needs a
     strategy. seq_len 0: min(1024, max_position_embeddings). lora_rank > 0: LoRA adapters of
     that rank on lora_target_modules (None: PEFT's default for the family). attention:
-    "eager", "fused" or None (this build's kernel). offload: "none" or "optimizer" (the
-    optimizer's state and ZeRO's master in host memory: `host` and `transfer_bytes`).
+    "eager", "fused" or None (this build's kernel). offload: "none", "optimizer" (the
+    optimizer's state and ZeRO's master in host memory: `host` and `transfer_bytes`, of which
+    `gradient_transfer_bytes` run beside the backward) or "parameters" (ZeRO-3: its shard too).
     quantization: "none", "nf4", "fp4" or "int8" (the LoRA base's linear weights; needs
     lora_rank), double_quant for NF4/FP4's absmax. Raises IOError for a model that is
     neither a named shape nor a readable config, InvalidArgumentError for a bad option,
@@ -80,4 +82,5 @@ def estimate_memory(model: Union[str, "os.PathLike[str]"], *, mixed_precision: U
         kernel = int(out.attention)
     return MemoryEstimate(int(out.parameters), int(out.trainable_parameters), int(out.seq_len), kernel,
                           int(out.weights), int(out.gradients), int(out.optimizer_state), int(out.activations),
-                          int(out.temporaries), int(out.total), int(out.host), int(out.transfer_bytes))
+                          int(out.temporaries), int(out.total), int(out.host), int(out.transfer_bytes),
+                          int(out.gradient_transfer_bytes))

@@ -58,7 +58,7 @@ pub const ACCEL_MEMORY_ESTIMATE_OPTIONS_INIT: accel_memory_estimate_options = ac
     double_quant: 0,
 };
 
-pub const ACCEL_MEMORY_ESTIMATE_VERSION: u32 = 2;
+pub const ACCEL_MEMORY_ESTIMATE_VERSION: u32 = 3;
 
 /// An estimate in bytes per GPU; the caller sets `version` (`ACCEL_MEMORY_ESTIMATE_VERSION`).
 #[repr(C)]
@@ -78,6 +78,8 @@ pub struct accel_memory_estimate {
     // version 2
     pub host: u64,
     pub transfer_bytes: u64,
+    // version 3
+    pub gradient_transfer_bytes: u64,
 }
 
 extern "C" {
