@@ -41,7 +41,7 @@ uint64_t parse_bytes(const std::string& text, const char* what) {
   const double bytes = std::strtod(number.c_str(), nullptr) * it->second;  // digits only: strtod cannot fail
   if (!(bytes < 18446744073709551616.0)) refuse("is too large (at most 16 EiB)");
   const uint64_t out = static_cast<uint64_t>(bytes + 0.5);
-  if (out == 0) refuse("is zero (for no limit pass no size at all)");
+  if (out == 0) refuse("is zero (a budget's \"unlimited\" or no size at all means no limit, as its option says)");
   return out;
 }
 

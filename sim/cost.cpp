@@ -42,6 +42,17 @@ constexpr double kPcie5x16 = 63.0 * GB, kPcie4x16 = 31.5 * GB;
 // NVLink-C2C between a Grace Hopper superchip's GPU and its CPU: 900 GB/s in both directions
 // together (NVIDIA's GH200 datasheet), 450 GB/s each way.
 constexpr double kNvlinkC2C = 450.0 * GB;
+// A GPU's memory as CUDA reports it to PyTorch, the "total capacity" of PyTorch's
+// out-of-memory message: less than the board's HBM by what the driver reserves. The
+// figures are those such messages show, in GiB (boards of one kind differ by ~0.2 GiB):
+// H100 SXM and A100 SXM 80 GB 79.15, H200 141 GB 139.80, A100 40 GB 39.39, RTX 4090 (the
+// 8xPCIe calibration's card) 23.68; GH200's 96 GB of HBM3 by the H100's ratio, 94.98
+// (estimated: no such message found).
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr uint64_t gpu_gib(double gib) { return static_cast<uint64_t>(gib * kGiB); }
+constexpr uint64_t kH100Memory = gpu_gib(79.15), kH200Memory = gpu_gib(139.80), kA100Memory = gpu_gib(79.15),
+                   kA100Memory40 = gpu_gib(39.39), kRtx4090Memory = gpu_gib(23.68),
+                   kGH200Memory = gpu_gib(79.15 * 96.0 / 80.0);
 
 // ---------------------------------------------------------------------------------------
 // The presets. Each number names the dataset of sim/calibration/nccl_tests.csv it was
@@ -94,6 +105,7 @@ Topology h100_node() {
                         nvlink4());
   h100_node_calibration(t);
   t.host_link_bandwidth = kPcie5x16;
+  t.gpu_memory = kH100Memory;
   return t;
 }
 
@@ -101,11 +113,12 @@ Topology a100_node() {
   // ring over NVLink 3: A1 (OCI BM.GPU4.8, all_reduce 1 MiB .. 8 GiB, plateau 235 GB/s);
   // LL fitted to A1's 1-8 MiB rows and its small-message floor (64 B .. 32 KiB: ~32 us).
   Topology t = one_node("8xA100",
-                        "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch (DGX/HGX A100), no NVLink SHARP",
+                        "one node of 8 A100 SXM 80 GB GPUs, NVLink 3 through NVSwitch (DGX/HGX A100), no NVLink SHARP",
                         312e12,  // A100 SXM, dense BF16
                         {"NVLink3", 8.29 * us, 235.9 * GB, 1.84 * us, 0.261});
   add(t, CollKind::AllReduce, "ring", 1, 8.29 * us, 235.9 * GB, "A1");
   t.host_link_bandwidth = kPcie4x16;
+  t.gpu_memory = kA100Memory;
   return t;
 }
 
@@ -123,6 +136,7 @@ Topology pcie_node() {
   t.cross_domain_bandwidth = 20.7 * GB;
   add(t, CollKind::AllReduce, "ring", 1, 5.5 * us, 25.87 * GB, "P3");
   t.host_link_bandwidth = kPcie4x16;
+  t.gpu_memory = kRtx4090Memory;
   return t;
 }
 
@@ -312,6 +326,7 @@ PlatformSpec h100_spec() {
   PlatformSpec s = nvlink_node("8xH100", "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP",
                                "NVLink4", 450, true, 989e12);
   s.host_link_bandwidth = kPcie5x16;
+  s.gpu_memory = kH100Memory;
   return s;
 }
 
@@ -320,6 +335,7 @@ PlatformSpec a100_spec() {
   PlatformSpec s = nvlink_node("8xA100", "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch, no NVLink SHARP",
                                "NVLink3", 300, false, 312e12);
   s.host_link_bandwidth = kPcie4x16;
+  s.gpu_memory = kA100Memory;
   return s;
 }
 
@@ -359,6 +375,7 @@ PlatformSpec platform_spec(const std::string& name) {
     PlatformSpec s = h100_spec();
     s.name = "8xH200";
     s.description = "one node of 8 H200 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (HGX H200)";
+    s.gpu_memory = kH200Memory;
     return s;
   }
   if (name == "8xA100" || name == "a100") return a100_spec();
@@ -374,6 +391,7 @@ PlatformSpec platform_spec(const std::string& name) {
                                  "NVLink4", 450, false, 989e12);
     s.gpus_per_node = 4;
     s.host_link_bandwidth = kNvlinkC2C;
+    s.gpu_memory = kGH200Memory;
     return s;
   }
   if (name == "8xPCIe" || name == "pcie") {
@@ -384,6 +402,7 @@ PlatformSpec platform_spec(const std::string& name) {
     s.gpus_per_domain = 4;
     s.cross_domain_factor = 0.8;
     s.host_link_bandwidth = kPcie4x16;
+    s.gpu_memory = kRtx4090Memory;
     return s;
   }
   int nodes = 0;
@@ -405,6 +424,7 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
   t.gpus_per_node = s.gpus_per_node;
   t.gpu_flops = s.gpu_flops;
   t.host_link_bandwidth = s.host_link_bandwidth;
+  t.gpu_memory = s.gpu_memory;
   t.launch_overhead = kLaunch;
   t.nodes = s.nodes;
   const double ring_bw = c.eta_ring * s.link_bandwidth;
@@ -439,13 +459,20 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
 }
 
 std::vector<std::string> topology_preset_names() {
-  return {"8xH100",        "8xA100",        "8xPCIe",      "Nx8xH100-IB", "8xH200",
-          "Nx8xH100-RoCE", "Nx8xH100-EFA",  "Nx8xA100-IB", "4xGH200"};
+  return {"8xH100",        "8xA100",       "8xPCIe",      "Nx8xH100-IB", "8xH200",
+          "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB", "4xGH200",     "8xA100-40GB"};
 }
 
 Topology topology_preset(const std::string& name) {
   if (name == "8xH100" || name == "h100") return h100_node();
   if (name == "8xA100" || name == "a100") return a100_node();
+  if (name == "8xA100-40GB") {
+    Topology t = a100_node();
+    t.name = name;
+    t.description = "one node of 8 A100 SXM 40 GB GPUs, NVLink 3 through NVSwitch (DGX/HGX A100 40GB), no NVLink SHARP";
+    t.gpu_memory = kA100Memory40;
+    return t;
+  }
   if (name == "8xPCIe" || name == "pcie") return pcie_node();
   int nodes = 0;
   std::string fabric;

@@ -58,6 +58,10 @@ struct Topology {
   // offloaded optimizer state and weights cross
   // (docs/memory.md). 0: no host link modelled.
   double host_link_bandwidth = 0.0;
+  // One GPU's memory as CUDA reports it to PyTorch (the "total capacity" of its out-of-memory
+  // message), bytes: a simulated rank's device budget unless the caller sets one (docs/
+  // simulator.md, "Device memory"). 0: unlimited.
+  uint64_t gpu_memory = 0;
   // --- added by the calibration (docs/sim-calibration.md) ---
   int nodes = 1;                        // nodes in the preset
   // PCIe hosts: GPUs behind one switch / CPU socket; a ring over more crosses the CPU
@@ -76,8 +80,8 @@ struct Topology {
 // predicted from their spec sheet (topology_from_spec with spec_coefficients()), "8xH200",
 // "Nx8xH100-RoCE" (16 x 200G RoCE per node), "Nx8xH100-EFA" (32 x 100G EFA per node, AWS
 // p5), "Nx8xA100-IB" (8 x HDR 200G per node) and "4xGH200" (4 Grace Hopper superchips, NVLink 4
-// all-to-all, host memory over NVLink-C2C at 450 GB/s a direction). Throws
-// Error(InvalidArgument) naming the known presets.
+// all-to-all, host memory over NVLink-C2C at 450 GB/s a direction); "8xA100-40GB" is
+// "8xA100" with the 40 GB board's memory. Throws Error(InvalidArgument) naming the known presets.
 Topology topology_preset(const std::string& name);
 std::vector<std::string> topology_preset_names();
 
@@ -96,6 +100,7 @@ struct PlatformSpec {
   double nic_line_rate = 0;  // one NIC, bytes/s (400 Gb/s = 50e9)
   double gpu_flops = 0;      // dense BF16 peak of one GPU
   double host_link_bandwidth = 0;  // GPU <-> host memory, per direction, bytes/s
+  uint64_t gpu_memory = 0;         // Topology::gpu_memory
 };
 
 // The coefficients that turn any spec into alpha-beta parameters, shared by all platforms

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "sim/settings.h"
 #include "sim/world.h"
 
 namespace accel::sim {
@@ -24,12 +25,8 @@ bool MemoryBudget::try_charge(int rank, uint64_t bytes, std::string* why) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!device_.fits(rank, bytes)) {
     if (why) {
-      const uint64_t cap = device_.capacity, cur = device_.current[rank];
-      std::ostringstream os;
-      os << "CUDA out of memory (simulated). Tried to allocate " << format_bytes(bytes) << " (rank " << rank << "; "
-         << format_bytes(cap) << " total capacity; " << format_bytes(cur) << " already allocated; "
-         << format_bytes(cap - cur) << " free; peak " << format_bytes(device_.peak[rank]) << ")";
-      *why = os.str();
+      *why = cuda_oom_message(bytes, gpus_per_node_ > 0 ? rank % gpus_per_node_ : rank, device_.capacity,
+                              device_.current[rank], rank, device_.peak[rank]);
     }
     return false;
   }

@@ -24,7 +24,8 @@ struct SettingsText {
   int world_size = -1;            // < 0: not known where they are read (a process of a launched
                                   // world): the topology's size and the faults' ranks go unchecked
   std::string topology = kDefaultTopology;  // a preset of sim/cost.h
-  std::optional<std::string> device_memory;  // a size (text::parse_bytes); none: unlimited
+  std::optional<std::string> device_memory;  // a size (text::parse_bytes) or "unlimited"; none: the
+                                             // topology's GPU memory (Topology::gpu_memory)
   std::optional<std::string> host_memory;    // each rank's host memory (offload); none: unlimited
   std::string faults;             // parse_faults' syntax; empty: none
 };
@@ -43,10 +44,18 @@ struct SettingNames {
 // order: the topology (a preset that has at least world_size GPUs), the device memory, the faults.
 struct Settings {
   Topology topology;
-  uint64_t device_capacity = 0;  // bytes per simulated GPU; 0: unlimited
+  uint64_t device_capacity = 0;  // bytes per simulated GPU (by default the preset's); 0: unlimited
   uint64_t host_capacity = 0;    // host memory per rank; 0: unlimited
   std::vector<Fault> faults;
 };
 Settings parse_settings(const SettingsText& text, const SettingNames& names = {});
+
+// A simulated GPU's out-of-memory error, in PyTorch 2.x's layout (c10/cuda/CUDACachingAllocator.cpp,
+// sizes as its format_size writes them) so that what parses a real one parses it: "CUDA out
+// of memory. Tried to allocate 2.69 MiB. GPU 3 has a total capacity of 79.15 GiB of which
+// 1.37 MiB is free. Including non-PyTorch memory, this process has ... memory in use. Of the
+// allocated memory ... is allocated by PyTorch, and 0 bytes is reserved by PyTorch but
+// unallocated." and then "(simulated: rank R, peak P)". `device`: the rank's GPU on its node.
+std::string cuda_oom_message(uint64_t bytes, int device, uint64_t capacity, uint64_t in_use, int rank, uint64_t peak);
 
 }  // namespace accel::sim

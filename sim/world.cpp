@@ -78,7 +78,8 @@ World::World(WorldOptions opts) : sim_(std::make_unique<Simulation>()) {
   sim_->n = opts.world_size;
   sim_->engine = Engine(opts.engine_threads > 0 ? opts.engine_threads
                                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
-  sim_->budget = std::make_shared<MemoryBudget>(opts.world_size, opts.device_capacity, opts.host_capacity);
+  sim_->budget = std::make_shared<MemoryBudget>(opts.world_size, opts.device_capacity, opts.host_capacity,
+                                                sim_->topo.gpus_per_node);
   for (const auto& m : opts.missing) {  // "reduce_scatter" or "reduce_scatter:bfloat16"
     const auto colon = m.find(':');
     const std::string name = m.substr(0, colon), type = colon == std::string::npos ? "" : m.substr(colon + 1);

@@ -55,7 +55,7 @@ struct WorldOptions {
 struct WorldSettings {
   int world_size = 2;
   std::string topology = "8xH100";  // a preset (sim/cost.h): world_size may not exceed its GPUs
-  std::optional<std::string> device_memory;  // a size for parse_bytes; none: unlimited
+  std::optional<std::string> device_memory;  // a size for parse_bytes or "unlimited"; none: the preset's GPU
   std::optional<std::string> host_memory;    // each rank's host memory (offload); none: unlimited
   double timeout_seconds = 60.0;
   std::string faults;               // parse_faults' syntax; empty: none
@@ -142,12 +142,14 @@ class World {
 
 class MemoryBudget {
  public:
-  MemoryBudget(int ranks, uint64_t capacity, uint64_t host_capacity = 0)
+  // `gpus_per_node`: a rank's GPU index on its node is rank % gpus_per_node (the errors' "GPU N").
+  MemoryBudget(int ranks, uint64_t capacity, uint64_t host_capacity = 0, int gpus_per_node = 8)
       : device_{capacity, std::vector<uint64_t>(ranks, 0), std::vector<uint64_t>(ranks, 0)},
-        host_{host_capacity, std::vector<uint64_t>(ranks, 0), std::vector<uint64_t>(ranks, 0)} {}
-  // Charges `bytes` to `rank`; over capacity, charges nothing and returns false with a
-  // CUDA-shaped out-of-memory message in *why (the runtime throws it as libtorch's
-  // OutOfMemoryError: runtime/device_memory.cpp).
+        host_{host_capacity, std::vector<uint64_t>(ranks, 0), std::vector<uint64_t>(ranks, 0)},
+        gpus_per_node_(gpus_per_node) {}
+  // Charges `bytes` to `rank`; over capacity, charges nothing and returns false with PyTorch
+  // 2.x's CUDA out-of-memory message in *why (cuda_oom_message, sim/settings.h; the runtime
+  // throws it as libtorch's OutOfMemoryError: runtime/device_memory.cpp).
   bool try_charge(int rank, uint64_t bytes, std::string* why);
   void release(int rank, uint64_t bytes);
   uint64_t current(int rank) const;
@@ -173,6 +175,7 @@ class MemoryBudget {
   };
   mutable std::mutex mu_;
   Pool device_, host_;
+  int gpus_per_node_;
 };
 
 // The rank the calling thread runs as, and its world; -1 / nullptr outside a simulated rank.

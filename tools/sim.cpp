@@ -159,7 +159,8 @@ int sim_topologies() {
   for (const auto& name : accel::sim::topology_preset_names()) {
     // "Nx8x..." presets: describe the two-node one
     auto t = accel::sim::topology_preset(name.rfind("Nx", 0) == 0 ? "2" + name.substr(1) : name);
-    std::printf("%-14s %s\n", name.c_str(), t.description.c_str());
+    const std::string mem = t.gpu_memory ? accel::text::format_bytes(t.gpu_memory) + " a GPU" : "unlimited memory";
+    std::printf("%-14s %s; %s\n", name.c_str(), t.description.c_str(), mem.c_str());
   }
   return 0;
 }

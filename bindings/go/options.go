@@ -252,8 +252,9 @@ func (o *DataLoaderOptions) toC() C.accel_dataloader_options {
 	return c
 }
 
-// SimOptions is accel_sim_options. Empty strings stand for NULL (DeviceMemory, HostMemory
-// "": unlimited; Faults, TracePath "": none).
+// SimOptions is accel_sim_options. Empty strings stand for NULL (DeviceMemory "": the
+// topology's GPU memory, 79.15 GiB for 8xH100, "unlimited" for none; HostMemory "": unlimited;
+// Faults, TracePath "": none).
 type SimOptions struct {
 	WorldSize      int32
 	DeviceMemory   string

@@ -817,10 +817,17 @@ typedef struct accel_sim_options {
                                     8N for "Nx8xH100-IB"); default 2 */
     const char *device_memory;   /* per-rank capacity: a positive number with an optional
                                     fraction and unit, "80GiB", "64MiB", "1.5GiB", "80GB",
-                                    "1000000" (bytes), at most 2^64 bytes; NULL = unlimited
-                                    ("0" is refused) */
-    const char *topology;        /* cost-model preset: "8xH100" (default), "8xA100", "8xPCIe",
-                                    "Nx8xH100-IB" (e.g. "4x8xH100-IB") */
+                                    "1000000" (bytes), at most 2^64 bytes, or "unlimited";
+                                    NULL = the topology's GPU memory as CUDA reports it
+                                    (79.15 GiB for 8xH100 and 8xA100, 39.39 GiB for
+                                    8xA100-40GB, 139.80 GiB for 8xH200, 23.68 GiB for 8xPCIe's
+                                    RTX 4090, 94.98 GiB for 4xGH200; docs/simulator.md).
+                                    "0" is refused. Over it a rank fails with
+                                    ACCEL_ERR_OUT_OF_MEMORY and PyTorch 2.x's message */
+    const char *topology;        /* cost-model preset: "8xH100" (default), "8xA100",
+                                    "8xA100-40GB", "8xPCIe", "8xH200", "4xGH200",
+                                    "Nx8xH100-IB" (e.g. "4x8xH100-IB"), "Nx8xH100-RoCE",
+                                    "Nx8xH100-EFA", "Nx8xA100-IB" */
     double timeout_seconds;      /* finite and > 0: no progress for this long, waiting ranks
                                     fail with ACCEL_ERR_TIMEOUT; default 60 */
     const char *faults;          /* fault injection, comma-separated: "kill:RANK@collective:K"
@@ -863,7 +870,9 @@ typedef struct accel_sim_report accel_sim_report;
  * one at a time, switching only at communication, so a run is deterministic: the same
  * program, seed and world size give bit-identical results, trace and report.
  * Every tensor a rank allocates counts against its device_memory budget; exceeding it
- * fails that rank with ACCEL_ERR_OUT_OF_MEMORY and a message shaped like CUDA's. (The
+ * fails that rank with ACCEL_ERR_OUT_OF_MEMORY and PyTorch 2.x's CUDA message ("CUDA out of
+ * memory. Tried to allocate X. GPU N has a total capacity of ... of which ... is free. ...",
+ * N the rank's GPU on its node, then "(simulated: rank R, peak P)"). (The
  * first run installs a hook on libtorch's CPU allocator, process-wide and for good; it
  * passes every allocation made outside a simulated rank straight through.)
  * A rank that fails or dies makes the others' collectives with it fail (never a hang).

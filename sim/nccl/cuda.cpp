@@ -202,16 +202,14 @@ bool mem_charge(uint64_t bytes, std::string* msg) {
   std::lock_guard<std::mutex> lk(p.mu);
   p.configure();
   if (p.capacity && p.current + bytes > p.capacity) {
-    std::ostringstream os;
-    os << "CUDA out of memory (simulated). Tried to allocate " << text::format_bytes(bytes) << " (rank "
-       << p.rank << "; " << text::format_bytes(p.capacity) << " total capacity; " << text::format_bytes(p.current)
-       << " already allocated; " << text::format_bytes(p.capacity - p.current) << " free; peak "
-       << text::format_bytes(p.peak) << ")";
-    if (msg) *msg = os.str();
-    p.record_error(os.str());
+    const int gpus = p.topo.gpus_per_node > 0 ? p.topo.gpus_per_node : 1;
+    const std::string why =
+        sim::cuda_oom_message(bytes, p.rank >= 0 ? p.rank % gpus : 0, p.capacity, p.current, p.rank, p.peak);
+    if (msg) *msg = why;
+    p.record_error(why);
     std::lock_guard<std::mutex> lc(g_comms_mu);
     for (ncclComm* c : live_comms())
-      if (c->blocks) copy_text(c->me().note, kNote, os.str());
+      if (c->blocks) copy_text(c->me().note, kNote, why);
     return false;
   }
   p.current += bytes;
@@ -247,7 +245,7 @@ Arena& arena() {
 }
 
 // The range to reserve: the budget twice (room for the pages' rounding and fragmentation),
-// or the machine's memory when the budget is unlimited.
+// at most the machine's memory, which it is when the budget is unlimited.
 uint64_t arena_reserve() {
   uint64_t capacity;
   {
@@ -258,7 +256,8 @@ uint64_t arena_reserve() {
   }
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   const uint64_t machine = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
-  uint64_t want = capacity ? 2 * capacity : machine;
+  // (a preset's budget, 80 GB and more, can exceed this machine: never past its memory)
+  uint64_t want = capacity ? (machine ? std::min(2 * capacity, machine) : 2 * capacity) : machine;
   if (want == 0) want = 64ull << 30;
   want = std::max<uint64_t>(want, 64ull << 20);
   return (want + (2ull << 20) - 1) & ~((2ull << 20) - 1);

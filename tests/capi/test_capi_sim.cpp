@@ -111,7 +111,8 @@ TEST(Sim, OutOfMemoryOnOneRankIsReportedLikeCuda) {
   so.device_memory = "1MiB";
   accel_sim_report* rep = nullptr;
   EXPECT_EQ(accel_sim_run(&so, nullptr, big_alloc_on_rank1, nullptr, &rep), ACCEL_ERR_OUT_OF_MEMORY);
-  EXPECT_TRUE(contains(accel_last_error(nullptr), "rank 1: accel_tensor_create: libtorch: CUDA out of memory (simulated). Tried to allocate 2.00 MiB (rank 1; 1.00 MiB total capacity"))
+  EXPECT_TRUE(contains(accel_last_error(nullptr), "rank 1: accel_tensor_create: libtorch: CUDA out of memory. Tried to "
+                                                  "allocate 2.00 MiB. GPU 1 has a total capacity of 1024.00 KiB of which"))
       << accel_last_error(nullptr);
   ASSERT_NE(rep, nullptr);
   accel_status st;

@@ -524,7 +524,7 @@ case_sim_env() {
     grep -qF "[$i] rank=$i backend=sim mem= topology=8xH100 trace= faults= restart=1 stale=0 " "$tmp/out" ||
       { fail "restart: rank $i did not start again in an empty directory"; show "$tmp/out"; }
   done
-  has "$tmp/err" "accel launch: simulated 8xH100: 2 processes, unlimited memory per GPU (after 1 restart)" ||
+  has "$tmp/err" "accel launch: simulated 8xH100: 2 processes, 79.15 GiB of memory per GPU (after 1 restart)" ||
     { fail "restart: the report's header does not count the restart"; show "$tmp/err"; }
   [ "$(sim_block "$tmp/err" | grep -c '  ok$')" = 2 ] || { fail "restart: not 2 ok rows (the last attempt)"; show "$tmp/err"; }
   py "$tmp/r.json" <<'EOF'
@@ -593,6 +593,15 @@ EOF
   TMPDIR="$tmp/tmpdir" launch -n 2 --master-port 0 --backend sim --sim-faults "delay:0:1, kill:1@step:2 ,delay:1:0.5" "$m"
   { [ "$rc" = 0 ] && [ -e "$tmp/started" ]; } || { fail "--sim-faults with spaces around the items did not run"; show "$tmp/err"; }
   ok "--sim-faults 'delay:0:1, kill:1@step:2 ,delay:1:0.5': spaces around the items are accepted"
+  # the preset's GPU memory by default, none with "unlimited"
+  rm -f "$tmp/started"
+  TMPDIR="$tmp/tmpdir" launch -n 2 --master-port 0 --backend sim --sim-topology 8xA100-40GB "$m"
+  { [ "$rc" = 0 ] && grep -qF "8xA100-40GB: 2 processes, 39.39 GiB of memory per GPU" "$tmp/err"; } ||
+    { fail "8xA100-40GB without --sim-gpu-mem: not its 39.39 GiB"; show "$tmp/err"; }
+  TMPDIR="$tmp/tmpdir" launch -n 2 --master-port 0 --backend sim --sim-gpu-mem Unlimited "$m"
+  { [ "$rc" = 0 ] && grep -qF "8xH100: 2 processes, unlimited memory per GPU" "$tmp/err"; } ||
+    { fail "--sim-gpu-mem Unlimited: not unlimited"; show "$tmp/err"; }
+  ok "--backend sim: the preset's GPU memory by default (39.39 GiB on 8xA100-40GB), --sim-gpu-mem unlimited for none"
 }
 
 case_sim_report() {

@@ -261,7 +261,7 @@ sim-failures)
   for r in 0 2; do grep -q "accel_reduce failed after [0-5]\.[0-9] s" "$work/st$r.txt" || fail "rank $r did not fail within the timeout"; done
   ACCEL_SIM_GPU_MEM=600KiB run_by_hand 2 oom "$digits" --epochs 1
   for r in 0 1; do
-    grep -q "ACCEL_ERR_OUT_OF_MEMORY: .*CUDA out of memory (simulated). Tried to allocate .* (rank $r; 600.00 KiB total capacity" \
+    grep -q "ACCEL_ERR_OUT_OF_MEMORY: .*CUDA out of memory\. Tried to allocate .*\. GPU $r has a total capacity of 600\.00 KiB of which .*(simulated: rank $r, peak" \
       "$work/oom$r.txt" || fail "rank $r: no CUDA-shaped out-of-memory error"
   done
   ACCEL_SIM_FAULTS=kill:0@step:3 run_by_hand 3 co "$digits" --epochs 1
@@ -281,7 +281,7 @@ sim-failures)
     fail "an over-budget run succeeded"
   fi
   cat "$work/o.txt"
-  grep -qE '^ +[01] .*CUDA out of memory \(simulated\)' "$work/o.txt" || fail "the report does not name the out-of-memory rank"
+  grep -qE '^ +[01] .*CUDA out of memory\. Tried to allocate' "$work/o.txt" || fail "the report does not name the out-of-memory rank"
   # bad input: more processes than the topology has GPUs is a usage error before anything starts
   "$accel" launch --backend sim -n 9 "$digits" > "$work/u.txt" 2>&1
   [ $? = 2 ] || { cat "$work/u.txt"; fail "9 processes on 8xH100 accepted"; }

@@ -1027,11 +1027,11 @@ TEST(SimProcess, KilledProcessFailsTheOthersNamingIt) {
 // out-of-memory error; the others fail naming it and quoting it.
 TEST(SimProcess, OverBudgetProcessFailsWithCudasMessageAndTheOthersQuoteIt) {
   auto out = run_workers(2, "hog ddp 2 1 4 sgd", 30, [](int) { setenv("ACCEL_SIM_GPU_MEM", "64MiB", 1); }, "sim");
-  EXPECT_TRUE(contains(out[1].message, "CUDA out of memory (simulated). Tried to allocate 256.00 MiB (rank 1; 64.00 MiB "
-                                       "total capacity"))
+  EXPECT_TRUE(contains(out[1].message, "CUDA out of memory. Tried to allocate 256.00 MiB. GPU 1 has a total capacity "
+                                       "of 64.00 MiB of which"))
       << out[1].message;
   EXPECT_EQ(out[0].status, static_cast<int>(Status::Communication)) << out[0].message;
-  EXPECT_TRUE(contains(out[0].message, "rank 1 exited (its process ended): CUDA out of memory (simulated)"))
+  EXPECT_TRUE(contains(out[0].message, "rank 1 exited (its process ended): CUDA out of memory. Tried to allocate"))
       << out[0].message;
 }
 

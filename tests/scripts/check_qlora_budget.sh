@@ -12,7 +12,7 @@ log=$("$exe" --quick --out "$out")
 printf '%s\n' "$log"
 fail() { echo "check_qlora_budget: $*"; exit 1; }
 grep -q 'LoRA on the float32 base:' <<<"$log" || fail "no plain run"
-sed -n '/^LoRA on the float32 base:/,/^$/p' <<<"$log" | grep -q 'CUDA out of memory (simulated)' ||
+sed -n '/^LoRA on the float32 base:/,/^$/p' <<<"$log" | grep -q 'CUDA out of memory\. Tried to allocate .*(simulated: rank 0' ||
   fail "the plain run did not fail with the simulated CUDA out-of-memory error"
 line=$(grep '^Trained under' <<<"$log") || fail "the QLoRA run did not train"
 python3 - "$line" <<'PY'

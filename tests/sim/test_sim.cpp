@@ -13,9 +13,11 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <thread>
 
 #include "comm/kernels.h"
+#include "sim/settings.h"
 #include "runtime/runtime.h"
 #include "common.h"
 
@@ -639,14 +641,79 @@ TEST(Memory, OverBudgetIsAnOutOfMemoryErrorShapedLikeCuda) {
   EXPECT_EQ(rep.ranks[0].status, Status::Ok);
   EXPECT_EQ(rep.ranks[1].status, Status::OutOfMemory);
   const std::string& m = rep.ranks[1].error;
-  EXPECT_NE(m.find("CUDA out of memory (simulated). Tried to allocate 781.25 KiB (rank 1; 1.00 MiB total capacity; 390.62 KiB already allocated"),
-            std::string::npos)
+  // PyTorch 2.x's layout (its format_size: 1 MiB exactly is "1024.00 KiB"), the GPU the rank's
+  // on its node, then what is simulated
+  EXPECT_EQ(m.rfind("CUDA out of memory. Tried to allocate 781.25 KiB. GPU 1 has a total capacity of 1024.00 KiB of "
+                    "which 633.38 KiB is free. Including non-PyTorch memory, this process has 390.62 KiB memory in use. "
+                    "Of the allocated memory 390.62 KiB is allocated by PyTorch, and 0 bytes is reserved by PyTorch but "
+                    "unallocated. (simulated: rank 1, peak 390.62 KiB)",
+                    0),
+            0u)
       << m;
   EXPECT_EQ(rep.ranks[1].peak_bytes, 400000u);
   EXPECT_EQ(parse_bytes("16GiB"), 16ull << 30);
   EXPECT_EQ(parse_bytes("80GB"), 80000000000ull);
   EXPECT_EQ(parse_bytes("512"), 512u);
   EXPECT_THROW(parse_bytes("12 parsecs"), Error);
+}
+
+// The presets carry their GPUs' memory as CUDA reports it, the default budget of every door
+// (the C ABI's options, the launcher's flags and a launched process's variables share
+// parse_settings); "unlimited" (any case) removes it, a size replaces it. Over it, the message
+// is PyTorch 2.x's, parseable as a real one (GPU N: the rank's GPU on its node).
+TEST(Memory, PresetsCarryTheirGPUsMemoryAndTheMessageIsPyTorchs) {
+  const auto gib = [](double g) { return static_cast<uint64_t>(g * 1024.0 * 1024.0 * 1024.0); };
+  EXPECT_EQ(topology_preset("8xH100").gpu_memory, gib(79.15));
+  EXPECT_EQ(topology_preset("4x8xH100-IB").gpu_memory, gib(79.15));
+  EXPECT_EQ(topology_preset("2x8xH100-EFA").gpu_memory, gib(79.15));
+  EXPECT_EQ(topology_preset("8xH200").gpu_memory, gib(139.80));
+  EXPECT_EQ(topology_preset("8xA100").gpu_memory, gib(79.15));
+  EXPECT_EQ(topology_preset("8xA100-40GB").gpu_memory, gib(39.39));
+  EXPECT_EQ(topology_preset("2x8xA100-IB").gpu_memory, gib(79.15));
+  EXPECT_EQ(topology_preset("8xPCIe").gpu_memory, gib(23.68));
+  EXPECT_EQ(topology_preset("4xGH200").gpu_memory, gib(79.15 * 96.0 / 80.0));
+  // the 40 GB A100 is the 80 GB one's links and calibration
+  EXPECT_DOUBLE_EQ(collective_cost(topology_preset("8xA100-40GB"), CollKind::AllReduce, 1 << 26, 8).seconds,
+                   collective_cost(topology_preset("8xA100"), CollKind::AllReduce, 1 << 26, 8).seconds);
+  for (const auto& name : topology_preset_names())
+    EXPECT_GT(topology_preset(name.rfind("Nx", 0) == 0 ? "2" + name.substr(1) : name).gpu_memory, gib(16)) << name;
+
+  SettingsText t;
+  t.topology = "8xH200";
+  EXPECT_EQ(parse_settings(t).device_capacity, gib(139.80));
+  for (const char* none : {"unlimited", "Unlimited", "UNLIMITED"}) {
+    t.device_memory = none;
+    EXPECT_EQ(parse_settings(t).device_capacity, 0u) << none;
+  }
+  t.device_memory = "16GiB";
+  EXPECT_EQ(parse_settings(t).device_capacity, 16ull << 30);
+  t.device_memory = "0";
+  EXPECT_THROW(parse_settings(t), Error);
+  t.device_memory = "limitless";
+  EXPECT_THROW(parse_settings(t), Error);
+  WorldSettings ws;  // the C ABI's defaults: 8xH100, device_memory NULL
+  EXPECT_EQ(world_options(ws).device_capacity, gib(79.15));
+  ws.device_memory = "unlimited";
+  EXPECT_EQ(world_options(ws).device_capacity, 0u);
+
+  // rank 9 of a 2-node world is GPU 1 of its node
+  MemoryBudget b(10, 1 << 20, 0, 8);
+  std::string why;
+  ASSERT_TRUE(b.try_charge(9, 1000, &why));
+  EXPECT_FALSE(b.try_charge(9, 2 << 20, &why));
+  EXPECT_EQ(why,
+            "CUDA out of memory. Tried to allocate 2.00 MiB. GPU 1 has a total capacity of 1024.00 KiB of which "
+            "1023.02 KiB is free. Including non-PyTorch memory, this process has 1000 bytes memory in use. Of the "
+            "allocated memory 1000 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. "
+            "(simulated: rank 9, peak 1000 bytes)");
+  // what a handler of real out-of-memory errors reads from one
+  const std::regex real(R"(^CUDA out of memory\. Tried to allocate ([0-9.]+) (bytes|KiB|MiB|GiB)\. GPU (\d+) has a )"
+                        R"(total capacity of ([0-9.]+) (bytes|KiB|MiB|GiB) of which ([0-9.]+) (bytes|KiB|MiB|GiB) is free\.)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(why, m, real)) << why;
+  EXPECT_EQ(m[1].str() + " " + m[2].str(), "2.00 MiB");
+  EXPECT_EQ(m[3].str(), "1");
+  EXPECT_EQ(m[4].str() + " " + m[5].str(), "1024.00 KiB");
 }
 
 // ---------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ CLI::App* add_command(CLI::App& app, Options& o) {
   sub->add_option("--grace-period", o.grace_period, "seconds between SIGTERM and SIGKILL when stopping")
       ->capture_default_str();
   sub->add_option("--sim-gpu-mem", o.sim_gpu_mem,
-                  "--backend sim: each simulated GPU's memory (80GiB, 16GB, ...); default: unlimited")
+                  "--backend sim: each simulated GPU's memory (80GiB, 16GB, ..., or unlimited); default: the preset's "
+                  "GPU (79.15 GiB for 8xH100)")
       ->type_name("SIZE");
   sub->add_option("--sim-topology", o.sim_topology,
                   "--backend sim: the simulated machine (8xH100, 8xA100, 8xPCIe, Nx8xH100-IB); default: 8xH100")

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/text.h"
+#include "sim/settings.h"
 
 namespace accel::launch {
 
@@ -94,9 +95,18 @@ std::string one_line(std::string s) {
 
 // ---- --backend sim: the merged report --------------------------------------------------
 
-uint64_t Launcher::sim_capacity() const { return o_.sim_gpu_mem.empty() ? 0 : accel::text::parse_bytes(o_.sim_gpu_mem, "--sim-gpu-mem"); }
+// Each simulated GPU's budget: --sim-gpu-mem, else the preset's GPU memory ("unlimited": 0).
+uint64_t Launcher::sim_capacity() const {
+  accel::sim::SettingsText t;
+  t.topology = o_.sim_topology.empty() ? accel::sim::kDefaultTopology : o_.sim_topology;
+  if (!o_.sim_gpu_mem.empty()) t.device_memory = o_.sim_gpu_mem;
+  accel::sim::SettingNames names;
+  names.topology = "--sim-topology";
+  names.device_memory = "--sim-gpu-mem";
+  return accel::sim::parse_settings(t, names).device_capacity;
+}
 
-// "8xH100: 8 processes, 80.00 GiB of memory per GPU"
+// "8xH100: 8 processes, 79.15 GiB of memory per GPU"
 std::string Launcher::sim_setup() const {
   const int n = o_.nproc_per_node;
   const uint64_t cap = sim_capacity();

@@ -12,7 +12,8 @@ use crate::util::{cstring, path_cstring};
 #[non_exhaustive]
 pub struct SimOptions {
     pub world_size: i32,
-    /// per-rank capacity, "80GiB", "64MiB", ...; None = unlimited
+    /// per-rank capacity, "80GiB", "64MiB", ..., "unlimited"; None = the topology's GPU memory
+    /// (79.15 GiB for 8xH100)
     pub device_memory: Option<String>,
     /// cost-model preset, "8xH100" (default), "8xA100", "8xPCIe", "Nx8xH100-IB"
     pub topology: Option<String>,
