@@ -10,10 +10,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <regex>
 #include <thread>
 
 #include "comm/kernels.h"
@@ -706,14 +706,20 @@ TEST(Memory, PresetsCarryTheirGPUsMemoryAndTheMessageIsPyTorchs) {
             "1023.02 KiB is free. Including non-PyTorch memory, this process has 1000 bytes memory in use. Of the "
             "allocated memory 1000 bytes is allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated. "
             "(simulated: rank 9, peak 1000 bytes)");
-  // what a handler of real out-of-memory errors reads from one
-  const std::regex real(R"(^CUDA out of memory\. Tried to allocate ([0-9.]+) (bytes|KiB|MiB|GiB)\. GPU (\d+) has a )"
-                        R"(total capacity of ([0-9.]+) (bytes|KiB|MiB|GiB) of which ([0-9.]+) (bytes|KiB|MiB|GiB) is free\.)");
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(why, m, real)) << why;
-  EXPECT_EQ(m[1].str() + " " + m[2].str(), "2.00 MiB");
-  EXPECT_EQ(m[3].str(), "1");
-  EXPECT_EQ(m[4].str() + " " + m[5].str(), "1024.00 KiB");
+  // what a handler of real out-of-memory errors reads from one (the numbers and units in turn)
+  double asked = 0, total = 0, free = 0;
+  int gpu = -1;
+  char u1[8] = {0}, u2[8] = {0}, u3[8] = {0};
+  ASSERT_EQ(std::sscanf(why.c_str(),
+                        "CUDA out of memory. Tried to allocate %lf %7[a-zA-Z]. GPU %d has a total capacity of %lf %7s "
+                        "of which %lf %7s is free.",
+                        &asked, u1, &gpu, &total, u2, &free, u3),
+            7)
+      << why;
+  EXPECT_EQ(std::string(u1) + std::to_string(gpu) + u2 + u3, "MiB1KiBKiB");
+  EXPECT_DOUBLE_EQ(asked, 2.0);
+  EXPECT_DOUBLE_EQ(total, 1024.0);
+  EXPECT_DOUBLE_EQ(free, 1023.02);
 }
 
 // ---------------------------------------------------------------------------------------
