@@ -46,12 +46,16 @@ double ParallelStrategy::clip(double max_norm) {
 
 void ParallelStrategy::grads_to_host(const torch::Tensor& flat, const std::vector<size_t>& params,
                                      const std::vector<int64_t>& offsets, const comm::Work* after) {
+  host_grads_.push_back(HostGrads{grad_to_host_posted(flat, clock_, after), params, offsets});
+}
+
+torch::Tensor grad_to_host_posted(const torch::Tensor& g, comm::ComputeClock* clock, const comm::Work* after) {
   torch::NoGradGuard ng;
-  HostGrads h{offload::copy_to_host(flat), params, offsets};
-  if (clock_)
-    clock_->post_host_transfer(static_cast<uint64_t>(flat.numel()) * flat.element_size(),
-                               "offload: gradients to the host", after);
-  host_grads_.push_back(std::move(h));
+  torch::Tensor host = offload::copy_to_host(g);
+  if (clock)
+    clock->post_host_transfer(static_cast<uint64_t>(g.numel()) * g.element_size(), "offload: gradients to the host",
+                              after);
+  return host;
 }
 
 void ParallelStrategy::scale_host_grads(double f) {

@@ -156,6 +156,11 @@ std::unique_ptr<ParallelStrategy> make_strategy(const StrategySetup& setup);
 // returned node is held.
 compat::GradAccumulator on_grad_accumulated(const torch::Tensor& p, std::function<void()> fn);
 
+// Offload: a host copy of a reduced gradient `g` (offload::copy_to_host), its transfer posted
+// to `clock` (when there is one) beside the compute, from the end of `after` (DDP's and ZeRO's
+// buckets alike).
+torch::Tensor grad_to_host_posted(const torch::Tensor& g, comm::ComputeClock* clock, const comm::Work* after);
+
 // Broadcasts process 0's parameters and buffers to every process (DDP and ZeRO at prepare).
 void broadcast_from_rank0(comm::Communicator& comm, Model& model);
 

@@ -216,13 +216,8 @@ void ZeroEngine::complete(size_t bi) {
 
 void ZeroEngine::grad_to_host(size_t u, const comm::Work* after) {
   if (!offload_ || !sync_) return;  // (an earlier micro-batch: the gradient is not complete)
-  torch::NoGradGuard ng;
-  const torch::Tensor g = grad_chunk(u);
   if (host_grad_.size() != units_.size()) host_grad_.resize(units_.size());
-  host_grad_[u] = offload::copy_to_host(g);
-  if (clock_)
-    clock_->post_host_transfer(static_cast<uint64_t>(g.numel()) * g.element_size(), "offload: gradients to the host",
-                               after);
+  host_grad_[u] = grad_to_host_posted(grad_chunk(u), clock_, after);
 }
 
 void ZeroEngine::reduced(size_t ui) {
