@@ -30,13 +30,17 @@
 // its time is the slowest rank's, gloo_s the median. Built only where Gloo's headers are
 // (Debian's libgloo-dev); else gloo_s is null and "gloo" says why.
 //
-// A second line, "sim_scale", runs worlds of 256, 512, 1024, ... ranks, each rank doing a
+// Then a line per dtype, "sim_rounding": the engine's reduce kernel with NCCL's rounding
+// (comm::reduce_nccl) against one fp32 rounding in rank order (comm::reduce) on the same
+// 8 MiB per rank, one thread; ratio = nccl_s / once_s (the cost of NCCL's rounding).
+//
+// A last line, "sim_scale", runs worlds of 256, 512, 1024, ... ranks, each rank doing a
 // few 4 KiB all-reduces and a barrier, and stops before a world would take longer than
 // --scale-limit seconds (60): the wall time per world size and the largest world reached.
 //
 //   bench_sim_allreduce [--quick] [--ranks N] [--mib M] [--reps K] [--warmup K]
 //                       [--engine-threads N | --threads N] [--gloo-reps K] [--no-gloo]
-//                       [--no-scale] [--scale-limit SECONDS] [--scale-max RANKS]
+//                       [--no-scale] [--no-rounding] [--scale-limit SECONDS] [--scale-max RANKS]
 //
 // Unknown options are ignored with a warning (scripts/bench passes its extra arguments
 // to every benchmark).
@@ -59,6 +63,7 @@
 #include <vector>
 
 #include "bench/procs.h"
+#include "comm/kernels.h"
 #include "sim/world.h"
 
 #ifdef BENCH_HAVE_GLOO
@@ -404,7 +409,7 @@ GlooRun run_gloo(int size, size_t count, int warmup, int reps, double limit_s) {
 // ---------------------------------------------------------------------------------------
 
 struct Config {
-  bool quick = false, gloo = true, scale = true;
+  bool quick = false, gloo = true, scale = true, rounding = true;
   int ranks = 8, mib = 64, reps = 0, warmup = -1, engine_threads = 0, gloo_reps = 0;
   double scale_limit = 60.0;
   int scale_max = 65536;
@@ -413,7 +418,8 @@ struct Config {
 [[noreturn]] void usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--quick] [--ranks N] [--mib M] [--reps K] [--warmup K] [--engine-threads N | --threads N]\n"
-               "          [--gloo-reps K] [--no-gloo] [--no-scale] [--scale-limit SECONDS] [--scale-max RANKS]\n",
+               "          [--gloo-reps K] [--no-gloo] [--no-scale] [--no-rounding] [--scale-limit SECONDS]\n"
+               "          [--scale-max RANKS]\n",
                argv0);
   std::exit(2);
 }
@@ -481,6 +487,7 @@ int main(int argc, char** argv) {
     if (a == "--quick") cfg.quick = true;
     else if (a == "--no-gloo") cfg.gloo = false;
     else if (a == "--no-scale") cfg.scale = false;
+    else if (a == "--no-rounding") cfg.rounding = false;
     else if (a == "--ranks") cfg.ranks = static_cast<int>(num_arg(argc, argv, i, 1, 4096));
     else if (a == "--mib") cfg.mib = static_cast<int>(num_arg(argc, argv, i, 1, 4096));
     else if (a == "--reps") cfg.reps = static_cast<int>(num_arg(argc, argv, i, 1, 1000));
@@ -567,6 +574,43 @@ int main(int argc, char** argv) {
   if (!oop.ok || !inp.ok) {
     std::fprintf(stderr, "sim_allreduce: FAILED: %s\n", (!oop.ok ? oop.error : inp.error).c_str());
     return 1;
+  }
+
+  if (cfg.rounding) {
+    // NCCL's rounding against one fp32 rounding, side by side on the same inputs: the
+    // engine's reduce kernel (comm::reduce_nccl, the ring's order, each operation rounded to
+    // the type) and the rank-order fp32 accumulation rounded once (comm::reduce, what the
+    // simulator did before NCCL's rounding, and Gloo's), one thread, every rank's 8 MiB.
+    const size_t rb = 8u << 20;
+    for (DataType t : {DataType::Float32, DataType::BFloat16, DataType::Float16}) {
+      const size_t es = accel::comm::dtype_size(t), elems = rb / es;
+      std::vector<std::vector<uint16_t>> in(static_cast<size_t>(n), std::vector<uint16_t>(rb / 2));
+      std::vector<const void*> srcs;
+      for (int q = 0; q < n; ++q) {
+        for (size_t i = 0; i < in[q].size(); ++i)  // finite values of every type: small exponents
+          in[q][i] = static_cast<uint16_t>(0x3c00u + ((i * 2654435761u + static_cast<size_t>(q) * 97u) % 0x3ffu));
+        srcs.push_back(in[q].data());
+      }
+      std::vector<uint16_t> out(rb / 2);
+      accel::comm::NcclOrder ring;
+      ring.count = elems;
+      std::vector<double> once_t, nccl_t;
+      for (int k = 0; k < warmup + reps; ++k) {
+        auto t0 = std::chrono::steady_clock::now();
+        accel::comm::reduce(out.data(), srcs.data(), n, 0, elems, t, RedOp::Sum, 1.0);
+        auto t1 = std::chrono::steady_clock::now();
+        accel::comm::reduce_nccl(out.data(), srcs.data(), n, 0, elems, t, RedOp::Sum, 1.0, ring);
+        auto t2 = std::chrono::steady_clock::now();
+        if (k < warmup) continue;
+        once_t.push_back(std::chrono::duration<double>(t1 - t0).count());
+        nccl_t.push_back(std::chrono::duration<double>(t2 - t1).count());
+      }
+      const double a = median(once_t), b = median(nccl_t);
+      std::printf("{\"bench\":\"sim_rounding\",\"dtype\":\"%s\",\"op\":\"sum\",\"ranks\":%d,\"bytes_per_rank\":%zu,"
+                  "\"reps\":%d,\"once_s\":%.5f,\"nccl_s\":%.5f,\"nccl_gbps\":%.2f,\"ratio\":%.3f}\n",
+                  accel::comm::dtype_name(t), n, rb, reps, a, b, static_cast<double>(rb) * n / b / 1e9, b / a);
+      std::fflush(stdout);
+    }
   }
 
   if (cfg.scale) {

@@ -1,6 +1,9 @@
 // Data types, reduction kernels and the single-rank (local) backend.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -342,6 +345,288 @@ void reduce(void* dst, const void* const* srcs, int n, size_t begin, size_t end,
     case DataType::Float64: return reduce_typed<Native<double>>(dst, srcs, n, begin, end, op, premul);
   }
   throw CommError(Result::InvalidArgument, "invalid data type");
+}
+
+// ---------------------------------------------------------------------------------------
+// NCCL's arithmetic (reduce_nccl). References, NVIDIA/nccl: src/device/reduce_kernel.h
+// (Apply_Reduce: FuncSum<half> is __hadd, FuncProd<half> __hmul, FuncMinMax<float> fminf /
+// fmaxf, FuncMinMax<half> and <bf16> __hmin / __hmax on sm_80+; Apply_PreOp of FuncPreMulSum
+// multiplies in the element type; Apply_LoadMultimem: NVLS adds fp16 and bf16 with
+// .acc::f32), src/enqueue.cc (hostToDevRedOp: avg is FuncPreMulSum by float(1.0/nRanks) in
+// the type for floats, FuncSumPostDiv for integers) and src/device/all_reduce.h,
+// reduce_scatter.h, reduce.h (runRing: chunk c starts at ring position c+1 and is reduced
+// one rank at a time, ending at position c; the root's successor starts a reduce).
+
+namespace {
+
+inline uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+inline float float_of(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// x rounded to the nearest value of the 16-bit type, kept as a float: the same value as
+// half_to_float(float_to_half(x)) / bf16_to_float(float_to_bf16(x)) for every non-NaN x
+// (test: Kernels.NcclRoundingInTheTypeMatchesTheConverters), without branches, so that the
+// compiler vectorizes the loops that call it.
+inline float round_half(float x) {
+  // Adding c = 2^(e + 13), e the exponent of |x| (at least -14, the smallest normal half's),
+  // rounds |x| to a multiple of 2^(e - 10), the half's spacing there, to nearest even (c's
+  // last bit is 0); subtracting c is exact. From 65520 on, a half is inf; NaN stays NaN.
+  const float ax = std::fabs(x);
+  const float c = std::max(float_of(bits_of(ax) & 0x7f800000u), 0x1.0p-14f) * 0x1.0p13f;
+  float r = (ax + c) - c;
+  r = ax >= 65520.f ? std::numeric_limits<float>::infinity() : r;
+  return std::copysign(r, x);
+}
+
+// (No NaN case: a NaN here came from bf16 values, whose low 16 bits are 0 and stay 0, so the
+// rounding carries nothing into it.)
+inline float round_bf16(float x) {
+  const uint32_t u = bits_of(x);
+  return float_of((u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u);
+}
+
+// fp16 <-> float without branches (the method of c10's fp16_ieee_to_fp32_value and
+// fp16_ieee_from_fp32_value): the same values as half_to_float / float_to_half.
+inline float fast_half_to_float(uint16_t h) {
+  const uint32_t w = static_cast<uint32_t>(h) << 16, sign = w & 0x80000000u, two_w = w + w;
+  const float normalized = float_of((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+  const float denormalized = float_of((two_w >> 17) | (126u << 23)) - 0.5f;
+  return float_of(sign | (two_w < (1u << 27) ? bits_of(denormalized) : bits_of(normalized)));
+}
+inline uint16_t fast_float_to_half(float f) {
+  float base = (std::fabs(f) * 0x1.0p+112f) * 0x1.0p-110f;
+  const uint32_t w = bits_of(f), shl1_w = w + w, sign = w & 0x80000000u;
+  uint32_t bias = shl1_w & 0xff000000u;
+  bias = bias < 0x71000000u ? 0x71000000u : bias;
+  base = float_of((bias >> 1) + 0x07800000u) + base;
+  const uint32_t b = bits_of(base);
+  const uint32_t nonsign = ((b >> 13) & 0x7c00u) + (b & 0x0fffu);
+  return static_cast<uint16_t>(shl1_w > 0xff000000u ? 0x7fffu : (sign >> 16) | nonsign);  // NaN: canonical
+}
+
+// The floating types as NCCL computes with them: Acc holds a value of the type exactly
+// (fp16 and bf16 in a float), round() brings a float result back to the type, the way the
+// device functions round each operation; NaN is one canonical quiet NaN per type.
+struct NHalf {
+  using Acc = float;
+  static float load(const void* p, size_t i) { return fast_half_to_float(static_cast<const uint16_t*>(p)[i]); }
+  static void store(void* p, size_t i, float v) { static_cast<uint16_t*>(p)[i] = fast_float_to_half(v); }
+  static float round(float v) { return round_half(v); }
+  static float scalar(double s) { return round_half(static_cast<float>(s)); }  // __float2half(float(s))
+};
+struct NBF16 {
+  using Acc = float;
+  static float load(const void* p, size_t i) { return bf16_to_float(static_cast<const uint16_t*>(p)[i]); }
+  static void store(void* p, size_t i, float v) {  // v is a bf16 value: its high half, NaN canonical
+    const uint32_t u = bits_of(v);
+    static_cast<uint16_t*>(p)[i] = (u & 0x7fffffffu) > 0x7f800000u ? uint16_t{0x7fff} : static_cast<uint16_t>(u >> 16);
+  }
+  static float round(float v) { return round_bf16(v); }
+  static float scalar(double s) { return round_bf16(static_cast<float>(s)); }
+};
+template <class T>
+struct NFloat {
+  using Acc = T;
+  static T load(const void* p, size_t i) { return static_cast<const T*>(p)[i]; }
+  static void store(void* p, size_t i, T v) {
+    static_cast<T*>(p)[i] = std::isnan(v) ? std::numeric_limits<T>::quiet_NaN() : v;
+  }
+  static T round(T v) { return v; }
+  static T scalar(double s) { return static_cast<T>(s); }
+};
+
+// fmaxf / fminf, __hmax / __hmin: a NaN operand is dropped (NaN only when both are);
+// -0 orders below +0.
+template <class A>
+inline A nccl_max(A a, A b) {
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  if (a == b) return std::signbit(a) ? b : a;
+  return a > b ? a : b;
+}
+template <class A>
+inline A nccl_min(A a, A b) {
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  if (a == b) return std::signbit(a) ? a : b;
+  return a < b ? a : b;
+}
+
+constexpr size_t kNcclBlock = 512;
+
+// acc[0, len) = the sources src(0), src(1), ..., src(n - 1) combined one at a time in that
+// order, each operation rounded to the type (a ring's or a chain's reduction). Avg and
+// premulsum pre-multiply every input in the type first (pre).
+template <class Ty, bool pre, class Src>
+void chain_block(typename Ty::Acc* acc, const Src& src, int n, size_t b, size_t len, RedOp op,
+                 typename Ty::Acc scale) {
+  using Acc = typename Ty::Acc;
+  auto in = [&](const void* s, size_t i) {
+    const Acc v = Ty::load(s, b + i);
+    if constexpr (pre) {
+      return Ty::round(static_cast<Acc>(v * scale));
+    } else {
+      return v;
+    }
+  };
+  {
+    const void* s0 = src(0);
+    for (size_t i = 0; i < len; ++i) acc[i] = in(s0, i);
+  }
+  int s = 1;
+  if (op == RedOp::Sum || op == RedOp::Avg || op == RedOp::PreMulSum) {
+    // four sources per pass over the block: the same operations in the same order
+    if constexpr (!pre)
+      for (; s + 4 <= n; s += 4) {
+        const void *s0 = src(s), *s1 = src(s + 1), *s2 = src(s + 2), *s3 = src(s + 3);
+        for (size_t i = 0; i < len; ++i) {
+          Acc a = Ty::round(static_cast<Acc>(acc[i] + Ty::load(s0, b + i)));
+          a = Ty::round(static_cast<Acc>(a + Ty::load(s1, b + i)));
+          a = Ty::round(static_cast<Acc>(a + Ty::load(s2, b + i)));
+          acc[i] = Ty::round(static_cast<Acc>(a + Ty::load(s3, b + i)));
+        }
+      }
+    for (; s < n; ++s) {
+      const void* sk = src(s);
+      for (size_t i = 0; i < len; ++i) acc[i] = Ty::round(static_cast<Acc>(acc[i] + in(sk, i)));
+    }
+  } else {
+    for (; s < n; ++s) {
+      const void* sk = src(s);
+      if (op == RedOp::Prod)
+        for (size_t i = 0; i < len; ++i) acc[i] = Ty::round(static_cast<Acc>(acc[i] * Ty::load(sk, b + i)));
+      else if (op == RedOp::Max)
+        for (size_t i = 0; i < len; ++i) acc[i] = nccl_max(acc[i], Ty::load(sk, b + i));
+      else
+        for (size_t i = 0; i < len; ++i) acc[i] = nccl_min(acc[i], Ty::load(sk, b + i));
+    }
+  }
+}
+
+// NVLink SHARP's multimem.ld_reduce: the switch adds every rank's value with an fp32
+// accumulator for fp16 and bf16 (in the type for float and double) and rounds once; min and
+// max as __hmin / __hmax. Rank order (the switch's own order is not published).
+template <class Ty>
+void switch_block(typename Ty::Acc* acc, const void* const* srcs, int n, size_t b, size_t len, RedOp op) {
+  for (size_t i = 0; i < len; ++i) acc[i] = Ty::load(srcs[0], b + i);
+  for (int s = 1; s < n; ++s) {
+    const void* src = srcs[s];
+    if (op == RedOp::Max)
+      for (size_t i = 0; i < len; ++i) acc[i] = nccl_max(acc[i], Ty::load(src, b + i));
+    else if (op == RedOp::Min)
+      for (size_t i = 0; i < len; ++i) acc[i] = nccl_min(acc[i], Ty::load(src, b + i));
+    else
+      for (size_t i = 0; i < len; ++i) acc[i] += Ty::load(src, b + i);
+  }
+  for (size_t i = 0; i < len; ++i) acc[i] = Ty::round(acc[i]);
+}
+
+template <class Ty>
+void reduce_nccl_typed(void* dst, const void* const* srcs, int n, size_t begin, size_t end, RedOp op, double premul,
+                       const NcclOrder& order, size_t index0) {
+  using Acc = typename Ty::Acc;
+  const bool pre = op == RedOp::Avg || op == RedOp::PreMulSum;
+  const Acc scale = Ty::scalar(op == RedOp::Avg ? 1.0 / n : premul);
+  Acc acc[kNcclBlock], part[kNcclBlock];
+  const int per_node = std::max(1, std::min(order.ranks_per_node, n));
+  const int nodes = (n + per_node - 1) / per_node;
+  // which algorithm combines this op (NVLS only does sum, min and max; the cost model never
+  // picks it for the others, see nvls_supported)
+  NcclAlgo algo = order.algo;
+  if ((algo == NcclAlgo::Nvls || algo == NcclAlgo::NvlsTree) && pre) algo = NcclAlgo::Ring;
+  if (algo == NcclAlgo::NvlsTree && nodes == 1) algo = NcclAlgo::Nvls;
+  if (algo == NcclAlgo::Tree && nodes == 1) algo = NcclAlgo::Ring;
+  // the ring: one chunk of ceil(count / n) elements per rank; chunk c's chain starts at c + 1
+  const size_t chunk = order.owner >= 0 ? SIZE_MAX : std::max<size_t>(1, (order.count + n - 1) / n);
+  for (size_t b = begin; b < end;) {
+    size_t len = std::min(kNcclBlock, end - b);
+    if (algo == NcclAlgo::Ring) {
+      int first;
+      if (order.owner >= 0) {
+        first = (order.owner + 1) % n;
+      } else {
+        const size_t c = (index0 + b) / chunk;
+        len = std::min(len, (c + 1) * chunk - (index0 + b));
+        first = static_cast<int>((c + 1) % static_cast<size_t>(n));
+      }
+      auto ring = [&](int k) { return srcs[(first + k) % n]; };
+      if (pre)
+        chain_block<Ty, true>(acc, ring, n, b, len, op, scale);
+      else
+        chain_block<Ty, false>(acc, ring, n, b, len, op, scale);
+    } else if (algo == NcclAlgo::Nvls) {
+      switch_block<Ty>(acc, srcs, n, b, len, op);
+    } else {
+      // across nodes: each node's partial (NVLS: the switch's sum; Tree: a chain from the
+      // node's last GPU up to its first), then the nodes' partials added in node order
+      for (int g = 0; g < nodes; ++g) {
+        const int lo = g * per_node, m = std::min(n, lo + per_node) - lo;
+        Acc* out = g == 0 ? acc : part;
+        if (algo == NcclAlgo::NvlsTree) {
+          switch_block<Ty>(out, srcs + lo, m, b, len, op);
+        } else {
+          auto up = [&](int k) { return srcs[lo + m - 1 - k]; };  // the node's last GPU first
+          if (pre)
+            chain_block<Ty, true>(out, up, m, b, len, op, scale);
+          else
+            chain_block<Ty, false>(out, up, m, b, len, op, scale);
+        }
+        if (g == 0) continue;
+        for (size_t i = 0; i < len; ++i) {
+          switch (op) {
+            case RedOp::Max: acc[i] = nccl_max(acc[i], part[i]); break;
+            case RedOp::Min: acc[i] = nccl_min(acc[i], part[i]); break;
+            case RedOp::Prod: acc[i] = Ty::round(static_cast<Acc>(acc[i] * part[i])); break;
+            default: acc[i] = Ty::round(static_cast<Acc>(acc[i] + part[i])); break;
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < len; ++i) Ty::store(dst, b + i, acc[i]);
+    b += len;
+  }
+}
+
+}  // namespace
+
+bool nvls_supported(DataType t, RedOp op) {
+  switch (t) {
+    case DataType::Int32: case DataType::Uint32: case DataType::Int64: case DataType::Uint64:
+    case DataType::Float16: case DataType::BFloat16:
+      return op == RedOp::Sum || op == RedOp::Max || op == RedOp::Min;
+    case DataType::Float32: case DataType::Float64:
+      return op == RedOp::Sum;
+    default:
+      return false;
+  }
+}
+
+NcclAlgo nccl_algo(const std::string& algorithm) {
+  if (algorithm == "nvls") return NcclAlgo::Nvls;
+  if (algorithm == "nvls_tree") return NcclAlgo::NvlsTree;
+  if (algorithm == "tree") return NcclAlgo::Tree;
+  return NcclAlgo::Ring;
+}
+
+void reduce_nccl(void* dst, const void* const* srcs, int n, size_t begin, size_t end, DataType t, RedOp op,
+                 double premul, const NcclOrder& order, size_t index0) {
+  switch (t) {
+    case DataType::Float16: return reduce_nccl_typed<NHalf>(dst, srcs, n, begin, end, op, premul, order, index0);
+    case DataType::BFloat16: return reduce_nccl_typed<NBF16>(dst, srcs, n, begin, end, op, premul, order, index0);
+    case DataType::Float32: return reduce_nccl_typed<NFloat<float>>(dst, srcs, n, begin, end, op, premul, order, index0);
+    case DataType::Float64: return reduce_nccl_typed<NFloat<double>>(dst, srcs, n, begin, end, op, premul, order, index0);
+    default:
+      // integers: wrapping sums and products, min and max and avg's truncating division do
+      // not depend on the order, and match FuncSumPostDiv
+      return reduce(dst, srcs, n, begin, end, t, op, premul);
+  }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -250,7 +250,7 @@ void push_with_ll(std::vector<Candidate>& out, const Topology& t, const Link& ll
                    ll_algorithm, "LL"});
 }
 
-std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n) {
+std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n, bool nvls = true) {
   std::vector<Candidate> out;
   const int nodes = nodes_spanned(t, n);
   const CollKind k = kind == CollKind::Barrier ? CollKind::AllReduce : kind;
@@ -265,12 +265,12 @@ std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n) {
   if (nodes == 1) {
     push_with_ll(out, t, t.intra, steps, ring1.alpha, volume, ring1.bandwidth, "ring", "ring");
     Params nv;
-    if (k == CollKind::AllReduce && calibrated(t, k, "nvls", 1, &nv))  // NVLS: Simple protocol only
+    if (nvls && k == CollKind::AllReduce && calibrated(t, k, "nvls", 1, &nv))  // NVLS: Simple protocol only
       out.push_back({t.launch_overhead + 2 * nv.alpha, (n + 1.0) / n / nv.bandwidth, "nvls", "Simple"});
     return out;
   }
   Params tree;
-  if (k == CollKind::AllReduce && calibrated(t, k, "nvls_tree", nodes, &tree)) {
+  if (nvls && k == CollKind::AllReduce && calibrated(t, k, "nvls_tree", nodes, &tree)) {
     // NCCL's choice for all-reduce across NVLS nodes: NVLSTree (Simple); small messages run
     // its Tree with the LL protocol. Steps: NVLS reduce and multicast, then up and down a
     // tree of depth ceil(log2 nodes).
@@ -509,7 +509,7 @@ uint64_t bytes_sent_per_rank(CollKind kind, uint64_t bytes, int n) {
   }
 }
 
-Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n) {
+Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n, bool nvls) {
   Estimate e;
   if (n <= 1) {
     e.algorithm = "local";
@@ -518,7 +518,7 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
   }
   const double S = static_cast<double>(bytes);
   bool first = true;
-  for (const Candidate& c : candidates(t, kind, n)) {
+  for (const Candidate& c : candidates(t, kind, n, nvls)) {
     const double seconds = c.fixed + c.per_byte * S;
     if (first || seconds < e.seconds) {
       e.seconds = seconds;

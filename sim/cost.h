@@ -124,7 +124,7 @@ Topology topology_from_spec(const PlatformSpec& spec, const SpecCoefficients& c)
 
 struct Estimate {
   double seconds = 0.0;
-  std::string algorithm;     // "ring", "nvls", "nvls_tree", "direct", "local"
+  std::string algorithm;     // "ring", "nvls", "nvls_tree", "tree", "direct", "local"
   std::string protocol;      // "Simple" or "LL" (NCCL's LL/LL128), "" for local
 };
 
@@ -132,7 +132,9 @@ struct Estimate {
 // `bytes` is nccl-tests' "size": the all-reduce / broadcast / reduce buffer, the all-gather
 // output, the reduce-scatter input. The algorithm and protocol are those NCCL picks on the
 // preset's hardware (the cheapest of the candidates the model knows for it).
-Estimate collective_cost(const Topology& topo, CollKind kind, uint64_t bytes, int nranks);
+// `nvls`: whether NCCL could run this op and type on NVLink SHARP (comm::nvls_supported):
+// without, NVLS and NVLSTree are not candidates (NCCL falls back to its ring or tree).
+Estimate collective_cost(const Topology& topo, CollKind kind, uint64_t bytes, int nranks, bool nvls = true);
 
 // The bus bandwidth (bytes/second) collective_cost approaches for very large messages:
 // busbw_factor / the smallest per-byte cost of the candidate algorithms.

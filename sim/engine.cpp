@@ -76,13 +76,15 @@ void Engine::parallel_for(size_t count, size_t min_chunk, F&& body) const {
   for (auto& th : pool) th.join();
 }
 
-void Engine::collective(const Op& ref, const std::vector<OpPtr>& ops) const {
+void Engine::collective(const Op& ref, const std::vector<OpPtr>& ops, comm::NcclOrder order) const {
   const int n = static_cast<int>(ops.size());
   const size_t es = comm::dtype_size(ref.t);
   std::vector<const void*> srcs(n);
   switch (ref.kind) {
     case OpKind::AllReduce: {
-      // Chunk by chunk: reduce the ranks' inputs (in rank order) into a scratch chunk
+      order.owner = -1;
+      order.count = ref.count;
+      // Chunk by chunk: reduce the ranks' inputs (in NCCL's order) into a scratch chunk
       // that stays in cache, then copy it to every rank's output. The memory traffic is
       // then what an all-reduce in one address space cannot avoid: each input read once,
       // each output written once. Large outputs are written with non-temporal stores
@@ -103,7 +105,7 @@ void Engine::collective(const Op& ref, const std::vector<OpPtr>& ops) const {
         for (size_t c = b; c < end; c += chunk) {
           const size_t ce = std::min(end, c + chunk), bytes = (ce - c) * es;
           for (int q = 0; q < n; ++q) at[q] = static_cast<const char*>(ops[q]->send) + c * es;
-          comm::reduce(scratch, at, n, 0, ce - c, ref.t, ref.op, ref.premul);
+          comm::reduce_nccl(scratch, at, n, 0, ce - c, ref.t, ref.op, ref.premul, order, c);
           for (int q = 0; q < n; ++q) {
             char* dst = static_cast<char*>(ops[q]->recv) + c * es;
             if (stream && ops[q]->recv != ops[q]->send)
@@ -119,10 +121,11 @@ void Engine::collective(const Op& ref, const std::vector<OpPtr>& ops) const {
     case OpKind::ReduceScatter: {
       const size_t rc = ref.count;
       for (int r = 0; r < n; ++r) {
+        order.owner = r;  // segment r's chain ends at rank r
         for (int q = 0; q < n; ++q) srcs[q] = static_cast<const char*>(ops[q]->send) + r * rc * es;
         // the reduce kernel indexes from each source's base: shift bases so index 0 is segment r
         parallel_for(rc, 1 << 16, [&](size_t b, size_t end) {
-          comm::reduce(ops[r]->recv, srcs.data(), n, b, end, ref.t, ref.op, ref.premul);
+          comm::reduce_nccl(ops[r]->recv, srcs.data(), n, b, end, ref.t, ref.op, ref.premul, order);
         });
       }
       break;
@@ -145,8 +148,9 @@ void Engine::collective(const Op& ref, const std::vector<OpPtr>& ops) const {
     case OpKind::Reduce: {
       for (int q = 0; q < n; ++q) srcs[q] = ops[q]->send;
       void* out = ops[ref.root]->recv;
+      order.owner = ref.root;  // the ring's chain starts at the root's successor
       parallel_for(ref.count, 1 << 16, [&](size_t b, size_t end) {
-        comm::reduce(out, srcs.data(), n, b, end, ref.t, ref.op, ref.premul);
+        comm::reduce_nccl(out, srcs.data(), n, b, end, ref.t, ref.op, ref.premul, order);
       });
       break;
     }

@@ -155,16 +155,21 @@ void Simulation::complete(Op& o, double start, double seconds) {
 
 void Simulation::execute_collective(CollEntry& e) {
   const Op& ref = *e.first;
-  engine.collective(ref, e.ops);
-  // the virtual clock: the collective starts when the last rank launched it and its
-  // communication stream is free
+  // the cost model picks NCCL's algorithm; the data is reduced in that algorithm's order
   const size_t es = comm::dtype_size(ref.t);
-  double start = 0.0;
-  for (int q = 0; q < n; ++q) start = std::max({start, e.ops[q]->launch_t, ranks[q].comm_t});
   // nccl-tests' "size": the all-gather output, the reduce-scatter input, else the buffer
   const bool of_all_ranks = ref.kind == OpKind::AllGather || ref.kind == OpKind::ReduceScatter;
   const uint64_t bytes = of_all_ranks ? ref.count * es * n : ref.count * es;
-  Estimate est = collective_cost(topo, coll_kind(ref.kind), bytes, n);
+  const bool reduces = ref.kind == OpKind::AllReduce || ref.kind == OpKind::ReduceScatter || ref.kind == OpKind::Reduce;
+  Estimate est = collective_cost(topo, coll_kind(ref.kind), bytes, n, !reduces || comm::nvls_supported(ref.t, ref.op));
+  comm::NcclOrder order;
+  order.algo = comm::nccl_algo(est.algorithm);
+  order.ranks_per_node = topo.gpus_per_node;
+  engine.collective(ref, e.ops, order);
+  // the virtual clock: the collective starts when the last rank launched it and its
+  // communication stream is free
+  double start = 0.0;
+  for (int q = 0; q < n; ++q) start = std::max({start, e.ops[q]->launch_t, ranks[q].comm_t});
   const uint64_t sent = bytes_sent_per_rank(coll_kind(ref.kind), bytes, n);
   for (int q = 0; q < n; ++q) {
     auto& o = *e.ops[q];

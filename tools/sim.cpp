@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "base/text.h"
 #include "comm/communicator.h"
+#include "comm/kernels.h"
 #include "sim/world.h"
 #include "tools/commands.h"
 
@@ -127,7 +128,8 @@ int sim_bench(const BenchArgs& a) {
       uint64_t bytes = static_cast<uint64_t>(b);
       uint64_t unit = es * static_cast<uint64_t>(n);
       bytes = std::max<uint64_t>(unit, bytes / unit * unit);
-      auto est = accel::sim::collective_cost(topo, kind, bytes, n);
+      const bool reduces = kind == CollKind::AllReduce || kind == CollKind::ReduceScatter || kind == CollKind::Reduce;
+      auto est = accel::sim::collective_cost(topo, kind, bytes, n, !reduces || accel::comm::nvls_supported(t, op));
       const double algbw = static_cast<double>(bytes) / est.seconds / 1e9;
       const double busbw = algbw * accel::sim::busbw_factor(kind, n);
       const double measured = bytes <= hi ? measure(kind, bytes, n, t, op, a, max_measure) : -1;

@@ -759,7 +759,11 @@ typedef enum accel_reduce_op {
  * as a new tensor in *out (same shape and dtype). Every process must call it with the same
  * shape, dtype and op, in the same order as its other collective calls; a mismatch fails
  * on every process involved (ACCEL_ERR_INVALID_STATE with the calls named) instead of
- * hanging. Errors: ACCEL_ERR_COMMUNICATION when a peer died, ACCEL_ERR_TIMEOUT. */
+ * hanging. Errors: ACCEL_ERR_COMMUNICATION when a peer died, ACCEL_ERR_TIMEOUT.
+ * Floating values round as the backend does: on NCCL and the simulator each addition in
+ * the element type along NCCL's ring (fp16/bf16 pairwise), MEAN as a sum of inputs
+ * pre-multiplied by 1/n, MAX/MIN ignoring a NaN unless every process has one
+ * (docs/simulator.md, "How reductions round"); on Gloo fp16/bf16 sums go through fp32. */
 ACCEL_API accel_status accel_reduce(accel_context *ctx, const accel_tensor *tensor, accel_reduce_op op,
                                     accel_tensor **out);
 

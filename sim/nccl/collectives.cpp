@@ -157,8 +157,9 @@ namespace {
 // barrier, and every output is complete. Each input is read once and each output written once
 // (the in-process simulator's traffic). A peer's buffer in its arena is read in place and
 // written with memcpy; another is copied by cross-memory attach. Reductions combine the ranks
-// in rank order with the in-process simulator's kernels, so the results are the same bits.
-bool run_direct(ncclComm* c, const Call& call, std::string& why) {
+// in NCCL's order for `algo` with the in-process simulator's kernels (comm::reduce_nccl), so
+// the results are the same bits.
+bool run_direct(ncclComm* c, const Call& call, const comm::NcclOrder& algo, std::string& why) {
   const int n = c->n, me = c->rank;
   const comm::DataType t = dtype_of(call.dtype);
   const size_t es = comm::dtype_size(t);
@@ -173,8 +174,12 @@ bool run_direct(ncclComm* c, const Call& call, std::string& why) {
   auto recv_of = [&](int q) { return c->blocks[q].recv_addr; };
   // reduces elements [lo, hi) of the buffers whose element 0 is at base(q), chunk by chunk,
   // and hands each reduced chunk to emit(offset, data, elements)
-  auto reduce_range = [&](size_t lo, size_t hi, const std::function<uint64_t(int)>& base,
+  // (in NCCL's order for the algorithm: an all-reduce's chunks, else `owner`'s chain)
+  auto reduce_range = [&](size_t lo, size_t hi, int owner, const std::function<uint64_t(int)>& base,
                           const std::function<bool(size_t, const char*, size_t)>& emit) {
+    comm::NcclOrder order = algo;
+    order.owner = owner;
+    order.count = total;
     for (size_t off = lo; off < hi; off += per) {
       const size_t len = std::min(per, hi - off);
       for (int q = 0; q < n; ++q) {
@@ -187,7 +192,7 @@ bool run_direct(ncclComm* c, const Call& call, std::string& why) {
         srcs[q] = in[q].data();
       }
       out.resize(len * es);
-      comm::reduce(out.data(), srcs.data(), n, 0, len, t, call.op, call.premul);
+      comm::reduce_nccl(out.data(), srcs.data(), n, 0, len, t, call.op, call.premul, order, off);
       if (!emit(off, out.data(), len)) return false;
     }
     return true;
@@ -195,21 +200,21 @@ bool run_direct(ncclComm* c, const Call& call, std::string& why) {
   bool ok = true;
   switch (call.kind) {
     case kAllReduce:
-      ok = reduce_range(total * me / n, total * (me + 1) / n, send_of, [&](size_t off, const char* data, size_t len) {
+      ok = reduce_range(total * me / n, total * (me + 1) / n, -1, send_of, [&](size_t off, const char* data, size_t len) {
         for (int q = 0; q < n; ++q)
           if (!peer_copy(c, q, const_cast<char*>(data), recv_of(q) + off * es, len * es, true, why)) return false;
         return true;
       });
       break;
     case kReduceScatter:
-      ok = reduce_range(0, total, [&](int q) { return send_of(q) + me * total * es; },
+      ok = reduce_range(0, total, me, [&](int q) { return send_of(q) + me * total * es; },
                         [&](size_t off, const char* data, size_t len) {
                           std::memcpy(static_cast<char*>(call.recv) + off * es, data, len * es);
                           return true;
                         });
       break;
     case kReduce:
-      ok = reduce_range(total * me / n, total * (me + 1) / n, send_of, [&](size_t off, const char* data, size_t len) {
+      ok = reduce_range(total * me / n, total * (me + 1) / n, call.root, send_of, [&](size_t off, const char* data, size_t len) {
         return peer_copy(c, call.root, const_cast<char*>(data), recv_of(call.root) + off * es, len * es, true, why);
       });
       break;
@@ -309,6 +314,16 @@ bool run_collective(ncclComm* c, const Call& call) {
       default: std::memcpy(mine, send + off * es, len * es);
     }
   };
+  // the cost model picks NCCL's algorithm; the data is reduced in that algorithm's order
+  // (nccl-tests' size: the all-gather output, the reduce-scatter input)
+  const uint64_t bytes = (call.kind == kAllGather || call.kind == kReduceScatter) ? total * es * n : total * es;
+  const bool reduces = call.kind == kAllReduce || call.kind == kReduceScatter || call.kind == kReduce;
+  const sim::Estimate est = sim::collective_cost(p.topo, coll_kind(call.kind), bytes, n,
+                                                 !reduces || comm::nvls_supported(t, call.op));
+  comm::NcclOrder order;
+  order.algo = comm::nccl_algo(est.algorithm);
+  order.ranks_per_node = p.topo.gpus_per_node;
+  order.count = total;
   std::string why;
   double start = ready;
   if (stage_early) stage(0);
@@ -328,7 +343,7 @@ bool run_collective(ncclComm* c, const Call& call) {
     any_arena = any_arena || c->blocks[q].arena == 1;
   }
   if (all_arena || attach) {
-    if (!run_direct(c, call, why)) return fail_call(c, ncclRemoteError, call, why), false;
+    if (!run_direct(c, call, order, why)) return fail_call(c, ncclRemoteError, call, why), false;
     (all_arena ? c->by_arena : c->by_attach).fetch_add(1, std::memory_order_relaxed);
   } else {
     if (any_arena) {  // the ranks that did not stage their first chunk do it now
@@ -348,12 +363,13 @@ bool run_collective(ncclComm* c, const Call& call) {
         case kAllReduce: {
           for (int q = 0; q < n; ++q) srcs[q] = slot(q);
           const size_t lo = len * me / n, hi = len * (me + 1) / n;
-          comm::reduce(c->result, srcs.data(), n, lo, hi, t, call.op, call.premul);
+          comm::reduce_nccl(c->result, srcs.data(), n, lo, hi, t, call.op, call.premul, order, off);
           break;
         }
         case kReduceScatter:
           for (int q = 0; q < n; ++q) srcs[q] = static_cast<const char*>(slot(q)) + me * len * es;
-          comm::reduce(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul);
+          order.owner = me;
+          comm::reduce_nccl(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul, order);
           break;
         case kAllGather:
           for (int q = 0; q < n; ++q) {
@@ -367,7 +383,8 @@ bool run_collective(ncclComm* c, const Call& call) {
         case kReduce:
           if (me == call.root) {
             for (int q = 0; q < n; ++q) srcs[q] = slot(q);
-            comm::reduce(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul);
+            order.owner = call.root;
+            comm::reduce_nccl(recv + off * es, srcs.data(), n, 0, len, t, call.op, call.premul, order);
           }
           break;
       }
@@ -376,9 +393,6 @@ bool run_collective(ncclComm* c, const Call& call) {
     }
     c->by_staging.fetch_add(1, std::memory_order_relaxed);
   }
-  // the cost model: nccl-tests' size (the all-gather output, the reduce-scatter input)
-  const uint64_t bytes = (call.kind == kAllGather || call.kind == kReduceScatter) ? total * es * n : total * es;
-  const sim::Estimate est = sim::collective_cost(p.topo, coll_kind(call.kind), bytes, n);
   account(c, call, ready, start, est.seconds, bytes, sim::bytes_sent_per_rank(coll_kind(call.kind), bytes, n),
           est.algorithm);
   return true;

@@ -1,5 +1,6 @@
-// Tests of the simulator: every collective x dtype x op against a naive reference, in and
-// out of place, over several world sizes; send/recv and groups; every error case; mismatch
+// Tests of the simulator: every collective x dtype x op against a naive reference (NCCL's
+// rounding for floating types), in and out of place, over several world sizes; NCCL's
+// rounding on random values with NaNs; send/recv and groups; every error case; mismatch
 // and missing-rank diagnosis; determinism under scheduling noise (with libtorch's global
 // generator in play); memory budgets to the byte and out-of-memory; faults; the trace.
 #include <c10/util/BFloat16.h>
@@ -12,9 +13,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
+#include <type_traits>
 
 #include "comm/kernels.h"
 #include "sim/settings.h"
@@ -30,8 +35,8 @@ using comm::RedOp;
 using comm::Result;
 
 // ---------------------------------------------------------------------------------------
-// A naive reference: element by element, ranks in order, with independent conversions
-// (c10::Half / c10::BFloat16) and the documented accumulation types.
+// A naive reference: element by element, integers in rank order, floating types as NCCL's
+// device code computes them (below), with independent conversions (c10::Half / c10::BFloat16).
 
 template <class T>
 struct Ref {
@@ -76,26 +81,96 @@ void ref_int(void* out, const std::vector<const void*>& in, size_t i, RedOp op, 
   static_cast<T*>(out)[i] = res;
 }
 
-template <class T, class Acc>
-void ref_float(void* out, const std::vector<const void*>& in, size_t i, RedOp op, double premul) {
-  const int n = static_cast<int>(in.size());
-  Acc acc = static_cast<Acc>(static_cast<const T*>(in[0])[i]);
-  if (op == RedOp::PreMulSum) acc = acc * static_cast<Acc>(premul);
-  for (int r = 1; r < n; ++r) {
-    Acc x = static_cast<Acc>(static_cast<const T*>(in[r])[i]);
+// NCCL's arithmetic for floating types, written from its device code (NVIDIA/nccl):
+// src/device/reduce_kernel.h's portable definitions, FuncSum<half> =
+// __float2half(__half2float(x) + __half2float(y)) (the same bits as __hadd), FuncProd alike,
+// FuncMinMax = fminf / fmaxf (a NaN operand is dropped), Apply_PreOp<FuncPreMulSum> = x *
+// scalar in the type; src/enqueue.cc hostToDevRedOp: avg = FuncPreMulSum by
+// T(float(1.0 / nRanks)) (double: 1.0 / nRanks); src/device/all_reduce.h runRing: the
+// buffer is cut into nRanks chunks, chunk c is sent first by ring position c + 1 and
+// reduced one rank at a time up to position c (reduce_scatter.h: segment r likewise ends at
+// rank r; reduce.h: the chain runs from the root's successor to the root); NVLS
+// (Apply_LoadMultimem, .acc::f32) adds fp16 and bf16 in fp32 and rounds once. The
+// algorithm is the one the cost model picked ("ring", "nvls", "tree", "nvls_tree").
+// c10::Half / c10::BFloat16 round from float independently of the simulator's converters.
+struct Order {
+  std::string algo = "ring";
+  int owner = -1;      // reduce-scatter segment / reduce root; -1: an all-reduce's chunks
+  size_t count = 0;    // the all-reduce's elements
+  int per_node = 8;
+};
+
+template <class T>
+struct NcclMath {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;  // holds a T exactly
+  static A get(const void* p, size_t i) { return static_cast<A>(static_cast<const T*>(p)[i]); }
+  static A rnd(A x) { return static_cast<A>(static_cast<T>(x)); }
+  static A add(A x, A y) { return rnd(x + y); }
+  static A mul(A x, A y) { return rnd(x * y); }
+  static A op2(RedOp op, A x, A y) {
     switch (op) {
-      case RedOp::Sum: case RedOp::Avg: acc = acc + x; break;
-      case RedOp::PreMulSum: acc = acc + x * static_cast<Acc>(premul); break;
-      case RedOp::Prod: acc = acc * x; break;
-      case RedOp::Max: acc = (std::isnan(x) || x > acc) ? x : acc; break;
-      case RedOp::Min: acc = (std::isnan(x) || x < acc) ? x : acc; break;
+      case RedOp::Prod: return mul(x, y);
+      case RedOp::Max: return std::fmax(x, y);
+      case RedOp::Min: return std::fmin(x, y);
+      default: return add(x, y);
     }
   }
-  if (op == RedOp::Avg) acc = acc / static_cast<Acc>(n);
-  static_cast<T*>(out)[i] = static_cast<T>(acc);
+};
+
+template <class T>
+void ref_float(void* out, const std::vector<const void*>& in, size_t i, RedOp op, double premul, const Order& o) {
+  using M = NcclMath<T>;
+  using A = typename M::A;
+  const int n = static_cast<int>(in.size());
+  const bool pre = op == RedOp::Avg || op == RedOp::PreMulSum;
+  const A scalar = M::rnd(static_cast<A>(op == RedOp::Avg ? (std::is_same_v<T, double> ? 1.0 / n : static_cast<float>(1.0 / n))
+                                                          : premul));
+  auto x = [&](int r) { return pre ? M::mul(M::get(in[r], i), scalar) : M::get(in[r], i); };
+  std::string algo = o.algo;
+  if ((algo == "nvls" || algo == "nvls_tree") && pre) algo = "ring";  // NCCL has no NVLS premulsum
+  const int per = std::min(o.per_node, n), nodes = (n + per - 1) / per;
+  if (algo == "nvls_tree" && nodes == 1) algo = "nvls";
+  if (algo == "tree" && nodes == 1) algo = "ring";
+  A acc = 0;
+  // the switch: every rank's value into an fp32 (double: fp64) accumulator, one rounding
+  auto nvls = [&](int lo, int hi) {
+    A a = x(lo);
+    for (int r = lo + 1; r < hi; ++r) a = op == RedOp::Max ? std::fmax(a, x(r)) : op == RedOp::Min ? std::fmin(a, x(r)) : a + x(r);
+    return M::rnd(a);
+  };
+  if (algo == "ring") {
+    const int owner = o.owner >= 0 ? o.owner : static_cast<int>(i / ((o.count + n - 1) / n));
+    acc = x((owner + 1) % n);
+    for (int k = 2; k <= n; ++k) acc = M::op2(op, acc, x((owner + k) % n));
+  } else if (algo == "nvls") {
+    acc = nvls(0, n);
+  } else {  // per node, then the nodes in order
+    for (int g = 0; g < nodes; ++g) {
+      const int lo = g * per, hi = std::min(n, lo + per);
+      A part;
+      if (algo == "nvls_tree") {
+        part = nvls(lo, hi);
+      } else {  // tree: up the node's chain, from its last GPU to its first
+        part = x(hi - 1);
+        for (int r = hi - 2; r >= lo; --r) part = M::op2(op, part, x(r));
+      }
+      acc = g == 0 ? part : M::op2(op, acc, part);
+    }
+  }
+  T res = static_cast<T>(acc);
+  if (std::isnan(static_cast<A>(res))) {  // one canonical quiet NaN
+    if constexpr (sizeof(T) == 2) {
+      const uint16_t q = 0x7fff;
+      std::memcpy(&res, &q, 2);
+    } else {
+      res = std::numeric_limits<T>::quiet_NaN();
+    }
+  }
+  static_cast<T*>(out)[i] = res;
 }
 
-void reference(DataType t, void* out, const std::vector<const void*>& in, size_t count, RedOp op, double premul) {
+void reference(DataType t, void* out, const std::vector<const void*>& in, size_t count, RedOp op, double premul,
+               const Order& o = {}) {
   for (size_t i = 0; i < count; ++i) {
     switch (t) {
       case DataType::Int8: ref_int<int8_t>(out, in, i, op, premul); break;
@@ -104,12 +179,23 @@ void reference(DataType t, void* out, const std::vector<const void*>& in, size_t
       case DataType::Uint32: ref_int<uint32_t>(out, in, i, op, premul); break;
       case DataType::Int64: ref_int<int64_t>(out, in, i, op, premul); break;
       case DataType::Uint64: ref_int<uint64_t>(out, in, i, op, premul); break;
-      case DataType::Float16: ref_float<c10::Half, float>(out, in, i, op, premul); break;
-      case DataType::BFloat16: ref_float<c10::BFloat16, float>(out, in, i, op, premul); break;
-      case DataType::Float32: ref_float<float, float>(out, in, i, op, premul); break;
-      case DataType::Float64: ref_float<double, double>(out, in, i, op, premul); break;
+      case DataType::Float16: ref_float<c10::Half>(out, in, i, op, premul, o); break;
+      case DataType::BFloat16: ref_float<c10::BFloat16>(out, in, i, op, premul, o); break;
+      case DataType::Float32: ref_float<float>(out, in, i, op, premul, o); break;
+      case DataType::Float64: ref_float<double>(out, in, i, op, premul, o); break;
     }
   }
+}
+
+// The order the simulator's cost model gives NCCL's algorithm for this collective.
+Order order_of(const Topology& topo, CollKind kind, DataType t, RedOp op, size_t count, int n, int owner) {
+  const uint64_t bytes = count * comm::dtype_size(t);  // nccl-tests' size: the whole buffer
+  Order o;
+  o.algo = collective_cost(topo, kind, bytes, n, comm::nvls_supported(t, op)).algorithm;
+  o.owner = owner;
+  o.count = count;
+  o.per_node = topo.gpus_per_node;
+  return o;
 }
 
 using Bytes = std::vector<uint8_t>;
@@ -164,7 +250,8 @@ TEST_P(Collectives, MatchTheReferenceForEveryTypeAndOp) {
           void* out = in_place ? send.data() : recv.data();
           c.all_reduce(send.data(), out, count * n, t, op, {premul})->wait();
           Bytes want(send.size());
-          reference(t, want.data(), ptrs, count * n, op, premul);
+          reference(t, want.data(), ptrs, count * n, op, premul,
+                    order_of(w.topology(), CollKind::AllReduce, t, op, count * n, n, -1));
           if (std::memcmp(out, want.data(), want.size()) != 0)
             note(std::string("all_reduce ") + comm::dtype_name(t) + " " + comm::op_name(op) + " rank " + std::to_string(r));
         }
@@ -174,7 +261,8 @@ TEST_P(Collectives, MatchTheReferenceForEveryTypeAndOp) {
           void* out = in_place ? send.data() + r * count * es : recv.data();
           c.reduce_scatter(send.data(), out, count, t, op, {premul})->wait();
           Bytes full(count * n * es);
-          reference(t, full.data(), ptrs, count * n, op, premul);
+          reference(t, full.data(), ptrs, count * n, op, premul,
+                    order_of(w.topology(), CollKind::ReduceScatter, t, op, count * n, n, r));
           if (std::memcmp(out, full.data() + r * count * es, count * es) != 0)
             note(std::string("reduce_scatter ") + comm::dtype_name(t) + " " + comm::op_name(op) + " rank " + std::to_string(r));
         }
@@ -186,7 +274,8 @@ TEST_P(Collectives, MatchTheReferenceForEveryTypeAndOp) {
           c.reduce(send.data(), out, count * n, t, op, root, {premul})->wait();
           if (r == root) {
             Bytes want(send.size());
-            reference(t, want.data(), ptrs, count * n, op, premul);
+            reference(t, want.data(), ptrs, count * n, op, premul,
+                      order_of(w.topology(), CollKind::Reduce, t, op, count * n, n, root));
             if (std::memcmp(out, want.data(), want.size()) != 0)
               note(std::string("reduce ") + comm::dtype_name(t) + " " + comm::op_name(op) + " rank " + std::to_string(r));
           } else if (!in_place && recv != Bytes(send.size(), 0xEE)) {
@@ -230,6 +319,162 @@ INSTANTIATE_TEST_SUITE_P(Sim, Collectives,
                            return std::to_string(info.param.n) + (info.param.in_place ? "ranks_in_place" : "ranks");
                          });
 
+// ---------------------------------------------------------------------------------------
+// NCCL's rounding (issue 38 item 2): random values that do not add exactly, with NaNs, per
+// algorithm the cost model picks, against the reference above.
+
+// A value of type t: random magnitudes over a few binades (a cheap hash: large buffers),
+// every 53rd a NaN on some ranks, every 1009th a NaN on all of them.
+void put_random(DataType t, void* p, size_t i, int rank) {
+  uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(rank) + 1) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  float v = std::ldexp(static_cast<float>(h & 0xffffff) / 8388608.f - 1.f, static_cast<int>((h >> 24) % 7) - 3);
+  if ((i + static_cast<size_t>(rank) * 11) % 53 == 0 || i % 1009 == 5) v = std::nanf("");
+  switch (t) {
+    case DataType::Float16: static_cast<c10::Half*>(p)[i] = c10::Half(v); break;
+    case DataType::BFloat16: static_cast<c10::BFloat16*>(p)[i] = c10::BFloat16(v); break;
+    case DataType::Float32: static_cast<float*>(p)[i] = v; break;
+    case DataType::Float64: static_cast<double*>(p)[i] = static_cast<double>(v) * (1.0 + 1e-9 * static_cast<double>(h >> 40)); break;
+    default: break;
+  }
+}
+
+// The reference's element i (of the buffers' element 0 at ptrs) written to out[i].
+void ref_at(DataType t, void* out, const std::vector<const void*>& in, size_t i, RedOp op, double premul, const Order& o) {
+  switch (t) {
+    case DataType::Float16: ref_float<c10::Half>(out, in, i, op, premul, o); break;
+    case DataType::BFloat16: ref_float<c10::BFloat16>(out, in, i, op, premul, o); break;
+    case DataType::Float32: ref_float<float>(out, in, i, op, premul, o); break;
+    case DataType::Float64: ref_float<double>(out, in, i, op, premul, o); break;
+    default: break;
+  }
+}
+
+bool is_nan(DataType t, const void* p) {
+  switch (t) {
+    case DataType::Float16: return std::isnan(static_cast<float>(*static_cast<const c10::Half*>(p)));
+    case DataType::BFloat16: return std::isnan(static_cast<float>(*static_cast<const c10::BFloat16*>(p)));
+    case DataType::Float32: return std::isnan(*static_cast<const float*>(p));
+    case DataType::Float64: return std::isnan(*static_cast<const double*>(p));
+    default: return false;
+  }
+}
+
+struct RoundCase {
+  const char* topology;
+  int n;
+  size_t count;        // elements
+  const char* algo;    // what the cost model picks for an fp16/bf16 sum of that size
+  size_t stride;       // the reference checks every stride-th element of large buffers (and more)
+};
+
+class Rounding : public ::testing::TestWithParam<RoundCase> {};
+
+TEST_P(Rounding, ReductionsRoundAsNcclsAlgorithmDoes) {
+  const RoundCase rc = GetParam();
+  WorldOptions o = world(rc.n, 60.0);
+  o.topology = rc.topology;
+  o.engine_threads = 2;  // large buffers on two threads: the ring's chunks cross their slices
+  World w(o);
+  const int n = rc.n;
+  const size_t count = rc.count, seg = count / n;
+  const bool large = rc.stride > 1;
+  // the elements checked: all, or every stride-th, the all-NaN ones and the chunks' edges
+  std::vector<size_t> idx;
+  for (size_t i = 0; i < count; ++i)
+    if (!large || i % rc.stride == 0 || i % 1009 == 5 || (i + 1) % seg < 2) idx.push_back(i);
+  // (large buffers: what NVLS changes, fp16 and bf16 sums and maxima, and avg's ring)
+  std::vector<DataType> types = {DataType::Float16, DataType::BFloat16};
+  std::vector<RedOp> ops = {RedOp::Sum, RedOp::Avg, RedOp::Max};
+  if (!large) {
+    types.insert(types.end(), {DataType::Float32, DataType::Float64});
+    ops.insert(ops.end(), {RedOp::Prod, RedOp::Min, RedOp::PreMulSum});
+  }
+  std::set<std::string> algos;
+  for (DataType t : types) {
+    const size_t es = comm::dtype_size(t);
+    std::vector<Bytes> ins(n, Bytes(count * es));
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i) put_random(t, ins[r].data(), i, r);
+    std::vector<const void*> ptrs;
+    for (auto& b : ins) ptrs.push_back(b.data());
+    for (RedOp op : ops) {
+      const double premul = 0.3;  // not exact in binary
+      const Order ar = order_of(w.topology(), CollKind::AllReduce, t, op, count, n, -1);
+      algos.insert(ar.algo);
+      const std::string what = std::string(comm::dtype_name(t)) + " " + comm::op_name(op) + " (" + ar.algo + ")";
+      if ((t == DataType::Float16 || t == DataType::BFloat16) && op == RedOp::Sum) {
+        EXPECT_EQ(ar.algo, rc.algo) << what;
+      }
+      if (!comm::nvls_supported(t, op)) {
+        EXPECT_NE(ar.algo.substr(0, 4), "nvls") << what;
+      }
+      const int root = n - 1;
+      std::vector<Bytes> out(n, Bytes(count * es)), rs(n, Bytes(seg * es)), red(n, Bytes(count * es));
+      auto rep = w.run([&](Rank& rk) {
+        const int r = rk.rank();
+        rk.comm().all_reduce(ins[r].data(), out[r].data(), count, t, op, {premul})->wait();
+        if (!large) {
+          rk.comm().reduce_scatter(ins[r].data(), rs[r].data(), seg, t, op, {premul})->wait();
+          rk.comm().reduce(ins[r].data(), red[r].data(), count, t, op, root, {premul})->wait();
+        }
+      });
+      ASSERT_TRUE(rep.ok()) << rep.first_error();
+      const Order oroot = order_of(w.topology(), CollKind::Reduce, t, op, count, n, root);
+      Bytes want(count * es), want_rs(count * es), want_red(count * es), once(es);
+      size_t differ_once = 0, nan_out = 0, all_nan = 0;
+      for (size_t i : idx) {
+        ref_at(t, want.data(), ptrs, i, op, premul, ar);
+        for (int r = 0; r < n; ++r)
+          ASSERT_EQ(std::memcmp(out[r].data() + i * es, want.data() + i * es, es), 0)
+              << what << ": all_reduce, rank " << r << ", element " << i;
+        // what one fp32 (fp64) rounding of the rank-order sum would give
+        std::vector<const void*> at;
+        for (const void* p : ptrs) at.push_back(static_cast<const char*>(p) + i * es);
+        comm::reduce(once.data(), at.data(), n, 0, 1, t, op, premul);
+        differ_once += std::memcmp(once.data(), want.data() + i * es, es) != 0 && !(is_nan(t, once.data()) && is_nan(t, want.data() + i * es));
+        if (t == DataType::Float32) nan_out += std::isnan(reinterpret_cast<const float*>(want.data())[i]);
+        all_nan += i % 1009 == 5;
+        if (large) continue;
+        if (i < seg * n) {
+          const Order os = order_of(w.topology(), CollKind::ReduceScatter, t, op, count, n, static_cast<int>(i / seg));
+          ref_at(t, want_rs.data(), ptrs, i, op, premul, os);
+          ASSERT_EQ(std::memcmp(rs[i / seg].data() + (i % seg) * es, want_rs.data() + i * es, es), 0)
+              << what << ": reduce_scatter, element " << i;
+        }
+        ref_at(t, want_red.data(), ptrs, i, op, premul, oroot);
+        ASSERT_EQ(std::memcmp(red[root].data() + i * es, want_red.data() + i * es, es), 0)
+            << what << ": reduce, element " << i;
+      }
+      // max and min drop a NaN unless every rank has one
+      if (t == DataType::Float32 && (op == RedOp::Max || op == RedOp::Min)) {
+        EXPECT_EQ(nan_out, all_nan) << what;
+      }
+      // fp16 and bf16 added pairwise in the type (ring, tree) round visibly differently from
+      // one rounding of an fp32 sum; NVLS's fp32 accumulator does not
+      if ((t == DataType::Float16 || t == DataType::BFloat16) && (op == RedOp::Sum || op == RedOp::Avg)) {
+        if (ar.algo == "nvls" && op == RedOp::Sum)
+          EXPECT_EQ(differ_once, 0u) << what;
+        else
+          EXPECT_GT(differ_once, idx.size() / 20) << what << ": " << differ_once << " of " << idx.size();
+      }
+    }
+  }
+  EXPECT_TRUE(algos.count(rc.algo)) << "the case did not exercise " << rc.algo;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sim, Rounding,
+                         ::testing::Values(RoundCase{"8xA100", 3, 3 * 1111, "ring", 1},
+                                           RoundCase{"8xA100", 8, 8 * 1024, "ring", 1},
+                                           RoundCase{"8xH100", 8, 8 << 20, "nvls", 4099},
+                                           RoundCase{"2x8xH100-IB", 16, 16 * 512, "tree", 1},
+                                           RoundCase{"2x8xH100-IB", 16, 4 << 20, "nvls_tree", 4099}),
+                         [](const auto& info) {
+                           return std::string(info.param.algo) + "_" + std::to_string(info.param.n) + "ranks";
+                         });
+
 TEST(Kernels, HalfAndBFloat16ConversionsMatchC10) {
   std::mt19937 gen(1);
   std::uniform_real_distribution<float> d(-70000.f, 70000.f);
@@ -248,6 +493,50 @@ TEST(Kernels, HalfAndBFloat16ConversionsMatchC10) {
   }
   EXPECT_TRUE(std::isinf(comm::half_to_float(comm::float_to_half(1e6f))));
   EXPECT_TRUE(std::isnan(comm::half_to_float(comm::float_to_half(NAN))));
+}
+
+// The simulator's in-type rounding (a few integer operations on a float) gives the bits the
+// converters give: every fp16 and bf16 value times scalars that land in the normal,
+// subnormal and overflow ranges (a one-rank premulsum: x * T(s), rounded once), and sums
+// of random pairs (a two-rank sum), against c10's conversions.
+TEST(Kernels, NcclRoundingInTheTypeMatchesTheConverters) {
+  for (DataType t : {DataType::Float16, DataType::BFloat16}) {
+    const bool f16 = t == DataType::Float16;
+    auto from = [&](uint16_t b) {
+      return f16 ? static_cast<float>(c10::Half(b, c10::Half::from_bits())) : static_cast<float>(c10::BFloat16(b, c10::BFloat16::from_bits()));
+    };
+    auto to = [&](float v) {
+      uint16_t b;
+      if (f16) {
+        c10::Half h(v);
+        std::memcpy(&b, &h, 2);
+      } else {
+        c10::BFloat16 h(v);
+        std::memcpy(&b, &h, 2);
+      }
+      if (std::isnan(v)) b = 0x7fff;  // the canonical NaN
+      return b;
+    };
+    std::vector<uint16_t> all(65536), got(65536);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+    const void* one[] = {all.data()};
+    for (double s : {0.3, 3.0, 1.0 / 3, 1e-3, 7e-6, 1.5e4, 2.0}) {
+      comm::reduce_nccl(got.data(), one, 1, 0, all.size(), t, RedOp::PreMulSum, s, {});
+      const float scalar = from(to(static_cast<float>(s)));
+      for (size_t i = 0; i < all.size(); ++i)
+        ASSERT_EQ(got[i], to(from(all[i]) * scalar)) << comm::dtype_name(t) << " " << from(all[i]) << " * " << s;
+    }
+    std::mt19937 gen(7);
+    std::vector<uint16_t> a(1 << 20), b(1 << 20), sum(1 << 20);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<uint16_t>(gen());
+      b[i] = static_cast<uint16_t>((a[i] & 0x8000u) ^ (gen() % 3 ? 0x8000u : 0u)) | static_cast<uint16_t>(gen() & 0x7fffu);
+    }
+    const void* two[] = {a.data(), b.data()};
+    comm::reduce_nccl(sum.data(), two, 2, 0, a.size(), t, RedOp::Sum, 0.0, {});
+    for (size_t i = 0; i < a.size(); ++i)
+      ASSERT_EQ(sum[i], to(from(a[i]) + from(b[i]))) << comm::dtype_name(t) << " " << from(a[i]) << " + " << from(b[i]);
+  }
 }
 
 TEST(Collectives, LargeAllReduceUsesTheParallelEngineAndStaysExact) {

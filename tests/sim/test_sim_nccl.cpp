@@ -155,7 +155,8 @@ void expect_all_ok(const std::vector<int>& st) {
 }
 
 // Every collective of float32 (sum, max, avg, premulsum), bf16 (sum) and int64 (prod),
-// in and out of place, with sizes that cross the chunking of both data paths.
+// in and out of place, with sizes that cross the chunking of both data paths; fp16 and bf16
+// rounded as NCCL's ring rounds them.
 void collectives(int r, ncclComm_t c, cudaStream_t s, int n) {
   for (size_t count : {size_t(1), size_t(1000), size_t(3) << 20}) {  // 3M floats: 12 MiB, several chunks
     std::vector<float> x(count), y(count, -1.f);
@@ -198,6 +199,65 @@ void collectives(int r, ncclComm_t c, cudaStream_t s, int n) {
     REQUIRE(ncclReduce(x.data(), red.data(), count, ncclFloat32, ncclSum, n - 1, c, s) == ncclSuccess, "reduce");
     REQUIRE(sync(c, s) == ncclSuccess, "reduce: %s", ncclGetLastError(c));
     for (size_t i = 0; i < count; ++i) REQUIRE(r != n - 1 || red[i] == want_sum(i), "reduce[%zu]", i);
+  }
+  // NCCL's rounding across processes: fp16 and bf16 values that do not add exactly, summed
+  // (a small buffer: the ring) and averaged (a large one over several chunks: avg is never
+  // NVLS), and reduce-scattered, give the bits the in-process simulator's kernel gives for
+  // NCCL's ring order.
+  {
+    auto value = [](int q, size_t i) {  // every rank can compute every rank's input
+      const uint32_t h = static_cast<uint32_t>(i * 2654435761u) ^ static_cast<uint32_t>(q * 40503u + 17u);
+      return (static_cast<float>(h % 20011u) / 20011.f - 0.5f) * static_cast<float>(1u << (h % 7u));
+    };
+    const accel::comm::DataType types[] = {accel::comm::DataType::Float16, accel::comm::DataType::BFloat16};
+    for (accel::comm::DataType t : types) {
+      const ncclDataType_t nt = t == accel::comm::DataType::Float16 ? ncclFloat16 : ncclBfloat16;
+      auto to16 = [&](float v) {
+        return t == accel::comm::DataType::Float16 ? accel::comm::float_to_half(v) : accel::comm::float_to_bf16(v);
+      };
+      for (size_t count : {size_t(1000), size_t(3) << 20}) {
+        const bool small = count == 1000;
+        const ncclRedOp_t nop = small ? ncclSum : ncclAvg;
+        const accel::comm::RedOp op = small ? accel::comm::RedOp::Sum : accel::comm::RedOp::Avg;
+        std::vector<std::vector<uint16_t>> in(n, std::vector<uint16_t>(count));
+        std::vector<const void*> srcs;
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < count; ++i) in[q][i] = to16(value(q, i));
+          srcs.push_back(in[q].data());
+        }
+        accel::comm::NcclOrder ring;
+        ring.count = count;
+        std::vector<uint16_t> want(count), got(count, 0xffff), once(count);
+        accel::comm::reduce_nccl(want.data(), srcs.data(), n, 0, count, t, op, 0.0, ring);
+        accel::comm::reduce(once.data(), srcs.data(), n, 0, count, t, op, 0.0);  // fp32, rounded once
+        REQUIRE(ncclAllReduce(in[r].data(), got.data(), count, nt, nop, c, s) == ncclSuccess, "16-bit all_reduce");
+        REQUIRE(sync(c, s) == ncclSuccess, "16-bit all_reduce: %s", ncclGetLastError(c));
+        size_t differ = 0;
+        for (size_t i = 0; i < count; ++i) {
+          REQUIRE(got[i] == want[i], "%s %s[%zu] = %04x, NCCL's ring gives %04x", accel::comm::dtype_name(t),
+                  small ? "sum" : "avg", i, got[i], want[i]);
+          differ += want[i] != once[i];
+        }
+        REQUIRE(differ > count / 20, "only %zu of %zu elements round differently from one fp32 rounding", differ, count);
+        // reduce-scatter: rank r's segment ends its chain at r
+        if (small) {
+          std::vector<std::vector<uint16_t>> big(n, std::vector<uint16_t>(count * n));
+          std::vector<const void*> seg;
+          for (int q = 0; q < n; ++q) {
+            for (size_t i = 0; i < count * n; ++i) big[q][i] = to16(value(q + 7, i));
+            seg.push_back(big[q].data() + static_cast<size_t>(r) * count);
+          }
+          accel::comm::NcclOrder mine;
+          mine.owner = r;
+          accel::comm::reduce_nccl(want.data(), seg.data(), n, 0, count, t, accel::comm::RedOp::Sum, 0.0, mine);
+          REQUIRE(ncclReduceScatter(big[r].data(), got.data(), count, nt, ncclSum, c, s) == ncclSuccess, "16-bit rs");
+          REQUIRE(sync(c, s) == ncclSuccess, "16-bit reduce_scatter: %s", ncclGetLastError(c));
+          for (size_t i = 0; i < count; ++i)
+            REQUIRE(got[i] == want[i], "%s reduce_scatter[%zu] = %04x, NCCL's ring gives %04x",
+                    accel::comm::dtype_name(t), i, got[i], want[i]);
+        }
+      }
+    }
   }
   // bf16 sum, int64 product, in device memory from cudaMalloc
   std::vector<uint16_t> h(4096);
