@@ -36,12 +36,8 @@ void Simulation::post(int r, const OpPtr& op) {
       os << " every rank must make the same calls in the same order";
       fail_collective(op->seq, Result::InvalidUsage, os.str());
     } else {
-      // a rank that died before reaching it
-      for (int q = 0; q < n; ++q)
-        if (ranks[q].state == RankState::Dead) {
-          fail_collective(op->seq, Result::RemoteError, died(q));
-          break;
-        }
+      // a rank that died before reaching it (the lowest one, kept by rank_died: no scan per post)
+      if (first_dead >= 0) fail_collective(op->seq, Result::RemoteError, died(first_dead));
     }
   } else {
     const bool is_send = op->kind == OpKind::Send;
@@ -90,6 +86,7 @@ void Simulation::rank_died(int r, const std::string& why) {
   auto& d = ranks[r];
   d.state = RankState::Dead;
   d.death = why;
+  if (first_dead < 0 || r < first_dead) first_dead = r;
   const std::string msg = died(r);
   for (auto& [seq, e] : colls)
     if (!e.failed && (e.ops.empty() || !e.ops[r] || !e.ops[r]->done)) {

@@ -72,6 +72,7 @@ struct Simulation {
   std::unique_ptr<std::condition_variable[]> cvs;
   int holder = -1;  // the rank allowed to run
   std::vector<RankData> ranks;
+  int first_dead = -1;  // the lowest rank that died (a post checks it in O(1)), -1: none
   std::map<uint64_t, CollEntry> colls;
   // p2p: (src, dst, seq) -> the posted send and recv
   std::map<std::tuple<int, int, uint64_t>, std::pair<OpPtr, OpPtr>> p2p;

@@ -3,10 +3,15 @@
 // mapped in sim/README.md.
 #include "sim/world.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "sim/settings.h"
@@ -17,6 +22,73 @@ namespace accel::sim {
 namespace {
 thread_local int tls_rank = -1;
 thread_local World* tls_world = nullptr;
+}  // namespace
+
+namespace {
+
+long read_number(const char* path) {
+  std::ifstream f(path);
+  long v = -1;
+  f >> v;
+  return f ? v : -1;
+}
+
+// A field of a /proc file with "Name: value" lines, e.g. ("/proc/self/status", "Threads:").
+long proc_field(const char* path, const char* name) {
+  std::ifstream f(path);
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(name, 0) == 0) return std::atol(line.c_str() + std::strlen(name));
+  return -1;
+}
+
+// Which limit stopped the threads of a world: the kernel's PIDs (every thread takes one),
+// the user's processes, memory mappings (each stack takes two), the address space, memory.
+std::string thread_limit_binding() {
+  std::ostringstream os;
+  const long pid_max = read_number("/proc/sys/kernel/pid_max"), threads_max = read_number("/proc/sys/kernel/threads-max");
+  const long map_max = read_number("/proc/sys/vm/max_map_count");
+  long tasks = -1;  // threads on the machine: /proc/loadavg's "running/total"
+  {
+    std::ifstream f("/proc/loadavg");
+    std::string a, b, c, rt;
+    if (f >> a >> b >> c >> rt && rt.find('/') != std::string::npos) tasks = std::atol(rt.c_str() + rt.find('/') + 1);
+  }
+  long maps = 0;
+  {
+    std::ifstream f("/proc/self/maps");
+    for (std::string line; std::getline(f, line);) ++maps;
+  }
+  const long threads = proc_field("/proc/self/status", "Threads:");
+  const long vm_kib = proc_field("/proc/self/status", "VmSize:");
+  const long avail_kib = proc_field("/proc/meminfo", "MemAvailable:");
+  struct rlimit nproc {}, as {}, stack {};
+  getrlimit(RLIMIT_NPROC, &nproc);
+  getrlimit(RLIMIT_AS, &as);
+  getrlimit(RLIMIT_STACK, &stack);
+  const double stack_mib = stack.rlim_cur == RLIM_INFINITY ? 8.0 : static_cast<double>(stack.rlim_cur) / (1 << 20);
+  auto near = [](long used, long limit) { return limit > 0 && used >= 0 && used * 10 >= limit * 9; };
+  if (near(tasks, pid_max))
+    os << "the kernel's PIDs bind: kernel.pid_max is " << pid_max << " and the machine runs " << tasks
+       << " threads (each takes one; sysctl kernel.pid_max=4194304 raises it)";
+  else if (near(tasks, threads_max))
+    os << "the kernel's thread limit binds: kernel.threads-max is " << threads_max << " and the machine runs " << tasks
+       << " threads";
+  else if (nproc.rlim_cur != RLIM_INFINITY && near(threads, static_cast<long>(nproc.rlim_cur)))
+    os << "the user's process limit binds: ulimit -u is " << nproc.rlim_cur << " and this process has " << threads
+       << " threads";
+  else if (near(maps, map_max))
+    os << "memory mappings bind: vm.max_map_count is " << map_max << " and this process has " << maps
+       << " (each thread's stack takes two; sysctl vm.max_map_count raises it)";
+  else if (as.rlim_cur != RLIM_INFINITY && vm_kib >= 0 &&
+           static_cast<double>(vm_kib) / 1024 + stack_mib >= static_cast<double>(as.rlim_cur) / (1 << 20))
+    os << "the address-space limit binds: ulimit -v is " << as.rlim_cur / 1024 << " KiB, this process uses " << vm_kib
+       << " KiB and each thread reserves a " << stack_mib << " MiB stack";
+  else
+    os << "memory binds: " << (avail_kib >= 0 ? std::to_string(avail_kib / 1024) + " MiB available" : "unknown")
+       << ", this process has " << threads << " threads of " << stack_mib << " MiB stacks";
+  return os.str();
+}
+
 }  // namespace
 
 int current_rank() { return tls_rank; }
@@ -108,6 +180,7 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
   {
     std::lock_guard<std::mutex> lk(w.mu);
     w.ranks.assign(w.n, RankData{});
+    w.first_dead = -1;
     w.colls.clear();
     w.p2p.clear();
     w.trace.clear();
@@ -176,6 +249,7 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
     try {
       start(r);
     } catch (const std::exception& e) {  // std::system_error (EAGAIN: no threads or memory left), bad_alloc
+      const std::string binding = thread_limit_binding();  // before the started threads end
       {
         std::lock_guard<std::mutex> lk(w.mu);
         abandoned = true;
@@ -183,8 +257,9 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
       }
       for (auto& t : threads) t.join();
       fail(Status::OutOfMemory, "could not start the thread of simulated rank ", r, " of ", w.n, " (", e.what(),
-           "): the process ran out of threads or memory for their stacks; no rank ran. Lower world_size, or raise "
-           "the limits (ulimit -u, ulimit -v)");
+           "): ", binding, "; no rank ran. Lower world_size or raise that limit; a program known "
+           "in advance (a step's collective pattern) replays on any number of ranks without threads (accel sim "
+           "step, sim/replay.h)");
     }
   }
   {

@@ -191,6 +191,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bench->add_flag("--json", a.json, "JSON lines instead of a table");
   auto* topos = sim->add_subcommand("topologies", "list the cost model's topology presets");
+  accel::tools::StepArgs& sa = inv.step;
+  auto* step = sim->add_subcommand("step", "a training step's collectives replayed on up to 100,000+ simulated GPUs: "
+                                           "its predicted time");
+  step->add_option("--ranks,-n", sa.ranks, "GPUs (ranks)")->capture_default_str()->check(at_least(1));
+  step->add_option("--topology,-t", sa.topology, "cost-model preset (default: 8xH100, or Nx8xH100-IB for more than 8)");
+  step->add_option("--strategy,-s", sa.strategy, "ddp or zero3")->capture_default_str();
+  step->add_option("--params", sa.params, "model parameters")->capture_default_str();
+  step->add_option("--tokens", sa.tokens, "tokens per GPU per step")->capture_default_str();
+  step->add_option("--layers", sa.layers, "layers (zero3 gathers one at a time)")->capture_default_str()->check(at_least(1));
+  step->add_option("--bucket", sa.bucket, "ddp's gradient bucket")->capture_default_str();
+  step->add_option("--slow", sa.slow, "RANK:FACTOR, a straggler whose compute takes FACTOR times as long (repeatable)");
+  step->add_flag("--json", sa.json, "one JSON line instead of text");
   std::string& merge_dir = inv.merge_dir;
   std::string& merge_out = inv.merge_out;
   auto* merge = app.add_subcommand("merge-weights", "one consolidated model.safetensors from a checkpoint directory");
@@ -253,7 +265,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (*launch) return accel::tools::report_errors([&] { return accel::launch::run(*launch, launch_options); });
-  inv.command = *envcmd ? "env" : *topos ? "sim topologies" : *bench ? "sim bench" : *est ? "estimate-memory"
+  inv.command = *envcmd ? "env" : *topos ? "sim topologies" : *bench ? "sim bench" : *step ? "sim step" : *est ? "estimate-memory"
                 : *merge ? "merge-weights" : "";
   if (inv.command.empty()) return 0;
   return run_module(inv);

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -34,6 +35,21 @@ int sim_bench(const BenchArgs& a);
 
 // accel sim topologies (tools/sim.cpp)
 int sim_topologies();
+
+// accel sim step (tools/sim.cpp): a training step's collective pattern replayed on a world
+// of any size (sim/replay.h), its predicted time
+struct StepArgs {
+  std::string topology;  // default: the ranks' nodes of 8xH100 (8xH100, or Nx8xH100-IB)
+  int ranks = 8;
+  std::string strategy = "ddp";
+  double params = 8.03e9;
+  double tokens = 8192;
+  int layers = 32;
+  std::string bucket = "25MiB";
+  std::vector<std::string> slow;  // RANK:FACTOR
+  bool json = false;
+};
+int sim_step(const StepArgs& a);
 
 // accel merge-weights DIR OUT (tools/merge_weights.cpp)
 int merge_weights(const std::string& dir, const std::string& out);
@@ -65,6 +81,7 @@ int estimate(const EstimateArgs& a);
 struct Invocation {
   std::string command;
   BenchArgs bench;
+  StepArgs step;
   EstimateArgs estimate;
   std::string merge_dir, merge_out;
 };

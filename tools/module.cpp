@@ -17,6 +17,7 @@ extern "C" __attribute__((visibility("default"))) int accel_tools_run(const acce
     if (inv->command == "env") return t::env();
     if (inv->command == "sim topologies") return t::sim_topologies();
     if (inv->command == "sim bench") return t::sim_bench(inv->bench);
+    if (inv->command == "sim step") return t::sim_step(inv->step);
     if (inv->command == "estimate-memory") return t::estimate(inv->estimate);
     if (inv->command == "merge-weights") return t::merge_weights(inv->merge_dir, inv->merge_out);
     std::fprintf(stderr, "accel: libaccel-tools.so has no command '%s'\n", inv->command.c_str());

@@ -252,7 +252,9 @@ TEST(Sim, ThreadsThatCannotBeCreatedAreAnErrorNotAnAbort) {
     std::atomic<int> ran{0};
     accel_sim_report* rep = nullptr;
     const accel_status s = accel_sim_run(&so, nullptr, count_rank, &ran, &rep);
-    const bool named = contains(accel_last_error(nullptr), "could not start the thread of simulated rank");
+    // the message names the limit that binds: here the address space this child capped
+    const bool named = contains(accel_last_error(nullptr), "could not start the thread of simulated rank") &&
+                       contains(accel_last_error(nullptr), "the address-space limit binds: ulimit -v is");
     std::fprintf(stderr, "status %d, %d ranks ran: %s\n", s, ran.load(), accel_last_error(nullptr));
     if (s != ACCEL_ERR_OUT_OF_MEMORY || !named || ran.load() != 0 || rep != nullptr) ::_exit(1);
     so.world_size = 4;  // the process is still usable

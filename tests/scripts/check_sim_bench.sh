@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `accel sim bench` prints one JSON line per size, with measured times where measured and
-# predictions with algbw/busbw for every size; a bad preset is a clear error.
+# predictions with algbw/busbw for every size; a bad preset is a clear error. The NVLS
+# algorithm is chosen only where NCCL can run it (not for avg). `accel sim step` replays a
+# step on 100,000 ranks and names bad arguments.
 # Usage: check_sim_bench.sh ACCEL_TOOL
 set -euo pipefail
 tool=$1
@@ -16,4 +18,27 @@ if "$tool" sim bench --topology 8xTPU > "${TMPDIR:-/tmp}/sim_bench_err.$$" 2>&1;
 grep -q "unknown topology '8xTPU'" "${TMPDIR:-/tmp}/sim_bench_err.$$" || { echo "FAIL: unclear error"; exit 1; }
 rm -f "${TMPDIR:-/tmp}/sim_bench_err.$$"
 "$tool" sim topologies | grep -q 8xA100
-echo "accel sim bench: OK"
+# NVLS (16 MiB on 8 H100) for a bf16 sum, the ring for an avg: NCCL has no NVLS premulsum
+"$tool" sim bench -d bfloat16 -o sum -b 16MiB -e 16MiB --predict-to 16MiB --iters 1 --json | grep -q '"algorithm":"nvls"' \
+  || { echo "FAIL: a bf16 sum of 16 MiB on 8xH100 should run NVLS"; exit 1; }
+"$tool" sim bench -d bfloat16 -o avg -b 16MiB -e 16MiB --predict-to 16MiB --iters 1 --json | grep -q '"algorithm":"ring"' \
+  || { echo "FAIL: avg must not run NVLS"; exit 1; }
+# accel sim step: 100,000 ranks, both patterns, a straggler
+step=$("$tool" sim step -n 100000 --json)
+printf '%s\n' "$step"
+printf '%s\n' "$step" | grep -q '"ranks":100000,"topology":"12500x8xH100-IB"' || { echo "FAIL: sim step's world"; exit 1; }
+printf '%s\n' "$step" | grep -q '"collectives":1226,' || { echo "FAIL: 8.03e9 fp32 gradients in 25 MiB buckets are 1226 all-reduces"; exit 1; }
+pred=$(printf '%s\n' "$step" | sed -n 's/.*"predicted_step_s":\([0-9.]*\).*/\1/p')
+comp=$(printf '%s\n' "$step" | sed -n 's/.*"compute_s":\([0-9.]*\).*/\1/p')
+awk -v p="$pred" -v c="$comp" 'BEGIN { exit !(p > c && c > 0) }' || { echo "FAIL: the step ($pred s) must exceed its compute ($comp s)"; exit 1; }
+"$tool" sim step -n 1000 --strategy zero3 --layers 4 | grep -q "^predicted step" || { echo "FAIL: sim step's text"; exit 1; }
+even=$("$tool" sim step -n 64 --tokens 1e6 --json | sed -n 's/.*"predicted_step_s":\([0-9.]*\).*/\1/p')
+slow=$("$tool" sim step -n 64 --tokens 1e6 --slow 7:2 --json | sed -n 's/.*"predicted_step_s":\([0-9.]*\).*/\1/p')
+awk -v e="$even" -v s="$slow" 'BEGIN { exit !(s > e) }' || { echo "FAIL: a straggler ($slow s) must slow the step ($even s)"; exit 1; }
+for bad in "--slow 7x" "--slow 64:2" "--strategy zero2" "-t 8xH100"; do
+  # shellcheck disable=SC2086
+  if "$tool" sim step -n 64 $bad > "${TMPDIR:-/tmp}/sim_step_err.$$" 2>&1; then echo "FAIL: sim step accepted $bad"; exit 1; fi
+  grep -q "^accel: " "${TMPDIR:-/tmp}/sim_step_err.$$" || { echo "FAIL: sim step $bad: no message"; cat "${TMPDIR:-/tmp}/sim_step_err.$$"; exit 1; }
+done
+rm -f "${TMPDIR:-/tmp}/sim_step_err.$$"
+echo "accel sim bench, accel sim step: OK"

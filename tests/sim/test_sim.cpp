@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "comm/kernels.h"
+#include "sim/replay.h"
 #include "sim/settings.h"
 #include "runtime/runtime.h"
 #include "common.h"
@@ -1132,6 +1133,131 @@ TEST(Sim, RanksTrainOnTheCpuAndRefuseCuda) {
     EXPECT_NE(refusals[static_cast<size_t>(r)].find("device CUDA under the simulator: simulated ranks run on the CPU"),
               std::string::npos)
         << refusals[static_cast<size_t>(r)];
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The replay (sim/replay.h): ranks that are not threads, with the World's timing rules.
+
+// A data-parallel step as a World's ranks run it: compute, each bucket's all-reduce posted
+// as its gradients are ready, a wait for all; rank `slow` computes `factor` times as long.
+RunReport threaded_ddp(const std::string& topology, int n, const std::vector<uint64_t>& buckets, double fwd, double bwd,
+                       int slow, double factor) {
+  WorldOptions o = world(n, 60.0);
+  o.topology = topology;
+  World w(o);
+  return w.run([&](Rank& rk) {
+    const double f = rk.rank() == slow ? factor : 1.0;
+    std::vector<std::vector<float>> bufs;
+    for (uint64_t b : buckets) bufs.emplace_back(b / 4, 1.0f);
+    std::vector<std::shared_ptr<comm::Work>> works;
+    rk.comm().charge_compute(fwd * f, "forward");
+    for (auto& b : bufs) {
+      rk.comm().charge_compute(bwd / static_cast<double>(bufs.size()) * f, "backward");
+      works.push_back(rk.comm().all_reduce(b.data(), b.data(), b.size(), DataType::Float32, RedOp::Sum));
+    }
+    for (auto& x : works) x->wait();
+  });
+}
+
+ReplayProgram replay_ddp(const std::vector<uint64_t>& buckets, double fwd, double bwd) {
+  ReplayProgram p;
+  p.name = "ddp";
+  p.compute(fwd);
+  for (uint64_t b : buckets) {
+    p.compute(bwd / static_cast<double>(buckets.size()));
+    p.post(CollKind::AllReduce, b);
+  }
+  p.wait_all();
+  return p;
+}
+
+TEST(Replay, PredictsWhatTheThreadedWorldPredicts) {
+  // sizes that pick different algorithms (LL tree, NVLSTree), compute that hides some of it,
+  // and a straggler
+  const std::vector<uint64_t> buckets = {64 << 10, 1 << 20, 4 << 20, 256 << 10};
+  for (int slow : {-1, 5}) {
+    const RunReport threads = threaded_ddp("2x8xH100-IB", 16, buckets, 2e-4, 4e-4, slow, 3.0);
+    ASSERT_TRUE(threads.ok()) << threads.first_error();
+    ReplayOptions o;
+    o.topology = "2x8xH100-IB";
+    o.world_size = 16;
+    o.programs.push_back(replay_ddp(buckets, 2e-4, 4e-4));
+    if (slow >= 0) o.slowdown.push_back({slow, 3.0});
+    const ReplayReport rep = replay(o);
+    ASSERT_TRUE(rep.ok) << rep.error;
+    EXPECT_NEAR(rep.predicted_seconds, threads.predicted_seconds, 1e-12) << "straggler " << slow;
+    EXPECT_EQ(rep.collectives, buckets.size());
+    EXPECT_EQ(rep.events, 16u * (2 + 2 * buckets.size()));
+    // every rank's own end, as the World reports it
+    double fastest = threads.ranks[0].virtual_seconds;
+    for (const auto& r : threads.ranks) fastest = std::min(fastest, r.virtual_seconds);
+    EXPECT_NEAR(rep.fastest_seconds, fastest, 1e-12);
+    if (slow >= 0) {
+      ReplayOptions even = o;
+      even.slowdown.clear();
+      EXPECT_GT(rep.predicted_seconds, replay(even).predicted_seconds);
+    }
+  }
+}
+
+TEST(Replay, AHundredThousandRanksInOneThread) {
+  // 12,500 nodes of 8 H100: a data-parallel step of 8 buckets, and ZeRO-3 over 4 layers
+  const Topology topo = topology_preset("12500x8xH100-IB");
+  for (const char* strategy : {"ddp", "zero3"}) {
+    ReplayOptions o;
+    o.topology = "12500x8xH100-IB";
+    o.world_size = 100000;
+    o.programs.push_back(step_program(topo, strategy, 1e8, 4096, 4, 50u << 20));
+    const ReplayReport rep = replay(o);
+    ASSERT_TRUE(rep.ok) << rep.error;
+    EXPECT_EQ(rep.events, 100000u * o.programs[0].steps.size()) << strategy;
+    EXPECT_EQ(rep.collectives, o.programs[0].posts()) << strategy;
+    EXPECT_DOUBLE_EQ(rep.fastest_seconds, rep.predicted_seconds) << strategy;  // the ranks are alike
+    const StepEstimate est = estimate_step(topo, strategy, 1e8, 4096, 100000, 4, 50u << 20);
+    EXPECT_GE(rep.predicted_seconds, est.compute) << strategy;
+    EXPECT_GE(rep.predicted_seconds, rep.comm_seconds) << strategy;
+  }
+}
+
+TEST(Replay, MismatchedAndMissingCallsNameTheRanks) {
+  ReplayProgram good = replay_ddp({1 << 20, 1 << 20}, 1e-4, 1e-4);
+  ReplayProgram wider = replay_ddp({1 << 20, 2 << 20}, 1e-4, 1e-4);
+  ReplayProgram skips = replay_ddp({1 << 20}, 1e-4, 1e-4);
+  ReplayOptions o;
+  o.topology = "1000x8xH100-IB";
+  o.world_size = 8000;
+  o.programs = {good, wider, skips};
+  o.program_of.assign(8000, 0);
+  o.program_of[4321] = 1;
+  ReplayReport rep = replay(o);
+  EXPECT_FALSE(rep.ok);
+  EXPECT_EQ(rep.status, Status::InvalidState);
+  EXPECT_NE(rep.error.find("mismatched collectives: rank 0's call 1 is all_reduce of 1.00 MiB float32 sum, rank "
+                           "4321's is all_reduce of 2.00 MiB float32 sum"),
+            std::string::npos)
+      << rep.error;
+  o.program_of[4321] = 2;
+  rep = replay(o);
+  EXPECT_FALSE(rep.ok);
+  EXPECT_NE(rep.error.find("collective 1 (all_reduce of 1.00 MiB float32 sum) was posted by 7999 of 8000 ranks"),
+            std::string::npos) << rep.error;
+  EXPECT_NE(rep.error.find("rank 4321 (ended its program after 1 calls)"), std::string::npos) << rep.error;
+  // what the options get wrong is an error before anything runs
+  ReplayProgram early;
+  early.steps.push_back({});
+  early.steps[0].kind = ReplayStep::Wait;
+  early.steps[0].post = 0;
+  o.programs = {early};
+  o.program_of.clear();
+  EXPECT_THROW(replay(o), Error);
+  o.programs = {good};
+  o.world_size = 8001;
+  try {
+    replay(o);
+    ADD_FAILURE() << "8001 ranks on 8000 GPUs";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'1001x8xH100-IB'"), std::string::npos) << e.what();
   }
 }
 
