@@ -7,6 +7,7 @@
 #include "sim/cost.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -509,7 +510,40 @@ uint64_t bytes_sent_per_rank(CollKind kind, uint64_t bytes, int n) {
   }
 }
 
-Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n, bool nvls) {
+bool AlgorithmFilter::allows(const std::string& algorithm) const {
+  if (names.empty() || algorithm == "direct" || algorithm == "local") return true;
+  const bool listed = std::find(names.begin(), names.end(), algorithm) != names.end();
+  return exclude ? !listed : listed;
+}
+
+AlgorithmFilter parse_algorithms(const std::string& spec) {
+  AlgorithmFilter f;
+  f.spec = spec;
+  std::string s = spec;
+  s.erase(std::remove_if(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c); }), s.end());
+  if (s.empty()) return f;
+  if (s[0] == '^') {
+    f.exclude = true;
+    s.erase(0, 1);
+  }
+  std::stringstream in(s);
+  for (std::string name; std::getline(in, name, ',');) {
+    std::string low;
+    for (unsigned char c : name) low += static_cast<char>(std::tolower(c));
+    if (low == "ring" || low == "tree" || low == "nvls") {
+      f.names.push_back(low);
+    } else if (low == "nvlstree" || low == "nvls_tree") {
+      f.names.push_back("nvls_tree");
+    } else {
+      ACCEL_CHECK(false, Status::InvalidArgument, "unknown algorithm '", name, "' in '", spec,
+                  "': the simulator models Ring, Tree, NVLS and NVLSTree (NCCL_ALGO's names; ^ excludes)");
+    }
+  }
+  ACCEL_CHECK(!f.names.empty(), Status::InvalidArgument, "no algorithm named in '", spec, "'");
+  return f;
+}
+
+Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n, bool nvls, const AlgorithmFilter& only) {
   Estimate e;
   if (n <= 1) {
     e.algorithm = "local";
@@ -518,7 +552,9 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
   }
   const double S = static_cast<double>(bytes);
   bool first = true;
-  for (const Candidate& c : candidates(t, kind, n, nvls)) {
+  const std::vector<Candidate> cands = candidates(t, kind, n, nvls);
+  for (const Candidate& c : cands) {
+    if (!only.allows(c.algorithm)) continue;
     const double seconds = c.fixed + c.per_byte * S;
     if (first || seconds < e.seconds) {
       e.seconds = seconds;
@@ -526,6 +562,14 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
       e.protocol = c.protocol;
       first = false;
     }
+  }
+  if (first) {
+    std::string have;
+    for (const Candidate& c : cands)
+      if (have.find(c.algorithm) == std::string::npos) have += std::string(have.empty() ? "" : ", ") + c.algorithm;
+    ACCEL_CHECK(false, Status::InvalidArgument, "no algorithm for ", coll_name(kind), " of ", bytes, " bytes over ", n,
+                " ranks on ", t.name, ": the algorithms allowed ('", only.spec, "') exclude the cost model's (", have,
+                ")");
   }
   return e;
 }

@@ -132,9 +132,25 @@ struct Estimate {
 // `bytes` is nccl-tests' "size": the all-reduce / broadcast / reduce buffer, the all-gather
 // output, the reduce-scatter input. The algorithm and protocol are those NCCL picks on the
 // preset's hardware (the cheapest of the candidates the model knows for it).
+// The algorithms a user allows, in NCCL_ALGO's syntax: a comma-separated list of names
+// (case-insensitive: Ring, Tree, NVLS, NVLSTree), or "^" and a list to exclude. Empty: all.
+// parse_algorithms throws Error(InvalidArgument) naming an unknown one.
+struct AlgorithmFilter {
+  std::vector<std::string> names;  // the cost model's names: "ring", "tree", "nvls", "nvls_tree"
+  bool exclude = false;
+  std::string spec;                // as the user wrote it
+  bool empty() const { return names.empty(); }
+  bool allows(const std::string& algorithm) const;
+};
+AlgorithmFilter parse_algorithms(const std::string& spec);
+
 // `nvls`: whether NCCL could run this op and type on NVLink SHARP (comm::nvls_supported):
 // without, NVLS and NVLSTree are not candidates (NCCL falls back to its ring or tree).
-Estimate collective_cost(const Topology& topo, CollKind kind, uint64_t bytes, int nranks, bool nvls = true);
+// `only`: the algorithms allowed (NCCL_ALGO, accel sim bench --algo); when it allows none of
+// the candidates for this collective, Error(InvalidArgument) says which there were, as NCCL
+// fails a call its NCCL_ALGO leaves no algorithm for.
+Estimate collective_cost(const Topology& topo, CollKind kind, uint64_t bytes, int nranks, bool nvls = true,
+                         const AlgorithmFilter& only = {});
 
 // The bus bandwidth (bytes/second) collective_cost approaches for very large messages:
 // busbw_factor / the smallest per-byte cost of the candidate algorithms.

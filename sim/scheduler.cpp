@@ -161,7 +161,14 @@ void Simulation::execute_collective(CollEntry& e) {
   const bool of_all_ranks = ref.kind == OpKind::AllGather || ref.kind == OpKind::ReduceScatter;
   const uint64_t bytes = of_all_ranks ? ref.count * es * n : ref.count * es;
   const bool reduces = ref.kind == OpKind::AllReduce || ref.kind == OpKind::ReduceScatter || ref.kind == OpKind::Reduce;
-  Estimate est = collective_cost(topo, coll_kind(ref.kind), bytes, n, !reduces || comm::nvls_supported(ref.t, ref.op));
+  Estimate est;
+  try {
+    est = collective_cost(topo, coll_kind(ref.kind), bytes, n, !reduces || comm::nvls_supported(ref.t, ref.op),
+                          algorithms);
+  } catch (const Error& err) {  // the algorithms allowed leave none for this call: every rank fails, as on NCCL
+    fail_collective(ref.seq, Result::InvalidUsage, std::string(err.what()) + " (" + ref.describe() + ")");
+    return;
+  }
   comm::NcclOrder order;
   order.algo = comm::nccl_algo(est.algorithm);
   order.ranks_per_node = topo.gpus_per_node;

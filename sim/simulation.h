@@ -73,6 +73,7 @@ struct Simulation {
   int holder = -1;  // the rank allowed to run
   std::vector<RankData> ranks;
   int first_dead = -1;  // the lowest rank that died (a post checks it in O(1)), -1: none
+  AlgorithmFilter algorithms;  // WorldOptions::algorithms (or NCCL_ALGO), parsed
   std::map<uint64_t, CollEntry> colls;
   // p2p: (src, dst, seq) -> the posted send and recv
   std::map<std::tuple<int, int, uint64_t>, std::pair<OpPtr, OpPtr>> p2p;

@@ -148,6 +148,15 @@ World::World(WorldOptions opts) : sim_(std::make_unique<Simulation>()) {
                 opts.world_size, "-rank world");
   sim_->topo = topology_preset(opts.topology);
   sim_->n = opts.world_size;
+  {
+    const char* env = std::getenv("NCCL_ALGO");
+    const std::string spec = !opts.algorithms.empty() ? opts.algorithms : env ? env : "";
+    try {
+      sim_->algorithms = parse_algorithms(spec);
+    } catch (const Error& e) {
+      fail(Status::InvalidArgument, opts.algorithms.empty() ? "NCCL_ALGO: " : "algorithms: ", e.what());
+    }
+  }
   sim_->engine = Engine(opts.engine_threads > 0 ? opts.engine_threads
                                                 : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
   sim_->budget = std::make_shared<MemoryBudget>(opts.world_size, opts.device_capacity, opts.host_capacity,

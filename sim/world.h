@@ -47,6 +47,10 @@ struct WorldOptions {
   // them (gloo has no bf16 reduce-scatter), to test that strategies refuse it at prepare.
   // Parsed when the World is made: an unknown collective or element type is InvalidArgument.
   std::vector<std::string> missing;
+  // The algorithms collectives may run, in NCCL_ALGO's syntax ("Ring", "^NVLS"; sim/cost.h
+  // AlgorithmFilter): the cost model picks among them, and reductions round in their order.
+  // Empty: the NCCL_ALGO environment variable, as NCCL reads it; unset too: all.
+  std::string algorithms;
 };
 
 // A simulated world as a user describes it (the C ABI's accel_sim_options; later `accel

@@ -189,6 +189,8 @@ int main(int argc, char** argv) {
   bench->add_option("--warmup,-w", a.warmup, "untimed iterations per size")->capture_default_str()->check(at_least(0));
   bench->add_option("--max-measure", a.max_measure, "skip measuring sizes whose buffers (all ranks) exceed this")
       ->capture_default_str();
+  bench->add_option("--algo", a.algo, "force the algorithm, in NCCL_ALGO's syntax (Ring, Tree, NVLS, NVLSTree; "
+                                      "^NVLS excludes); default: NCCL_ALGO, else the cost model's pick");
   bench->add_flag("--json", a.json, "JSON lines instead of a table");
   auto* topos = sim->add_subcommand("topologies", "list the cost model's topology presets");
   accel::tools::StepArgs& sa = inv.step;

@@ -28,6 +28,7 @@ struct BenchArgs {
   double factor = 2.0;
   int iters = 5, warmup = 1;
   std::string max_measure = "2GiB";
+  std::string algo;  // NCCL_ALGO's syntax; empty: NCCL_ALGO, else the cost model's pick
   bool json = false;
 };
 

@@ -73,6 +73,7 @@ double measure(CollKind kind, uint64_t bytes, int n, DataType t, RedOp op, const
   wo.world_size = n;
   wo.topology = a.topology;
   wo.timeout_seconds = 600;
+  wo.algorithms = a.algo;
   accel::sim::World world(wo);
   double per_op = -1;
   auto rep = world.run([&](accel::sim::Rank& rk) {
@@ -117,6 +118,8 @@ int sim_bench(const BenchArgs& a) {
   if (lo == 0 || lo > hi) throw accel::Error(accel::Status::InvalidArgument, "need 0 < --min-bytes <= --max-bytes");
   if (a.factor <= 1.0) throw accel::Error(accel::Status::InvalidArgument, "--factor must be > 1");
   const size_t es = accel::comm::dtype_size(t);
+  const char* env_algo = std::getenv("NCCL_ALGO");
+  const accel::sim::AlgorithmFilter only = accel::sim::parse_algorithms(!a.algo.empty() ? a.algo : env_algo ? env_algo : "");
   for (int n : parse_ranks(a.ranks)) {
     if (!a.json) {
       std::printf("# accel sim bench: %s, %d ranks, %s, %s, topology %s (%s)\n", a.op.c_str(), n, a.dtype.c_str(),
@@ -132,7 +135,7 @@ int sim_bench(const BenchArgs& a) {
       uint64_t unit = es * static_cast<uint64_t>(n);
       bytes = std::max<uint64_t>(unit, bytes / unit * unit);
       const bool reduces = kind == CollKind::AllReduce || kind == CollKind::ReduceScatter || kind == CollKind::Reduce;
-      auto est = accel::sim::collective_cost(topo, kind, bytes, n, !reduces || accel::comm::nvls_supported(t, op));
+      auto est = accel::sim::collective_cost(topo, kind, bytes, n, !reduces || accel::comm::nvls_supported(t, op), only);
       const double algbw = static_cast<double>(bytes) / est.seconds / 1e9;
       const double busbw = algbw * accel::sim::busbw_factor(kind, n);
       const double measured = bytes <= hi ? measure(kind, bytes, n, t, op, a, max_measure) : -1;

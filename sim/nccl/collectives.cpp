@@ -318,8 +318,13 @@ bool run_collective(ncclComm* c, const Call& call) {
   // (nccl-tests' size: the all-gather output, the reduce-scatter input)
   const uint64_t bytes = (call.kind == kAllGather || call.kind == kReduceScatter) ? total * es * n : total * es;
   const bool reduces = call.kind == kAllReduce || call.kind == kReduceScatter || call.kind == kReduce;
-  const sim::Estimate est = sim::collective_cost(p.topo, coll_kind(call.kind), bytes, n,
-                                                 !reduces || comm::nvls_supported(t, call.op));
+  sim::Estimate est;
+  try {
+    est = sim::collective_cost(p.topo, coll_kind(call.kind), bytes, n, !reduces || comm::nvls_supported(t, call.op),
+                               p.algorithms);
+  } catch (const std::exception& e) {  // NCCL_ALGO leaves no algorithm for this call: NCCL's invalid usage
+    return fail_call(c, ncclInvalidUsage, call, e.what()), false;
+  }
   comm::NcclOrder order;
   order.algo = comm::nccl_algo(est.algorithm);
   order.ranks_per_node = p.topo.gpus_per_node;

@@ -163,6 +163,7 @@ struct Process {
   std::string topology_name = sim::kDefaultTopology, gpu_mem_text, faults_text, out_dir;
   bool trace = false;
   sim::Topology topo;
+  sim::AlgorithmFilter algorithms;  // NCCL_ALGO, as NCCL reads it
   uint64_t capacity = 0, current = 0, peak = 0;
   std::map<void*, uint64_t> allocations;  // cudaMalloc's
   int rank = -1, world = 0;

@@ -94,6 +94,11 @@ void Process::configure() {
     faults = std::move(parsed.faults);
     out_dir = env("ACCEL_SIM_OUT");
     trace = env("ACCEL_SIM_TRACE") == "1";
+    try {
+      algorithms = sim::parse_algorithms(env("NCCL_ALGO"));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string("NCCL_ALGO: ") + e.what());
+    }
   } catch (const std::exception& e) {
     config_error = e.what();
   }

@@ -23,6 +23,17 @@ rm -f "${TMPDIR:-/tmp}/sim_bench_err.$$"
   || { echo "FAIL: a bf16 sum of 16 MiB on 8xH100 should run NVLS"; exit 1; }
 "$tool" sim bench -d bfloat16 -o avg -b 16MiB -e 16MiB --predict-to 16MiB --iters 1 --json | grep -q '"algorithm":"ring"' \
   || { echo "FAIL: avg must not run NVLS"; exit 1; }
+# --algo (NCCL_ALGO's syntax) forces one: the ring at that size, and NVLS for an all-gather is an error
+"$tool" sim bench -d bfloat16 -o sum -b 16MiB -e 16MiB --predict-to 16MiB --iters 1 --json --algo Ring | grep -q '"algorithm":"ring"' \
+  || { echo "FAIL: --algo Ring did not force the ring"; exit 1; }
+NCCL_ALGO=ring "$tool" sim bench -d bfloat16 -o sum -b 16MiB -e 16MiB --predict-to 16MiB --iters 1 --json | grep -q '"algorithm":"ring"' \
+  || { echo "FAIL: NCCL_ALGO=ring did not force the ring"; exit 1; }
+if "$tool" sim bench --op all_gather -b 1MiB -e 1MiB --predict-to 1MiB --iters 1 --algo NVLS > "${TMPDIR:-/tmp}/sim_algo_err.$$" 2>&1; then
+  echo "FAIL: --algo NVLS for all_gather was accepted"; exit 1
+fi
+grep -q "no algorithm for all_gather of 1048576 bytes over 8 ranks on 8xH100: the algorithms allowed ('NVLS') exclude the cost model's (ring)" \
+  "${TMPDIR:-/tmp}/sim_algo_err.$$" || { echo "FAIL: unclear --algo error"; cat "${TMPDIR:-/tmp}/sim_algo_err.$$"; exit 1; }
+rm -f "${TMPDIR:-/tmp}/sim_algo_err.$$"
 # accel sim step: 100,000 ranks, both patterns, a straggler
 step=$("$tool" sim step -n 100000 --json)
 printf '%s\n' "$step"

@@ -1261,5 +1261,77 @@ TEST(Replay, MismatchedAndMissingCallsNameTheRanks) {
   }
 }
 
+// WorldOptions::algorithms (NCCL_ALGO's syntax): the cost model picks among the allowed
+// algorithms and the data is reduced in the chosen one's order.
+TEST(Algorithms, ForcingTheRingChangesTheTimeAndTheRounding) {
+  const size_t count = 8u << 20;  // 16 MiB of bf16 on 8 H100: NVLS unless forced
+  std::vector<Bytes> ins(8, Bytes(count * 2));
+  for (int r = 0; r < 8; ++r)
+    for (size_t i = 0; i < count; ++i) put_random(DataType::BFloat16, ins[r].data(), i, r);
+  std::vector<const void*> ptrs;
+  for (auto& b : ins) ptrs.push_back(b.data());
+  auto run_with = [&](const std::string& algos, Bytes* out0, std::string* algo) {
+    WorldOptions o = world(8, 60.0);
+    o.algorithms = algos;
+    o.record_trace = true;
+    World w(o);
+    std::vector<Bytes> out(8, Bytes(count * 2));
+    auto rep = w.run([&](Rank& rk) {
+      rk.comm().all_reduce(ins[rk.rank()].data(), out[rk.rank()].data(), count, DataType::BFloat16, RedOp::Sum)->wait();
+    });
+    EXPECT_TRUE(rep.ok()) << rep.first_error();
+    const auto trace = nlohmann::json::parse(w.trace_json());
+    for (const auto& e : trace["traceEvents"])
+      if (e.value("name", "") == "all_reduce") *algo = e["args"].value("algorithm", "");
+    *out0 = out[0];
+    return rep.predicted_seconds;
+  };
+  Bytes nvls_out, ring_out;
+  std::string nvls_algo, ring_algo;
+  const double t_nvls = run_with("", &nvls_out, &nvls_algo);
+  const double t_ring = run_with("Ring", &ring_out, &ring_algo);
+  EXPECT_EQ(nvls_algo, "nvls");
+  EXPECT_EQ(ring_algo, "ring");
+  EXPECT_LT(t_nvls, t_ring);
+  comm::NcclOrder ring;
+  ring.count = count;
+  comm::NcclOrder nvls;
+  nvls.algo = comm::NcclAlgo::Nvls;
+  Bytes want_ring(count * 2), want_nvls(count * 2);
+  comm::reduce_nccl(want_ring.data(), ptrs.data(), 8, 0, count, DataType::BFloat16, RedOp::Sum, 0, ring);
+  comm::reduce_nccl(want_nvls.data(), ptrs.data(), 8, 0, count, DataType::BFloat16, RedOp::Sum, 0, nvls);
+  EXPECT_TRUE(ring_out == want_ring);
+  EXPECT_TRUE(nvls_out == want_nvls);
+  EXPECT_FALSE(ring_out == nvls_out);  // the two orders round differently
+  // "^NVLS" excludes it the same way
+  Bytes excl_out;
+  std::string excl_algo;
+  run_with("^nvls", &excl_out, &excl_algo);
+  EXPECT_EQ(excl_algo, "ring");
+  // a call the allowed algorithms leave nothing for fails on every rank, naming why
+  WorldOptions o = world(2);
+  o.algorithms = "NVLS";
+  World w(o);
+  auto rep = w.run([&](Rank& rk) {
+    std::vector<float> x(8, 1.f), y(16);
+    rk.comm().all_gather(x.data(), y.data(), 8, DataType::Float32)->wait();
+  });
+  ASSERT_FALSE(rep.ok());
+  for (const auto& r : rep.ranks)
+    EXPECT_NE(r.error.find("no algorithm for all_gather of 64 bytes over 2 ranks on 8xH100: the algorithms allowed "
+                           "('NVLS') exclude the cost model's (ring)"),
+              std::string::npos)
+        << r.error;
+  WorldOptions bad = world(2);
+  bad.algorithms = "Treee";
+  try {
+    World b(bad);
+    ADD_FAILURE() << "an unknown algorithm was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown algorithm 'Treee'"), std::string::npos) << e.what();
+    EXPECT_EQ(e.status(), Status::InvalidArgument);
+  }
+}
+
 }  // namespace
 }  // namespace accel::sim

@@ -527,3 +527,25 @@ TEST(SimNccl, MismatchedCallsFailEveryRankNamingThem) {
 }
 
 }  // namespace
+
+// NCCL_ALGO, as NCCL reads it: an all-reduce the cost model would run on NVLS runs the ring
+// when only the ring is allowed (and rounds as the ring does), and a call it leaves no
+// algorithm for fails on every rank with NCCL's invalid usage, naming what there was.
+TEST(SimNccl, NcclAlgoChoosesTheAlgorithm) {
+  expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
+    std::vector<float> x(8, 1.f), y(16, 0.f);
+    REQUIRE(ncclAllGather(x.data(), y.data(), 8, ncclFloat32, c, s) == ncclSuccess, "post");
+    const ncclResult_t res = sync(c, s, 10);
+    REQUIRE(res == ncclInvalidUsage, "got %s", ncclGetErrorString(res));
+    REQUIRE(std::string(ncclGetLastError(c)).find("no algorithm for all_gather of 64 bytes over 2 ranks on 8xH100: "
+                                                  "the algorithms allowed ('NVLS') exclude the cost model's (ring)") !=
+                std::string::npos,
+            "rank %d: %s", r, ncclGetLastError(c));
+  }, {"NCCL_ALGO=NVLS"}));
+  // an unknown name is the process's configuration error: the communicator's creation fails
+  // ("init: ... NCCL_ALGO: unknown algorithm 'Treee' ..." above), so no rank reaches its body
+  const std::vector<int> st = run(2, [](int, ncclComm_t, cudaStream_t) { std::exit(0); }, {"NCCL_ALGO=Treee"});
+  ASSERT_EQ(st.size(), 2u);
+  for (int code : st) EXPECT_NE(code, 0) << "NCCL_ALGO=Treee was accepted";
+}
+
