@@ -426,6 +426,81 @@ const std::map<std::string, double>& held_out_bounds() {
   return b;
 }
 
+// sim/calibration/holdout_rows.csv: every published row of every platform, predicted by the
+// coefficients fitted without its platform (fit.py). Each row's error is the C++ model's too,
+// and the file covers every row: the per-row table of issue 38 item 3 stays current.
+struct HeldOutRow {
+  std::string platform, dataset, collective;
+  int nranks = 0;
+  uint64_t size = 0;
+  double measured = 0, model = 0, error = 0;
+};
+
+std::vector<HeldOutRow> held_out_rows() {
+  std::string path = ACCEL_CALIBRATION_CSV;
+  path = path.substr(0, path.rfind('/') + 1) + "holdout_rows.csv";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::vector<HeldOutRow> out;
+  std::string line;
+  bool header = true;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    if (header) {
+      header = false;
+      if (line != "held_out,dataset,collective,nranks,size_bytes,measured_busbw_gbps,model_busbw_gbps,error")
+        throw std::runtime_error("unexpected header: " + line);
+      continue;
+    }
+    auto c = split(line);
+    if (c.size() != 8) throw std::runtime_error("expected 8 columns: " + line);
+    HeldOutRow h;
+    h.platform = c[0];
+    h.dataset = c[1];
+    h.collective = c[2];
+    h.nranks = std::stoi(c[3]);
+    h.size = std::stoull(c[4]);
+    h.measured = std::stod(c[5]);
+    h.model = std::stod(c[6]);
+    h.error = std::stod(c[7]);
+    out.push_back(h);
+  }
+  return out;
+}
+
+TEST(Calibration, HeldOutRowsAreTheModelsEveryRow) {
+  std::map<std::string, SpecCoefficients> coeffs;
+  for (const HeldOut& h : held_out_fits()) coeffs[h.platform] = h.c;
+  const auto file = held_out_rows();
+  size_t expected = 0;
+  for (const Row& r : rows())
+    if (!excluded(r.dataset) && r.has_bw && coeffs.count(r.preset)) ++expected;
+  EXPECT_EQ(file.size(), expected) << "holdout_rows.csv is stale: python3 sim/calibration/fit.py";
+  int big = 0, big_ok = 0, mid = 0, mid_ok = 0;
+  for (const HeldOutRow& h : file) {
+    ASSERT_TRUE(coeffs.count(h.platform)) << h.platform;
+    const Topology t = topology_from_spec(platform_spec(h.platform), coeffs.at(h.platform));
+    const Row* row = nullptr;
+    for (const Row& r : rows())
+      if (r.dataset == h.dataset && r.collective == h.collective && r.nranks == h.nranks && r.size == h.size) row = &r;
+    ASSERT_NE(row, nullptr) << h.dataset << " " << h.size;
+    EXPECT_NEAR(busbw_error(t, *row), h.error, 2e-4) << h.dataset << " at " << human(h.size)
+                                                     << ": sim/cost.cpp and sim/calibration/fit.py disagree";
+    if (h.size >= kTargetFrom) {
+      ++big;
+      big_ok += std::fabs(h.error) <= 0.10;
+    } else if (h.size >= 1 * MiB) {
+      ++mid;
+      mid_ok += std::fabs(h.error) <= 0.20;
+    }
+  }
+  // issue 38 item 3's targets, not met yet (docs/sim-calibration.md): reported, not asserted
+  RecordProperty("held_out_rows_16MiB_within_10pct", std::to_string(big_ok) + "/" + std::to_string(big));
+  RecordProperty("held_out_rows_1_16MiB_within_20pct", std::to_string(mid_ok) + "/" + std::to_string(mid));
+  std::cout << "held-out rows >= 16 MiB within 10%: " << big_ok << "/" << big << "; 1-16 MiB within 20%: " << mid_ok
+            << "/" << mid << "\n";
+}
+
 TEST(Calibration, LeaveOnePlatformOutPredictsFromTheSpecSheet) {
   const auto fits = held_out_fits();
   std::set<std::string> platforms;
@@ -623,6 +698,41 @@ std::string markdown() {
          << at(64 * MiB) << " | " << at(256 * MiB) << " | " << at(1 * GiB) << " | " << human(rs.back().size) << ": "
          << pct(busbw_error(t, rs.back())) << " | " << fixed(worst * 100, 1) << "% | "
          << fixed(held_out_bounds().at(h.platform) * 100, 0) << "% |\n";
+    }
+  }
+  // every held-out row from 1 MiB, against issue 38's targets
+  md << "\n### Held-out errors per row, from 1 MiB\n\n";
+  md << "Every published row of 1 MiB and more (`sim/calibration/holdout_rows.csv`, all sizes), its platform "
+        "held out: error = model busbw / measured busbw − 1. Targets (issue 38): within 10% from 16 MiB, "
+        "within 20% from 1 MiB.\n\n";
+  {
+    const auto all = held_out_rows();
+    std::map<std::string, std::pair<int, int>> met_big, met_mid;
+    for (const HeldOutRow& h : all) {
+      if (h.size >= kTargetFrom) {
+        ++met_big[h.platform].second;
+        met_big[h.platform].first += std::fabs(h.error) <= 0.10;
+      } else if (h.size >= 1 * MiB) {
+        ++met_mid[h.platform].second;
+        met_mid[h.platform].first += std::fabs(h.error) <= 0.20;
+      }
+    }
+    md << "| platform (held out) | rows ≥ 16 MiB within 10% | rows 1–16 MiB within 20% |\n|---|---:|---:|\n";
+    for (const HeldOut& h : held_out_fits()) {
+      if (h.platform == "(none)") continue;
+      auto frac = [](const std::pair<int, int>& p) {
+        return p.second ? std::to_string(p.first) + " / " + std::to_string(p.second) : std::string("—");
+      };
+      md << "| " << h.platform << " | " << frac(met_big[h.platform]) << " | " << frac(met_mid[h.platform]) << " |\n";
+    }
+    md << "\n| platform (held out) | dataset | collective | ranks | size | measured busbw | model busbw | error | "
+          "target |\n|---|---|---|---:|---:|---:|---:|---:|---|\n";
+    for (const HeldOutRow& h : all) {
+      if (h.size < 1 * MiB) continue;
+      const double lim = h.size >= kTargetFrom ? 0.10 : 0.20;
+      md << "| " << h.platform << " | " << h.dataset << " | " << h.collective << " | " << h.nranks << " | "
+         << human(h.size) << " | " << fixed(h.measured, 2) << " | " << fixed(h.model, 2) << " | " << pct(h.error)
+         << " | " << (std::fabs(h.error) <= lim ? "met" : "missed") << " (" << fixed(lim * 100, 0) << "%) |\n";
     }
   }
   // presets and node counts without a full-size nccl-tests table
