@@ -131,6 +131,8 @@ class SimCommunicator final : public RankCommunicator {
     const auto* sw = dynamic_cast<const SimWork*>(after ? after->underlying() : nullptr);
     if (sw && sw->op().done) from = sw->op().end_t;
     const double start = std::max(from, d.host_link_t), seconds = link_seconds(bytes);
+    if (w_->opts.record_program && seconds > 0 && d.approximate.find("host link") == std::string::npos)
+      d.approximate += std::string(d.approximate.empty() ? "" : "; ") + "copies on the host link beside the compute";
     if (w_->opts.record_trace && seconds > 0)
       w_->trace.push_back({rank_, 2, label ? label : "host transfer", start, seconds, "\"bytes\":" + std::to_string(bytes)});
     d.host_link_t = start + seconds;
@@ -158,6 +160,13 @@ class SimCommunicator final : public RankCommunicator {
     auto& d = w_->ranks[rank_];
     if (w_->opts.record_trace && seconds > 0) w_->trace.push_back({rank_, 0, name, d.compute_t, seconds, std::move(args)});
     d.compute_t += seconds;
+    if (w_->opts.record_program && seconds > 0) {  // consecutive computes are one step
+      auto& steps = d.program.steps;
+      if (!steps.empty() && steps.back().kind == ReplayStep::Compute)
+        steps.back().seconds += seconds;
+      else
+        d.program.compute(seconds);
+    }
   }
   OpPtr make(OpKind k, const void* send, void* recv, size_t count, DataType t) {
     auto o = std::make_shared<Op>();

@@ -17,6 +17,12 @@ void Simulation::post(int r, const OpPtr& op) {
   if (op->collective()) {
     op->seq = ++d.coll_seq;
     ++d.collectives;
+    if (opts.record_program) {
+      // nccl-tests' size: the all-gather output, the reduce-scatter input, else the buffer
+      const bool of_all = op->kind == OpKind::AllGather || op->kind == OpKind::ReduceScatter;
+      const uint64_t bytes = of_all ? op->count * comm::dtype_size(op->t) * n : op->count * comm::dtype_size(op->t);
+      op->post_index = d.program.post(coll_kind(op->kind), bytes, op->t, op->op);
+    }
     d.faults.at_collective(r, op->seq);
     auto& e = colls[op->seq];
     if (e.ops.empty()) e.ops.resize(n);
@@ -40,6 +46,8 @@ void Simulation::post(int r, const OpPtr& op) {
       if (first_dead >= 0) fail_collective(op->seq, Result::RemoteError, died(first_dead));
     }
   } else {
+    if (opts.record_program && d.approximate.find("send/recv") == std::string::npos)
+      d.approximate += std::string(d.approximate.empty() ? "" : "; ") + "send/recv (not replayed)";
     const bool is_send = op->kind == OpKind::Send;
     const int src = op->src(), dst = op->dst();
     op->seq = is_send ? ++d.send_seq[op->peer] : ++d.recv_seq[op->peer];

@@ -61,6 +61,7 @@ struct Op {
   std::string error;
   double launch_t = 0.0, start_t = 0.0, end_t = 0.0;
   bool in_group = false;
+  uint32_t post_index = 0;  // recording: this collective's number in the rank's replay program
 
   bool collective() const { return kind != OpKind::Send && kind != OpKind::Recv; }
   // p2p: the sending and the receiving rank.

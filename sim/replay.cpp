@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "base/status.h"
@@ -50,6 +52,143 @@ ReplayProgram& ReplayProgram::wait_all() {
   s.kind = ReplayStep::WaitAll;
   steps.push_back(s);
   return *this;
+}
+
+bool ReplayProgram::operator==(const ReplayProgram& o) const {
+  if (steps.size() != o.steps.size()) return false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ReplayStep &a = steps[i], &b = o.steps[i];
+    if (a.kind != b.kind || a.coll != b.coll || a.dtype != b.dtype || a.op != b.op || a.bytes != b.bytes ||
+        a.seconds != b.seconds || a.post != b.post)
+      return false;
+  }
+  return true;
+}
+
+namespace {
+
+const char* kKinds[] = {"compute", "post", "wait", "wait_all"};
+
+CollKind coll_of(const std::string& name) {
+  for (CollKind k : {CollKind::AllReduce, CollKind::ReduceScatter, CollKind::AllGather, CollKind::Broadcast,
+                     CollKind::Reduce, CollKind::Barrier})
+    if (name == coll_name(k)) return k;
+  ACCEL_CHECK(false, Status::InvalidArgument, "recording: unknown collective '", name, "'");
+  return CollKind::AllReduce;
+}
+
+comm::DataType dtype_of(const std::string& name) {
+  for (int t = 0; t < comm::kNumDataTypes; ++t)
+    if (name == comm::dtype_name(static_cast<comm::DataType>(t))) return static_cast<comm::DataType>(t);
+  ACCEL_CHECK(false, Status::InvalidArgument, "recording: unknown data type '", name, "'");
+  return comm::DataType::Float32;
+}
+
+comm::RedOp op_of(const std::string& name) {
+  for (int o = 0; o < comm::kNumRedOps; ++o)
+    if (name == comm::op_name(static_cast<comm::RedOp>(o))) return static_cast<comm::RedOp>(o);
+  ACCEL_CHECK(false, Status::InvalidArgument, "recording: unknown reduction '", name, "'");
+  return comm::RedOp::Sum;
+}
+
+}  // namespace
+
+std::string recording_json(const ReplayRecording& rec) {
+  nlohmann::json j;
+  j["accel_sim_recording"] = 1;
+  j["world_size"] = rec.world_size;
+  j["topology"] = rec.topology;
+  j["predicted_seconds"] = rec.predicted_seconds;
+  j["approximate"] = rec.approximate;
+  j["program_of"] = rec.program_of;
+  nlohmann::json progs = nlohmann::json::array();
+  for (const ReplayProgram& p : rec.programs) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const ReplayStep& st : p.steps) {
+      switch (st.kind) {
+        case ReplayStep::Compute: steps.push_back({kKinds[0], st.seconds}); break;
+        case ReplayStep::Post:
+          steps.push_back({kKinds[1], coll_name(st.coll), st.bytes, comm::dtype_name(st.dtype), comm::op_name(st.op)});
+          break;
+        case ReplayStep::Wait: steps.push_back({kKinds[2], st.post}); break;
+        case ReplayStep::WaitAll: steps.push_back({kKinds[3]}); break;
+      }
+    }
+    progs.push_back({{"name", p.name}, {"steps", steps}});
+  }
+  j["programs"] = progs;
+  return j.dump() + "\n";
+}
+
+ReplayRecording parse_recording(const std::string& text) {
+  ReplayRecording rec;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    ACCEL_CHECK(false, Status::InvalidArgument, "recording: not JSON (", e.what(), ")");
+  }
+  try {
+    ACCEL_CHECK(j.value("accel_sim_recording", 0) == 1, Status::InvalidArgument,
+                "recording: not an accel simulator recording (no \"accel_sim_recording\": 1)");
+    rec.world_size = j.at("world_size").get<int>();
+    rec.topology = j.at("topology").get<std::string>();
+    rec.predicted_seconds = j.at("predicted_seconds").get<double>();
+    rec.approximate = j.value("approximate", std::string());
+    rec.program_of = j.at("program_of").get<std::vector<uint32_t>>();
+    for (const auto& pj : j.at("programs")) {
+      ReplayProgram p;
+      p.name = pj.value("name", std::string());
+      for (const auto& st : pj.at("steps")) {
+        const std::string kind = st.at(0).get<std::string>();
+        if (kind == kKinds[0]) {
+          p.compute(st.at(1).get<double>());
+        } else if (kind == kKinds[1]) {
+          p.post(coll_of(st.at(1).get<std::string>()), st.at(2).get<uint64_t>(), dtype_of(st.at(3).get<std::string>()),
+                 op_of(st.at(4).get<std::string>()));
+        } else if (kind == kKinds[2]) {
+          p.wait(st.at(1).get<uint32_t>());
+        } else if (kind == kKinds[3]) {
+          p.wait_all();
+        } else {
+          ACCEL_CHECK(false, Status::InvalidArgument, "recording: unknown step '", kind, "'");
+        }
+      }
+      rec.programs.push_back(std::move(p));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    ACCEL_CHECK(false, Status::InvalidArgument, "recording: ", e.what());
+  }
+  ACCEL_CHECK(rec.world_size >= 1 && rec.program_of.size() == static_cast<size_t>(rec.world_size) &&
+                  !rec.programs.empty(),
+              Status::InvalidArgument, "recording: world_size ", rec.world_size, " with ", rec.program_of.size(),
+              " ranks' programs");
+  for (uint32_t p : rec.program_of)
+    ACCEL_CHECK(p < rec.programs.size(), Status::InvalidArgument, "recording: program ", p, " of ", rec.programs.size());
+  return rec;
+}
+
+ReplayRecording read_recording(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  ACCEL_CHECK(f.good(), Status::IO, "cannot read the recording '", path, "'");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_recording(ss.str());
+}
+
+ReplayOptions replay_options(const ReplayRecording& rec, int world_size, const std::string& topology) {
+  ReplayOptions o;
+  o.world_size = world_size;
+  o.topology = topology;
+  o.programs = rec.programs;
+  if (world_size == rec.world_size) {
+    o.program_of = rec.program_of;
+  } else {
+    ACCEL_CHECK(rec.programs.size() == 1, Status::InvalidArgument, "the recording's ", rec.world_size, " ranks ran ",
+                rec.programs.size(), " different programs: it replays on ", rec.world_size,
+                " ranks only (a world of another size needs every rank to make the same calls)");
+  }
+  return o;
 }
 
 namespace {

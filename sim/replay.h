@@ -46,6 +46,7 @@ struct ReplayProgram {
   ReplayProgram& wait(uint32_t post);
   ReplayProgram& wait_all();
   uint32_t posts() const { return posts_; }
+  bool operator==(const ReplayProgram& o) const;
 
  private:
   uint32_t posts_ = 0;
@@ -73,6 +74,28 @@ struct ReplayReport {
   uint64_t events = 0;              // steps executed, all ranks together
   std::vector<std::string> algorithms;  // the algorithms the collectives ran, with counts: "ring x640"
 };
+
+// What a World recorded of its ranks (WorldOptions::record_program): each rank's computes,
+// posted collectives and waits, as programs (ranks with the same calls share one), with the
+// world and the time it predicted. Replaying it on its own world size gives that time back;
+// on any other size it answers "this step on N GPUs" (docs/simulator.md). The file
+// (ACCEL_SIM_PROGRAM for accel_sim_run; accel sim step --program) is JSON.
+struct ReplayRecording {
+  int world_size = 0;
+  std::string topology;
+  double predicted_seconds = 0.0;
+  std::vector<ReplayProgram> programs;
+  std::vector<uint32_t> program_of;  // rank -> program
+  // non-empty: calls a replay does not model (send/recv, copies on the host link), named
+  std::string approximate;
+};
+std::string recording_json(const ReplayRecording& rec);
+ReplayRecording parse_recording(const std::string& json);  // Error(InvalidArgument) naming what is wrong
+ReplayRecording read_recording(const std::string& path);   // Error(IO) when unreadable
+// The options that replay `rec` on `world_size` ranks of `topology`: its own program_of at its
+// own size; at another size, every rank runs the one program (InvalidArgument when its ranks
+// ran different ones).
+ReplayOptions replay_options(const ReplayRecording& rec, int world_size, const std::string& topology);
 
 // Runs every rank's program to its end (or until nothing can move) on the calling thread.
 // Invalid options (an unknown topology, a world larger than it, a Wait for a post not yet

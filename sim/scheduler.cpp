@@ -71,6 +71,7 @@ void Simulation::wait_op(int r, const OpPtr& op, std::unique_lock<std::mutex>& l
   }
   d.compute_t = std::max(d.compute_t, op->end_t);
   if (op->result != Result::Success) throw CommError(op->result, op->error);
+  if (opts.record_program && op->collective()) d.program.wait(op->post_index);
 }
 
 void Simulation::time_out(const OpPtr& op) {

@@ -50,6 +50,8 @@ struct RankData {
   double host_link_t = 0.0;   // when the rank's host link is free (posted copies run beside the compute)
   Status status = Status::Ok;
   std::string error;
+  ReplayProgram program;    // WorldOptions::record_program: what the rank did, as a replay program
+  std::string approximate;  // what it did that a replay does not model
 };
 
 // A collective being matched: each rank's call of one collective number.
@@ -74,6 +76,7 @@ struct Simulation {
   std::vector<RankData> ranks;
   int first_dead = -1;  // the lowest rank that died (a post checks it in O(1)), -1: none
   AlgorithmFilter algorithms;  // WorldOptions::algorithms (or NCCL_ALGO), parsed
+  ReplayRecording recording;   // the last run's (WorldOptions::record_program)
   std::map<uint64_t, CollEntry> colls;
   // p2p: (src, dst, seq) -> the posted send and recv
   std::map<std::tuple<int, int, uint64_t>, std::pair<OpPtr, OpPtr>> p2p;

@@ -133,6 +133,12 @@ WorldOptions world_options(const WorldSettings& s) {
   wo.timeout_seconds = s.timeout_seconds;
   wo.faults = std::move(parsed.faults);
   wo.engine_threads = s.engine_threads;
+  // ACCEL_SIM_PROGRAM=FILE: record the ranks' calls and write them there, to replay the run on
+  // another number of ranks (accel sim step --program FILE)
+  if (const char* path = std::getenv("ACCEL_SIM_PROGRAM"); path && *path) {
+    wo.record_program = true;
+    wo.program_path = path;
+  }
   wo.record_trace = s.record_trace;
   return wo;
 }
@@ -298,8 +304,35 @@ RunReport World::run(const std::function<void(Rank&)>& fn) {
     rep.predicted_seconds = std::max(rep.predicted_seconds, rr.virtual_seconds);
     rep.ranks.push_back(rr);
   }
+  w.recording = ReplayRecording{};
+  if (w.opts.record_program) {
+    ReplayRecording& rec = w.recording;
+    rec.world_size = w.n;
+    rec.topology = w.topo.name;
+    rec.predicted_seconds = rep.predicted_seconds;
+    for (int r = 0; r < w.n; ++r) {
+      auto& d = w.ranks[r];
+      size_t p = 0;
+      while (p < rec.programs.size() && !(rec.programs[p] == d.program)) ++p;
+      if (p == rec.programs.size()) {
+        d.program.name = "rank " + std::to_string(r);
+        rec.programs.push_back(d.program);
+      }
+      rec.program_of.push_back(static_cast<uint32_t>(p));
+      if (!d.approximate.empty() && rec.approximate.find(d.approximate) == std::string::npos)
+        rec.approximate += std::string(rec.approximate.empty() ? "" : "; ") + d.approximate;
+    }
+    if (!w.opts.program_path.empty()) {
+      std::ofstream f(w.opts.program_path, std::ios::binary | std::ios::trunc);
+      f << recording_json(rec);
+      f.close();
+      ACCEL_CHECK(f.good(), Status::IO, "cannot write the recording to '", w.opts.program_path, "'");
+    }
+  }
   return rep;
 }
+
+const ReplayRecording& World::recording() const { return sim_->recording; }
 
 std::string World::trace_json() const {
   std::lock_guard<std::mutex> lk(sim_->mu);

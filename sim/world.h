@@ -24,6 +24,7 @@
 #include "base/text.h"
 #include "comm/communicator.h"
 #include "sim/cost.h"
+#include "sim/replay.h"
 #include "sim/faults.h"
 
 namespace accel::sim {
@@ -51,6 +52,10 @@ struct WorldOptions {
   // AlgorithmFilter): the cost model picks among them, and reductions round in their order.
   // Empty: the NCCL_ALGO environment variable, as NCCL reads it; unset too: all.
   std::string algorithms;
+  // Record each rank's computes, collectives and waits (sim/replay.h ReplayRecording), to
+  // replay the run on another number of ranks; with program_path, World::run writes it there.
+  bool record_program = false;
+  std::string program_path;
 };
 
 // A simulated world as a user describes it (the C ABI's accel_sim_options; later `accel
@@ -121,6 +126,8 @@ class World {
 
   const WorldOptions& options() const;
   const Topology& topology() const;
+  // The last run's recording (WorldOptions::record_program; empty programs otherwise).
+  const ReplayRecording& recording() const;
 
   // Runs fn once per rank, each in its own thread (maestro scheduling), and returns when all
   // have finished. A function that throws marks its rank failed; the other ranks' pending

@@ -196,7 +196,9 @@ int main(int argc, char** argv) {
   accel::tools::StepArgs& sa = inv.step;
   auto* step = sim->add_subcommand("step", "a training step's collectives replayed on up to 100,000+ simulated GPUs: "
                                            "its predicted time");
-  step->add_option("--ranks,-n", sa.ranks, "GPUs (ranks)")->capture_default_str()->check(at_least(1));
+  step->add_option("--ranks,-n", sa.ranks, "GPUs (ranks); default: the recording's, else 8")->check(at_least(1));
+  step->add_option("--program", sa.program, "replay a recorded run (ACCEL_SIM_PROGRAM=FILE while it ran on "
+                                            "simulated ranks) instead of --strategy's pattern");
   step->add_option("--topology,-t", sa.topology, "cost-model preset (default: 8xH100, or Nx8xH100-IB for more than 8)");
   step->add_option("--strategy,-s", sa.strategy, "ddp or zero3")->capture_default_str();
   step->add_option("--params", sa.params, "model parameters")->capture_default_str();

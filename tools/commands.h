@@ -40,8 +40,9 @@ int sim_topologies();
 // accel sim step (tools/sim.cpp): a training step's collective pattern replayed on a world
 // of any size (sim/replay.h), its predicted time
 struct StepArgs {
-  std::string topology;  // default: the ranks' nodes of 8xH100 (8xH100, or Nx8xH100-IB)
-  int ranks = 8;
+  std::string topology;  // default: the recording's, or the ranks' nodes of 8xH100 (8xH100, or Nx8xH100-IB)
+  int ranks = 0;         // 0: the recording's world size, else 8
+  std::string program;   // a recording (ACCEL_SIM_PROGRAM) instead of a pattern
   std::string strategy = "ddp";
   double params = 8.03e9;
   double tokens = 8192;

@@ -174,21 +174,36 @@ int sim_topologies() {
 }
 
 int sim_step(const StepArgs& a) {
-  accel::sim::ReplayOptions o;
-  o.world_size = a.ranks;
-  o.topology = !a.topology.empty() ? a.topology : a.ranks <= 8 ? "8xH100" : std::to_string((a.ranks + 7) / 8) + "x8xH100-IB";
-  const accel::sim::Topology topo = accel::sim::topology_preset(o.topology);
+  accel::sim::ReplayRecording rec;
+  const bool recorded = !a.program.empty();
+  if (recorded) rec = accel::sim::read_recording(a.program);
+  const int ranks = a.ranks > 0 ? a.ranks : recorded ? rec.world_size : 8;
+  std::string topology = a.topology;
+  if (topology.empty()) {
+    if (recorded && ranks <= rec.world_size)
+      topology = rec.topology;
+    else
+      topology = ranks <= 8 ? "8xH100" : std::to_string((ranks + 7) / 8) + "x8xH100-IB";
+  }
+  const accel::sim::Topology topo = accel::sim::topology_preset(topology);
   const uint64_t bucket = accel::text::parse_bytes(a.bucket);
-  ACCEL_CHECK(std::isfinite(a.params) && a.params > 0 && std::isfinite(a.tokens) && a.tokens > 0,
-              accel::Status::InvalidArgument, "--params and --tokens must be positive");
-  o.programs.push_back(accel::sim::step_program(topo, a.strategy, a.params, a.tokens, a.layers, bucket));
+  accel::sim::ReplayOptions o;
+  if (recorded) {
+    o = accel::sim::replay_options(rec, ranks, topology);
+  } else {
+    ACCEL_CHECK(std::isfinite(a.params) && a.params > 0 && std::isfinite(a.tokens) && a.tokens > 0,
+                accel::Status::InvalidArgument, "--params and --tokens must be positive");
+    o.world_size = ranks;
+    o.topology = topology;
+    o.programs.push_back(accel::sim::step_program(topo, a.strategy, a.params, a.tokens, a.layers, bucket));
+  }
   for (const std::string& s : a.slow) {
     const auto colon = s.find(':');
     char* end = nullptr;
     const long r = colon == std::string::npos ? -1 : std::strtol(s.c_str(), &end, 10);
     const double f = colon == std::string::npos ? 0 : std::strtod(s.c_str() + colon + 1, nullptr);
-    ACCEL_CHECK(colon != std::string::npos && end == s.c_str() + colon && r >= 0 && r < a.ranks && f > 0,
-                accel::Status::InvalidArgument, "--slow '", s, "': want RANK:FACTOR, a rank in [0, ", a.ranks,
+    ACCEL_CHECK(colon != std::string::npos && end == s.c_str() + colon && r >= 0 && r < ranks && f > 0,
+                accel::Status::InvalidArgument, "--slow '", s, "': want RANK:FACTOR, a rank in [0, ", ranks,
                 ") and a factor > 0 (e.g. 7:1.5)");
     o.slowdown.emplace_back(static_cast<int>(r), f);
   }
@@ -196,29 +211,53 @@ int sim_step(const StepArgs& a) {
   const accel::sim::ReplayReport rep = accel::sim::replay(o);
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!rep.ok) throw accel::Error(rep.status, rep.error);
-  const accel::sim::StepEstimate est =
-      accel::sim::estimate_step(topo, a.strategy, a.params, a.tokens, a.ranks, a.layers, bucket);
+  accel::sim::StepEstimate est;  // the closed form: for the patterns only
+  double compute = 0;
+  if (recorded) {
+    for (const auto& st : o.programs[0].steps)
+      if (st.kind == accel::sim::ReplayStep::Compute) compute += st.seconds;
+  } else {
+    est = accel::sim::estimate_step(topo, a.strategy, a.params, a.tokens, ranks, a.layers, bucket);
+    compute = est.compute;
+  }
   std::string algos;
   for (const auto& x : rep.algorithms) algos += (algos.empty() ? "" : ", ") + x;
   if (a.json) {
-    std::printf("{\"strategy\":\"%s\",\"ranks\":%d,\"topology\":\"%s\",\"params\":%.6g,\"tokens\":%.6g,"
-                "\"predicted_step_s\":%.6f,\"slowest_rank\":%d,\"fastest_rank_s\":%.6f,\"compute_s\":%.6f,"
-                "\"comm_s\":%.6f,\"collectives\":%llu,\"algorithms\":\"%s\",\"analytic_step_s\":%.6f,"
-                "\"wall_s\":%.3f,\"events\":%llu}\n",
-                a.strategy.c_str(), a.ranks, topo.name.c_str(), a.params, a.tokens, rep.predicted_seconds, rep.slowest_rank,
-                rep.fastest_seconds, est.compute, rep.comm_seconds, static_cast<unsigned long long>(rep.collectives),
-                algos.c_str(), est.total, wall, static_cast<unsigned long long>(rep.events));
+    std::printf("{\"strategy\":\"%s\",\"ranks\":%d,\"topology\":\"%s\",\"predicted_step_s\":%.6f,"
+                "\"slowest_rank\":%d,\"fastest_rank_s\":%.6f,\"compute_s\":%.6f,\"comm_s\":%.6f,"
+                "\"collectives\":%llu,\"algorithms\":\"%s\",",
+                recorded ? "recorded" : a.strategy.c_str(), ranks, topo.name.c_str(), rep.predicted_seconds,
+                rep.slowest_rank, rep.fastest_seconds, compute, rep.comm_seconds,
+                static_cast<unsigned long long>(rep.collectives), algos.c_str());
+    if (recorded)
+      std::printf("\"recorded_ranks\":%d,\"recorded_topology\":\"%s\",\"recorded_predicted_s\":%.9f,"
+                  "\"replayed_predicted_s\":%.9f,\"approximate\":\"%s\",",
+                  rec.world_size, rec.topology.c_str(), rec.predicted_seconds, rep.predicted_seconds,
+                  rec.approximate.c_str());
+    else
+      std::printf("\"params\":%.6g,\"tokens\":%.6g,\"analytic_step_s\":%.6f,", a.params, a.tokens, est.total);
+    std::printf("\"wall_s\":%.3f,\"events\":%llu}\n", wall, static_cast<unsigned long long>(rep.events));
     return 0;
   }
-  std::printf("# accel sim step: %s, %d ranks on %s (%s), %.3g parameters, %.0f tokens per rank\n", a.strategy.c_str(),
-              a.ranks, topo.name.c_str(), topo.description.c_str(), a.params, a.tokens);
-  std::printf("predicted step     %10.4f s  (the slowest rank, %d; the fastest ends at %.4f s)\n", rep.predicted_seconds,
-              rep.slowest_rank, rep.fastest_seconds);
-  std::printf("compute            %10.4f s  per rank (forward and backward at %.0f%% of %.0f TFLOP/s)\n", est.compute,
-              topo.mfu * 100, topo.gpu_flops / 1e12);
+  if (recorded)
+    std::printf("# accel sim step: %s (recorded on %d ranks of %s: %.6f s), replayed on %d ranks of %s (%s)\n",
+                a.program.c_str(), rec.world_size, rec.topology.c_str(), rec.predicted_seconds, ranks,
+                topo.name.c_str(), topo.description.c_str());
+  else
+    std::printf("# accel sim step: %s, %d ranks on %s (%s), %.3g parameters, %.0f tokens per rank\n",
+                a.strategy.c_str(), ranks, topo.name.c_str(), topo.description.c_str(), a.params, a.tokens);
+  std::printf("%s %10.4f s  (the slowest rank, %d; the fastest ends at %.4f s)\n",
+              recorded ? "predicted, replayed" : "predicted step     ", rep.predicted_seconds, rep.slowest_rank,
+              rep.fastest_seconds);
+  if (recorded)
+    std::printf("compute            %10.4f s  per rank (as recorded)\n", compute);
+  else
+    std::printf("compute            %10.4f s  per rank (forward and backward at %.0f%% of %.0f TFLOP/s)\n", compute,
+                topo.mfu * 100, topo.gpu_flops / 1e12);
   std::printf("communication      %10.4f s  on the stream (%llu collectives: %s)\n", rep.comm_seconds,
               static_cast<unsigned long long>(rep.collectives), algos.c_str());
-  std::printf("closed form        %10.4f s  (estimate_step: overlap by formula)\n", est.total);
+  if (!recorded) std::printf("closed form        %10.4f s  (estimate_step: overlap by formula)\n", est.total);
+  if (recorded && !rec.approximate.empty()) std::printf("not replayed       %s\n", rec.approximate.c_str());
   std::printf("simulated in       %10.3f s  here (%llu calls and computes replayed)\n", wall,
               static_cast<unsigned long long>(rep.events));
   return 0;

@@ -888,7 +888,11 @@ typedef struct accel_sim_report accel_sim_report;
  * an option outside its domain above, ACCEL_ERR_UNSUPPORTED for ACCEL_DEVICE_CUDA,
  * ACCEL_ERR_OUT_OF_MEMORY when the rank threads cannot all be started (too many for the
  * process's thread or address-space limits: the started ones are stopped and joined, no
- * rank runs). */
+ * rank runs; the message names the limit that bound, e.g. kernel.pid_max).
+ * Environment: NCCL_ALGO (Ring, Tree, NVLS, NVLSTree, ^ to exclude) restricts the algorithms
+ * the cost model picks, as it does NCCL's; ACCEL_SIM_PROGRAM=FILE records every rank's
+ * computes, collectives and waits there, which `accel sim step --program FILE -n N` replays
+ * on N ranks (100,000 in seconds; docs/simulator.md). */
 ACCEL_API accel_status accel_sim_run(const accel_sim_options *sim, const accel_options *ctx_opts, accel_rank_fn fn,
                                      void *user, accel_sim_report **out);
 

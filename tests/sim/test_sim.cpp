@@ -1261,6 +1261,69 @@ TEST(Replay, MismatchedAndMissingCallsNameTheRanks) {
   }
 }
 
+// A World's recording (WorldOptions::record_program) replays to the World's own time: every
+// kind of collective, asynchronous ones waited for later, a barrier, and ranks that differ
+// (rank 2 computes more); through its JSON and back. Ranks that differ replay only at their
+// size; ranks alike replay on any; send/recv is named as not replayed.
+TEST(Replay, ARecordedWorldReplaysToItsOwnTime) {
+  for (bool alike : {false, true}) {
+    WorldOptions o = world(4);
+    o.topology = "8xA100";
+    o.record_program = true;
+    World w(o);
+    auto rep = w.run([&](Rank& rk) {
+      auto& c = rk.comm();
+      std::vector<float> a(1 << 16, 1.f), b(1 << 18, 0.f);
+      c.charge_compute(alike || rk.rank() != 2 ? 1e-4 : 3e-4, "forward");
+      auto x = c.all_reduce(a.data(), a.data(), a.size(), DataType::Float32, RedOp::Sum);
+      c.charge_compute(2e-4, "backward");
+      auto y = c.all_reduce(b.data(), b.data(), b.size(), DataType::BFloat16, RedOp::Avg);
+      x->wait();
+      y->wait();
+      c.reduce_scatter(b.data(), a.data(), b.size() / 4, DataType::Float32, RedOp::Sum)->wait();
+      c.all_gather(a.data(), b.data(), a.size(), DataType::Float32)->wait();
+      c.broadcast(a.data(), a.data(), 100, DataType::Float32, 1)->wait();
+      c.reduce(a.data(), b.data(), 1000, DataType::Float32, RedOp::Max, 3)->wait();
+      c.barrier();
+      c.charge_compute(5e-5, "step");
+    });
+    ASSERT_TRUE(rep.ok()) << rep.first_error();
+    const ReplayRecording rec = parse_recording(recording_json(w.recording()));
+    EXPECT_EQ(rec.world_size, 4);
+    EXPECT_EQ(rec.topology, "8xA100");
+    EXPECT_DOUBLE_EQ(rec.predicted_seconds, rep.predicted_seconds);
+    EXPECT_EQ(rec.programs.size(), alike ? 1u : 2u);
+    EXPECT_EQ(rec.programs[0].posts(), 7u);
+    EXPECT_TRUE(rec.approximate.empty()) << rec.approximate;
+    const ReplayReport again = replay(replay_options(rec, 4, rec.topology));
+    ASSERT_TRUE(again.ok) << again.error;
+    EXPECT_NEAR(again.predicted_seconds, rep.predicted_seconds, 1e-12 * rep.predicted_seconds);
+    if (alike) {
+      const ReplayReport big = replay(replay_options(rec, 4096, "512x8xH100-IB"));
+      ASSERT_TRUE(big.ok) << big.error;
+      EXPECT_EQ(big.collectives, 7u);
+    } else {
+      EXPECT_THROW(replay_options(rec, 8, "8xA100"), Error);
+    }
+  }
+  // send/recv is recorded as not replayed
+  WorldOptions o = world(2);
+  o.record_program = true;
+  World w(o);
+  auto rep = w.run([&](Rank& rk) {
+    std::vector<float> v(4, 1.f);
+    auto& c = rk.comm();
+    if (rk.rank() == 0)
+      c.send(v.data(), 4, DataType::Float32, 1)->wait();
+    else
+      c.recv(v.data(), 4, DataType::Float32, 0)->wait();
+  });
+  ASSERT_TRUE(rep.ok()) << rep.first_error();
+  EXPECT_NE(w.recording().approximate.find("send/recv"), std::string::npos);
+  EXPECT_THROW(parse_recording("{\"accel_sim_recording\":1,\"world_size\":2}"), Error);
+  EXPECT_THROW(parse_recording("not json"), Error);
+}
+
 // WorldOptions::algorithms (NCCL_ALGO's syntax): the cost model picks among the allowed
 // algorithms and the data is reduced in the chosen one's order.
 TEST(Algorithms, ForcingTheRingChangesTheTimeAndTheRounding) {
