@@ -22,6 +22,8 @@ void Simulation::post(int r, const OpPtr& op) {
       const bool of_all = op->kind == OpKind::AllGather || op->kind == OpKind::ReduceScatter;
       const uint64_t bytes = of_all ? op->count * comm::dtype_size(op->t) * n : op->count * comm::dtype_size(op->t);
       op->post_index = d.program.post(coll_kind(op->kind), bytes, op->t, op->op);
+      if (d.faults.delay > 0 && d.approximate.find("fault delays") == std::string::npos)
+        d.approximate += std::string(d.approximate.empty() ? "" : "; ") + "fault delays";
     }
     d.faults.at_collective(r, op->seq);
     auto& e = colls[op->seq];

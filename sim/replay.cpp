@@ -347,7 +347,7 @@ ReplayReport replay(const ReplayOptions& o) {
     }
     rep.fastest_seconds = r == 0 ? t : std::min(rep.fastest_seconds, t);
   }
-  if (!failed && finished < n) {
+  if (!failed && finished < n && next < colls.size()) {
     // the first collective not completed: who posted it, who never did
     std::ostringstream os;
     const Coll& c = colls[next];
