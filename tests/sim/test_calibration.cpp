@@ -375,24 +375,35 @@ struct HeldOut {
   double python_max_error = 0.0;
 };
 
-std::vector<HeldOut> held_out_fits() {
+// The data rows of sim/calibration/<name> (comments and blank lines skipped), split at commas,
+// after checking its header and column count.
+std::vector<std::vector<std::string>> calibration_csv(const std::string& name, const std::string& header) {
   std::string path = ACCEL_CALIBRATION_CSV;
-  path = path.substr(0, path.rfind('/') + 1) + "holdout.csv";
+  path = path.substr(0, path.rfind('/') + 1) + name;
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot open " + path);
-  std::vector<HeldOut> out;
+  const size_t columns = split(header).size();
+  std::vector<std::vector<std::string>> out;
   std::string line;
-  bool header = true;
+  bool first = true;
   while (std::getline(in, line)) {
     if (line.empty() || line[0] == '#') continue;
-    if (header) {
-      header = false;
-      if (line != "held_out,eta_ring,eta_nvls,eta_net,chunk_ring_mb,chunk_nvls_mb,max_error")
-        throw std::runtime_error("unexpected header: " + line);
+    if (first) {
+      first = false;
+      if (line != header) throw std::runtime_error("unexpected header: " + line);
       continue;
     }
     auto c = split(line);
-    if (c.size() != 7) throw std::runtime_error("expected 7 columns: " + line);
+    if (c.size() != columns) throw std::runtime_error("expected " + std::to_string(columns) + " columns: " + line);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+std::vector<HeldOut> held_out_fits() {
+  std::vector<HeldOut> out;
+  for (const auto& c : calibration_csv("holdout.csv",
+                                       "held_out,eta_ring,eta_nvls,eta_net,chunk_ring_mb,chunk_nvls_mb,max_error")) {
     HeldOut h;
     h.platform = c[0];
     h.c.eta_ring = std::stod(c[1]);
@@ -437,23 +448,9 @@ struct HeldOutRow {
 };
 
 std::vector<HeldOutRow> held_out_rows() {
-  std::string path = ACCEL_CALIBRATION_CSV;
-  path = path.substr(0, path.rfind('/') + 1) + "holdout_rows.csv";
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open " + path);
   std::vector<HeldOutRow> out;
-  std::string line;
-  bool header = true;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#') continue;
-    if (header) {
-      header = false;
-      if (line != "held_out,dataset,collective,nranks,size_bytes,measured_busbw_gbps,model_busbw_gbps,error")
-        throw std::runtime_error("unexpected header: " + line);
-      continue;
-    }
-    auto c = split(line);
-    if (c.size() != 8) throw std::runtime_error("expected 8 columns: " + line);
+  for (const auto& c : calibration_csv(
+           "holdout_rows.csv", "held_out,dataset,collective,nranks,size_bytes,measured_busbw_gbps,model_busbw_gbps,error")) {
     HeldOutRow h;
     h.platform = c[0];
     h.dataset = c[1];
