@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 #include "base/status.h"
@@ -289,6 +290,162 @@ std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n, bool 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------
+// NCCL's tuner: src/graph/tuning.cc of NCCL 2.2x (ncclTunerConstantsDefaults,
+// ncclTopoTuneModel, ncclTopoGetAlgoTime; the version with PAT and nvlsEfficiency), on the
+// graph a spec implies. sim/calibration/fit.py holds the same tables (nccl_table); the
+// coefficients fitted on top are SpecCoefficients. docs/sim-calibration.md, "NCCL's tuner as
+// the spine".
+
+namespace {
+
+enum TunerAlgo { kTree, kRing, kNvls, kNvlsTree, kTunerAlgos };
+enum TunerProto { kLL, kLL128, kSimple, kTunerProtos };
+enum TunerHw { kNvlink, kPci, kNet };
+const char* const kTunerAlgoName[kTunerAlgos] = {"tree", "ring", "nvls", "nvls_tree"};
+const char* const kTunerProtoName[kTunerProtos] = {"LL", "LL128", "Simple"};
+
+// latencies, us
+constexpr double kBaseLat[kTunerAlgos][kTunerProtos] = {{6.8, 14.0, 8.4}, {6.6, 14.0, 8.4}, {0, 0, 0}, {0, 0, 0}};
+constexpr double kHwLat[3][kTunerAlgos][kTunerProtos] = {
+    /* NVLink */ {{.6, 1.25, 4.0}, {.6, 1.9, 3.4}, {0, 0, 25}, {0, 0, 25}},
+    /* PCI */ {{1.0, 1.9, 4.0}, {1.0, 2.5, 5.7}, {0, 0, 0}, {0, 0, 0}},
+    /* NET */ {{5.0, 8.5, 14}, {2.7, 4.0, 14.0}, {0, 0, 18}, {0, 0, 20.9}}};
+// bandwidth caps, GB/s: [Ampere, Hopper][1 node, 2 nodes, more]. LL across nodes depends on the
+// host CPU: the x86 Intel row (DGX H100 and A100 hosts).
+constexpr double kLLMaxOneNode[2] = {87.7, 141.0};
+constexpr double kLLMaxIntel[3] = {39.0, 39.0, 20.4};
+constexpr double kRingLL128PerCh[2][3] = {{20.0, 20.0, 20.0}, {36.7, 36.7, 36.7}};
+constexpr double kTreeLL128PerCh[2][3] = {{20.0, 20.0, 20.0}, {36.7, 36.7, 29.0}};
+constexpr double kTreePerCh[2][3] = {{24.0, 23.6, 17.8}, {38.7, 41.4, 36.0}};
+constexpr double kNvlsTreePerCh[2][3] = {{24.0, 23.6, 17.8}, {0.0, 57.7, 45.5}};
+constexpr double kNvlsEfficiency[2] = {0.0, 0.85};
+// per protocol, by log2(bytes / 64) from 64 B to 256 MiB
+constexpr double kTreeCorrection[kTunerProtos][24] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
+// The graph NCCL's search finds, as the spec implies it: 16 channels (NVLS: nvlsChannels, "NVLS
+// should not need more than 16 channels"), sharing the GPU's link inside a node and the node's
+// NICs across nodes.
+constexpr int kChannels = 16;
+constexpr double kNetOverheadUs = 1.0;  // getNetOverhead, x86 Intel (x3 for Simple)
+
+int log2i(uint64_t x) {
+  int l = 0;
+  while (x > 1) {
+    x >>= 1;
+    ++l;
+  }
+  return l;
+}
+
+struct TunerEntry {
+  TunerAlgo algo;
+  TunerProto proto;
+  double lat_us, bw_gbs;
+};
+
+// ncclTopoTuneModel and ncclTopoGetAlgoTime for one call (all-reduce, reduce-scatter,
+// all-gather, broadcast, reduce).
+std::vector<TunerEntry> tuner_entries(const Topology& t, CollKind kind, uint64_t bytes, int n, bool nvls) {
+  const Topology::Tuner& g = t.tuner;
+  const int arch = g.compute_capability >= 90 ? 1 : 0;
+  const int nodes = (n + t.gpus_per_node - 1) / t.gpus_per_node;
+  const int ppn = n / nodes;
+  double intra = g.link_gbs;
+  if (t.gpus_per_domain > 0 && std::min(n, t.gpus_per_node) > t.gpus_per_domain) intra *= g.cross_domain_factor;
+  const double inter = nodes > 1 ? g.net_gbs : intra;
+  const TunerHw intra_hw = g.nvlink ? kNvlink : kPci;
+  const bool all_reduce = kind == CollKind::AllReduce;
+  const bool rs_ag = kind == CollKind::ReduceScatter || kind == CollKind::AllGather;
+  const int nsteps = all_reduce ? 2 * (n - 1) : rs_ag ? n - 1 : n;
+  const int idx = std::min(nodes, 3) - 1;
+  const double ll_max = nodes == 1 ? kLLMaxOneNode[arch] : kLLMaxIntel[idx];
+  std::vector<TunerAlgo> algos = {kRing};
+  if (all_reduce) {
+    algos.push_back(kTree);
+    if (g.nvls && nvls) algos.push_back(nodes == 1 ? kNvls : kNvlsTree);
+  }
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::vector<TunerEntry> out;
+  for (TunerAlgo a : algos) {
+    for (int pi = 0; pi < kTunerProtos; ++pi) {
+      const TunerProto p = static_cast<TunerProto>(pi);
+      if ((a == kNvls || a == kNvlsTree) && p != kSimple) continue;
+      if (p == kLL128 && !g.nvlink) continue;  // LL128 only over NVLink (typeIntra <= PATH_NVB)
+      double bw = nodes <= 2 ? intra : inter;
+      if (a == kNvls || a == kNvlsTree) {
+        const double ib = intra * kNvlsEfficiency[arch] * (kChannels - 1) / kChannels * 2.0;
+        const double xb = nodes > 1 ? inter * ((nodes <= 2 && a == kNvlsTree) ? 2.0 : 1.0) : inf;
+        const double cap = a == kNvlsTree ? kChannels * kNvlsTreePerCh[arch][idx] : inf;
+        bw = std::min({ib, xb, cap});
+      }
+      double bus = bw;
+      if (a == kRing && p == kLL) bus = std::min(ll_max, bus * .5);
+      if (a == kRing && p == kLL128) bus = std::min(bus * 0.92, kChannels * kRingLL128PerCh[arch][idx]);
+      if (a == kTree) bus = std::min(bus * .92, kChannels * kTreePerCh[arch][idx]);
+      if (a == kTree && p == kLL) bus = std::min(bus / 3.8, ll_max);
+      if (a == kTree && p == kLL128)
+        bus = std::min(bus * (nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0), kChannels * kTreeLL128PerCh[arch][idx]);
+      double algbw = bus * (a == kTree ? .5 : static_cast<double>(n) / nsteps);
+      double lat = kBaseLat[a][p];
+      const double intra_lat = kHwLat[intra_hw][a][p];
+      const double inter_lat = kHwLat[kNet][ppn == 1 ? kTree : a][p];
+      if (a == kRing) {
+        if (!all_reduce && !rs_ag) {
+          // broadcast, reduce: a chain of nsteps hops (tuning.cc's branch without sameChannels;
+          // Simple counts the tree's hop latency)
+          lat += nsteps * kHwLat[nodes == 1 ? intra_hw : kNet][p == kSimple ? kTree : kRing][p];
+        } else {
+          double il = intra_lat;
+          if (nodes > 1) il = std::max(il, kNetOverheadUs * (p == kSimple ? 3 : 1));
+          const int ninter = nodes == 1 ? 0 : all_reduce ? 2 * (nodes - 1) : nodes - 1;
+          lat += (nsteps - ninter) * il + ninter * inter_lat;
+        }
+      } else if (a == kTree) {
+        lat += 2 * ((ppn - 1) * intra_lat + log2i(nodes) * inter_lat);
+      } else if (a == kNvls) {
+        lat = intra_lat;
+      } else {
+        lat += intra_lat + 2 * log2i(nodes) * inter_lat;
+      }
+      const int ls = log2i(bytes >> 6);
+      if (a == kTree && ls < 23) algbw *= kTreeCorrection[p][ls];
+      if (a == kRing && p == kSimple && nodes > 1 && all_reduce &&
+          bytes / (static_cast<uint64_t>(kChannels) * n) >= 64)
+        lat *= 1.4;  // "plateau effect of ring" (compute capability >= 8.0)
+      out.push_back({a, p, lat, algbw});
+    }
+  }
+  return out;
+}
+
+double nccl_estimate_us(const TunerEntry& e, uint64_t bytes) {
+  return e.lat_us + static_cast<double>(bytes) / (1000.0 * e.bw_gbs);
+}
+
+// What the call takes on the platform: NCCL's estimate with the fitted coefficients on top.
+double tuner_seconds(const Topology& t, const TunerEntry& e, uint64_t bytes, int n) {
+  const Topology::Tuner& g = t.tuner;
+  const int nodes = (n + t.gpus_per_node - 1) / t.gpus_per_node;
+  const double k = e.proto == kLL ? g.k_ll : e.proto == kLL128 ? g.k_ll128 : g.k_simple;
+  double eta = (e.algo == kNvls || e.algo == kNvlsTree) ? g.eta_nvls : nodes > 1 ? g.eta_net : g.eta_intra;
+  if (e.proto != kSimple) eta *= g.eta_ll;
+  return t.launch_overhead + (k * e.lat_us + static_cast<double>(bytes) / (1000.0 * e.bw_gbs * eta)) * us;
+}
+
+}  // namespace
+
+std::vector<TunerCandidate> nccl_tuner_table(const Topology& t, CollKind kind, uint64_t bytes, int n, bool nvls) {
+  std::vector<TunerCandidate> out;
+  if (!t.tuner.on || n <= 1 || kind == CollKind::SendRecv) return out;
+  const CollKind k = kind == CollKind::Barrier ? CollKind::AllReduce : kind;
+  for (const TunerEntry& e : tuner_entries(t, k, bytes, n, nvls))
+    out.push_back({kTunerAlgoName[e.algo], kTunerProtoName[e.proto], e.lat_us, e.bw_gbs, nccl_estimate_us(e, bytes)});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
 // Prediction from the spec sheet (docs/sim-calibration.md). The formulas are those of
 // sim/calibration/fit.py's derived() and cost(); tests/sim/test_calibration.cpp checks that both
 // give the same held-out errors.
@@ -296,22 +453,24 @@ std::vector<Candidate> candidates(const Topology& t, CollKind kind, int n, bool 
 SpecCoefficients spec_coefficients() {
   // fitted on all platforms: sim/calibration/holdout.csv, row "(none)"
   SpecCoefficients c;
-  c.eta_ring = 0.81467;
-  c.eta_nvls = 0.660771;
-  c.eta_net = 0.809338;
-  c.chunk_ring = 2.28402e6;
-  c.chunk_nvls = 11.6637e6;
+  c.k_ll = 1.31035;
+  c.k_ll128 = 1.70563;
+  c.k_simple = 1.72756;
+  c.eta_intra = 1.00831;
+  c.eta_net = 0.830503;
+  c.eta_nvls = 0.778376;
+  c.eta_ll = 0.634988;
   return c;
 }
 
 namespace {
 
-// NCCL's LL/LL128 protocols: fixed, not fitted (they win only below 16 MiB here; fit.py LL_*)
-constexpr double kSpecLLAlphaIntra = 1.5 * us, kSpecLLEffIntra = 0.5;
-constexpr double kSpecLLAlphaNet = 3.7 * us, kSpecLLEffNet = 0.22;
+// NCCL's rating of a GPU's links (src/graph/topo.h): SM90_NVLINK_BW and SM80_NVLINK_BW per
+// NVLink, GB/s; PCIe 4.0 x16 in NCCL's PCI table (Gen3 x16 = PCI_BW = 12)
+constexpr double kNcclNvlinkHopper = 20.6, kNcclNvlinkAmpere = 20.0, kNcclPcie4x16 = 24.0;
 
 PlatformSpec nvlink_node(const char* name, const char* description, const char* link, double link_gbs, bool nvls,
-                         double flops) {
+                         double flops, int compute_capability, int nvlinks) {
   PlatformSpec s;
   s.name = name;
   s.description = description;
@@ -319,13 +478,16 @@ PlatformSpec nvlink_node(const char* name, const char* description, const char* 
   s.link_bandwidth = link_gbs * GB;
   s.nvls = nvls;
   s.gpu_flops = flops;
+  s.compute_capability = compute_capability;
+  s.nvlink = true;
+  s.nccl_link_bandwidth = nvlinks * (compute_capability >= 90 ? kNcclNvlinkHopper : kNcclNvlinkAmpere) * GB;
   return s;
 }
 
 PlatformSpec h100_spec() {
   // NVLink 4: 18 links x 25 GB/s per direction = 450 GB/s per GPU; PCIe 5.0 x16 to the host
   PlatformSpec s = nvlink_node("8xH100", "one node of 8 H100 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP",
-                               "NVLink4", 450, true, 989e12);
+                               "NVLink4", 450, true, 989e12, 90, 18);
   s.host_link_bandwidth = kPcie5x16;
   s.gpu_memory = kH100Memory;
   return s;
@@ -334,7 +496,7 @@ PlatformSpec h100_spec() {
 PlatformSpec a100_spec() {
   // NVLink 3: 12 links x 25 GB/s per direction = 300 GB/s per GPU; PCIe 4.0 x16 to the host
   PlatformSpec s = nvlink_node("8xA100", "one node of 8 A100 SXM GPUs, NVLink 3 through NVSwitch, no NVLink SHARP",
-                               "NVLink3", 300, false, 312e12);
+                               "NVLink3", 300, false, 312e12, 80, 12);
   s.host_link_bandwidth = kPcie4x16;
   s.gpu_memory = kA100Memory;
   return s;
@@ -389,7 +551,7 @@ PlatformSpec platform_spec(const std::string& name) {
     PlatformSpec s = nvlink_node("4xGH200",
                                  "one node of 4 GH200 Grace Hopper superchips, NVLink 4 all-to-all (6 links a pair), "
                                  "host memory over NVLink-C2C",
-                                 "NVLink4", 450, false, 989e12);
+                                 "NVLink4", 450, false, 989e12, 90, 18);
     s.gpus_per_node = 4;
     s.host_link_bandwidth = kNvlinkC2C;
     s.gpu_memory = kGH200Memory;
@@ -399,7 +561,9 @@ PlatformSpec platform_spec(const std::string& name) {
     // PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s per direction; two domains
     // of 4 GPUs, a ring across them keeps 0.8 of its bandwidth (NVIDIA/nccl #1639)
     PlatformSpec s = nvlink_node("8xPCIe", "one node of 8 GPUs on PCIe 4.0 x16, two domains of 4 GPUs", "PCIe4", 31.5,
-                                 false, 165e12);
+                                 false, 165e12, 89, 0);  // RTX 4090: Ada, compute capability 8.9
+    s.nvlink = false;
+    s.nccl_link_bandwidth = kNcclPcie4x16 * GB;
     s.gpus_per_domain = 4;
     s.cross_domain_factor = 0.8;
     s.host_link_bandwidth = kPcie4x16;
@@ -428,33 +592,38 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
   t.gpu_memory = s.gpu_memory;
   t.launch_overhead = kLaunch;
   t.nodes = s.nodes;
-  const double ring_bw = c.eta_ring * s.link_bandwidth;
-  t.intra = {s.link_name, c.chunk_ring / ring_bw, ring_bw, kSpecLLAlphaIntra, kSpecLLEffIntra};
+  Topology::Tuner& n = t.tuner;
+  n.on = true;
+  n.compute_capability = s.compute_capability;
+  n.nvlink = s.nvlink;
+  n.nvls = s.nvls;
+  n.link_gbs = s.nccl_link_bandwidth / GB;
+  // a one-node preset asked for more ranks than a node: its link stands in for the network,
+  // as intra does for inter on the calibrated presets
+  n.net_gbs = s.nodes > 1 ? s.nics_per_node * s.nic_line_rate / GB : n.link_gbs;
+  n.cross_domain_factor = s.cross_domain_factor;
+  n.k_ll = c.k_ll;
+  n.k_ll128 = c.k_ll128;
+  n.k_simple = c.k_simple;
+  n.eta_intra = c.eta_intra;
+  n.eta_net = c.eta_net;
+  n.eta_nvls = c.eta_nvls;
+  n.eta_ll = c.eta_ll;
+  // Point to point (p2p_cost): a GPU's link at the rate the tuner's ring gets from it, one
+  // NIC's share across nodes. The collectives do not use these.
+  const double ring_bw = c.eta_intra * s.nccl_link_bandwidth;
+  t.intra = {s.link_name, c.k_simple * kHwLat[s.nvlink ? kNvlink : kPci][kRing][kSimple] * us, ring_bw, 0.0, 0.0};
   t.inter = t.intra;
   if (s.gpus_per_domain > 0) {
     t.gpus_per_domain = s.gpus_per_domain;
     t.cross_domain_bandwidth = s.cross_domain_factor * ring_bw;
   }
-  double nvls_busbw = 0.0;
-  if (s.nvls) {
-    const double rate = c.eta_nvls * s.link_bandwidth;
-    add(t, CollKind::AllReduce, "nvls", 1, c.chunk_nvls / rate, rate, "spec");
-    nvls_busbw = rate * 2.0 * (s.gpus_per_node - 1) / (s.gpus_per_node + 1);
-  }
   if (s.nodes > 1) {
     const double net_bw = c.eta_net * s.nics_per_node * s.nic_line_rate;
-    t.inter = {s.link_name + "+" + std::to_string(s.nics_per_node) + "NIC", c.chunk_ring / std::min(ring_bw, net_bw),
-               net_bw, kSpecLLAlphaNet, kSpecLLEffNet};
+    t.inter = {s.link_name + "+" + std::to_string(s.nics_per_node) + "NIC", c.k_simple * kHwLat[kNet][kRing][kSimple] * us,
+               net_bw, 0.0, 0.0};
     t.nics_per_node = s.nics_per_node;
-    t.nic_bandwidth = c.eta_net * s.nic_line_rate * s.nics_per_node / s.gpus_per_node;  // a GPU's share
-    if (s.nvls) {
-      // NVLSTree: on two nodes the network carries half a ring's traffic, from three on a
-      // ring's; never faster than NVLS inside a node. A step moves an NVLS chunk across the
-      // network.
-      const double alpha = c.chunk_nvls / net_bw;
-      add(t, CollKind::AllReduce, "nvls_tree", 2, alpha, std::min(nvls_busbw, 2 * net_bw), "spec");
-      add(t, CollKind::AllReduce, "nvls_tree", 3, alpha, std::min(nvls_busbw, net_bw), "spec");
-    }
+    t.nic_bandwidth = net_bw / s.gpus_per_node;  // a GPU's share
   }
   return t;
 }
@@ -550,6 +719,29 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
     e.seconds = kind == CollKind::Barrier ? 0.0 : t.launch_overhead;
     return e;
   }
+  if (t.tuner.on && kind != CollKind::SendRecv) {
+    // NCCL's choice among the algorithms allowed (NCCL_ALGO zeroes the others' bandwidth),
+    // priced with the fitted coefficients
+    const CollKind k = kind == CollKind::Barrier ? CollKind::AllReduce : kind;
+    const uint64_t b = kind == CollKind::Barrier ? 0 : bytes;
+    const std::vector<TunerEntry> entries = tuner_entries(t, k, b, n, nvls);
+    const TunerEntry* best = nullptr;
+    for (const TunerEntry& c : entries)
+      if (only.allows(kTunerAlgoName[c.algo]) && (!best || nccl_estimate_us(c, b) < nccl_estimate_us(*best, b)))
+        best = &c;
+    if (!best) {
+      std::string have;
+      for (const TunerEntry& c : entries)
+        if (have.find(kTunerAlgoName[c.algo]) == std::string::npos)
+          have += std::string(have.empty() ? "" : ", ") + kTunerAlgoName[c.algo];
+      ACCEL_CHECK(false, Status::InvalidArgument, "no algorithm for ", coll_name(kind), " of ", bytes, " bytes over ",
+                  n, " ranks on ", t.name, ": the algorithms allowed ('", only.spec, "') exclude NCCL's (", have, ")");
+    }
+    e.seconds = tuner_seconds(t, *best, b, n);
+    e.algorithm = kTunerAlgoName[best->algo];
+    e.protocol = kTunerProtoName[best->proto];
+    return e;
+  }
   const double S = static_cast<double>(bytes);
   bool first = true;
   const std::vector<Candidate> cands = candidates(t, kind, n, nvls);
@@ -576,6 +768,20 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
 
 double peak_busbw(const Topology& t, CollKind kind, int n) {
   if (n <= 1) return 0.0;
+  if (t.tuner.on && kind != CollKind::SendRecv) {
+    // the limit of NCCL's choice as the size grows: its bandwidth at 1 TiB, latency left out
+    const uint64_t huge = 1ull << 40;
+    const CollKind k = kind == CollKind::Barrier ? CollKind::AllReduce : kind;
+    const std::vector<TunerEntry> entries = tuner_entries(t, k, huge, n, true);
+    const TunerEntry* best = nullptr;
+    for (const TunerEntry& c : entries)
+      if (!best || nccl_estimate_us(c, huge) < nccl_estimate_us(*best, huge)) best = &c;
+    const Topology::Tuner& g = t.tuner;
+    const int nodes = (n + t.gpus_per_node - 1) / t.gpus_per_node;
+    double eta = (best->algo == kNvls || best->algo == kNvlsTree) ? g.eta_nvls : nodes > 1 ? g.eta_net : g.eta_intra;
+    if (best->proto != kSimple) eta *= g.eta_ll;
+    return busbw_factor(kind, n) * best->bw_gbs * eta * 1e9;
+  }
   double per_byte = 0.0;
   bool first = true;
   for (const Candidate& c : candidates(t, kind, n)) {

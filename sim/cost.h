@@ -73,6 +73,17 @@ struct Topology {
   double nic_bandwidth = 0.0;
   // Per-collective, per-algorithm, per-node-count parameters (see Calibration).
   std::vector<Calibration> calibration;
+  // --- the spec presets (topology_from_spec): NCCL's tuner as the cost model ---
+  struct Tuner {
+    bool on = false;           // collectives are priced by NCCL's tuner, not `calibration`
+    int compute_capability = 90;
+    bool nvlink = true;
+    bool nvls = false;
+    double link_gbs = 0;       // PlatformSpec::nccl_link_bandwidth, GB/s
+    double net_gbs = 0;        // the node's NICs together, GB/s (line rate / 8)
+    double cross_domain_factor = 1.0;
+    double k_ll = 0, k_ll128 = 0, k_simple = 0, eta_intra = 0, eta_net = 0, eta_nvls = 0, eta_ll = 0;
+  } tuner;
 };
 
 // The presets: "8xH100" (one NVLink node), "8xA100", "8xPCIe", "Nx8xH100-IB" (N nodes of
@@ -101,31 +112,57 @@ struct PlatformSpec {
   double gpu_flops = 0;      // dense BF16 peak of one GPU
   double host_link_bandwidth = 0;  // GPU <-> host memory, per direction, bytes/s
   uint64_t gpu_memory = 0;         // Topology::gpu_memory
+  // --- what NCCL's tuner sees (docs/sim-calibration.md, "NCCL's tuner as the spine") ---
+  int compute_capability = 90;     // 90 Hopper, 80 Ampere, 89 Ada: the row of NCCL's tables
+  bool nvlink = true;              // GPUs talk over NVLink (LL128 allowed), else PCIe
+  // The GPU's link as NCCL's topology rates it, bytes/s (src/graph/topo.h): NVLink links x
+  // SMxx_NVLINK_BW (H100 18 x 20.6 GB/s, A100 12 x 20.0), PCIe by generation and width (Gen4
+  // x16 24 GB/s). A NIC counts its line rate / 8.
+  double nccl_link_bandwidth = 0;
 };
 
-// The coefficients that turn any spec into alpha-beta parameters, shared by all platforms
-// (docs/sim-calibration.md, "Prediction from the spec sheet"; fitted by
-// sim/calibration/fit.py):
-//   ring busbw = eta_ring * link bandwidth; NVLS multimem rate = eta_nvls * link bandwidth;
-//   network busbw = eta_net * NICs * line rate; one step of a ring costs chunk_ring bytes at
-//   the ring's bandwidth, one step of NVLS / NVLSTree chunk_nvls bytes (NVLSTree: at the
-//   network's).
+// The coefficients fitted on top of NCCL's tuner, shared by all platforms (sim/calibration/
+// fit.py). For the (algorithm, protocol) NCCL's tuner picks, with its latency L (us) and
+// bandwidth B (GB/s) for this call, a collective takes
+//   launch + k_proto * L + bytes / (eta * B)
+// with k_proto one of k_ll, k_ll128, k_simple; eta = eta_nvls for NVLS and NVLSTree, eta_net
+// across nodes, eta_intra inside one node, times eta_ll for the LL and LL128 protocols.
 struct SpecCoefficients {
-  double eta_ring = 0, eta_nvls = 0, eta_net = 0;
-  double chunk_ring = 0, chunk_nvls = 0;  // bytes
+  double k_ll = 0, k_ll128 = 0, k_simple = 0;
+  double eta_intra = 0, eta_net = 0, eta_nvls = 0, eta_ll = 0;
 };
 // The coefficients fitted on every platform of sim/calibration/nccl_tests.csv (the "(none)"
 // row of sim/calibration/holdout.csv).
 SpecCoefficients spec_coefficients();
 // The spec of a preset (every name topology_preset accepts). Throws like topology_preset.
 PlatformSpec platform_spec(const std::string& name);
-// The topology a spec and coefficients give: no per-platform calibration.
+// The topology a spec and coefficients give: NCCL's tuner on the graph the spec implies
+// (Topology::tuner), no per-platform calibration.
 Topology topology_from_spec(const PlatformSpec& spec, const SpecCoefficients& c);
+
+// One (algorithm, protocol) NCCL's tuner considers for a call: its latency (us) and algorithm
+// bandwidth (GB/s) as src/graph/tuning.cc computes them (ncclTopoTuneModel, then
+// ncclTopoGetAlgoTime's tree correction and ring plateau), and the time it estimates from them.
+struct TunerCandidate {
+  std::string algorithm;  // "ring", "tree", "nvls", "nvls_tree"
+  std::string protocol;   // "LL", "LL128", "Simple"
+  double latency_us = 0;
+  double bandwidth_gbs = 0;
+  double nccl_us = 0;     // latency_us + bytes / (1000 * bandwidth_gbs): what NCCL minimises
+};
+// The candidates for `kind` over `nranks` ranks of a spec topology (topo.tuner.on), in the
+// order the model tries them (ring, tree, NVLS or NVLSTree; LL, LL128, Simple). `nvls` as for
+// collective_cost. Empty for a topology without a tuner, one rank, or
+// send/recv.
+std::vector<TunerCandidate> nccl_tuner_table(const Topology& topo, CollKind kind, uint64_t bytes, int nranks,
+                                             bool nvls = true);
 
 struct Estimate {
   double seconds = 0.0;
   std::string algorithm;     // "ring", "nvls", "nvls_tree", "tree", "direct", "local"
-  std::string protocol;      // "Simple" or "LL" (NCCL's LL/LL128), "" for local
+  // "Simple", "LL" or "LL128" ("LL" stands for both low-latency protocols on the calibrated
+  // presets; the spec presets name NCCL's choice), "" for local
+  std::string protocol;
 };
 
 // The time of one collective over `nranks` ranks (consecutive ranks fill nodes first).

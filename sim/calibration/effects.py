@@ -2,10 +2,10 @@
 """Candidate physical effects for the spec model, tested leave-one-platform-out.
 
 docs/sim-calibration.md ("Effects tried for the held-out misses") reports what this prints.
-Each variant adds one effect to fit.py's spec model (cost(), derived()), with the extra
+Each variant adds one effect to the previous spec model (alpha_beta.py: cost(), derived()), with the extra
 coefficients shared by all platforms, and is fitted and evaluated exactly as fit.py does
 (the same rows, objective, optimiser and held-out error). Nothing here is shipped: no variant
-improved the held-out errors, so sim/cost.cpp and holdout.csv keep fit.py's model.
+improved the held-out errors, so none was kept. (The spec model is now NCCL's tuner, fit.py.)
 
 Usage (pure Python 3): python3 sim/calibration/effects.py [variant ...]
 Variants: base, ll128, ll128_all, ramp, nvls_split (default: all).
@@ -30,7 +30,7 @@ The effects, and where NCCL's behaviour comes from (NVIDIA/nccl sources):
 import math
 import sys
 
-import fit
+import alpha_beta as fit  # the previous spec model, which these effects were added to
 
 BASE_COEFFS = list(fit.COEFFS)
 EXTRA = {

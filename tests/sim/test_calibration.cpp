@@ -402,16 +402,18 @@ std::vector<std::vector<std::string>> calibration_csv(const std::string& name, c
 
 std::vector<HeldOut> held_out_fits() {
   std::vector<HeldOut> out;
-  for (const auto& c : calibration_csv("holdout.csv",
-                                       "held_out,eta_ring,eta_nvls,eta_net,chunk_ring_mb,chunk_nvls_mb,max_error")) {
+  for (const auto& c : calibration_csv(
+           "holdout.csv", "held_out,k_ll,k_ll128,k_simple,eta_intra,eta_net,eta_nvls,eta_ll,max_error")) {
     HeldOut h;
     h.platform = c[0];
-    h.c.eta_ring = std::stod(c[1]);
-    h.c.eta_nvls = std::stod(c[2]);
-    h.c.eta_net = std::stod(c[3]);
-    h.c.chunk_ring = std::stod(c[4]) * 1e6;
-    h.c.chunk_nvls = std::stod(c[5]) * 1e6;
-    h.python_max_error = std::stod(c[6]);
+    h.c.k_ll = std::stod(c[1]);
+    h.c.k_ll128 = std::stod(c[2]);
+    h.c.k_simple = std::stod(c[3]);
+    h.c.eta_intra = std::stod(c[4]);
+    h.c.eta_net = std::stod(c[5]);
+    h.c.eta_nvls = std::stod(c[6]);
+    h.c.eta_ll = std::stod(c[7]);
+    h.python_max_error = std::stod(c[8]);
     out.push_back(h);
   }
   return out;
@@ -429,10 +431,10 @@ double busbw_error(const Topology& t, const Row& r) {
 constexpr double kHeldOutTarget = 0.10;
 const std::map<std::string, double>& held_out_bounds() {
   static const std::map<std::string, double> b = {
-      {"8xH100", 0.21},        {"8xA100", 0.11},        {"8xPCIe", kHeldOutTarget},
-      {"2x8xH100-IB", 0.18},   {"4x8xH100-IB", 0.27},   {"8x8xH100-IB", kHeldOutTarget},
-      {"10x8xH100-IB", 0.44},  {"2x8xH100-RoCE", kHeldOutTarget}, {"2x8xH100-EFA", 0.59},
-      {"4x8xA100-IB", 0.59},
+      {"8xH100", 0.24},        {"8xA100", 0.16},        {"8xPCIe", kHeldOutTarget},
+      {"2x8xH100-IB", 0.17},   {"4x8xH100-IB", 0.30},   {"8x8xH100-IB", kHeldOutTarget},
+      {"10x8xH100-IB", 0.47},  {"2x8xH100-RoCE", kHeldOutTarget}, {"2x8xH100-EFA", 0.78},
+      {"4x8xA100-IB", 0.43},
   };
   return b;
 }
@@ -465,6 +467,10 @@ std::vector<HeldOutRow> held_out_rows() {
   return out;
 }
 
+// What the spec model reaches, held out (docs/sim-calibration.md, "Per row"); the previous
+// alpha-beta spec model (sim/calibration/alpha_beta.py) reached 130 and 13.
+constexpr int kHeldOutRowsWithin10 = 133, kHeldOutRowsWithin20 = 20;
+
 TEST(Calibration, HeldOutRowsAreTheModelsEveryRow) {
   std::map<std::string, SpecCoefficients> coeffs;
   for (const HeldOut& h : held_out_fits()) coeffs[h.platform] = h.c;
@@ -491,7 +497,11 @@ TEST(Calibration, HeldOutRowsAreTheModelsEveryRow) {
       mid_ok += std::fabs(h.error) <= 0.20;
     }
   }
-  // issue 38 item 3's targets, not met yet (docs/sim-calibration.md): reported, not asserted
+  // issue 38 item 3's targets (every row), not met (docs/sim-calibration.md): the counts the
+  // model reaches are asserted, so that a change to the model or the data cannot lose rows
+  // unnoticed; raise them when a change gains some
+  EXPECT_GE(big_ok, kHeldOutRowsWithin10) << "of " << big << " rows >= 16 MiB within 10%";
+  EXPECT_GE(mid_ok, kHeldOutRowsWithin20) << "of " << mid << " rows of 1-16 MiB within 20%";
   RecordProperty("held_out_rows_16MiB_within_10pct", std::to_string(big_ok) + "/" + std::to_string(big));
   RecordProperty("held_out_rows_1_16MiB_within_20pct", std::to_string(mid_ok) + "/" + std::to_string(mid));
   std::cout << "held-out rows >= 16 MiB within 10%: " << big_ok << "/" << big << "; 1-16 MiB within 20%: " << mid_ok
@@ -509,11 +519,13 @@ TEST(Calibration, LeaveOnePlatformOutPredictsFromTheSpecSheet) {
     if (h.platform == "(none)") {
       // the coefficients sim/cost.cpp ships are the ones fitted on every platform
       const SpecCoefficients s = spec_coefficients();
-      EXPECT_NEAR(s.eta_ring, h.c.eta_ring, 1e-6);
-      EXPECT_NEAR(s.eta_nvls, h.c.eta_nvls, 1e-6);
+      EXPECT_NEAR(s.k_ll, h.c.k_ll, 1e-6);
+      EXPECT_NEAR(s.k_ll128, h.c.k_ll128, 1e-6);
+      EXPECT_NEAR(s.k_simple, h.c.k_simple, 1e-6);
+      EXPECT_NEAR(s.eta_intra, h.c.eta_intra, 1e-6);
       EXPECT_NEAR(s.eta_net, h.c.eta_net, 1e-6);
-      EXPECT_NEAR(s.chunk_ring, h.c.chunk_ring, 1.0);
-      EXPECT_NEAR(s.chunk_nvls, h.c.chunk_nvls, 10.0);
+      EXPECT_NEAR(s.eta_nvls, h.c.eta_nvls, 1e-6);
+      EXPECT_NEAR(s.eta_ll, h.c.eta_ll, 1e-6);
       all_fit = true;
       continue;
     }
@@ -544,6 +556,80 @@ TEST(Calibration, LeaveOnePlatformOutPredictsFromTheSpecSheet) {
   }
   EXPECT_TRUE(all_fit);
   EXPECT_EQ(seen, platforms) << "every platform with data is held out once";
+}
+
+// The spec presets' spine is NCCL's tuner: its tables (src/graph/tuning.cc, NCCL 2.2x) on the
+// graph the spec implies. The values below are worked out by hand from those tables.
+const TunerCandidate* find(const std::vector<TunerCandidate>& c, const char* algo, const char* proto) {
+  for (const TunerCandidate& x : c)
+    if (x.algorithm == algo && x.protocol == proto) return &x;
+  return nullptr;
+}
+
+TEST(Calibration, SpecPresetsFollowNcclsTuner) {
+  const Topology h100 = topology_from_spec(platform_spec("8xH100"), spec_coefficients());
+  // all-reduce on one H100 node: ring and tree with LL, LL128 and Simple, and NVLS (Simple)
+  auto ar = nccl_tuner_table(h100, CollKind::AllReduce, 64 * MiB, 8);
+  ASSERT_EQ(ar.size(), 7u);
+  ASSERT_NE(find(ar, "nvls", "Simple"), nullptr);
+  EXPECT_EQ(find(ar, "nvls", "LL"), nullptr);
+  // ring/LL: baseLat 6.6 + 14 steps x 0.6 (NVLink); ring/Simple 8.4 + 14 x 3.4; NVLS 25
+  EXPECT_NEAR(find(ar, "ring", "LL")->latency_us, 15.0, 1e-9);
+  EXPECT_NEAR(find(ar, "ring", "Simple")->latency_us, 56.0, 1e-9);
+  EXPECT_NEAR(find(ar, "nvls", "Simple")->latency_us, 25.0, 1e-9);
+  // ring/LL bandwidth: min(llMaxBw 141 (Hopper, one node), 18 x 20.6 x 0.5) x 8/14;
+  // NVLS: 18 x 20.6 x nvlsEfficiency 0.85 x 15/16 x 2 (all-reduce) x 8/14
+  EXPECT_NEAR(find(ar, "ring", "LL")->bandwidth_gbs, 141.0 * 8 / 14, 1e-9);
+  EXPECT_NEAR(find(ar, "nvls", "Simple")->bandwidth_gbs, 18 * 20.6 * 0.85 * 15 / 16 * 2 * 8 / 14, 1e-9);
+  // tree/Simple at 64 MiB: log2(64 MiB / 64) = 20, Simple correction 0.8; bandwidth min(370.8 x .92,
+  // 16 x 38.7) x .5 x 0.8; latency 8.4 + 2 x 7 x 4.0
+  EXPECT_NEAR(find(ar, "tree", "Simple")->bandwidth_gbs, 18 * 20.6 * .92 * .5 * .8, 1e-9);
+  EXPECT_NEAR(find(ar, "tree", "Simple")->latency_us, 8.4 + 2 * 7 * 4.0, 1e-9);
+  for (const TunerCandidate& c : ar)
+    EXPECT_NEAR(c.nccl_us, c.latency_us + 64.0 * MiB / (1000 * c.bandwidth_gbs), 1e-9) << c.algorithm << c.protocol;
+  // NCCL's choice follows the protocol switches: all-gather on 8 ranks, LL 10.8 us at 161.1
+  // GB/s, LL128 27.3 us at 389.9, Simple 32.2 us at 423.8: LL up to 4.5 MB, LL128 to 23.9 MB
+  const char* want[][2] = {{"1", "LL"}, {"4", "LL"}, {"8", "LL128"}, {"16", "LL128"}, {"32", "Simple"}, {"1024", "Simple"}};
+  for (const auto& w : want) {
+    const uint64_t s = std::stoull(w[0]) * MiB;
+    const Estimate e = collective_cost(h100, CollKind::AllGather, s, 8);
+    EXPECT_EQ(e.algorithm, "ring") << w[0];
+    EXPECT_EQ(e.protocol, w[1]) << w[0] << " MiB";
+    // the time is NCCL's estimate for its choice with the fitted coefficients on top
+    const auto table = nccl_tuner_table(h100, CollKind::AllGather, s, 8);
+    const TunerCandidate* c = find(table, "ring", w[1]);
+    ASSERT_NE(c, nullptr);
+    const SpecCoefficients k = spec_coefficients();
+    const double kp = std::string(w[1]) == "LL" ? k.k_ll : std::string(w[1]) == "LL128" ? k.k_ll128 : k.k_simple;
+    const double eta = k.eta_intra * (std::string(w[1]) == "Simple" ? 1.0 : k.eta_ll);
+    EXPECT_NEAR(e.seconds, 10e-6 + (kp * c->latency_us + s / (1000 * c->bandwidth_gbs * eta)) * 1e-6, 1e-12) << w[0];
+  }
+  // all-reduce: LL for small messages, NVLS from 2 MiB (nccl-tests #309's tuner log: RING/LL
+  // up to 1 MB, then NVLS/SIMPLE)
+  EXPECT_EQ(collective_cost(h100, CollKind::AllReduce, 256 * 1024, 8).protocol, "LL");
+  EXPECT_EQ(collective_cost(h100, CollKind::AllReduce, 4 * MiB, 8).algorithm, "nvls");
+  EXPECT_EQ(collective_cost(h100, CollKind::AllReduce, 4 * GiB, 8).algorithm, "nvls");
+  // no NVLS for an op NVLS cannot run (avg, prod, ...), and NCCL_ALGO forces one
+  EXPECT_EQ(collective_cost(h100, CollKind::AllReduce, 4 * GiB, 8, false).algorithm, "ring");
+  const Estimate ring = collective_cost(topology_preset("8xH200"), CollKind::AllReduce, 16 * GiB, 8, true,
+                                        parse_algorithms("Ring"));
+  EXPECT_EQ(ring.algorithm, "ring");
+  EXPECT_GT(ring.seconds, collective_cost(topology_preset("8xH200"), CollKind::AllReduce, 16 * GiB, 8).seconds);
+  EXPECT_THROW(collective_cost(h100, CollKind::AllGather, 1 * MiB, 8, true, parse_algorithms("NVLS")), Error);
+  // across nodes: NVLSTree for large all-reduces on H100 (network-bound from 3 nodes: NICs
+  // 8 x 50 GB/s), a ring on A100; the ring's Simple latency across 4 A100 nodes: 62 steps, 6
+  // across the network (14 us), 56 inside (max(3.4, 3 x netOverhead 1.0)), times 1.4 (plateau)
+  EXPECT_EQ(collective_cost(topology_preset("4x8xH100-EFA"), CollKind::AllReduce, 1 * GiB, 32).algorithm, "nvls_tree");
+  const Topology a100 = topology_preset("4x8xA100-IB");
+  EXPECT_NEAR(find(nccl_tuner_table(a100, CollKind::AllReduce, 1 * GiB, 32), "ring", "Simple")->latency_us,
+              (8.4 + 56 * 3.4 + 6 * 14.0) * 1.4, 1e-9);
+  // PCIe: no LL128 (NCCL enables it only over NVLink)
+  const auto pcie = nccl_tuner_table(topology_from_spec(platform_spec("8xPCIe"), spec_coefficients()), CollKind::AllReduce, 1 * MiB, 4);
+  EXPECT_EQ(pcie.size(), 4u);  // ring and tree, LL and Simple
+  for (const TunerCandidate& c : pcie)
+    EXPECT_NE(c.protocol, "LL128");
+  // the calibrated presets keep their own fits: no tuner table
+  EXPECT_TRUE(nccl_tuner_table(topology_preset("8xH100"), CollKind::AllReduce, 1 * MiB, 8).empty());
 }
 
 TEST(Calibration, SpecPresetsAgreeWithWhatIsPublished) {
@@ -577,9 +663,9 @@ TEST(Calibration, SpecPresetsAgreeWithWhatIsPublished) {
   EXPECT_NEAR(gh.host_link_bandwidth / topology_preset("8xH100").host_link_bandwidth, 450.0 / 63.0, 1e-12);
   for (uint64_t s = 1 * MiB; s <= 8 * GiB; s *= 4)
     EXPECT_EQ(collective_cost(gh, CollKind::AllReduce, s, 4).algorithm, "ring") << s;
-  EXPECT_DOUBLE_EQ(peak_busbw(gh, CollKind::AllReduce, 4), peak_busbw(h100, CollKind::AllReduce, 4) > 0
-                                                               ? spec_coefficients().eta_ring * 450e9
-                                                               : 0.0);
+  // a ring's bus bandwidth on 4 GPUs: NCCL's rating of 18 NVLink 4 links (18 x 20.6 GB/s)
+  // times the fitted efficiency inside a node
+  EXPECT_NEAR(peak_busbw(gh, CollKind::AllReduce, 4), spec_coefficients().eta_intra * 18 * 20.6e9, 1e3);
   EXPECT_EQ(topology_preset("gh200").name, "4xGH200");
   // presets that are not names
   EXPECT_THROW(topology_preset("2x8xH100-Ethernet"), Error);
