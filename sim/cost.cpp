@@ -373,7 +373,12 @@ std::vector<TunerEntry> tuner_entries(const Topology& t, CollKind kind, uint64_t
       const TunerProto p = static_cast<TunerProto>(pi);
       if ((a == kNvls || a == kNvlsTree) && p != kSimple) continue;
       if (p == kLL128 && !g.nvlink) continue;  // LL128 only over NVLink (typeIntra <= PATH_NVB)
-      double bw = nodes <= 2 ? intra : inter;
+      // the graph's per-channel rates (src/graph/search.cc, ncclTopoCompute): the search starts
+      // with bwIntra = bwInter and raises both together for a ring; only a tree's bwIntra may
+      // grow, to twice bwInter
+      const double g_inter = std::min(inter, intra);
+      const double g_intra = nodes == 1 ? intra : std::min(intra, (a == kTree ? 2.0 : 1.0) * g_inter);
+      double bw = nodes <= 2 ? g_intra : g_inter;
       if (a == kNvls || a == kNvlsTree) {
         const double ib = intra * kNvlsEfficiency[arch] * (kChannels - 1) / kChannels * 2.0;
         const double xb = nodes > 1 ? inter * ((nodes <= 2 && a == kNvlsTree) ? 2.0 : 1.0) : inf;
@@ -453,13 +458,13 @@ std::vector<TunerCandidate> nccl_tuner_table(const Topology& t, CollKind kind, u
 SpecCoefficients spec_coefficients() {
   // fitted on all platforms: sim/calibration/holdout.csv, row "(none)"
   SpecCoefficients c;
-  c.k_ll = 1.31035;
-  c.k_ll128 = 1.70563;
-  c.k_simple = 1.72756;
-  c.eta_intra = 1.00831;
-  c.eta_net = 0.830503;
-  c.eta_nvls = 0.778376;
-  c.eta_ll = 0.634988;
+  c.k_ll = 1.45435;
+  c.k_ll128 = 1.87887;
+  c.k_simple = 1.73313;
+  c.eta_intra = 1.00832;
+  c.eta_net = 0.896789;
+  c.eta_nvls = 0.778447;
+  c.eta_ll = 0.678413;
   return c;
 }
 
@@ -513,12 +518,14 @@ PlatformSpec multi_node(PlatformSpec s, const std::string& name, int nodes, int 
   return s;
 }
 
-bool parse_multi(const std::string& name, const char* gpu, int* nodes, std::string* fabric) {
+// "<nodes>x<per_node>x<gpu>-<fabric>", e.g. 4x8xH100-IB
+bool parse_multi(const std::string& name, const char* gpu, int* nodes, std::string* fabric, int per_node = 8) {
   char rest[32] = {0};
-  const std::string fmt = std::string("%dx8x") + gpu + "-%31s";
+  const std::string mid = "x" + std::to_string(per_node) + "x" + gpu + "-";
+  const std::string fmt = "%d" + mid + "%31s";
   if (std::sscanf(name.c_str(), fmt.c_str(), nodes, rest) != 2 || *nodes < 1) return false;
   *fabric = rest;
-  return name == std::to_string(*nodes) + "x8x" + gpu + "-" + *fabric;
+  return name == std::to_string(*nodes) + mid + *fabric;
 }
 
 [[noreturn]] void unknown_preset(const std::string& name) {
@@ -542,7 +549,10 @@ PlatformSpec platform_spec(const std::string& name) {
     return s;
   }
   if (name == "8xA100" || name == "a100") return a100_spec();
-  if (name == "4xGH200" || name == "gh200") {
+  int nodes = 0;
+  std::string fabric;
+  if (name == "4xGH200" || name == "gh200" ||
+      (parse_multi(name, "GH200", &nodes, &fabric, 4) && fabric == "Slingshot")) {
     // GH200 Grace Hopper superchips, four to a node (HPE Cray EX254n, as CSCS's Alps; NVIDIA's
     // quad GH200 MGX): each Hopper GPU has the H100's 18 NVLink 4 links, 6 to each of the 3
     // others (all-to-all, no NVSwitch, so no NVLink SHARP), 450 GB/s per direction in all, and
@@ -555,6 +565,9 @@ PlatformSpec platform_spec(const std::string& name) {
     s.gpus_per_node = 4;
     s.host_link_bandwidth = kNvlinkC2C;
     s.gpu_memory = kGH200Memory;
+    // N such nodes over HPE Slingshot 11, one 200 Gb/s NIC per GPU (CSCS Alps: "four
+    // Grace-Hopper modules and four corresponding network interface cards (NICs)")
+    if (nodes > 0) return multi_node(s, name, nodes, 4, 200, "HPE Slingshot 11");
     return s;
   }
   if (name == "8xPCIe" || name == "pcie") {
@@ -570,8 +583,6 @@ PlatformSpec platform_spec(const std::string& name) {
     s.gpu_memory = kRtx4090Memory;
     return s;
   }
-  int nodes = 0;
-  std::string fabric;
   if (parse_multi(name, "H100", &nodes, &fabric)) {
     if (fabric == "IB") return multi_node(h100_spec(), name, nodes, 8, 400, "NDR InfiniBand");
     if (fabric == "RoCE") return multi_node(h100_spec(), name, nodes, 16, 200, "RoCE v2");
@@ -630,7 +641,8 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
 
 std::vector<std::string> topology_preset_names() {
   return {"8xH100",        "8xA100",       "8xPCIe",      "Nx8xH100-IB", "8xH200",
-          "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB", "4xGH200",     "8xA100-40GB"};
+          "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB", "4xGH200",     "Nx4xGH200-Slingshot",
+          "8xA100-40GB"};
 }
 
 Topology topology_preset(const std::string& name) {
@@ -735,7 +747,8 @@ Estimate collective_cost(const Topology& t, CollKind kind, uint64_t bytes, int n
         if (have.find(kTunerAlgoName[c.algo]) == std::string::npos)
           have += std::string(have.empty() ? "" : ", ") + kTunerAlgoName[c.algo];
       ACCEL_CHECK(false, Status::InvalidArgument, "no algorithm for ", coll_name(kind), " of ", bytes, " bytes over ",
-                  n, " ranks on ", t.name, ": the algorithms allowed ('", only.spec, "') exclude NCCL's (", have, ")");
+                  n, " ranks on ", t.name, ": the algorithms allowed ('", only.spec, "') exclude the cost model's (", have,
+                  ")");
     }
     e.seconds = tuner_seconds(t, *best, b, n);
     e.algorithm = kTunerAlgoName[best->algo];

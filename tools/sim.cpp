@@ -126,8 +126,8 @@ int sim_bench(const BenchArgs& a) {
                   a.redop.c_str(), topo.name.c_str(), topo.description.c_str());
       std::printf("# measured: wall time of the simulator on this machine (real bytes); predicted: the cost model on %s\n",
                   topo.name.c_str());
-      std::printf("# %12s %12s %14s %14s %10s %11s %11s\n", "size(B)", "count", "measured(us)", "predicted(us)", "algorithm",
-                  "algbw(GB/s)", "busbw(GB/s)");
+      std::printf("# %12s %12s %14s %14s %16s %11s %11s\n", "size(B)", "count", "measured(us)", "predicted(us)",
+                  "algorithm", "algbw(GB/s)", "busbw(GB/s)");
     }
     for (double b = static_cast<double>(lo); b <= static_cast<double>(predict_hi) * 1.0000001; b *= a.factor) {
       // a size every rank's share divides evenly
@@ -142,20 +142,21 @@ int sim_bench(const BenchArgs& a) {
       const uint64_t count = (kind == CollKind::AllGather || kind == CollKind::ReduceScatter) ? bytes / es / n : bytes / es;
       if (a.json) {
         std::printf("{\"bench\":\"sim_bench\",\"op\":\"%s\",\"ranks\":%d,\"dtype\":\"%s\",\"topology\":\"%s\",\"bytes\":%llu,"
-                    "\"count\":%llu,\"measured_us\":%s,\"predicted_us\":%.3f,\"algorithm\":\"%s\",\"algbw_gbps\":%.3f,"
-                    "\"busbw_gbps\":%.3f}\n",
+                    "\"count\":%llu,\"measured_us\":%s,\"predicted_us\":%.3f,\"algorithm\":\"%s\",\"protocol\":\"%s\","
+                    "\"algbw_gbps\":%.3f,\"busbw_gbps\":%.3f}\n",
                     a.op.c_str(), n, a.dtype.c_str(), topo.name.c_str(), static_cast<unsigned long long>(bytes),
                     static_cast<unsigned long long>(count),
                     measured < 0 ? "null" : std::to_string(measured * 1e6).c_str(), est.seconds * 1e6,
-                    est.algorithm.c_str(), algbw, busbw);
+                    est.algorithm.c_str(), est.protocol.c_str(), algbw, busbw);
       } else {
         char m[32];
         if (measured < 0)
           std::snprintf(m, sizeof m, "%s", "-");
         else
           std::snprintf(m, sizeof m, "%.1f", measured * 1e6);
-        std::printf("  %12llu %12llu %14s %14.1f %10s %11.2f %11.2f\n", static_cast<unsigned long long>(bytes),
-                    static_cast<unsigned long long>(count), m, est.seconds * 1e6, est.algorithm.c_str(), algbw, busbw);
+        const std::string way = est.algorithm + (est.protocol.empty() ? "" : "/" + est.protocol);
+        std::printf("  %12llu %12llu %14s %14.1f %16s %11.2f %11.2f\n", static_cast<unsigned long long>(bytes),
+                    static_cast<unsigned long long>(count), m, est.seconds * 1e6, way.c_str(), algbw, busbw);
       }
       std::fflush(stdout);
     }

@@ -16,6 +16,7 @@ and fails when they disagree.
 Usage (pure Python 3, no packages; ~45 s):
     python3 sim/calibration/fit.py            # writes sim/calibration/holdout.csv, holdout_rows.csv
     python3 sim/calibration/fit.py --print    # also prints the held-out errors
+    python3 sim/calibration/fit.py --in-sample  # the spine fitted on each calibrated platform alone
 
 For each platform P (see PLATFORMS): fit the coefficients on the rows (from 1 MiB) of every
 other platform, predict P's rows from P's spec, record the error. Then fit on all platforms:
@@ -51,6 +52,9 @@ MID = 1 * MiB           # issue 38's second target: from 1 MiB, within 20%
 H100 = dict(link=450.0, nvls=True, domain=0, cross=1.0, cc=90, nccl_link=18 * 20.6, nvlink=True)
 A100 = dict(link=300.0, nvls=False, domain=0, cross=1.0, cc=80, nccl_link=12 * 20.0, nvlink=True)
 PCIE4 = dict(link=31.5, nvls=False, domain=4, cross=0.8, cc=89, nccl_link=24.0, nvlink=False)
+# GH200 Grace Hopper, four to a node (HPE Cray EX254n): the H100's 18 NVLink 4 links,
+# all-to-all between the four GPUs (no NVSwitch, so no NVLS)
+GH200 = dict(link=450.0, nvls=False, domain=0, cross=1.0, cc=90, nccl_link=18 * 20.6, nvlink=True, gpn=4)
 # cc: the GPU's compute capability (H100 9.0, A100 8.0, RTX 4090 8.9), which picks the row of
 #     NCCL's per-architecture tables.
 # nccl_link: the GPU's link as NCCL's topology rates it (GB/s, src/graph/topo.h): NVLink links x
@@ -59,7 +63,8 @@ PCIE4 = dict(link=31.5, nvls=False, domain=4, cross=0.8, cc=89, nccl_link=24.0, 
 
 
 def spec(base, nodes=1, nics=0, nic_gbps=0.0):
-    s = dict(base)
+    s = dict(gpn=8)  # GPUs per node
+    s.update(base)
     s.update(nodes=nodes, nics=nics, nic_gbps=nic_gbps)
     return s
 
@@ -75,6 +80,7 @@ PLATFORMS = {
     "2x8xH100-RoCE": spec(H100, 2, 16, 200),   # OCI BM.GPU.H100.8: 16 x 200G RoCE
     "2x8xH100-EFA": spec(H100, 2, 32, 100),    # AWS p5.48xlarge: 32 x 100G EFA (3200 Gbps)
     "4x8xA100-IB": spec(A100, 4, 8, 200),      # HGX A100, 8 x HDR 200G
+    "2x4xGH200-Slingshot": spec(GH200, 2, 4, 200),  # CSCS Alps: 4 Slingshot 11 NICs (200G) a node
 }
 
 # Datasets that are not out-of-the-box nccl-tests on the platform: tuned or forced settings,
@@ -128,10 +134,10 @@ def nccl_table(sp, kind, n, size, nvls=True):
     """NCCL's (latency us, algorithm bandwidth GB/s) per (algorithm, protocol) it would consider
     for this collective, ncclTopoGetAlgoTime's corrections applied (tree correction, ring plateau)."""
     arch = "hopper" if sp["cc"] >= 90 else "ampere"
-    nodes = (n + 7) // 8
+    nodes = (n + sp["gpn"] - 1) // sp["gpn"]
     ppn = n // nodes
     intra = sp["nccl_link"]
-    if sp["domain"] and min(n, 8) > sp["domain"]:
+    if sp["domain"] and min(n, sp["gpn"]) > sp["domain"]:
         intra *= sp["cross"]   # a ring across the CPU interconnect
     inter = sp["nics"] * sp["nic_gbps"] / 8 if nodes > 1 else intra
     intra_hw = "nvlink" if sp["nvlink"] else "pci"
@@ -150,7 +156,12 @@ def nccl_table(sp, kind, n, size, nvls=True):
                 continue
             if p == "LL128" and not sp["nvlink"]:
                 continue   # LL128 only where the GPUs talk over NVLink (typeIntra <= PATH_NVB)
-            bw = intra if nodes <= 2 else inter
+            # the graph's per-channel rates (src/graph/search.cc, ncclTopoCompute): the search
+            # starts with bwIntra = bwInter and raises both together for a ring; only a tree's
+            # bwIntra may grow, to twice bwInter
+            g_inter = min(inter, intra)
+            g_intra = intra if nodes == 1 else min(intra, (2 if a == "tree" else 1) * g_inter)
+            bw = g_intra if nodes <= 2 else g_inter
             if a in ("nvls", "nvls_tree"):
                 ib = intra * NVLS_EFFICIENCY[arch] * (CHANNELS - 1) / CHANNELS * 2.0
                 xb = inter * (2.0 if (nodes <= 2 and a == "nvls_tree") else 1.0) if nodes > 1 else float("inf")
@@ -223,7 +234,7 @@ def cost(sp, th, kind, n, size):
     table = nccl_table(sp, kind, n, size)
     a, p = nccl_choice(table, size)
     lat, bw = table[(a, p)]
-    nodes = (n + 7) // 8
+    nodes = (n + sp["gpn"] - 1) // sp["gpn"]
     k = th["k_ll"] if p == "LL" else th["k_ll128"] if p == "LL128" else th["k_simple"]
     eta = th["eta_nvls"] if a in ("nvls", "nvls_tree") else th["eta_net"] if nodes > 1 else th["eta_intra"]
     if p != "Simple":
@@ -368,5 +379,27 @@ def main():
             print(f"  {held:15s} {fmt(big, 0.10):24s} {fmt(mid, 0.20)}")
 
 
+def in_sample():
+    """The spine fitted per calibrated platform on its own primary datasets (what shipping it
+    for the calibrated presets would give), against which the presets' per-dataset alpha-beta
+    fits are compared in docs/sim-calibration.md. Prints; writes nothing."""
+    with open(CSV) as f:
+        lines = [l for l in f if l.strip() and not l.startswith("#")]
+    role = {r["dataset"]: r["role"] for r in csv.DictReader(lines)}
+    rows = load_rows()
+    for plat in ("8xH100", "8xA100", "8xPCIe", "2x8xH100-IB", "4x8xH100-IB", "8x8xH100-IB", "10x8xH100-IB"):
+        prim = [r for r in rows if r["platform"] == plat and role[r["dataset"]].startswith("primary")]
+        th, _ = fit(prim)
+        out = []
+        for ds in sorted({r["dataset"] for r in prim}):
+            errs = [abs(r["t"] / cost(PLATFORMS[plat], th, r["kind"], r["n"], r["size"]) - 1)
+                    for r in prim if r["dataset"] == ds and r["size"] >= FROM]
+            out.append(f"{ds} {max(errs) * 100:.1f}%")
+        print(f"{plat:14s} max error >= 16 MiB, in-sample: " + ", ".join(out), flush=True)
+
+
 if __name__ == "__main__":
-    main()
+    if "--in-sample" in sys.argv:
+        in_sample()
+    else:
+        main()

@@ -34,6 +34,12 @@ fi
 grep -q "no algorithm for all_gather of 1048576 bytes over 8 ranks on 8xH100: the algorithms allowed ('NVLS') exclude the cost model's (ring)" \
   "${TMPDIR:-/tmp}/sim_algo_err.$$" || { echo "FAIL: unclear --algo error"; cat "${TMPDIR:-/tmp}/sim_algo_err.$$"; exit 1; }
 rm -f "${TMPDIR:-/tmp}/sim_algo_err.$$"
+# a spec preset follows NCCL's tuner: an all-gather on 8 H200 switches LL -> LL128 -> Simple
+# (LL up to 4.5 MB, LL128 to 23.9 MB: docs/sim-calibration.md)
+ag=$("$tool" sim bench --topology 8xH200 --op all_gather -b 1MiB -e 1MiB --predict-to 64MiB --iters 1 --json)
+for want in '"bytes":4194304,.*"protocol":"LL",' '"bytes":8388608,.*"protocol":"LL128",' '"bytes":33554432,.*"protocol":"Simple",'; do
+  printf '%s\n' "$ag" | grep -q "$want" || { echo "FAIL: 8xH200 all_gather: no line matching $want"; printf '%s\n' "$ag"; exit 1; }
+done
 # accel sim step: 100,000 ranks, both patterns, a straggler
 step=$("$tool" sim step -n 100000 --json)
 printf '%s\n' "$step"

@@ -189,7 +189,8 @@ TEST(Calibration, ReferenceRowsAreConsistentAndCoverThePresets) {
     EXPECT_LE(r.size, 8 * GiB);
     EXPECT_GT(r.time_us, 0.0);
     if (r.preset != "8xPCIe") {
-      EXPECT_EQ(r.nodes, (r.nranks + 7) / 8);
+      const int per_node = topology_preset(r.preset).gpus_per_node;
+      EXPECT_EQ(r.nodes, (r.nranks + per_node - 1) / per_node);
     }
     if (r.has_bw) {
       // as nccl-tests prints them: algbw = size / time, busbw = algbw * factor (GB/s), to
@@ -262,7 +263,7 @@ const std::vector<std::string>& presets() {
                                              "2x8xH100-IB", "3x8xH100-IB", "4x8xH100-IB",  "6x8xH100-IB",
                                              "8x8xH100-IB", "10x8xH100-IB", "16x8xH100-IB", "128x8xH100-IB",
                                              "8xH200",      "2x8xH100-RoCE", "4x8xH100-EFA", "4x8xA100-IB",
-                                             "16x8xA100-IB", "4xGH200"};
+                                             "16x8xA100-IB", "4xGH200",     "2x4xGH200-Slingshot"};
   return p;
 }
 
@@ -330,11 +331,15 @@ TEST(Calibration, TimeGrowsWithSize) {
     const Topology t = topology_preset(name);
     for (CollKind k : kKinds)
       for (int n : {2, 3, 4, 5, 8, 12, 8 * t.nodes, 8 * t.nodes + 3}) {
+        // The spec presets follow NCCL's choice, which is NCCL's estimate, not the fitted
+        // cost: where NCCL switches to what its estimate prefers, algbw may dip a little, as
+        // the published tables do at their switch points (N7-AR at 256 MiB, N10-AG at 255 MiB).
+        const double dip = t.tuner.on ? 0.02 : 1e-12;
         double prev_t = 0.0, prev_alg = 0.0;
         for (uint64_t s = 1024; s <= 16 * GiB; s *= 2) {
           const double sec = collective_cost(t, k, s, n).seconds;
           EXPECT_GT(sec, prev_t) << name << " " << coll_name(k) << " n=" << n << " " << s;
-          EXPECT_GE(algbw(s, sec), prev_alg * (1 - 1e-12)) << name << " " << coll_name(k) << " n=" << n << " " << s;
+          EXPECT_GE(algbw(s, sec), prev_alg * (1 - dip)) << name << " " << coll_name(k) << " n=" << n << " " << s;
           prev_t = sec;
           prev_alg = algbw(s, sec);
         }
@@ -432,9 +437,9 @@ constexpr double kHeldOutTarget = 0.10;
 const std::map<std::string, double>& held_out_bounds() {
   static const std::map<std::string, double> b = {
       {"8xH100", 0.24},        {"8xA100", 0.16},        {"8xPCIe", kHeldOutTarget},
-      {"2x8xH100-IB", 0.17},   {"4x8xH100-IB", 0.30},   {"8x8xH100-IB", kHeldOutTarget},
-      {"10x8xH100-IB", 0.47},  {"2x8xH100-RoCE", kHeldOutTarget}, {"2x8xH100-EFA", 0.78},
-      {"4x8xA100-IB", 0.43},
+      {"2x8xH100-IB", 0.17},   {"4x8xH100-IB", 0.24},   {"8x8xH100-IB", kHeldOutTarget},
+      {"10x8xH100-IB", 0.50},  {"2x8xH100-RoCE", kHeldOutTarget}, {"2x8xH100-EFA", 0.78},
+      {"4x8xA100-IB", 0.55},   {"2x4xGH200-Slingshot", 0.33},
   };
   return b;
 }
@@ -467,9 +472,11 @@ std::vector<HeldOutRow> held_out_rows() {
   return out;
 }
 
-// What the spec model reaches, held out (docs/sim-calibration.md, "Per row"); the previous
-// alpha-beta spec model (sim/calibration/alpha_beta.py) reached 130 and 13.
-constexpr int kHeldOutRowsWithin10 = 133, kHeldOutRowsWithin20 = 20;
+// What the spec model reaches, held out (docs/sim-calibration.md, "Per row"): of 187 rows >= 16
+// MiB and 48 of 1-16 MiB. Without G1 (2x4xGH200-Slingshot, added with the tuner), 138 of 183
+// and 19 of 44, where the previous alpha-beta spec model (sim/calibration/alpha_beta.py)
+// reached 130 and 13.
+constexpr int kHeldOutRowsWithin10 = 139, kHeldOutRowsWithin20 = 19;
 
 TEST(Calibration, HeldOutRowsAreTheModelsEveryRow) {
   std::map<std::string, SpecCoefficients> coeffs;
