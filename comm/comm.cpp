@@ -596,8 +596,11 @@ template <class Ty>
 
 // The 16-bit types round every addition: a few vector operations each, which AVX2 and
 // AVX-512 do 8 and 16 at a time (the baseline build does 4): one clone per instruction set,
-// picked when the library loads (the same operations, the same bits).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+// picked when the library loads (the same operations, the same bits). Not under AddressSanitizer
+// or ThreadSanitizer: the clones' resolver (an IFUNC) runs while the dynamic loader relocates,
+// before the sanitizer's runtime is up, and an instrumented resolver crashes there.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__) && \
+    !defined(__SANITIZE_THREAD__)
 #define ACCEL_NCCL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define ACCEL_NCCL_CLONES
