@@ -616,6 +616,17 @@ ACCEL_NCCL_CLONES void reduce_nccl_bf16(void* dst, const void* const* srcs, int 
 
 }  // namespace
 
+double avg_factor(DataType t, int n) {
+  const double inv = 1.0 / std::max(1, n);
+  switch (t) {
+    case DataType::Float16: return NHalf::scalar(inv);
+    case DataType::BFloat16: return NBF16::scalar(inv);
+    case DataType::Float32: return NFloat<float>::scalar(inv);
+    case DataType::Float64: return inv;
+    default: return 1.0;
+  }
+}
+
 bool nvls_supported(DataType t, RedOp op) {
   switch (t) {
     case DataType::Int32: case DataType::Uint32: case DataType::Int64: case DataType::Uint64:

@@ -51,6 +51,12 @@ struct NcclOrder {
 // index0 + i of the collective's buffer (what the ring's chunks are cut from).
 void reduce_nccl(void* dst, const void* const* srcs, int n, size_t begin, size_t end, DataType t, RedOp op,
                  double premul, const NcclOrder& order, size_t index0 = 0);
+// NCCL's factor for avg over n ranks in type t, as its value (src/enqueue.cc: ncclAvg on a
+// floating type is ncclDevPreMulSum with 1/n in the type: __float2half(1.0f/n) for fp16, the
+// bfloat16 likewise, float(1/n), double 1/n). Multiplying every input by it, each product
+// rounded to the type, then summing gives avg's bits; 1.0 for the integer types (NCCL divides
+// their sum instead).
+double avg_factor(DataType t, int n);
 // Whether NCCL can run (t, op) on NVLink SHARP (ncclNvlsSupported, src/include/device.h):
 // sum of int32/64, fp16, bf16, float, double; min and max of int32/64, fp16, bf16.
 bool nvls_supported(DataType t, RedOp op);

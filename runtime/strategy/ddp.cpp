@@ -5,6 +5,7 @@
 
 #include <deque>
 
+#include "comm/kernels.h"
 #include "comm/tensors.h"
 
 namespace accel {
@@ -97,7 +98,17 @@ class DataParallel final : public ParallelStrategy {
 
   void launch(Bucket& b) {
     charge(4.0 * static_cast<double>(rows_) * static_cast<double>(b.layout.numel), "backward");
-    b.work = comm::all_reduce(comm_, b.flat, comm::RedOp::Avg);
+    if (presum_ && b.flat.is_floating_point()) {
+      // NCCL's avg on a floating type is a pre-multiply by 1/n rounded to the type, then a sum
+      // (src/enqueue.cc turns ncclAvg into ncclDevPreMulSum), and NVLink SHARP runs no
+      // pre-multiply: NCCL takes the ring. The same multiply here, then a sum: the same bits on
+      // the ring and the tree, and NCCL (the simulator with it) may choose NVLS on one
+      // H100/H200 node, as it does for PyTorch's DDP (which divides, then sums).
+      b.flat.mul_(comm::avg_factor(comm::dtype_of(b.flat.scalar_type()), comm_.size()));
+      b.work = comm::all_reduce(comm_, b.flat, comm::RedOp::Sum);
+    } else {
+      b.work = comm::all_reduce(comm_, b.flat, comm::RedOp::Avg);
+    }
     if (offloads_grads()) {
       averaging_.push_back(&b);
       copy_averaged(false);
@@ -143,6 +154,9 @@ class DataParallel final : public ParallelStrategy {
   std::vector<std::pair<size_t, size_t>> bucket_of_;  // param -> (bucket, slot)
   std::vector<compat::GradAccumulator> accumulators_;  // keeps the post hooks alive
   bool in_backward_ = false, sync_now_ = false;
+  // the backends with NCCL's semantics (real NCCL and the simulator) average as pre-multiply
+  // and sum; Gloo and its shared memory keep their own average, fused in one pass
+  const bool presum_ = comm_.size() > 1 && (comm_.backend() == "nccl" || comm_.backend() == "sim");
   int64_t rows_ = 0;
   // gradient hooks outlive nothing: they reach the strategy through this, cleared on destruction
   std::shared_ptr<DataParallel*> owner_ = std::make_shared<DataParallel*>(this);

@@ -208,11 +208,13 @@ case_orphans() {
   program leaves.sh <<'EOF'
 #!/bin/bash
 # rank 0 leaves a job that would write a file in 30 s, with a child of its own that would too;
-# each writes its pid first
+# each writes its pid first, in a file of this attempt (a file shared by the attempts could be
+# seen from the first while the second's job, killed, had just truncated it)
 if [ "$RANK" = 0 ]; then
-  ( (sh -c 'echo $$ > "$MARK.pid.grandchild"; exec sleep 30'; echo grandchild > "$MARK.grandchild") &
-    echo $BASHPID > "$MARK.pid.child"; sleep 30; echo child > "$MARK.child" ) &
-  for _ in $(seq 1 100); do [ -s "$MARK.pid.child" ] && [ -s "$MARK.pid.grandchild" ] && break; sleep 0.02; done
+  a=$ACCEL_RESTART_COUNT
+  ( (A=$a sh -c 'echo $$ > "$MARK.pid.grandchild.$A"; exec sleep 30'; echo grandchild > "$MARK.grandchild") &
+    echo $BASHPID > "$MARK.pid.child.$a"; sleep 30; echo child > "$MARK.child" ) &
+  for _ in $(seq 1 100); do [ -s "$MARK.pid.child.$a" ] && [ -s "$MARK.pid.grandchild.$a" ] && break; sleep 0.02; done
 fi
 echo "rank $RANK ends; restart $ACCEL_RESTART_COUNT"
 [ "$RANK" = 1 ] && [ "$ACCEL_RESTART_COUNT" = 0 ] && exit 3
@@ -228,11 +230,16 @@ EOF
   # the jobs would run 30 s: a launcher that waited for them takes that long (the bound is far
   # from it and from the launcher's own second or two, so a loaded machine cannot decide it)
   less_than "$took" 20 || fail "the launcher took $took s: it waited for the jobs instead of stopping them"
+  # the last attempt's jobs started (its rank 0 waited for them); the first attempt's may not
+  # have (rank 1's failure can end that attempt first); every one that did is gone
   for who in child grandchild; do
-    [ -s "$tmp/late.pid.$who" ] || fail "the rank's $who did not start"
-    pid=$(cat "$tmp/late.pid.$who" 2>/dev/null || echo 0)
-    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done  # reaped within 5 s
-    kill -0 "$pid" 2>/dev/null && fail "the rank's $who (pid $pid) still runs after the launcher ended"
+    [ -s "$tmp/late.pid.$who.1" ] || fail "the rank's $who did not start"
+    for f in "$tmp/late.pid.$who".*; do
+      [ -s "$f" ] || continue
+      pid=$(cat "$f" 2>/dev/null || echo 0)
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done  # reaped within 5 s
+      kill -0 "$pid" 2>/dev/null && fail "the rank's $who (pid $pid, $(basename "$f")) still runs after the launcher ended"
+    done
   done
   for f in "$tmp"/late.child "$tmp"/late.grandchild; do [ -e "$f" ] && fail "a job the ranks left wrote $(basename "$f") after the launcher ended"; done
   [ "$failures" = 0 ] || { show "$tmp/out"; show "$tmp/err"; }

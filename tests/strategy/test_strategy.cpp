@@ -7,9 +7,11 @@
 
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "../sim/common.h"
+#include "comm/kernels.h"
 #include "runtime/runtime.h"
 
 namespace accel::sim {
@@ -476,9 +478,10 @@ struct StrategyRun {
 // ranks. Peaks are measured from after prepare (the unsharded model each rank builds
 // before prepare shards it is not training memory).
 StrategyRun run_strategy(Strategy s, int N, int layers, int64_t w, int steps, uint64_t capacity = 0,
-                         Precision precision = Precision::BF16, World** keep = nullptr) {
+                         Precision precision = Precision::BF16, World** keep = nullptr, const std::string& algorithms = "") {
   WorldOptions wo = world(N, 30.0);
   wo.device_capacity = capacity;
+  wo.algorithms = algorithms;
   wo.record_trace = keep != nullptr;
   auto wp = std::make_unique<World>(wo);
   World& wr = *wp;
@@ -658,6 +661,77 @@ def forward(self, x):
   ASSERT_TRUE(rep.ok()) << rep.first_error();
   for (int r = 0; r < 3; ++r) EXPECT_EQ(seen[static_cast<size_t>(r)], (std::vector<float>{1.f, 10.f})) << "rank " << r;
   EXPECT_EQ(rep.ranks[0].collectives, 2u);  // one broadcast for the parameter, one for the buffer
+}
+
+// DDP on the backends with NCCL's semantics multiplies each bucket by NCCL's avg factor (1/n
+// in the gradients' type) and sums, instead of asking for avg: the same bits as NCCL's avg on
+// the ring and the tree, for every floating type and a world that is not a power of two. The
+// factor is rounded to the type as NCCL rounds it, so libtorch's multiply gives NCCL's products
+// whether it rounds a scalar to the tensor's type first (libtorch 1.13) or not (2.x).
+TEST(Ddp, PreMultiplyAndSumIsNcclsAverage) {
+  const size_t count = 4099;
+  for (comm::DataType t : {comm::DataType::Float32, comm::DataType::Float16, comm::DataType::BFloat16, comm::DataType::Float64})
+    for (int n : {3, 6})
+      for (comm::NcclAlgo algo : {comm::NcclAlgo::Ring, comm::NcclAlgo::Tree}) {
+        const c10::ScalarType st = t == comm::DataType::Float32   ? torch::kFloat
+                                   : t == comm::DataType::Float16 ? torch::kHalf
+                                   : t == comm::DataType::BFloat16 ? torch::kBFloat16
+                                                                   : torch::kDouble;
+        auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(n) * 31 + static_cast<uint64_t>(st));
+        std::vector<torch::Tensor> in, pre;
+        std::vector<const void*> in_p, pre_p;
+        for (int r = 0; r < n; ++r) {
+          in.push_back((torch::randn({static_cast<int64_t>(count)}, gen) * 3.0).to(st));
+          pre.push_back(in.back().clone().mul_(comm::avg_factor(t, n)));
+        }
+        for (int r = 0; r < n; ++r) {
+          in_p.push_back(in[r].data_ptr());
+          pre_p.push_back(pre[r].data_ptr());
+        }
+        comm::NcclOrder order;
+        order.algo = algo;
+        order.count = count;
+        order.ranks_per_node = algo == comm::NcclAlgo::Tree ? 2 : 8;  // the tree across 2 or 3 nodes
+        torch::Tensor avg = torch::empty({static_cast<int64_t>(count)}, in[0].options()), sum = torch::empty_like(avg);
+        comm::reduce_nccl(avg.data_ptr(), in_p.data(), n, 0, count, t, comm::RedOp::Avg, 0, order);
+        comm::reduce_nccl(sum.data_ptr(), pre_p.data(), n, 0, count, t, comm::RedOp::Sum, 0, order);
+        const std::string what = std::string(comm::dtype_name(t)) + ", " + std::to_string(n) + " ranks, " +
+                                 (algo == comm::NcclAlgo::Tree ? "tree" : "ring");
+        EXPECT_TRUE(torch::equal(avg, sum)) << what;
+      }
+  EXPECT_EQ(comm::avg_factor(comm::DataType::BFloat16, 3), 0.333984375);  // bf16(1/3): 0x3eab
+  EXPECT_EQ(comm::avg_factor(comm::DataType::Float16, 3), 0.333251953125);  // fp16(1/3): 0x3555
+  EXPECT_EQ(comm::avg_factor(comm::DataType::Float32, 4), 0.25);
+  EXPECT_EQ(comm::avg_factor(comm::DataType::Int32, 4), 1.0);
+}
+
+// So NCCL may run DDP's gradient all-reduces on NVLink SHARP: on the 8xH100 preset (one node,
+// NVLS, which its cost model picks for a float sum from 16 MiB) the weights' buckets of 16 MiB
+// run "nvls" in the trace, and the steps are predicted faster than with the ring forced
+// (NCCL_ALGO=Ring); NCCL's avg could not run there (NVLS does no pre-multiply).
+TEST(Ddp, GradientsAllReduceOnNvlsOnOneH100Node) {
+  auto algorithms_of = [](World& w) {
+    std::map<std::string, int> seen;
+    const auto trace = nlohmann::json::parse(w.trace_json());
+    for (const auto& e : trace["traceEvents"])
+      if (e.value("ph", "") == "X" && e.value("pid", -1) == 0 && e.value("name", "") == "all_reduce")
+        ++seen[e["args"].value("algorithm", "")];
+    return seen;
+  };
+  World* kept = nullptr;
+  StrategyRun nvls = run_strategy(Strategy::DDP, 8, 2, 2048, 2, 0, Precision::No, &kept);
+  std::unique_ptr<World> w(kept);
+  ASSERT_TRUE(nvls.report.ok()) << nvls.report.first_error();
+  const auto on_nvls = algorithms_of(*w);
+  StrategyRun ring = run_strategy(Strategy::DDP, 8, 2, 2048, 2, 0, Precision::No, &kept, "Ring");
+  w.reset(kept);
+  ASSERT_TRUE(ring.report.ok()) << ring.report.first_error();
+  const auto on_ring = algorithms_of(*w);
+  ASSERT_EQ(on_nvls.count("nvls"), 1u);
+  EXPECT_EQ(on_nvls.at("nvls"), 4);  // two layers' weights a step, two steps
+  EXPECT_EQ(on_ring.count("nvls"), 0u);
+  EXPECT_GE(on_ring.count("ring"), 1u);
+  EXPECT_LT(nvls.report.predicted_seconds, ring.report.predicted_seconds);
 }
 
 }  // namespace
