@@ -208,8 +208,9 @@ case_orphans() {
   program leaves.sh <<'EOF'
 #!/bin/bash
 # rank 0 leaves a job that would write a file in 30 s, with a child of its own that would too;
-# each writes its pid first, in a file of this attempt (a file shared by the attempts could be
-# seen from the first while the second's job, killed, had just truncated it)
+# each writes its pid first, in a file of this attempt (with one file for both, the second
+# attempt's rank 0 could find the first's and end before its own job wrote: the job, killed
+# between truncating the file and writing it, left it empty)
 if [ "$RANK" = 0 ]; then
   a=$ACCEL_RESTART_COUNT
   ( (A=$a sh -c 'echo $$ > "$MARK.pid.grandchild.$A"; exec sleep 30'; echo grandchild > "$MARK.grandchild") &
