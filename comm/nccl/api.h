@@ -78,6 +78,7 @@ struct NcclApi {
   int (*accelSimMemCharge)(unsigned long long, char*, size_t) = nullptr;
   void (*accelSimMemRelease)(unsigned long long) = nullptr;
   size_t (*accelSimConfigError)(char*, size_t) = nullptr;
+  int (*accelSimEventWait)(cudaEvent_t, unsigned int) = nullptr;
 };
 
 // The functions both libraries have, for filling the table (nccl.cpp: one list, two fills).
@@ -91,7 +92,7 @@ struct NcclApi {
 // The simulator's extensions, which only the simulated library has.
 #define ACCEL_NCCL_SIM_FUNCTIONS(X)                                                                   \
   X(accelSimChargeCompute) X(accelSimFlopsPerSecond) X(accelSimOnStep) X(accelSimDiagnose) X(accelSimNote) \
-  X(accelSimMemCharge) X(accelSimMemRelease) X(accelSimConfigError)
+  X(accelSimMemCharge) X(accelSimMemRelease) X(accelSimConfigError) X(accelSimEventWait)
 
 // The real NCCL and CUDA runtime (loaded once): ACCEL_NCCL_LIBRARY, else the libnccl already
 // in the process (a CUDA libtorch's), else libnccl.so.2 on the loader's path; the CUDA runtime

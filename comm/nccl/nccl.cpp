@@ -159,6 +159,16 @@ class NcclWork final : public Work {
     // among them, were seen that much late), then sleeping from 10 us up to 100 us between
     // polls: a finished operation is seen within 10% of a millisecond-long one (a GPU's
     // event needs no more)
+    // The simulated library sleeps the host on the event itself instead (accelSimEventWait):
+    // its ranks are processes that share the machine's cores, and a host that polls takes one
+    // from the stream threads that do the collective's work; it wakes each millisecond to
+    // check the deadline and the communicator's errors as the loop below does.
+    if (api->accelSimEventWait && event_) {
+      while (!test()) {
+        if (Clock::now() > deadline) break;  // said below
+        api->accelSimEventWait(event_, 1000);
+      }
+    }
     const auto spin_until = Clock::now() + std::chrono::microseconds(200);
     while (!test() && Clock::now() < spin_until) std::this_thread::yield();
     auto pause = std::chrono::microseconds(10);

@@ -103,6 +103,9 @@ constexpr unsigned int kCudaEventDisableTiming = 0x02;  // cudaEventDisableTimin
 //   void   accelSimMemRelease(unsigned long long bytes)
 //   size_t accelSimConfigError(char* buf, size_t len)     0, or the length of why an ACCEL_SIM_*
 //          variable is bad: read before any process meets another, so each fails on its own
+//   int    accelSimEventWait(cudaEvent_t, unsigned int microseconds)  1 once the event has
+//          passed, 0 when the time ran out first: the host sleeps until the stream thread
+//          passes it instead of polling (simulated processes share few cores)
 //   size_t accelSimDataPaths(ncclComm_t, unsigned long long* counts, size_t len)  how the
 //          collectives moved their data (through the arenas, cross-memory attach, the segment),
 //          the attach system calls and the arena's resident bytes (sim/nccl/extensions.cpp);

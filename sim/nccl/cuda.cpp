@@ -147,16 +147,16 @@ ACCEL_SIM_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   if (!s) {  // the default stream is the host: what it has enqueued is done
     std::lock_guard<std::mutex> lk(p.mu);
     ev->vt = p.compute_t;
-    ev->done = true;
+    ev->pass();
     return cudaSuccess;
   }
-  ev->done = false;
+  ev->done = 0;
   reinterpret_cast<StreamHandle*>(s)->s->enqueue([ev] {
     {
       std::lock_guard<std::mutex> lk(proc().mu);
       ev->vt = proc().comm_t;
     }
-    ev->done = true;
+    ev->pass();
     return true;
   });
   return cudaSuccess;
@@ -165,6 +165,25 @@ ACCEL_SIM_EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
 ACCEL_SIM_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidResourceHandle;
   return reinterpret_cast<EventHandle*>(e)->s->done.load() ? cudaSuccess : cudaErrorNotReady;
+}
+
+// The host sleeps on the event's word until the stream thread passes it (or the time runs out),
+// where polling would take a core from the ranks' stream threads.
+ACCEL_SIM_EXPORT int accelSimEventWait(cudaEvent_t e, unsigned int microseconds) {
+  if (!e) return 0;
+  EventState& ev = *reinterpret_cast<EventHandle*>(e)->s;
+  if (ev.done.load()) return 1;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(microseconds);
+  ev.waiters.fetch_add(1);
+  while (!ev.done.load()) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (left <= std::chrono::steady_clock::duration::zero()) break;
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    futex(&ev.done, FUTEX_WAIT_PRIVATE, 0, &ts);  // returns at once unless the word is still 0
+  }
+  ev.waiters.fetch_sub(1);
+  return ev.done.load() ? 1 : 0;
 }
 
 ACCEL_SIM_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {

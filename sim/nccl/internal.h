@@ -175,6 +175,8 @@ struct Process {
   double delay = 0.0;
   std::string status = "ok", error;
   bool exit_hook = false;
+  int report_fd = -1;       // rank-R.json, kept open once it exists: rewritten in place
+  size_t report_bytes = 0;  // its length (a shorter report is padded to it)
 
   // Reads ACCEL_SIM_* once.
   void configure();
@@ -182,8 +184,14 @@ struct Process {
   double now() const { return std::max(compute_t, comm_t); }
 
   // The report file (ACCEL_SIM_OUT/rank-R.json); and, with `trace_too`, the trace
-  // (trace-R.json), which grows with the run: written at exit or at a fault only.
+  // (trace-R.json), which grows with the run: written at exit or at a fault only. Under mu.
   void write_files(bool trace_too = true);
+  // The report's text written: the first time through a temporary file and a rename (it
+  // appears whole), then in place at offset 0 with one pwrite, padded with spaces to the
+  // file's length (JSON ignores them), so that a report at every step costs one system call
+  // and no file made or removed. One pwrite of less than a page into the page cache cannot be
+  // cut by a kill: the file holds the last report whole (a longer one goes by rename).
+  void write_report(const std::string& path, std::string text);
 
   void record_error(const std::string& e) {
     if (status == "ok") status = "failed";
@@ -197,8 +205,13 @@ Process& proc();  // the one of this process
 // Streams and events
 
 struct EventState {
-  std::atomic<bool> done{true};
-  double vt = 0.0;  // the virtual time of the stream at the event
+  std::atomic<uint32_t> done{1};     // 1 once passed (a futex word: accelSimEventWait sleeps on it)
+  std::atomic<uint32_t> waiters{0};  // hosts asleep on it: passing it wakes them
+  double vt = 0.0;                   // the virtual time of the stream at the event
+  void pass() {
+    done.store(1);
+    if (waiters.load() > 0) futex(&done, FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr);
+  }
 };
 
 struct StreamState {

@@ -1,5 +1,6 @@
 // The simulated NCCL library (sim/nccl/internal.h): small helpers, and the process — its
 // settings (ACCEL_SIM_*), and its report and trace files.
+#include <fcntl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -120,7 +121,7 @@ void Process::write_files(bool trace_too) {
   std::string text = buf;
   const auto at = text.find("%s");
   text.replace(at, 2, text::json_escape(error));
-  write_atomically(out_dir + "/rank-" + std::to_string(rank) + ".json", text);
+  write_report(out_dir + "/rank-" + std::to_string(rank) + ".json", std::move(text));
   if (!trace || !trace_too) return;
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -139,6 +140,23 @@ void Process::write_files(bool trace_too) {
        << ",\"args\":{" << e.args << "}}";
   os << "]\n";
   write_atomically(out_dir + "/trace-" + std::to_string(rank) + ".json", os.str());
+}
+
+void Process::write_report(const std::string& path, std::string text) {
+  constexpr size_t kPage = 4096;  // the write starts at offset 0: within the file's first page
+  if (report_fd >= 0 && std::max(text.size(), report_bytes) <= kPage) {
+    if (text.size() < report_bytes) text.insert(text.size() - 1, report_bytes - text.size(), ' ');  // before the '\n'
+    const ssize_t k = ::pwrite(report_fd, text.data(), text.size(), 0);
+    if (k == static_cast<ssize_t>(text.size())) {
+      report_bytes = text.size();
+      return;
+    }
+  }
+  if (report_fd >= 0) ::close(report_fd);  // a long report (an error's text), or a failed write: made anew
+  report_fd = -1;
+  write_atomically(path, text);
+  report_fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  report_bytes = text.size();
 }
 
 Process& proc() {

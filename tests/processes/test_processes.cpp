@@ -19,6 +19,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -1003,15 +1004,35 @@ TEST(SimProcess, GlooZeroOnTwoProcessesIsTheSimulatorBitForBit) {
 }
 
 // A process killed mid-training (SIGKILL by itself, or by fault injection): every other
-// process fails with ACCEL_ERR_COMMUNICATION naming it, well within the timeout.
+// process fails with ACCEL_ERR_COMMUNICATION naming it, well within the timeout. The killed
+// one's report (rewritten in place at every step) is whole and says the step it reached.
 TEST(SimProcess, KilledProcessFailsTheOthersNamingIt) {
-  auto out = run_workers(3, "die ddp 3 1 4 adamw", 60, nullptr, "sim");  // bound: half the timeout
+  char tmpl[] = "/tmp/accel-test-sim-XXXXXX";
+  const std::string keep = mkdtemp(tmpl);
+  auto out = run_workers(3, "die ddp 3 1 4 adamw", 60, nullptr, "sim", keep);  // bound: half the timeout
   EXPECT_EQ(out[1].exit_code, -SIGKILL);
   for (int r : {0, 2}) {
     EXPECT_EQ(out[r].status, static_cast<int>(Status::Communication)) << "rank " << r << ": " << out[r].message;
     EXPECT_TRUE(contains(out[r].message, "rank 1 died (its process was killed or crashed)")) << out[r].message;
     EXPECT_LT(out[r].seconds, 30) << "rank " << r;
   }
+  for (int r = 0; r < 3; ++r) {
+    std::string report = slurp(keep + "/rank-" + std::to_string(r) + ".json");
+    while (!report.empty() && (report.back() == '\n' || report.back() == ' ')) report.pop_back();
+    ASSERT_FALSE(report.empty()) << "rank " << r;
+    EXPECT_EQ(report.front(), '{') << report;
+    EXPECT_EQ(report.back(), '}') << report;
+    EXPECT_EQ(std::count(report.begin(), report.end(), '{'), 1) << report;
+    EXPECT_TRUE(contains(report, "\"rank\":" + std::to_string(r) + ",")) << report;
+    if (r == 1) {  // killed from outside the library: the report as of its last step
+      EXPECT_TRUE(contains(report, "\"status\":\"ok\"")) << report;
+      EXPECT_TRUE(contains(report, "\"steps\":3,")) << report;
+    } else {
+      EXPECT_TRUE(contains(report, "\"status\":\"failed\"")) << report;
+      EXPECT_TRUE(contains(report, "rank 1 died")) << report;
+    }
+  }
+  std::system(("rm -rf " + keep).c_str());
   auto faulted = run_workers(4, "train zero2 4 1 2 sgd", 30, [](int) { setenv("ACCEL_SIM_FAULTS", "kill:2@step:4", 1); },
                              "sim");
   EXPECT_EQ(faulted[2].exit_code, -SIGKILL);

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,7 @@ cudaError_t cudaMalloc(void**, size_t);
 cudaError_t cudaFree(void*);
 const char* cudaGetErrorString(cudaError_t);
 size_t accelSimDataPaths(ncclComm_t, unsigned long long*, size_t);
+int accelSimEventWait(cudaEvent_t, unsigned int);
 }
 
 namespace {
@@ -506,6 +508,46 @@ TEST(SimNccl, AnAbortedPeerFailsTheOthers) {
     REQUIRE(res == ncclRemoteError, "got %s", ncclGetErrorString(res));
     REQUIRE(std::string(ncclGetLastError(c)).find("rank 1 aborted its communicator") != std::string::npos, "%s",
             ncclGetLastError(c));
+  }));
+}
+
+// The host sleeps on an event until the stream thread passes it (accelSimEventWait, what the
+// backend's wait uses): while a peer is late, the wait runs out its time and says so, using
+// next to no CPU; once the peer posts, it returns as the event passes, the result complete.
+TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
+  expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
+    std::vector<float> x(1000, static_cast<float>(r + 1));
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
+    cudaEvent_t e;
+    REQUIRE(cudaEventCreateWithFlags(&e, kCudaEventDisableTiming) == cudaSuccess, "event");
+    REQUIRE(cudaEventRecord(e, s) == cudaSuccess, "record");
+    if (r == 0) {
+      auto cpu_s = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+      };
+      const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = cpu_s();
+      REQUIRE(accelSimEventWait(e, 50 * 1000) == 0, "the event passed while rank 1 had not posted");
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double used = cpu_s() - c0;
+      REQUIRE(waited >= 0.045, "the wait returned after %.3f s, not its 0.05 s", waited);
+      REQUIRE(used < 0.5 * waited, "the wait used %.3f s of CPU in %.3f s: it polls", used, waited);
+      REQUIRE(cudaEventQuery(e) == cudaErrorNotReady, "query");
+    }
+    REQUIRE(accelSimEventWait(e, 30u * 1000 * 1000) == 1, "the event did not pass");
+    REQUIRE(cudaEventQuery(e) == cudaSuccess, "query after");
+    for (float v : x) REQUIRE(v == 3.f, "all_reduce gave %g", static_cast<double>(v));
+    REQUIRE(accelSimEventWait(e, 0) == 1, "a passed event");
+    REQUIRE(accelSimEventWait(nullptr, 0) == 0, "no event");
+    cudaEvent_t host;
+    REQUIRE(cudaEventCreateWithFlags(&host, kCudaEventDisableTiming) == cudaSuccess, "event");
+    REQUIRE(cudaEventRecord(host, nullptr) == cudaSuccess, "record on the host");
+    REQUIRE(accelSimEventWait(host, 0) == 1, "an event of the host's stream has passed");
+    cudaEventDestroy(host);
+    cudaEventDestroy(e);
   }));
 }
 
