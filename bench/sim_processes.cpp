@@ -33,6 +33,9 @@
 //
 //   bench_sim_processes [--quick] [--procs 2,4,8] [--mib 1,4,16,64,256] [--reps K]
 //                       [--no-gloo] [--no-overhead] [--host-buffers]
+// Without --reps: 9 repetitions (Gloo 5) from 16 MiB, 60 (Gloo 15) below, where one lasts
+// tens to hundreds of microseconds and the processes' wake-ups scatter it: the median of 9
+// moved by 2x from run to run.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -108,7 +111,8 @@ struct Buffer {
 
 // A worker: joins its world over `backend`, then for each size runs warm-up + reps
 // all-reduces, checks every element, and (rank 0) writes "bytes median_s" lines to `out`.
-int worker(const std::string& backend, const std::vector<int>& mib, int reps, const std::string& out, bool host_buffers) {
+int worker(const std::string& backend, const std::vector<int>& mib, int reps, int small_reps, const std::string& out,
+           bool host_buffers) {
   try {
     auto c = world::join_world(backend, std::chrono::seconds(120), false);
     const int rank = c->rank(), n = c->size();
@@ -119,7 +123,8 @@ int worker(const std::string& backend, const std::vector<int>& mib, int reps, co
       Buffer storage(count, backend == "sim" && !host_buffers);
       float* buf = storage.data();
       std::vector<double> times;
-      for (int r = 0; r <= reps; ++r) {
+      const int k = m < 16 ? std::max(reps, small_reps) : reps;
+      for (int r = 0; r <= k; ++r) {
         for (size_t i = 0; i < count; ++i) buf[i] = static_cast<float>(rank + 1) + static_cast<float>(i % 8) / 4.f;
         c->barrier();
         const double t0 = mono_s();
@@ -147,7 +152,7 @@ int worker(const std::string& backend, const std::vector<int>& mib, int reps, co
 
 // Launches n workers of `backend`; the medians by size (empty on failure, with `error`).
 std::vector<std::pair<size_t, double>> launch(const std::string& backend, int n, const std::vector<int>& mib, int reps,
-                                              bool host_buffers, std::string& error) {
+                                              int small_reps, bool host_buffers, std::string& error) {
   const std::string dir = make_temp_dir("accel-bench-simproc");
   const std::string out = dir + "/times.txt";
   const int port = free_port();
@@ -156,7 +161,7 @@ std::vector<std::pair<size_t, double>> launch(const std::string& backend, int n,
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> args = {self_exe(), "--worker", backend, "--mib", sizes, "--reps", std::to_string(reps),
-                                     "--out", out};
+                                     "--small-reps", std::to_string(small_reps), "--out", out};
     if (host_buffers) args.push_back("--host-buffers");
     pids.push_back(spawn(args, -1, -1,
                          {"RANK=" + std::to_string(r), "WORLD_SIZE=" + std::to_string(n),
@@ -205,7 +210,7 @@ std::string accuracy_of(const std::string& log) {
 int main(int argc, char** argv) {
   bool quick = false, gloo = true, overhead = true, host_buffers = false;
   std::string procs = "2,4,8", mib = "1,4,16,64,256", backend, out;
-  int reps = 0;
+  int reps = 0, small_reps = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -216,11 +221,12 @@ int main(int argc, char** argv) {
     else if (a == "--procs") procs = next();
     else if (a == "--mib") mib = next();
     else if (a == "--reps") reps = std::atoi(next().c_str());
+    else if (a == "--small-reps") small_reps = std::atoi(next().c_str());  // (the workers')
     else if (a == "--worker") backend = next();
     else if (a == "--out") out = next();
     else std::fprintf(stderr, "bench_sim_processes: ignoring unknown option %s\n", a.c_str());
   }
-  if (!backend.empty()) return worker(backend, parse_list(mib), std::max(1, reps), out, host_buffers);
+  if (!backend.empty()) return worker(backend, parse_list(mib), std::max(1, reps), small_reps, out, host_buffers);
   if (quick) {
     if (procs == "2,4,8") procs = "2,4";
     if (mib == "1,4,16,64,256") mib = "1,16";
@@ -230,9 +236,10 @@ int main(int argc, char** argv) {
   for (int n : parse_list(procs)) {
     const std::vector<int> sizes = parse_list(mib);
     std::string err_sim, err_gloo;
-    auto sim = launch("sim", n, sizes, reps > 0 ? reps : (quick ? 5 : 9), host_buffers, err_sim);
+    auto sim = launch("sim", n, sizes, reps > 0 ? reps : (quick ? 5 : 9), reps > 0 ? 0 : (quick ? 20 : 60), host_buffers,
+                      err_sim);
     std::vector<std::pair<size_t, double>> g;
-    if (have_gloo) g = launch("gloo", n, sizes, reps > 0 ? reps : (quick ? 3 : 5), true, err_gloo);
+    if (have_gloo) g = launch("gloo", n, sizes, reps > 0 ? reps : (quick ? 3 : 5), reps > 0 ? 0 : (quick ? 5 : 15), true, err_gloo);
     for (size_t k = 0; k < sizes.size(); ++k) {
       const size_t bytes = static_cast<size_t>(sizes[k]) * kMiB;
       const double sim_s = k < sim.size() ? sim[k].second : NAN;
