@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -517,7 +518,15 @@ TEST(SimNccl, AnAbortedPeerFailsTheOthers) {
 TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
   expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
     std::vector<float> x(1000, static_cast<float>(r + 1));
-    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    // rank 1 posts once rank 0's timed wait is over (a file rank 0 makes then), however late
+    // either one was scheduled
+    const std::string said = "/tmp/accel-test-event-wait-" + std::to_string(getppid());
+    if (r == 1) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (access(said.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      unlink(said.c_str());
+    }
     REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
     cudaEvent_t e;
     REQUIRE(cudaEventCreateWithFlags(&e, kCudaEventDisableTiming) == cudaSuccess, "event");
@@ -536,6 +545,9 @@ TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
       REQUIRE(waited >= 0.045, "the wait returned after %.3f s, not its 0.05 s", waited);
       REQUIRE(used < 0.5 * waited, "the wait used %.3f s of CPU in %.3f s: it polls", used, waited);
       REQUIRE(cudaEventQuery(e) == cudaErrorNotReady, "query");
+      std::FILE* f = std::fopen(said.c_str(), "w");
+      REQUIRE(f != nullptr, "cannot make %s", said.c_str());
+      std::fclose(f);
     }
     REQUIRE(accelSimEventWait(e, 30u * 1000 * 1000) == 1, "the event did not pass");
     REQUIRE(cudaEventQuery(e) == cudaSuccess, "query after");
