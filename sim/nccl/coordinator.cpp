@@ -248,6 +248,7 @@ ncclResult_t make_unique_id(ncclUniqueId* id) {
 namespace {
 
 void at_exit();
+pid_t g_exit_owner = 0;  // the process that registered at_exit
 
 // Maps every peer's arena here (each has published it before its `direct` flag), opening the
 // descriptor of its owner through /proc/<pid>/fd: the same user's processes may, where
@@ -320,6 +321,7 @@ void init_comm(ncclComm* c, std::string coord_name) {
              (p.capacity ? text::format_bytes(p.capacity) : std::string("unlimited"));
     if (!p.exit_hook) {
       p.exit_hook = true;
+      g_exit_owner = ::getpid();
       std::atexit(at_exit);
     }
   }
@@ -443,6 +445,11 @@ namespace {
 // At exit: say goodbye (the others then know this rank exited rather than died), write the
 // report, and keep the coordinator up until every other rank has gone.
 void at_exit() {
+  // A child the rank's process forked (a data loader's worker, a helper) that calls exit()
+  // runs this hook too: it must not say goodbye on the rank's connection, which it shares,
+  // nor shut it down, nor rewrite the rank's report (its locks may be held by threads the
+  // fork did not copy). Only the process that registered it speaks for the rank.
+  if (::getpid() != g_exit_owner) return;
   std::vector<ncclComm*> comms;
   {
     std::lock_guard<std::mutex> lk(g_comms_mu);

@@ -563,6 +563,29 @@ TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
   }));
 }
 
+// A child forked by a rank's process (a data loader's worker) that ends with exit(), running
+// the process's exit hooks, leaves the rank alone: the world goes on, and rank 0's process
+// hosts the coordinator (its child used to say goodbye and shut the shared connection down).
+TEST(SimNccl, AForkedChildThatExitsLeavesItsRankAlone) {
+  expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
+    std::vector<float> x(1000, static_cast<float>(r + 1));
+    REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
+    REQUIRE(sync(c, s) == ncclSuccess, "first: %s", ncclGetLastError(c));
+    std::fflush(nullptr);
+    const pid_t kid = fork();
+    if (kid == 0) std::exit(0);  // atexit handlers run here, in the child
+    int st = 0;
+    REQUIRE(waitpid(kid, &st, 0) == kid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's exit");
+    for (int k = 0; k < 3; ++k) {
+      std::fill(x.begin(), x.end(), static_cast<float>(r + 1));
+      REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
+      const ncclResult_t res = sync(c, s, 20);
+      REQUIRE(res == ncclSuccess, "after the child's exit: %s (%s)", ncclGetErrorString(res), ncclGetLastError(c));
+      for (float v : x) REQUIRE(v == 3.f, "all_reduce gave %g", static_cast<double>(v));
+    }
+  }));
+}
+
 // Different collectives at the same call number fail on every rank, naming both calls.
 TEST(SimNccl, MismatchedCallsFailEveryRankNamingThem) {
   expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
