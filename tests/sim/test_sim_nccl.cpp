@@ -574,8 +574,10 @@ TEST(SimNccl, AForkedChildThatExitsLeavesItsRankAlone) {
     std::fflush(nullptr);
     const pid_t kid = fork();
     if (kid == 0) std::exit(0);  // atexit handlers run here, in the child
+    // (its exit status is not the point: under LeakSanitizer the child reports the threads'
+    // memory it never had, and fails, after the process's own exit hooks have run)
     int st = 0;
-    REQUIRE(waitpid(kid, &st, 0) == kid && WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child's exit");
+    REQUIRE(waitpid(kid, &st, 0) == kid, "the child's exit");
     for (int k = 0; k < 3; ++k) {
       std::fill(x.begin(), x.end(), static_cast<float>(r + 1));
       REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
