@@ -248,7 +248,6 @@ ncclResult_t make_unique_id(ncclUniqueId* id) {
 namespace {
 
 void at_exit();
-pid_t g_exit_owner = 0;  // the process that registered at_exit
 
 // Maps every peer's arena here (each has published it before its `direct` flag), opening the
 // descriptor of its owner through /proc/<pid>/fd: the same user's processes may, where
@@ -319,9 +318,8 @@ void init_comm(ncclComm* c, std::string coord_name) {
       if (f.rank == c->rank && f.kind == sim::Fault::Kind::Delay) p.delay += f.seconds;
     config = " topology " + p.topology_name + ", device memory " +
              (p.capacity ? text::format_bytes(p.capacity) : std::string("unlimited"));
-    if (!p.exit_hook) {
-      p.exit_hook = true;
-      g_exit_owner = ::getpid();
+    if (p.exit_owner == 0) {
+      p.exit_owner = ::getpid();
       std::atexit(at_exit);
     }
   }
@@ -449,7 +447,7 @@ void at_exit() {
   // runs this hook too: it must not say goodbye on the rank's connection, which it shares,
   // nor shut it down, nor rewrite the rank's report (its locks may be held by threads the
   // fork did not copy). Only the process that registered it speaks for the rank.
-  if (::getpid() != g_exit_owner) return;
+  if (::getpid() != proc().exit_owner) return;
   std::vector<ncclComm*> comms;
   {
     std::lock_guard<std::mutex> lk(g_comms_mu);

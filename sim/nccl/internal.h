@@ -45,6 +45,7 @@
 #pragma once
 
 #include <linux/futex.h>
+#include <sys/types.h>
 
 #include <algorithm>
 #include <atomic>
@@ -174,7 +175,7 @@ struct Process {
   std::vector<sim::Fault> faults;
   double delay = 0.0;
   std::string status = "ok", error;
-  bool exit_hook = false;
+  pid_t exit_owner = 0;     // the process that registered the exit hook (0: none yet)
   int report_fd = -1;       // rank-R.json, kept open once it exists: rewritten in place
   size_t report_bytes = 0;  // its length (a shorter report is padded to it)
 
