@@ -614,6 +614,19 @@ ACCEL_NCCL_CLONES void reduce_nccl_bf16(void* dst, const void* const* srcs, int 
   reduce_nccl_typed<NBF16>(dst, srcs, n, begin, end, op, premul, order, index0);
 }
 
+// float and double: memory speed in the cache needs the wider vectors too (a ring's
+// additions one source at a time, the same in every clone: every target compiling this file
+// has -ffp-contract=off, meson.build, so that avg's and premulsum's multiply and add stay two
+// roundings where AVX-512F could fuse them)
+ACCEL_NCCL_CLONES void reduce_nccl_float(void* dst, const void* const* srcs, int n, size_t begin, size_t end, RedOp op,
+                                         double premul, const NcclOrder& order, size_t index0) {
+  reduce_nccl_typed<NFloat<float>>(dst, srcs, n, begin, end, op, premul, order, index0);
+}
+ACCEL_NCCL_CLONES void reduce_nccl_double(void* dst, const void* const* srcs, int n, size_t begin, size_t end, RedOp op,
+                                          double premul, const NcclOrder& order, size_t index0) {
+  reduce_nccl_typed<NFloat<double>>(dst, srcs, n, begin, end, op, premul, order, index0);
+}
+
 }  // namespace
 
 double avg_factor(DataType t, int n) {
@@ -651,8 +664,8 @@ void reduce_nccl(void* dst, const void* const* srcs, int n, size_t begin, size_t
   switch (t) {
     case DataType::Float16: return reduce_nccl_half(dst, srcs, n, begin, end, op, premul, order, index0);
     case DataType::BFloat16: return reduce_nccl_bf16(dst, srcs, n, begin, end, op, premul, order, index0);
-    case DataType::Float32: return reduce_nccl_typed<NFloat<float>>(dst, srcs, n, begin, end, op, premul, order, index0);
-    case DataType::Float64: return reduce_nccl_typed<NFloat<double>>(dst, srcs, n, begin, end, op, premul, order, index0);
+    case DataType::Float32: return reduce_nccl_float(dst, srcs, n, begin, end, op, premul, order, index0);
+    case DataType::Float64: return reduce_nccl_double(dst, srcs, n, begin, end, op, premul, order, index0);
     default:
       // integers: wrapping sums and products, min and max and avg's truncating division do
       // not depend on the order, and match FuncSumPostDiv

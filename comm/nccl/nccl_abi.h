@@ -108,5 +108,6 @@ constexpr unsigned int kCudaEventDisableTiming = 0x02;  // cudaEventDisableTimin
 //          passes it instead of polling (simulated processes share few cores)
 //   size_t accelSimDataPaths(ncclComm_t, unsigned long long* counts, size_t len)  how the
 //          collectives moved their data (through the arenas, cross-memory attach, the segment),
-//          the attach system calls and the arena's resident bytes (sim/nccl/extensions.cpp);
+//          the attach system calls, the arena's resident bytes, and the shared collectives'
+//          tickets this rank did and in all (sim/nccl/extensions.cpp);
 //          for tests and diagnostics, not in the backend's table

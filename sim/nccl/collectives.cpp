@@ -57,14 +57,14 @@ bool barrier(ncclComm* c, std::string& why) {
 }
 
 // The fingerprint: what every rank must agree on for one collective number.
-bool same_call(const RankBlock& a, const RankBlock& b) {
+bool same_call(const RankBlock::Posted& a, const RankBlock::Posted& b) {
   if (a.kind != b.kind || a.count != b.count || a.dtype != b.dtype || a.seq != b.seq) return false;
   if ((a.kind == kAllReduce || a.kind == kReduceScatter || a.kind == kReduce) && a.op != b.op) return false;
   if ((a.kind == kBroadcast || a.kind == kReduce) && a.root != b.root) return false;
   return true;
 }
 
-std::string describe_block(const RankBlock& b) {
+std::string describe_block(const RankBlock::Posted& b) {
   Call c;
   c.kind = b.kind;
   c.count = b.count;
@@ -159,7 +159,7 @@ namespace {
 // written with memcpy; another is copied by cross-memory attach. Reductions combine the ranks
 // in NCCL's order for `algo` with the in-process simulator's kernels (comm::reduce_nccl), so
 // the results are the same bits.
-bool run_direct(ncclComm* c, const Call& call, const comm::NcclOrder& algo, std::string& why) {
+bool run_direct(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint64_t k, std::string& why) {
   const int n = c->n, me = c->rank;
   const comm::DataType t = dtype_of(call.dtype);
   const size_t es = comm::dtype_size(t);
@@ -170,8 +170,8 @@ bool run_direct(ncclComm* c, const Call& call, const comm::NcclOrder& algo, std:
   std::vector<const void*> srcs(static_cast<size_t>(n));
   std::vector<char> out;
   // rank q's buffers
-  auto send_of = [&](int q) { return c->blocks[q].send_addr; };
-  auto recv_of = [&](int q) { return c->blocks[q].recv_addr; };
+  auto send_of = [&](int q) { return c->blocks[q].posted[k % 2].send_addr; };
+  auto recv_of = [&](int q) { return c->blocks[q].posted[k % 2].recv_addr; };
   // reduces elements [lo, hi) of the buffers whose element 0 is at base(q), chunk by chunk,
   // and hands each reduced chunk to emit(offset, data, elements)
   // (in NCCL's order for the algorithm: an all-reduce's chunks, else `owner`'s chain)
@@ -234,6 +234,69 @@ bool run_direct(ncclComm* c, const Call& call, const comm::NcclOrder& algo, std:
   return barrier(c, why);
 }
 
+// An all-reduce or a reduce whose buffers are all in the arenas (every rank's input and
+// output), done by whichever ranks' stream threads are running, once every rank has posted
+// its buffers and passed the first barrier: the work is cut into tickets (a chunk of elements
+// of every rank's buffers), each rank takes the next ticket until none is left, and the
+// collective ends on every rank when all tickets are done, without another barrier. With more
+// ranks than cores, a rank that is not scheduled holds nobody up once it has arrived, where a
+// share per rank (run_direct) waits for every rank to be scheduled again to do its share and
+// reach the last barrier. A ticket's result depends only on its elements (comm::reduce_nccl in
+// NCCL's order for `algo`, from the element's index): the same bits whoever does it. The
+// tickets are numbered over the communicator's life in the segment's header (taken, done);
+// every rank runs the same collectives, so each knows where this one's tickets start.
+bool run_shared(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint64_t phase, std::string& why) {
+  const int n = c->n;
+  const comm::DataType t = dtype_of(call.dtype);
+  const size_t es = comm::dtype_size(t);
+  const size_t total = call.count;
+  constexpr size_t kChunk = 128 << 10;  // bytes per rank per ticket: the ranks' inputs stay in cache
+  const size_t per = std::max<size_t>(1, kChunk / es);
+  const uint64_t items = (total + per - 1) / per;
+  const uint64_t first = c->tickets, end = first + items;
+  c->tickets = end;
+  c->tickets_total.store(end, std::memory_order_relaxed);
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  comm::NcclOrder order = algo;
+  order.count = total;
+  order.owner = call.kind == kReduce ? call.root : -1;
+  auto at = [&](int q, uint64_t addr, size_t bytes) { return reach(c, q, addr, bytes); };
+  auto send_of = [&](int q) { return c->blocks[q].posted[phase % 2].send_addr; };
+  auto recv_of = [&](int q) { return c->blocks[q].posted[phase % 2].recv_addr; };
+  // (every rank posted that its buffers lie in its arena and that it maps every peer's whole
+  // arena: each buffer is reachable from here)
+  for (int q = 0; q < n; ++q) {
+    const bool out = call.kind == kAllReduce || q == call.root;
+    if (!at(q, send_of(q), total * es) || (out && !at(q, recv_of(q), total * es))) {
+      why = "rank " + std::to_string(q) + "'s buffers are not in the arena it mapped here";
+      return false;
+    }
+  }
+  for (;;) {
+    uint64_t k = c->hdr->taken.load();
+    while (k < end && !c->hdr->taken.compare_exchange_weak(k, k + 1)) {
+    }
+    if (k >= end) break;
+    const size_t off = static_cast<size_t>(k - first) * per, len = std::min(per, total - off), bytes = len * es;
+    for (int q = 0; q < n; ++q) srcs[q] = at(q, send_of(q) + off * es, bytes);
+    if (call.kind == kAllReduce) {
+      // reduced into one rank's output, then copied to the others' (in place, the chunk's
+      // inputs are read before its output is written: comm::reduce_nccl works block by block)
+      const int lead = c->rank;
+      char* out = at(lead, recv_of(lead) + off * es, bytes);
+      comm::reduce_nccl(out, srcs.data(), n, 0, len, t, call.op, call.premul, order, off);
+      for (int q = 0; q < n; ++q)
+        if (q != lead) std::memcpy(at(q, recv_of(q) + off * es, bytes), out, bytes);
+    } else {  // kReduce
+      char* out = at(call.root, recv_of(call.root) + off * es, bytes);
+      comm::reduce_nccl(out, srcs.data(), n, 0, len, t, call.op, call.premul, order, off);
+    }
+    c->tickets_done.fetch_add(1, std::memory_order_relaxed);
+    if (c->hdr->done.fetch_add(1) + 1 == end) c->ring();
+  }
+  return wait_until(c, [&] { return c->hdr->done.load() >= end; }, everyone(n), why);
+}
+
 // Whether every buffer of `call` that the other ranks touch by direct access lies in this
 // rank's arena (and this rank reaches every peer's arena): the inputs they read, the output
 // they write (all-reduce, and reduce's root); not the buffers a rank only touches itself.
@@ -253,7 +316,8 @@ bool in_arena(ncclComm* c, const Call& call) {
 }
 
 // One collective on the stream. It moves its data by direct access when every rank's buffers
-// are in the arenas (memcpy at memory speed, whatever the size), or when cross-memory attach
+// are in the arenas (memcpy at memory speed, whatever the size; an all-reduce or a reduce
+// there by shared tickets, run_shared), or when cross-memory attach
 // is allowed and the collective is large enough for its system calls to pay; else through
 // the segment's slots, chunk by chunk. The ranks decide alike: from what each published before
 // the first barrier (its buffers, whether they are in its arena) and from the call, which they
@@ -271,7 +335,9 @@ bool run_collective(ncclComm* c, const Call& call) {
     std::lock_guard<std::mutex> lk(p.mu);
     ready = p.comm_t + p.delay;
   }
-  RankBlock& b = c->me();
+  const uint64_t k = c->phase + 1;  // the first barrier's phase
+  RankBlock::Posted& b = c->me().posted[k % 2];
+  auto posted = [&](int q) -> const RankBlock::Posted& { return c->blocks[q].posted[k % 2]; };
   b.seq = call.seq;
   b.count = call.count;
   b.kind = call.kind;
@@ -334,21 +400,24 @@ bool run_collective(ncclComm* c, const Call& call) {
   if (stage_early) stage(0);
   if (!barrier(c, why)) return fail_call(c, ncclRemoteError, call, why), false;
   for (int q = 0; q < n; ++q)
-    if (!same_call(c->blocks[q], c->blocks[0])) {
+    if (!same_call(posted(q), posted(0))) {
       std::ostringstream os;
       os << "mismatched collectives: ";
-      for (int r = 0; r < n; ++r) os << (r ? "; " : "") << "rank " << r << " called " << describe_block(c->blocks[r]);
+      for (int r = 0; r < n; ++r) os << (r ? "; " : "") << "rank " << r << " called " << describe_block(posted(r));
       // every rank sees the same blocks and fails with the same message
       return fail_call(c, ncclInvalidUsage, call, os.str()), false;
     }
   bool all_arena = true, any_arena = false;
   for (int q = 0; q < n; ++q) {
-    start = std::max(start, c->blocks[q].ready);
-    all_arena = all_arena && c->blocks[q].arena == 1;
-    any_arena = any_arena || c->blocks[q].arena == 1;
+    start = std::max(start, posted(q).ready);
+    all_arena = all_arena && posted(q).arena == 1;
+    any_arena = any_arena || posted(q).arena == 1;
   }
-  if (all_arena || attach) {
-    if (!run_direct(c, call, order, why)) return fail_call(c, ncclRemoteError, call, why), false;
+  if (all_arena && (call.kind == kAllReduce || call.kind == kReduce)) {
+    if (!run_shared(c, call, order, k, why)) return fail_call(c, ncclRemoteError, call, why), false;
+    c->by_arena.fetch_add(1, std::memory_order_relaxed);
+  } else if (all_arena || attach) {
+    if (!run_direct(c, call, order, k, why)) return fail_call(c, ncclRemoteError, call, why), false;
     (all_arena ? c->by_arena : c->by_attach).fetch_add(1, std::memory_order_relaxed);
   } else {
     if (any_arena) {  // the ranks that did not stage their first chunk do it now

@@ -109,12 +109,17 @@ struct alignas(64) RankBlock {
   std::atomic<uint64_t> phase;  // barrier phases this rank has reached
   std::atomic<uint32_t> state;  // 0 alive, 1 exited, 2 died, 3 aborted
   uint32_t pid;
-  // the collective this rank is in (read by the others between its two first barriers)
-  uint64_t seq, count;
-  int32_t kind, dtype, op, root;
-  double ready;  // its virtual time when the collective could start on this rank
-  uint64_t send_addr, recv_addr;  // its buffers in its own address space (direct access)
-  uint32_t arena;                 // 1: the buffers the others touch are in its arena, and it reaches theirs
+  // The collective this rank is in, posted before the collective's first barrier (phase k)
+  // in posted[k % 2] and read by the others after it: a rank may post its next collective
+  // (phase k + 1) while a slower one still reads this, never the one after (phase k + 2
+  // needs every rank past k + 1).
+  struct Posted {
+    uint64_t seq, count;
+    int32_t kind, dtype, op, root;
+    double ready;  // its virtual time when the collective could start on this rank
+    uint64_t send_addr, recv_addr;  // its buffers in its own address space (direct access)
+    uint32_t arena;                 // 1: the buffers the others touch are in its arena, and it reaches theirs
+  } posted[2];
   int32_t arena_fd;               // its arena (cuda.cpp), a descriptor the others open through /proc
   uint64_t arena_base, arena_bytes;  // where the arena lies in its address space
   uint64_t probe_addr;            // a word the others read at init to test direct access
@@ -135,6 +140,10 @@ struct Header {
   int32_t n;
   uint64_t slot_bytes, box_bytes;
   alignas(64) std::atomic<uint32_t> bell;  // rung at every change anybody waits for
+  // A collective's work shared by the ranks (run_shared): tickets taken and done, counted
+  // over the communicator's life (each such collective's tickets follow the last one's).
+  alignas(64) std::atomic<uint64_t> taken;
+  alignas(64) std::atomic<uint64_t> done;
 };
 
 struct Layout {
@@ -289,6 +298,7 @@ struct accel::nccl_abi::ncclComm {
   char* box_data = nullptr;
   uint64_t slot_bytes = 0, box_bytes = 0;
   uint64_t phase = 0;     // the barrier phases this rank has passed (the stream's)
+  uint64_t tickets = 0;   // the shared work's tickets of the collectives before (run_shared)
   bool direct = false;    // collectives may read and write the peers' buffers (process_vm_readv/writev)
   uint64_t direct_from = 16ull << 20;  // ... those of this many bytes per rank and more
   // The peers' arenas mapped here (null: not reachable, and this rank's own), at the address
@@ -300,6 +310,9 @@ struct accel::nccl_abi::ncclComm {
   // by direct access with cross-memory attach for some peer, staged through the segment;
   // and the cross-memory-attach system calls made.
   std::atomic<uint64_t> by_arena{0}, by_attach{0}, by_staging{0}, attach_calls{0};
+  // The shared collectives' tickets (run_shared): done by this rank, and in all (the stream's
+  // count of where the next one's start, as `tickets`, readable from the host).
+  std::atomic<uint64_t> tickets_done{0}, tickets_total{0};
   uint64_t coll_seq = 0;  // collectives posted (host side)
   std::map<int, uint64_t> send_seq, recv_seq;
   std::map<int, std::pair<double, ncclDataType_t>> premul_ops;  // PreMulSum operators

@@ -282,12 +282,13 @@ void collectives(int r, ncclComm_t c, cudaStream_t s, int n) {
 
 // How the communicator's collectives moved their data (accelSimDataPaths).
 struct Paths {
-  unsigned long long arena = 0, attach = 0, staged = 0, attach_calls = 0, resident = 0;
+  unsigned long long arena = 0, attach = 0, staged = 0, attach_calls = 0, resident = 0, tickets_mine = 0,
+                     tickets = 0;
 };
 Paths paths(ncclComm_t c) {
-  unsigned long long v[5] = {};
-  REQUIRE(accelSimDataPaths(c, v, 5) == 5, "accelSimDataPaths");
-  return Paths{v[0], v[1], v[2], v[3], v[4]};
+  unsigned long long v[7] = {};
+  REQUIRE(accelSimDataPaths(c, v, 7) == 7, "accelSimDataPaths");
+  return Paths{v[0], v[1], v[2], v[3], v[4], v[5], v[6]};
 }
 
 // `count` elements of T from the simulated cudaMalloc (the arena), freed with the object.
@@ -381,6 +382,82 @@ TEST(SimNccl, CollectivesOnCudaMallocMemoryGoThroughTheArenas) {
         },
         {direct}));
   }
+}
+
+// An all-reduce or a reduce on cudaMalloc's memory is done by whichever ranks run (shared
+// tickets, 128 KiB of every rank's buffers each): 4 processes on this machine's cores, fp16
+// and bf16 sums and averages and fp16 reduces, in and out of place, over counts that cross
+// the tickets and the ring's chunks unevenly, give on every rank the bits of NCCL's ring
+// order (the in-process simulator's kernel), and every ticket is done exactly once.
+TEST(SimNccl, TheRanksShareTheWorkOfAnAllReduceInTheArenas) {
+  constexpr int kRanks = 4;
+  expect_all_ok(run(kRanks, [](int r, ncclComm_t c, cudaStream_t s) {
+    const int n = kRanks;
+    auto value = [](int q, size_t i) {  // every rank can compute every rank's input
+      const uint32_t h = static_cast<uint32_t>(i * 2654435761u) ^ static_cast<uint32_t>(q * 40503u + 29u);
+      return (static_cast<float>(h % 20011u) / 20011.f - 0.5f) * static_cast<float>(1u << (h % 7u));
+    };
+    unsigned long long want_tickets = 0, calls = 0;
+    const size_t per = (128 << 10) / 2;  // elements of a ticket (16-bit types)
+    for (const bool f16 : {true, false}) {
+      const accel::comm::DataType t = f16 ? accel::comm::DataType::Float16 : accel::comm::DataType::BFloat16;
+      const ncclDataType_t nt = f16 ? ncclFloat16 : ncclBfloat16;
+      auto to16 = [&](float v) { return f16 ? accel::comm::float_to_half(v) : accel::comm::float_to_bf16(v); };
+      for (const size_t count : {size_t(777), per * 5 + 12345}) {
+        std::vector<std::vector<uint16_t>> in(n, std::vector<uint16_t>(count));
+        std::vector<const void*> srcs;
+        for (int q = 0; q < n; ++q) {
+          for (size_t i = 0; i < count; ++i) in[q][i] = to16(value(q, i));
+          srcs.push_back(in[q].data());
+        }
+        for (const bool avg : {false, true}) {
+          for (const bool in_place : {false, true}) {
+            accel::comm::NcclOrder ring;
+            ring.count = count;
+            std::vector<uint16_t> want(count);
+            const accel::comm::RedOp op = avg ? accel::comm::RedOp::Avg : accel::comm::RedOp::Sum;
+            accel::comm::reduce_nccl(want.data(), srcs.data(), n, 0, count, t, op, 0.0, ring);
+            Device<uint16_t> x(count), y(count, 0xffff);
+            std::copy(in[r].begin(), in[r].end(), x.p);
+            uint16_t* out = in_place ? x.p : y.p;
+            REQUIRE(ncclAllReduce(x.p, out, count, nt, avg ? ncclAvg : ncclSum, c, s) == ncclSuccess, "all_reduce");
+            REQUIRE(sync(c, s) == ncclSuccess, "all_reduce: %s", ncclGetLastError(c));
+            for (size_t i = 0; i < count; ++i)
+              REQUIRE(out[i] == want[i], "%s %s of %zu (%s)[%zu] = %04x, NCCL's ring gives %04x",
+                      accel::comm::dtype_name(t), avg ? "avg" : "sum", count, in_place ? "in place" : "out of place",
+                      i, out[i], want[i]);
+            want_tickets += (count + per - 1) / per;
+            ++calls;
+          }
+        }
+        if (!f16) continue;
+        // reduce to rank 2: the chain that ends at the root
+        accel::comm::NcclOrder chain;
+        chain.count = count;
+        chain.owner = 2;
+        std::vector<uint16_t> want(count);
+        accel::comm::reduce_nccl(want.data(), srcs.data(), n, 0, count, t, accel::comm::RedOp::Sum, 0.0, chain);
+        Device<uint16_t> x(count), y(count, 0xffff);
+        std::copy(in[r].begin(), in[r].end(), x.p);
+        REQUIRE(ncclReduce(x.p, y.p, count, nt, ncclSum, 2, c, s) == ncclSuccess, "reduce");
+        REQUIRE(sync(c, s) == ncclSuccess, "reduce: %s", ncclGetLastError(c));
+        for (size_t i = 0; i < count && r == 2; ++i)
+          REQUIRE(y[i] == want[i], "fp16 reduce of %zu [%zu] = %04x, NCCL's chain gives %04x", count, i, y[i], want[i]);
+        want_tickets += (count + per - 1) / per;
+        ++calls;
+      }
+    }
+    const Paths p = paths(c);
+    REQUIRE(p.arena == calls && p.staged == 0 && p.attach == 0, "%llu collectives: %llu through the arenas, %llu staged",
+            calls, p.arena, p.staged);
+    REQUIRE(p.tickets == want_tickets, "%llu tickets in all, %llu expected", p.tickets, want_tickets);
+    // each ticket done once: the ranks' counts add up (summed through host memory: staged)
+    unsigned long long mine = p.tickets_mine, sum = 0;
+    REQUIRE(ncclAllReduce(&mine, &sum, 1, ncclUint64, ncclSum, c, s) == ncclSuccess, "sum of tickets");
+    REQUIRE(sync(c, s) == ncclSuccess, "sum of tickets: %s", ncclGetLastError(c));
+    REQUIRE(sum == want_tickets, "the ranks did %llu tickets, of %llu", sum, want_tickets);
+    REQUIRE(paths(c).tickets == want_tickets, "a staged all-reduce took tickets");
+  }));
 }
 
 // Host memory (outside the arena) still moves, alone or beside ranks whose buffers are in the
