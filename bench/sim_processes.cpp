@@ -31,7 +31,9 @@
 //    as 4 simulated processes through `accel launch --backend sim -n 4` against 4 ranks of
 //    the in-process simulator (train_digits --ranks 4): wall seconds, medians of 3 runs;
 //    ratio = processes_s / in_process_s (lower is better), and whether both reached the
-//    same accuracy (they are bit-identical).
+//    same accuracy (they are bit-identical). The same with `accel launch --warm-start` (the
+//    4 processes forked from one start of the program after its libraries loaded):
+//    warm_processes_s, ratio_warm_start, accuracy_warm_start.
 //
 //   bench_sim_processes [--quick] [--procs 2,4,8] [--mib 1,4,16,64,256] [--reps K]
 //                       [--no-gloo] [--no-overhead] [--host-buffers]
@@ -267,23 +269,28 @@ int main(int argc, char** argv) {
   }
   if (overhead) {
     const std::string dir = make_temp_dir("accel-bench-simproc");
-    std::vector<double> procs_s, inproc_s;
-    std::string acc_p, acc_i;
+    std::vector<double> procs_s, inproc_s, warm_s;
+    std::string acc_p, acc_i, acc_w;
     for (int i = 0; i < 3; ++i) {
       procs_s.push_back(timed_run(std::string(ACCEL_TOOL_PATH) + " launch --backend sim -n 4 " + TRAIN_DIGITS_PATH,
                                   dir + "/p.txt"));
       acc_p = accuracy_of(dir + "/p.txt");
+      warm_s.push_back(timed_run(std::string(ACCEL_TOOL_PATH) + " launch --warm-start --backend sim -n 4 " +
+                                 TRAIN_DIGITS_PATH, dir + "/w.txt"));
+      acc_w = accuracy_of(dir + "/w.txt");
       inproc_s.push_back(timed_run(std::string("OMP_NUM_THREADS=1 ") + TRAIN_DIGITS_PATH + " --ranks 4", dir + "/i.txt"));
       acc_i = accuracy_of(dir + "/i.txt");
     }
     remove_dir(dir);
-    const double p = median(procs_s), q = median(inproc_s);
-    if (!std::isfinite(p) || !std::isfinite(q)) ++failures;
+    const double p = median(procs_s), q = median(inproc_s), w = median(warm_s);
+    if (!std::isfinite(p) || !std::isfinite(q) || !std::isfinite(w)) ++failures;
     std::printf(
         "{\"bench\":\"sim_processes_overhead\",\"job\":\"train_digits (defaults)\",\"procs\":4,\"processes_s\":%s,"
-        "\"in_process_s\":%s,\"ratio\":%s,\"accuracy_processes\":%s,\"accuracy_in_process\":%s,\"same_accuracy\":%s}\n",
+        "\"in_process_s\":%s,\"ratio\":%s,\"accuracy_processes\":%s,\"accuracy_in_process\":%s,\"same_accuracy\":%s,"
+        "\"warm_processes_s\":%s,\"ratio_warm_start\":%s,\"accuracy_warm_start\":%s}\n",
         json_num(p, "%.3f").c_str(), json_num(q, "%.3f").c_str(), json_num(p / q, "%.2f").c_str(), json_str(acc_p).c_str(),
-        json_str(acc_i).c_str(), acc_p == acc_i && !acc_p.empty() ? "true" : "false");
+        json_str(acc_i).c_str(), acc_p == acc_i && acc_w == acc_i && !acc_p.empty() ? "true" : "false",
+        json_num(w, "%.3f").c_str(), json_num(w / q, "%.2f").c_str(), json_str(acc_w).c_str());
   }
   return failures ? 1 : 0;
 }

@@ -29,6 +29,10 @@ struct Options {
   int max_restarts = 0;
   std::string log_dir;        // empty: no log files
   double grace_period = 5.0;  // seconds between SIGTERM and SIGKILL
+  // the processes forked from one started copy of PROGRAM after its libraries loaded
+  // (libaccel-warm-start.so, docs/launch.md "Warm start"); a program that cannot (not a
+  // dynamically linked executable, setuid, threads before main) starts each process on its own
+  bool warm_start = false;
   // --backend sim only (docs/launch.md, "Simulated GPUs"); empty: not given
   std::string sim_gpu_mem;   // a size (parse_bytes); empty: unlimited
   std::string sim_topology;  // a preset (sim/cost.h); empty: 8xH100

@@ -2,7 +2,7 @@
 # `accel launch` (tools/launch/): the real tool starting real processes (small shell
 # scripts written here) and what they saw, printed and left behind.
 #   check_launch.sh ACCEL_TOOL PORT_HELPER CASE
-# CASE: env, output, failure, restart, orphans, port, signal, usage, progress, report, cli, and for --backend
+# CASE: env, output, failure, restart, orphans, port, signal, usage, progress, report, cli, warm, and for --backend
 # sim: sim_env, sim_usage, sim_report, sim_trace (sim_rank.sh, beside this script, plays the processes);
 # with the examples built: prepare (TRAIN_DIGITS: the real example on simulated GPUs) and examples
 # (EXAMPLES: every example binary, colon-separated).
@@ -903,6 +903,73 @@ EOF
     { fail "no 'failed (exit 1): ... accel_prepare: the processes disagree' row"; show "$tmp/err"; }
   [ "$failures" = 0 ] || show "$tmp/err"
   ok "ranks disagreeing at accel_prepare: 'accel_prepare: the processes disagree' once, the row 'failed (exit 1)' with it"
+}
+
+# --warm-start: the processes forked from one start of the program after its libraries loaded
+# (WARM_HELPER: a program whose library's constructor notes the process it ran in), each with
+# its rank's environment, output and exit status, the launcher's children; a program that
+# cannot be (a thread before main, a script) starts each process on its own; the digits example
+# on simulated GPUs ends with the same accuracy either way.
+case_warm() {
+  [ -n "${WARM_HELPER:-}" ] || { echo "SKIP: no WARM_HELPER"; exit 77; }
+  WARM_HELPER_FAIL_RANK=2 launch -n 3 --master-port "$(free_port)" --warm-start "$WARM_HELPER"
+  [ "$rc" = 1 ] || { fail "exit status $rc, not 1"; show "$tmp/err"; }
+  for i in 0 1 2; do
+    has "$tmp/out" "[$i] rank=$i local=$i lib=elsewhere preload=unset" || { fail "rank $i: no 'lib=elsewhere' line"; show "$tmp/out"; }
+  done
+  contains "$tmp/err" "accel launch: --warm-start: 3 processes forked from one start of $WARM_HELPER after its libraries loaded (" ||
+    { fail "no warm-start line"; show "$tmp/err"; }
+  grep -qE "rank 2 \(pid [0-9]+\): exited with code 3" "$tmp/err" || { fail "rank 2's exit status not reported"; show "$tmp/err"; }
+  ok "3 processes forked from one start: each its RANK and LOCAL_RANK, the library loaded elsewhere (once), rank 2's exit code 3 reported"
+
+  launch -n 2 --master-port "$(free_port)" "$WARM_HELPER"
+  { [ "$rc" = 0 ] && has "$tmp/out" "[1] rank=1 local=1 lib=here preload=unset"; } ||
+    { fail "without --warm-start: not 'lib=here'"; show "$tmp/out"; }
+  LD_PRELOAD=libm.so.6 launch -n 2 --master-port "$(free_port)" --warm-start "$WARM_HELPER"
+  { [ "$rc" = 0 ] && has "$tmp/out" "[1] rank=1 local=1 lib=elsewhere preload=libm.so.6"; } ||
+    { fail "the user's LD_PRELOAD did not reach the processes as it was"; show "$tmp/out"; show "$tmp/err"; }
+  ok "without --warm-start each process loads the library itself; the user's LD_PRELOAD reaches the processes unchanged"
+
+  WARM_HELPER_THREAD=1 launch -n 2 --master-port "$(free_port)" --warm-start "$WARM_HELPER"
+  [ "$rc" = 0 ] || { fail "a thread before main: exit status $rc"; show "$tmp/err"; }
+  contains "$tmp/err" "accel launch: --warm-start: 2 threads were running before main (a fork keeps only one); starting each process on its own" ||
+    { fail "no refusal for the thread"; show "$tmp/err"; }
+  has "$tmp/out" "[1] rank=1 local=1 lib=here preload=unset" || { fail "not started on its own after the refusal"; show "$tmp/out"; }
+  printf '#!/bin/sh\necho "hello from $RANK"\n' >"$tmp/hello.sh"
+  chmod +x "$tmp/hello.sh"
+  launch -n 2 --master-port "$(free_port)" --warm-start "$tmp/hello.sh"
+  { [ "$rc" = 0 ] && has "$tmp/out" "[0] hello from 0" && has "$tmp/out" "[1] hello from 1"; } ||
+    { fail "a script under --warm-start"; show "$tmp/out"; }
+  contains "$tmp/err" "accel launch: --warm-start: $tmp/hello.sh is not an ELF executable (a script?); starting each process on its own" ||
+    { fail "no refusal for the script"; show "$tmp/err"; }
+  ok "a thread before main and a script: refused, said why, each process started on its own"
+
+  # SIGTERM to the launcher reaches the processes forked from the template (its children)
+  local start pid i
+  start=$(now)
+  "$accel" launch -n 2 --master-port "$(free_port)" --warm-start /bin/sh -c \
+    'trap "echo term \$RANK; exit 0" TERM; echo up; while :; do sleep 0.05; done' >"$tmp/out" 2>"$tmp/err" &
+  pid=$!
+  for i in $(seq 100); do [ "$(grep -c up "$tmp/out")" = 2 ] && break; sleep 0.05; done
+  kill -TERM "$pid"
+  wait "$pid"
+  { has "$tmp/out" "[0] term 0" && has "$tmp/out" "[1] term 1"; } || { fail "SIGTERM did not reach both"; show "$tmp/out"; show "$tmp/err"; }
+  less_than "$(seconds_since "$start")" 4 || fail "SIGTERM: the group took $(seconds_since "$start") s to stop"
+  ok "SIGTERM to the launcher: forwarded to the forked processes, which stopped"
+
+  if [ -n "${TRAIN_DIGITS:-}" ]; then
+    local warm cold
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" launch -n 2 --master-port 0 --backend sim --warm-start "$TRAIN_DIGITS" --epochs 2
+    [ "$rc" = 0 ] || { fail "digits, --warm-start: exit status $rc"; show "$tmp/err"; }
+    warm=$(grep -a "^\[0\] accuracy: " "$tmp/out")
+    # started warm, or refused for a sanitizer's runtime in an instrumented build
+    { contains "$tmp/err" "accel launch: --warm-start: 2 processes forked from one start of" ||
+      contains "$tmp/err" "is built with a sanitizer"; } || { fail "digits: neither forked nor refused"; show "$tmp/err"; }
+    ASAN_OPTIONS="${ASAN_OPTIONS:-}:detect_leaks=0" launch -n 2 --master-port 0 --backend sim "$TRAIN_DIGITS" --epochs 2
+    cold=$(grep -a "^\[0\] accuracy: " "$tmp/out")
+    { [ -n "$warm" ] && [ "$warm" = "$cold" ]; } || fail "digits: '$warm' with --warm-start, '$cold' without"
+    ok "the digits example on 2 simulated processes: '$warm' with and without --warm-start"
+  fi
 }
 
 # Every example answers --help with its usage on stdout and exit 0 (and nothing else: no file

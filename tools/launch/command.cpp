@@ -36,6 +36,9 @@ CLI::App* add_command(CLI::App& app, Options& o) {
   sub->add_option("--log-dir", o.log_dir, "also write each rank's output to DIR/rank_<R>.log");
   sub->add_option("--grace-period", o.grace_period, "seconds between SIGTERM and SIGKILL when stopping")
       ->capture_default_str();
+  sub->add_flag("--warm-start", o.warm_start,
+                "start PROGRAM once and fork every process from it after its libraries have loaded (a "
+                "dynamically linked executable; others start as usual): libtorch's start-up once, not once per process");
   sub->add_option("--sim-gpu-mem", o.sim_gpu_mem,
                   "--backend sim: each simulated GPU's memory (80GiB, 16GB, ..., or unlimited); default: the preset's "
                   "GPU (79.15 GiB for 8xH100)")

@@ -200,7 +200,13 @@ class Launcher {
 
   // start.cpp
   std::vector<std::string> base_environment() const;
+  // rank c's environment: the base's and the launcher's variables (rank: RANK, LOCAL_RANK)
+  std::vector<std::string> environment(const std::vector<std::string>& base, const Child* c, int restart_count,
+                                       int port) const;
   void start_group(int restart_count, int port, const SignalScope& signals);
+  // --warm-start: the group forked from one template process; false (nothing started, the
+  // reason said) when the program cannot be, and the group starts as usual
+  bool start_warm(int restart_count, int port, const SignalScope& signals);
 
   // relay.cpp
   bool read_some(Child& c, bool is_err);

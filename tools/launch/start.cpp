@@ -2,16 +2,21 @@
 // (ACCEL_SIM_OUT), the children's environment (torchrun's variables and ACCEL_*), fork and exec.
 #include "tools/launch/internal.h"
 
+#include <elf.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -44,7 +49,240 @@ namespace {
   ::_exit(127);
 }
 
+// --warm-start: libaccel-warm-start.so beside this executable (the build tree) or where it was
+// installed (ACCEL_TOOLS_MODULE_DIR); "" when neither has it.
+std::string warm_start_library() {
+  std::vector<std::string> candidates;
+  char self[4096];
+  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (len > 0) {
+    std::string dir(self, static_cast<size_t>(len));
+    candidates.push_back(dir.substr(0, dir.find_last_of('/') + 1) + "libaccel-warm-start.so");
+  }
+  candidates.push_back(std::string(ACCEL_TOOLS_MODULE_DIR) + "/libaccel-warm-start.so");
+  for (const auto& c : candidates)
+    if (::access(c.c_str(), R_OK) == 0) return c;
+  return "";
+}
+
+// PROGRAM's file as execvp finds it (check_program has checked that it does).
+std::string program_file(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* env_path = std::getenv("PATH");
+  const std::string path = env_path ? env_path : "/bin:/usr/bin";
+  for (size_t begin = 0;;) {
+    const size_t end = path.find(':', begin);
+    const std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    struct stat st;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    if (end == std::string::npos) return program;
+    begin = end + 1;
+  }
+}
+
+// "" when `file` is an executable the warm start can fork from: a dynamically linked ELF
+// (the dynamic loader preloads the library into it), not setuid or setgid (where it ignores
+// LD_PRELOAD), not built with a sanitizer that must load first; otherwise what it is.
+std::string warm_start_refusal(const std::string& file) {
+  struct stat st;
+  if (::stat(file.c_str(), &st) != 0) return "cannot read " + file + ": " + errno_text(errno);
+  if (st.st_mode & (S_ISUID | S_ISGID)) return file + " is setuid or setgid (the dynamic loader preloads nothing there)";
+  std::ifstream f(file, std::ios::binary);
+  Elf64_Ehdr eh{};
+  if (!f.read(reinterpret_cast<char*>(&eh), sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+    return file + " is not an ELF executable (a script?)";
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) ||
+      eh.e_phentsize != sizeof(Elf64_Phdr))
+    return file + " is not a 64-bit ELF executable";
+  std::vector<Elf64_Phdr> phs;
+  bool interp = false;
+  for (int i = 0; i < eh.e_phnum; ++i) {
+    Elf64_Phdr ph{};
+    f.seekg(static_cast<std::streamoff>(eh.e_phoff + static_cast<uint64_t>(i) * sizeof ph));
+    if (!f.read(reinterpret_cast<char*>(&ph), sizeof ph)) break;
+    interp = interp || ph.p_type == PT_INTERP;
+    phs.push_back(ph);
+  }
+  if (!interp) return file + " is statically linked";
+  // a sanitizer's runtime among the libraries it needs must be the first library loaded,
+  // before any preloaded one (AddressSanitizer refuses to run otherwise)
+  auto file_offset = [&](uint64_t vaddr) -> int64_t {
+    for (const auto& ph : phs)
+      if (ph.p_type == PT_LOAD && vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz)
+        return static_cast<int64_t>(vaddr - ph.p_vaddr + ph.p_offset);
+    return -1;
+  };
+  for (const auto& ph : phs) {
+    if (ph.p_type != PT_DYNAMIC) continue;
+    std::vector<Elf64_Dyn> dyn(ph.p_filesz / sizeof(Elf64_Dyn));
+    f.clear();
+    f.seekg(static_cast<std::streamoff>(ph.p_offset));
+    if (dyn.empty() || !f.read(reinterpret_cast<char*>(dyn.data()), static_cast<std::streamsize>(dyn.size() * sizeof(Elf64_Dyn))))
+      break;
+    int64_t strtab = -1;
+    for (const auto& d : dyn)
+      if (d.d_tag == DT_STRTAB) strtab = file_offset(d.d_un.d_ptr);
+    if (strtab < 0) break;
+    for (const auto& d : dyn) {
+      if (d.d_tag == DT_NULL) break;
+      if (d.d_tag != DT_NEEDED) continue;
+      std::string name;
+      f.clear();
+      f.seekg(static_cast<std::streamoff>(strtab + static_cast<int64_t>(d.d_un.d_val)));
+      std::getline(f, name, '\0');
+      for (const char* rt : {"libasan.", "libtsan.", "liblsan.", "libmsan.", "libhwasan."})
+        if (name.rfind(rt, 0) == 0)
+          return file + " is built with a sanitizer (" + name + "), whose runtime must be loaded before any other library";
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+bool Launcher::start_warm(int restart_count, int port, const SignalScope& signals) {
+  const std::string file = program_file(o_.command[0]);
+  std::string why = warm_start_refusal(file);
+  const std::string lib = warm_start_library();
+  if (why.empty() && lib.empty())
+    why = "libaccel-warm-start.so is neither beside accel nor in " + std::string(ACCEL_TOOLS_MODULE_DIR);
+  int sv[2] = {-1, -1};
+  if (why.empty() && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    why = "socketpair: " + errno_text(errno);
+  if (!why.empty()) {
+    say("--warm-start: " + why + "; starting each process on its own");
+    return false;
+  }
+  ::fcntl(sv[1], F_SETFD, 0);  // the template's end outlives its exec
+  const std::vector<std::string> base = base_environment();
+  // the template: every process's environment but RANK and LOCAL_RANK, the library preloaded
+  std::vector<std::string> tenv = environment(base, nullptr, restart_count, port);
+  bool preload = false;
+  for (auto& e : tenv)
+    if (e.rfind("LD_PRELOAD=", 0) == 0) {
+      e = "LD_PRELOAD=" + lib + (e.size() > 11 ? ":" + e.substr(11) : "");
+      preload = true;
+    }
+  if (!preload) tenv.push_back("LD_PRELOAD=" + lib);
+  tenv.push_back("ACCEL_WARM_START_FD=" + std::to_string(sv[1]));
+  std::vector<char*> argv, envp;
+  for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (auto& e : tenv) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const auto t0 = Clock::now();
+  const pid_t self = ::getpid();
+  const pid_t tpl = ::fork();
+  if (tpl == 0) exec_child(argv[0], argv.data(), envp.data(), 1, 2, self, signals);  // its own output: the launcher's
+  const int fork_errno = errno;
+  ::close(sv[1]);
+  if (tpl < 0) {
+    ::close(sv[0]);
+    say("--warm-start: fork: " + errno_text(fork_errno) + "; starting each process on its own");
+    return false;
+  }
+  // the template ends when its end of the connection closes (or is killed after 5 s)
+  auto end_template = [&] {
+    ::close(sv[0]);
+    for (int i = 0; i < 500; ++i) {
+      if (::waitpid(tpl, nullptr, WNOHANG) == tpl) return;
+      ::usleep(10000);
+    }
+    ::kill(tpl, SIGKILL);
+    ::waitpid(tpl, nullptr, 0);
+  };
+  int started = 0;
+  std::string failure;
+  double loaded_s = 0;
+  for (auto& c : children_) {
+    std::string msg = std::to_string(c.rank);
+    msg.push_back('\0');
+    for (const auto& e : environment(base, &c, restart_count, port)) {
+      msg += e;
+      msg.push_back('\0');
+    }
+    int out_pipe[2], err_pipe[2];
+    if (::pipe2(out_pipe, O_CLOEXEC) != 0) {
+      failure = "pipe: " + errno_text(errno);
+      break;
+    }
+    if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+      failure = "pipe: " + errno_text(errno);
+      ::close(out_pipe[0]);
+      ::close(out_pipe[1]);
+      break;
+    }
+    iovec iov{msg.data(), msg.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
+    msghdr h{};
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control;
+    h.msg_controllen = sizeof control;
+    cmsghdr* cm = CMSG_FIRSTHDR(&h);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+    const int fds[2] = {out_pipe[1], err_pipe[1]};
+    std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    const bool sent = ::sendmsg(sv[0], &h, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size());
+    const int send_errno = errno;
+    ::close(out_pipe[1]);
+    ::close(err_pipe[1]);
+    // the reply: "RANK PID" from the rank once it is the launcher's child, or why not
+    std::string reply;
+    while (sent && reply.empty() && g_signal == 0) {
+      pollfd p{sv[0], POLLIN, 0};
+      const timespec ts{1, 0};
+      const int r = ::ppoll(&p, 1, &ts, &signals.wait_mask());
+      if (r > 0) {
+        char buf[256];
+        const ssize_t k = ::recv(sv[0], buf, sizeof buf - 1, 0);
+        if (k <= 0) break;  // the template ended
+        reply.assign(buf, static_cast<size_t>(k));
+      } else if (r == 0) {  // the template still there? (not reaped here: end_template does)
+        siginfo_t info{};
+        if (::waitid(P_PID, static_cast<id_t>(tpl), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) break;
+      }
+    }
+    if (started == 0) loaded_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const std::string want = std::to_string(c.rank) + " ";
+    if (!sent || reply.rfind(want, 0) != 0) {
+      ::close(out_pipe[0]);
+      ::close(err_pipe[0]);
+      if (g_signal != 0) break;  // the loop forwards it to those started
+      failure = !sent ? "cannot reach the template process: " + errno_text(send_errno)
+                : reply.rfind("refused: ", 0) == 0 ? reply.substr(9)
+                : reply.empty() ? "the template process ended before it could fork (" + file + ")"
+                                : "unexpected answer '" + reply + "'";
+      break;
+    }
+    ::fcntl(out_pipe[0], F_SETFL, ::fcntl(out_pipe[0], F_GETFL) | O_NONBLOCK);
+    ::fcntl(err_pipe[0], F_SETFL, ::fcntl(err_pipe[0], F_GETFL) | O_NONBLOCK);
+    c.out.fd = out_pipe[0];
+    c.err.fd = err_pipe[0];
+    c.pid = static_cast<pid_t>(std::atol(reply.c_str() + want.size()));
+    c.running = true;
+    ++started;
+  }
+  end_template();
+  if (!failure.empty() && started == 0 && g_signal == 0) {
+    say("--warm-start: " + failure + "; starting each process on its own");
+    return false;
+  }
+  if (!failure.empty()) {
+    start_error_ = "cannot start rank " + std::to_string(children_[static_cast<size_t>(started)].rank) +
+                   " by warm start: " + failure;
+    say(start_error_ + "; stopping the others");
+    begin_stopping(SIGTERM);
+  } else if (g_signal == 0) {
+    say("--warm-start: " + std::to_string(started) + " processes forked from one start of " + o_.command[0] +
+        " after its libraries loaded (" + seconds_text(loaded_s) + ")");
+  }
+  return true;
+}
 
 void Launcher::open_logs() {
   if (o_.log_dir.empty()) return;
@@ -128,12 +366,52 @@ std::vector<std::string> Launcher::base_environment() const {
   return env;
 }
 
+std::vector<std::string> Launcher::environment(const std::vector<std::string>& base, const Child* c, int restart_count,
+                                               int port) const {
+  const int n = o_.nproc_per_node;
+  std::vector<std::string> env = base;
+  auto set = [&env](const char* name, const std::string& value) { env.push_back(std::string(name) + "=" + value); };
+  if (c) {
+    set("RANK", std::to_string(c->rank));
+    set("LOCAL_RANK", std::to_string(c->local_rank));
+  }
+  set("WORLD_SIZE", std::to_string(n * o_.nnodes));
+  set("LOCAL_WORLD_SIZE", std::to_string(n));
+  set("GROUP_RANK", std::to_string(o_.node_rank));
+  set("GROUP_WORLD_SIZE", std::to_string(o_.nnodes));
+  set("MASTER_ADDR", o_.master_addr);
+  set("MASTER_PORT", std::to_string(port));
+  set("ACCEL_RESTART_COUNT", std::to_string(restart_count));
+  set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts));
+  if (!o_.backend.empty()) set("ACCEL_BACKEND", o_.backend);
+  if (!o_.strategy.empty()) set("ACCEL_STRATEGY", o_.strategy);
+  if (!o_.mixed_precision.empty()) set("ACCEL_MIXED_PRECISION", o_.mixed_precision);
+  if (!o_.offload.empty()) set("ACCEL_OFFLOAD", o_.offload);
+  if (!o_.timeout.empty()) set("ACCEL_TIMEOUT", o_.timeout);
+  if (!status_dir_.empty()) set("ACCEL_LAUNCH_STATUS_DIR", status_dir_);
+  // on a terminal the processes draw progress bars, which the relay redraws in place
+  if (terminal_ && !std::getenv("ACCEL_PROGRESS")) set("ACCEL_PROGRESS", "bar");
+  if (sim_) {
+    set("ACCEL_SIM_OUT", sim_dir_);
+    set("ACCEL_SIM_TOPOLOGY", o_.sim_topology);
+    if (!o_.sim_gpu_mem.empty()) set("ACCEL_SIM_GPU_MEM", o_.sim_gpu_mem);
+    if (!o_.sim_trace.empty()) set("ACCEL_SIM_TRACE", "1");
+    if (!o_.sim_faults.empty()) set("ACCEL_SIM_FAULTS", o_.sim_faults);
+  }
+  // As torchrun: several processes on one machine share its cores, so each gets one
+  // OpenMP thread unless the user said otherwise (OpenMP's idle threads spin, and N
+  // processes x all cores oversubscribe: 2 processes of the digits example on 2 cores
+  // took 12.4 s without this, 3.1 s with it).
+  if (n > 1 && !std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+  return env;
+}
+
 void Launcher::start_group(int restart_count, int port, const SignalScope& signals) {
   failed_ = -1;
   start_error_.clear();
   stopping_ = false;
   killed_ = false;
-  const int n = o_.nproc_per_node;
   const std::vector<std::string> base = base_environment();
   std::vector<char*> argv;
   for (const auto& a : o_.command) argv.push_back(const_cast<char*>(a.c_str()));
@@ -150,40 +428,9 @@ void Launcher::start_group(int restart_count, int port, const SignalScope& signa
     c.out.partial.clear();
     c.err.partial.clear();
   }
+  if (o_.warm_start && start_warm(restart_count, port, signals)) return;
   for (auto& c : children_) {
-    std::vector<std::string> env = base;
-    auto set = [&env](const char* name, const std::string& value) { env.push_back(std::string(name) + "=" + value); };
-    set("RANK", std::to_string(c.rank));
-    set("LOCAL_RANK", std::to_string(c.local_rank));
-    set("WORLD_SIZE", std::to_string(n * o_.nnodes));
-    set("LOCAL_WORLD_SIZE", std::to_string(n));
-    set("GROUP_RANK", std::to_string(o_.node_rank));
-    set("GROUP_WORLD_SIZE", std::to_string(o_.nnodes));
-    set("MASTER_ADDR", o_.master_addr);
-    set("MASTER_PORT", std::to_string(port));
-    set("ACCEL_RESTART_COUNT", std::to_string(restart_count));
-    set("TORCHELASTIC_RESTART_COUNT", std::to_string(restart_count));
-    set("TORCHELASTIC_MAX_RESTARTS", std::to_string(o_.max_restarts));
-    if (!o_.backend.empty()) set("ACCEL_BACKEND", o_.backend);
-    if (!o_.strategy.empty()) set("ACCEL_STRATEGY", o_.strategy);
-    if (!o_.mixed_precision.empty()) set("ACCEL_MIXED_PRECISION", o_.mixed_precision);
-    if (!o_.offload.empty()) set("ACCEL_OFFLOAD", o_.offload);
-    if (!o_.timeout.empty()) set("ACCEL_TIMEOUT", o_.timeout);
-    if (!status_dir_.empty()) set("ACCEL_LAUNCH_STATUS_DIR", status_dir_);
-    // on a terminal the processes draw progress bars, which the relay redraws in place
-    if (terminal_ && !std::getenv("ACCEL_PROGRESS")) set("ACCEL_PROGRESS", "bar");
-    if (sim_) {
-      set("ACCEL_SIM_OUT", sim_dir_);
-      set("ACCEL_SIM_TOPOLOGY", o_.sim_topology);
-      if (!o_.sim_gpu_mem.empty()) set("ACCEL_SIM_GPU_MEM", o_.sim_gpu_mem);
-      if (!o_.sim_trace.empty()) set("ACCEL_SIM_TRACE", "1");
-      if (!o_.sim_faults.empty()) set("ACCEL_SIM_FAULTS", o_.sim_faults);
-    }
-    // As torchrun: several processes on one machine share its cores, so each gets one
-    // OpenMP thread unless the user said otherwise (OpenMP's idle threads spin, and N
-    // processes x all cores oversubscribe: 2 processes of the digits example on 2 cores
-    // took 12.4 s without this, 3.1 s with it).
-    if (n > 1 && !std::getenv("OMP_NUM_THREADS")) set("OMP_NUM_THREADS", "1");
+    const std::vector<std::string> env = environment(base, &c, restart_count, port);
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
     envp.push_back(nullptr);
