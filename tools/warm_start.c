@@ -12,9 +12,11 @@
 // Protocol, over the SOCK_SEQPACKET descriptor in ACCEL_WARM_START_FD:
 //   launcher -> template: one message per rank: "RANK\0" then the environment's entries,
 //     each ending in \0; its descriptors (SCM_RIGHTS) the rank's stdout and stderr.
-//   rank -> launcher: "RANK PID" once it is the launcher's child, before main.
-//   template -> launcher: "refused: WHY" instead, when it cannot fork safely (threads running
-//     before main), then it exits; the launcher starts every process on its own.
+//   template -> launcher: "forked RANK" once the rank's process exists;
+//   rank -> launcher: "RANK PID" once it is the launcher's child, before main;
+//   template -> launcher: "refused: WHY" instead of any, when it cannot fork safely (threads
+//     running before main), then it exits; the launcher starts every process on its own;
+//     "failed: WHY" when a fork failed.
 // C and libc only: it is loaded into any program (a C program, Python, a shell).
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -130,13 +132,21 @@ int __libc_start_main(main_fn main, int argc, char** argv, void (*init)(void), v
     }
     close(fds[0]);
     close(fds[1]);
-    free(msg);
+    char note[96];
     if (middle < 0) {
-      say(sock, "refused: fork failed");
+      snprintf(note, sizeof note, "failed: fork: %s", strerror(errno));
+      say(sock, note);
       _exit(1);
     }
-    int st;
+    int st = 0;
     while (waitpid(middle, &st, 0) < 0 && errno == EINTR) {
     }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+      say(sock, "failed: fork: the rank's process could not be made");
+      _exit(1);
+    }
+    snprintf(note, sizeof note, "forked %s", msg);  // msg begins with the rank
+    say(sock, note);
+    free(msg);
   }
 }

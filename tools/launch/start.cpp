@@ -148,6 +148,8 @@ bool Launcher::start_warm(int restart_count, int port, const SignalScope& signal
   const std::string lib = warm_start_library();
   if (why.empty() && lib.empty())
     why = "libaccel-warm-start.so is neither beside accel nor in " + std::string(ACCEL_TOOLS_MODULE_DIR);
+  if (why.empty() && lib.find_first_of(" :") != std::string::npos)
+    why = "the path of " + lib + " has a space or a colon, which LD_PRELOAD cannot hold";
   int sv[2] = {-1, -1};
   if (why.empty() && ::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
     why = "socketpair: " + errno_text(errno);
@@ -231,30 +233,50 @@ bool Launcher::start_warm(int restart_count, int port, const SignalScope& signal
     const int send_errno = errno;
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
-    // the reply: "RANK PID" from the rank once it is the launcher's child, or why not
+    // the replies: "forked RANK" from the template (the first after its libraries loaded,
+    // however long that takes), "RANK PID" from the rank once it is the launcher's child
+    // (within 10 s of the fork), or why not
+    const std::string want = std::to_string(c.rank) + " ";
     std::string reply;
-    while (sent && reply.empty() && g_signal == 0) {
+    bool forked = false;
+    Clock::time_point forked_at;
+    while (sent && g_signal == 0) {
       pollfd p{sv[0], POLLIN, 0};
-      const timespec ts{1, 0};
+      const timespec ts{0, 200 * 1000 * 1000};
       const int r = ::ppoll(&p, 1, &ts, &signals.wait_mask());
       if (r > 0) {
         char buf[256];
         const ssize_t k = ::recv(sv[0], buf, sizeof buf - 1, 0);
         if (k <= 0) break;  // the template ended
-        reply.assign(buf, static_cast<size_t>(k));
-      } else if (r == 0) {  // the template still there? (not reaped here: end_template does)
+        const std::string m(buf, static_cast<size_t>(k));
+        if (m.rfind("forked ", 0) == 0) {  // (a previous rank's may come after that rank's pid)
+          if (m == "forked " + std::to_string(c.rank)) {
+            forked = true;
+            forked_at = Clock::now();
+          }
+          continue;
+        }
+        reply = m;
+        if (m.rfind(want, 0) == 0 || m.rfind("refused: ", 0) == 0 || m.rfind("failed: ", 0) == 0) break;
+      } else if (r == 0) {
+        if (forked && Clock::now() - forked_at > std::chrono::seconds(10)) {
+          reply = "failed: rank " + std::to_string(c.rank) + "'s process did not report within 10 s of its fork";
+          break;
+        }
+        // the template still there? (not reaped here: end_template does)
         siginfo_t info{};
-        if (::waitid(P_PID, static_cast<id_t>(tpl), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0) break;
+        if (!forked && (::waitid(P_PID, static_cast<id_t>(tpl), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0))
+          break;
       }
     }
     if (started == 0) loaded_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    const std::string want = std::to_string(c.rank) + " ";
     if (!sent || reply.rfind(want, 0) != 0) {
       ::close(out_pipe[0]);
       ::close(err_pipe[0]);
       if (g_signal != 0) break;  // the loop forwards it to those started
       failure = !sent ? "cannot reach the template process: " + errno_text(send_errno)
                 : reply.rfind("refused: ", 0) == 0 ? reply.substr(9)
+                : reply.rfind("failed: ", 0) == 0  ? reply.substr(8)
                 : reply.empty() ? "the template process ended before it could fork (" + file + ")"
                                 : "unexpected answer '" + reply + "'";
       break;
