@@ -10,6 +10,8 @@ pc=$(find "$stage" -name accel.pc | head -n 1)
 for f in include/accel/accel.h; do
   find "$stage" -path "*/$f" | grep -q . || { echo "FAIL: $f was not installed"; exit 1; }
 done
+# beside libaccel-tools.so, where an installed `accel launch --warm-start` looks for it
+find "$stage" -path "*/accel/libaccel-warm-start.so" | grep -q . || { echo "FAIL: libaccel-warm-start.so was not installed in libdir/accel"; exit 1; }
 libdir=$(dirname "$(find "$stage" -name 'libaccel.so.0' | head -n 1)")
 [ -L "$libdir/libaccel.so" ] || { echo "FAIL: libaccel.so development link missing"; exit 1; }
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR="$stage"
