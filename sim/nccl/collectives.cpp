@@ -234,17 +234,19 @@ bool run_direct(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint
   return barrier(c, why);
 }
 
-// An all-reduce or a reduce whose buffers are all in the arenas (every rank's input and
-// output), done by whichever ranks' stream threads are running, once every rank has posted
-// its buffers and passed the first barrier: the work is cut into tickets (a chunk of elements
-// of every rank's buffers), each rank takes the next ticket until none is left, and the
-// collective ends on every rank when all tickets are done, without another barrier. With more
-// ranks than cores, a rank that is not scheduled holds nobody up once it has arrived, where a
-// share per rank (run_direct) waits for every rank to be scheduled again to do its share and
-// reach the last barrier. A ticket's result depends only on its elements (comm::reduce_nccl in
-// NCCL's order for `algo`, from the element's index): the same bits whoever does it. The
-// tickets are numbered over the communicator's life in the segment's header (taken, done);
-// every rank runs the same collectives, so each knows where this one's tickets start.
+// A collective whose buffers are all in the arenas (every rank's input and output), done by
+// whichever ranks' stream threads are running, once every rank has posted its buffers and
+// passed the first barrier: the work is cut into tickets (a chunk of elements: of every
+// rank's buffers for an all-reduce, a reduce and a broadcast; of one rank's block for a
+// reduce-scatter, whose destination it is, and an all-gather, whose source it is), each rank
+// takes the next ticket until none is left, and the collective ends on every rank when all
+// tickets are done, without another barrier. With more ranks than cores, a rank that is not
+// scheduled holds nobody up once it has arrived, where a share per rank (run_direct) waits
+// for every rank to be scheduled again to do its share and reach the last barrier. A ticket's
+// result depends only on its elements (comm::reduce_nccl in NCCL's order for `algo`, from
+// the element's index): the same bits whoever does it. The tickets are numbered over the
+// communicator's life in the segment's header (taken, done); every rank runs the same
+// collectives, so each knows where this one's tickets start.
 bool run_shared(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint64_t phase, std::string& why) {
   const int n = c->n;
   const comm::DataType t = dtype_of(call.dtype);
@@ -252,7 +254,9 @@ bool run_shared(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint
   const size_t total = call.count;
   constexpr size_t kChunk = 128 << 10;  // bytes per rank per ticket: the ranks' inputs stay in cache
   const size_t per = std::max<size_t>(1, kChunk / es);
-  const uint64_t items = (total + per - 1) / per;
+  const uint64_t chunks = (total + per - 1) / per;  // of one rank's buffer (one block)
+  const bool per_block = call.kind == kReduceScatter || call.kind == kAllGather;
+  const uint64_t items = per_block ? chunks * static_cast<uint64_t>(n) : chunks;
   const uint64_t first = c->tickets, end = first + items;
   c->tickets = end;
   c->tickets_total.store(end, std::memory_order_relaxed);
@@ -265,9 +269,12 @@ bool run_shared(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint
   auto recv_of = [&](int q) { return c->blocks[q].posted[phase % 2].recv_addr; };
   // (every rank posted that its buffers lie in its arena and that it maps every peer's whole
   // arena: each buffer is reachable from here)
+  const size_t in_elems = call.kind == kReduceScatter ? total * n : total;
+  const size_t out_elems = call.kind == kAllGather ? total * n : total;
   for (int q = 0; q < n; ++q) {
-    const bool out = call.kind == kAllReduce || q == call.root;
-    if (!at(q, send_of(q), total * es) || (out && !at(q, recv_of(q), total * es))) {
+    const bool in = call.kind != kBroadcast || q == call.root;
+    const bool out = call.kind != kReduce || q == call.root;
+    if ((in && !at(q, send_of(q), in_elems * es)) || (out && !at(q, recv_of(q), out_elems * es))) {
       why = "rank " + std::to_string(q) + "'s buffers are not in the arena it mapped here";
       return false;
     }
@@ -277,19 +284,51 @@ bool run_shared(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint
     while (k < end && !c->hdr->taken.compare_exchange_weak(k, k + 1)) {
     }
     if (k >= end) break;
-    const size_t off = static_cast<size_t>(k - first) * per, len = std::min(per, total - off), bytes = len * es;
-    for (int q = 0; q < n; ++q) srcs[q] = at(q, send_of(q) + off * es, bytes);
-    if (call.kind == kAllReduce) {
-      // reduced into one rank's output, then copied to the others' (in place, the chunk's
-      // inputs are read before its output is written: comm::reduce_nccl works block by block)
-      const int lead = c->rank;
-      char* out = at(lead, recv_of(lead) + off * es, bytes);
-      comm::reduce_nccl(out, srcs.data(), n, 0, len, t, call.op, call.premul, order, off);
-      for (int q = 0; q < n; ++q)
-        if (q != lead) std::memcpy(at(q, recv_of(q) + off * es, bytes), out, bytes);
-    } else {  // kReduce
-      char* out = at(call.root, recv_of(call.root) + off * es, bytes);
-      comm::reduce_nccl(out, srcs.data(), n, 0, len, t, call.op, call.premul, order, off);
+    const uint64_t item = k - first;
+    const int block = per_block ? static_cast<int>(item / chunks) : -1;  // RS: the destination; AG: the source
+    const size_t off = static_cast<size_t>(per_block ? item % chunks : item) * per;
+    const size_t len = std::min(per, total - off), bytes = len * es;
+    switch (call.kind) {
+      case kAllReduce: {
+        // reduced into one rank's output, then copied to the others' (in place, the chunk's
+        // inputs are read before its output is written: comm::reduce_nccl works block by block)
+        for (int q = 0; q < n; ++q) srcs[q] = at(q, send_of(q) + off * es, bytes);
+        const int lead = c->rank;
+        char* out = at(lead, recv_of(lead) + off * es, bytes);
+        comm::reduce_nccl(out, srcs.data(), n, 0, len, t, call.op, call.premul, order, off);
+        for (int q = 0; q < n; ++q)
+          if (q != lead) std::memcpy(at(q, recv_of(q) + off * es, bytes), out, bytes);
+        break;
+      }
+      case kReduce:
+        for (int q = 0; q < n; ++q) srcs[q] = at(q, send_of(q) + off * es, bytes);
+        comm::reduce_nccl(at(call.root, recv_of(call.root) + off * es, bytes), srcs.data(), n, 0, len, t, call.op,
+                          call.premul, order, off);
+        break;
+      case kReduceScatter: {  // block `block` of every input into rank `block`'s output, its chain
+        for (int q = 0; q < n; ++q) srcs[q] = at(q, send_of(q) + (block * total + off) * es, bytes);
+        comm::NcclOrder mine = order;
+        mine.owner = block;
+        comm::reduce_nccl(at(block, recv_of(block) + off * es, bytes), srcs.data(), n, 0, len, t, call.op, call.premul,
+                          mine, off);
+        break;
+      }
+      case kAllGather: {  // rank `block`'s input into block `block` of every output
+        const char* from = at(block, send_of(block) + off * es, bytes);
+        for (int q = 0; q < n; ++q) {
+          char* to = at(q, recv_of(q) + (block * total + off) * es, bytes);
+          if (to != from) std::memcpy(to, from, bytes);
+        }
+        break;
+      }
+      case kBroadcast: {
+        const char* from = at(call.root, send_of(call.root) + off * es, bytes);
+        for (int q = 0; q < n; ++q) {
+          char* to = at(q, recv_of(q) + off * es, bytes);
+          if (to != from) std::memcpy(to, from, bytes);
+        }
+        break;
+      }
     }
     c->tickets_done.fetch_add(1, std::memory_order_relaxed);
     if (c->hdr->done.fetch_add(1) + 1 == end) c->ring();
@@ -315,9 +354,21 @@ bool in_arena(ncclComm* c, const Call& call) {
   return false;
 }
 
+// Whether this rank's output of `call` lies in its arena too (with in_arena: the collective can
+// be done by shared tickets, every rank writing every rank's output): reduce's root's only.
+bool outputs_in_arena(ncclComm* c, const Call& call) {
+  const size_t bytes = call.count * comm::dtype_size(dtype_of(call.dtype));
+  if (bytes == 0) return true;
+  switch (call.kind) {
+    case kAllGather: return arena_holds(call.recv, bytes * c->n);
+    case kReduce: return c->rank != call.root || arena_holds(call.recv, bytes);
+    default: return arena_holds(call.recv, bytes);
+  }
+}
+
 // One collective on the stream. It moves its data by direct access when every rank's buffers
-// are in the arenas (memcpy at memory speed, whatever the size; an all-reduce or a reduce
-// there by shared tickets, run_shared), or when cross-memory attach
+// are in the arenas (memcpy at memory speed, whatever the size; by shared tickets when every
+// rank's output is there too, run_shared), or when cross-memory attach
 // is allowed and the collective is large enough for its system calls to pay; else through
 // the segment's slots, chunk by chunk. The ranks decide alike: from what each published before
 // the first barrier (its buffers, whether they are in its arena) and from the call, which they
@@ -348,6 +399,7 @@ bool run_collective(ncclComm* c, const Call& call) {
   b.send_addr = reinterpret_cast<uint64_t>(call.send);
   b.recv_addr = reinterpret_cast<uint64_t>(call.recv);
   b.arena = in_arena(c, call) ? 1u : 0u;
+  b.outputs = b.arena && outputs_in_arena(c, call) ? 1u : 0u;
   c->set_now(call.describe());
   // Direct access by cross-memory attach moves half the bytes of staging but costs a system
   // call per chunk and peer: measured on 2 cores (docs/benchmarks.md, bench_sim_processes) it
@@ -407,13 +459,14 @@ bool run_collective(ncclComm* c, const Call& call) {
       // every rank sees the same blocks and fails with the same message
       return fail_call(c, ncclInvalidUsage, call, os.str()), false;
     }
-  bool all_arena = true, any_arena = false;
+  bool all_arena = true, any_arena = false, all_outputs = true;
   for (int q = 0; q < n; ++q) {
     start = std::max(start, posted(q).ready);
     all_arena = all_arena && posted(q).arena == 1;
     any_arena = any_arena || posted(q).arena == 1;
+    all_outputs = all_outputs && posted(q).outputs == 1;
   }
-  if (all_arena && (call.kind == kAllReduce || call.kind == kReduce)) {
+  if (all_arena && all_outputs) {
     if (!run_shared(c, call, order, k, why)) return fail_call(c, ncclRemoteError, call, why), false;
     c->by_arena.fetch_add(1, std::memory_order_relaxed);
   } else if (all_arena || attach) {

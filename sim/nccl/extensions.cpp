@@ -107,8 +107,8 @@ ACCEL_SIM_EXPORT void accelSimMemRelease(unsigned long long bytes) { mem_release
 // counts[0] collectives through the peers' arenas (memcpy, no system call), [1] by direct
 // access with cross-memory attach for some peer, [2] staged through the segment, [3] the
 // cross-memory-attach system calls made, [4] the bytes of this process's arena backed by
-// memory now, [5] the tickets of the shared collectives (all-reduce and reduce through the
-// arenas, run_shared) that this rank did and [6] those collectives' tickets in all (the
+// memory now, [5] the tickets of the shared collectives (through the arenas, outputs
+// included: run_shared) that this rank did and [6] those collectives' tickets in all (the
 // same on every rank). Writes at most `len` of them; returns how many there are.
 ACCEL_SIM_EXPORT size_t accelSimDataPaths(ncclComm_t c, unsigned long long* counts, size_t len) {
   const unsigned long long v[] = {c ? c->by_arena.load() : 0,     c ? c->by_attach.load() : 0,

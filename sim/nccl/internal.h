@@ -119,6 +119,7 @@ struct alignas(64) RankBlock {
     double ready;  // its virtual time when the collective could start on this rank
     uint64_t send_addr, recv_addr;  // its buffers in its own address space (direct access)
     uint32_t arena;                 // 1: the buffers the others touch are in its arena, and it reaches theirs
+    uint32_t outputs;               // 1: with arena, its output is in its arena too (shared tickets)
   } posted[2];
   int32_t arena_fd;               // its arena (cuda.cpp), a descriptor the others open through /proc
   uint64_t arena_base, arena_bytes;  // where the arena lies in its address space

@@ -384,12 +384,13 @@ TEST(SimNccl, CollectivesOnCudaMallocMemoryGoThroughTheArenas) {
   }
 }
 
-// An all-reduce or a reduce on cudaMalloc's memory is done by whichever ranks run (shared
-// tickets, 128 KiB of every rank's buffers each): 4 processes on this machine's cores, fp16
-// and bf16 sums and averages and fp16 reduces, in and out of place, over counts that cross
-// the tickets and the ring's chunks unevenly, give on every rank the bits of NCCL's ring
-// order (the in-process simulator's kernel), and every ticket is done exactly once.
-TEST(SimNccl, TheRanksShareTheWorkOfAnAllReduceInTheArenas) {
+// A collective on cudaMalloc's memory is done by whichever ranks run (shared tickets, 128 KiB
+// of every rank's buffers, or of one rank's block, each): 4 processes on this machine's cores,
+// fp16 and bf16 sums and averages, fp16 reduces and reduce-scatters, in and out of place, over
+// counts that cross the tickets and the ring's chunks unevenly, give on every rank the bits of
+// NCCL's ring order (the in-process simulator's kernel); all-gathers and broadcasts every
+// block; and every ticket is done exactly once.
+TEST(SimNccl, TheRanksShareTheWorkOfACollectiveInTheArenas) {
   constexpr int kRanks = 4;
   expect_all_ok(run(kRanks, [](int r, ncclComm_t c, cudaStream_t s) {
     const int n = kRanks;
@@ -445,6 +446,48 @@ TEST(SimNccl, TheRanksShareTheWorkOfAnAllReduceInTheArenas) {
           REQUIRE(y[i] == want[i], "fp16 reduce of %zu [%zu] = %04x, NCCL's chain gives %04x", count, i, y[i], want[i]);
         want_tickets += (count + per - 1) / per;
         ++calls;
+      }
+    }
+    // reduce-scatter (each rank's block ends its chain at that rank), all-gather and broadcast,
+    // in place and out of place: a ticket is a chunk of one rank's block
+    {
+      const size_t count = per * 2 + 77, chunks = (count + per - 1) / per;
+      std::vector<std::vector<uint16_t>> big(n, std::vector<uint16_t>(count * n));
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < count * n; ++i) big[q][i] = accel::comm::float_to_half(value(q + 11, i));
+      for (const bool in_place : {false, true}) {
+        std::vector<const void*> seg;
+        for (int q = 0; q < n; ++q) seg.push_back(big[q].data() + static_cast<size_t>(r) * count);
+        accel::comm::NcclOrder mine;
+        mine.count = count;
+        mine.owner = r;
+        std::vector<uint16_t> want(count);
+        accel::comm::reduce_nccl(want.data(), seg.data(), n, 0, count, accel::comm::DataType::Float16,
+                                 accel::comm::RedOp::Sum, 0.0, mine);
+        Device<uint16_t> x(count * n), y(count, 0xffff);
+        std::copy(big[r].begin(), big[r].end(), x.p);
+        uint16_t* out = in_place ? x.p + static_cast<size_t>(r) * count : y.p;
+        REQUIRE(ncclReduceScatter(x.p, out, count, ncclFloat16, ncclSum, c, s) == ncclSuccess, "reduce_scatter");
+        REQUIRE(sync(c, s) == ncclSuccess, "reduce_scatter: %s", ncclGetLastError(c));
+        for (size_t i = 0; i < count; ++i)
+          REQUIRE(out[i] == want[i], "fp16 reduce_scatter (%s)[%zu] = %04x, NCCL's ring gives %04x",
+                  in_place ? "in place" : "out of place", i, out[i], want[i]);
+        Device<uint16_t> g(count * n, 0xffff), mine_in(count);
+        std::copy(big[r].begin(), big[r].begin() + static_cast<std::ptrdiff_t>(count), in_place ? g.p + r * count : mine_in.p);
+        REQUIRE(ncclAllGather(in_place ? g.p + r * count : mine_in.p, g.p, count, ncclFloat16, c, s) == ncclSuccess,
+                "all_gather");
+        REQUIRE(sync(c, s) == ncclSuccess, "all_gather: %s", ncclGetLastError(c));
+        for (int q = 0; q < n; ++q)
+          REQUIRE(std::equal(big[q].begin(), big[q].begin() + static_cast<std::ptrdiff_t>(count), g.p + q * count),
+                  "all_gather (%s): block %d", in_place ? "in place" : "out of place", q);
+        Device<uint16_t> b(count, 0xffff);
+        std::copy(big[r].begin(), big[r].begin() + static_cast<std::ptrdiff_t>(count), x.p);
+        REQUIRE(ncclBroadcast(x.p, in_place ? x.p : b.p, count, ncclFloat16, 1, c, s) == ncclSuccess, "broadcast");
+        REQUIRE(sync(c, s) == ncclSuccess, "broadcast: %s", ncclGetLastError(c));
+        REQUIRE(std::equal(big[1].begin(), big[1].begin() + static_cast<std::ptrdiff_t>(count), in_place ? x.p : b.p),
+                "broadcast (%s)", in_place ? "in place" : "out of place");
+        want_tickets += 2 * chunks * n + chunks;
+        calls += 3;
       }
     }
     const Paths p = paths(c);
