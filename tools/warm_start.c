@@ -12,11 +12,13 @@
 // Protocol, over the SOCK_SEQPACKET descriptor in ACCEL_WARM_START_FD:
 //   launcher -> template: one message per rank: "RANK\0" then the environment's entries,
 //     each ending in \0; its descriptors (SCM_RIGHTS) the rank's stdout and stderr.
-//   template -> launcher: "forked RANK" once the rank's process exists;
-//   rank -> launcher: "RANK PID" once it is the launcher's child, before main;
-//   template -> launcher: "refused: WHY" instead of any, when it cannot fork safely (threads
-//     running before main), then it exits; the launcher starts every process on its own;
-//     "failed: WHY" when a fork failed.
+//   template -> launcher, first: "ready" once its libraries have loaded, or "refused: WHY"
+//     when it cannot fork safely (threads running before main), then it exits and the
+//     launcher starts every process on its own (the launcher sends nothing before this
+//     answer: a socket closed with unread messages would reset the connection and lose it);
+//   template -> launcher: "forked RANK" once the rank's process exists, "failed: WHY" when a
+//     fork failed;
+//   rank -> launcher: "RANK PID" once it is the launcher's child, before main.
 // C and libc only: it is loaded into any program (a C program, Python, a shell).
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -98,17 +100,21 @@ int __libc_start_main(main_fn main, int argc, char** argv, void (*init)(void), v
     say(sock, why);
     _exit(0);
   }
+  say(sock, "ready");
   for (;;) {
     char* msg = malloc(kMaxMessage);
     if (!msg) _exit(1);
-    char control[CMSG_SPACE(2 * sizeof(int))];
+    union {  // (aligned for the header)
+      char bytes[CMSG_SPACE(2 * sizeof(int))];
+      struct cmsghdr align;
+    } control;
     struct iovec iov = {msg, kMaxMessage - 1};
     struct msghdr h;
     memset(&h, 0, sizeof h);
     h.msg_iov = &iov;
     h.msg_iovlen = 1;
-    h.msg_control = control;
-    h.msg_controllen = sizeof control;
+    h.msg_control = control.bytes;
+    h.msg_controllen = sizeof control.bytes;
     const ssize_t len = recvmsg(sock, &h, MSG_CMSG_CLOEXEC);
     if (len < 0 && errno == EINTR) {
       free(msg);

@@ -195,10 +195,42 @@ bool Launcher::start_warm(int restart_count, int port, const SignalScope& signal
     ::kill(tpl, SIGKILL);
     ::waitpid(tpl, nullptr, 0);
   };
+  // one message from the connection, waiting up to `limit` seconds (0: as long as the template
+  // lives): kMessage with it in `m`, or why none came
+  enum Received { kMessage, kEnded, kLate, kSignal };
+  auto receive = [&](std::string& m, double limit) {
+    const auto since = Clock::now();
+    while (g_signal == 0) {
+      pollfd p{sv[0], POLLIN, 0};
+      const timespec ts{0, 200 * 1000 * 1000};
+      const int r = ::ppoll(&p, 1, &ts, &signals.wait_mask());
+      if (r > 0) {
+        char buf[256];
+        const ssize_t k = ::recv(sv[0], buf, sizeof buf - 1, 0);
+        if (k <= 0) return kEnded;
+        m.assign(buf, static_cast<size_t>(k));
+        return kMessage;
+      }
+      if (r != 0) continue;  // a signal: the loop's condition
+      // the template still there? (not reaped here: end_template does)
+      siginfo_t info{};
+      if (::waitid(P_PID, static_cast<id_t>(tpl), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0)
+        return kEnded;
+      if (limit > 0 && std::chrono::duration<double>(Clock::now() - since).count() > limit) return kLate;
+    }
+    return kSignal;
+  };
   int started = 0;
   std::string failure;
-  double loaded_s = 0;
+  // the template's first word, once its libraries have loaded: "ready", or why it cannot
+  std::string first;
+  const Received got = receive(first, 0);
+  if (got == kEnded) failure = "the template process ended before its libraries loaded (" + file + ")";
+  else if (got == kMessage && first.rfind("refused: ", 0) == 0) failure = first.substr(9);
+  else if (got == kMessage && first != "ready") failure = "unexpected answer '" + first + "'";
+  const double loaded_s = std::chrono::duration<double>(Clock::now() - t0).count();
   for (auto& c : children_) {
+    if (!failure.empty() || g_signal != 0) break;
     std::string msg = std::to_string(c.rank);
     msg.push_back('\0');
     for (const auto& e : environment(base, &c, restart_count, port)) {
@@ -233,43 +265,19 @@ bool Launcher::start_warm(int restart_count, int port, const SignalScope& signal
     const int send_errno = errno;
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
-    // the replies: "forked RANK" from the template (the first after its libraries loaded,
-    // however long that takes), "RANK PID" from the rank once it is the launcher's child
-    // (within 10 s of the fork), or why not
+    // the replies: "forked RANK" from the template, "RANK PID" from the rank once it is the
+    // launcher's child (within 10 s), or why not
     const std::string want = std::to_string(c.rank) + " ";
     std::string reply;
-    bool forked = false;
-    Clock::time_point forked_at;
-    while (sent && g_signal == 0) {
-      pollfd p{sv[0], POLLIN, 0};
-      const timespec ts{0, 200 * 1000 * 1000};
-      const int r = ::ppoll(&p, 1, &ts, &signals.wait_mask());
-      if (r > 0) {
-        char buf[256];
-        const ssize_t k = ::recv(sv[0], buf, sizeof buf - 1, 0);
-        if (k <= 0) break;  // the template ended
-        const std::string m(buf, static_cast<size_t>(k));
-        if (m.rfind("forked ", 0) == 0) {  // (a previous rank's may come after that rank's pid)
-          if (m == "forked " + std::to_string(c.rank)) {
-            forked = true;
-            forked_at = Clock::now();
-          }
-          continue;
-        }
-        reply = m;
-        if (m.rfind(want, 0) == 0 || m.rfind("refused: ", 0) == 0 || m.rfind("failed: ", 0) == 0) break;
-      } else if (r == 0) {
-        if (forked && Clock::now() - forked_at > std::chrono::seconds(10)) {
-          reply = "failed: rank " + std::to_string(c.rank) + "'s process did not report within 10 s of its fork";
-          break;
-        }
-        // the template still there? (not reaped here: end_template does)
-        siginfo_t info{};
-        if (!forked && (::waitid(P_PID, static_cast<id_t>(tpl), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid != 0))
-          break;
-      }
+    while (sent) {
+      std::string m;
+      const Received r = receive(m, 10);
+      if (r == kLate) reply = "failed: rank " + std::to_string(c.rank) + "'s process did not report within 10 s";
+      if (r != kMessage) break;
+      if (m.rfind("forked ", 0) == 0) continue;  // (a previous rank's may come after that rank's pid)
+      reply = m;
+      break;
     }
-    if (started == 0) loaded_s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (!sent || reply.rfind(want, 0) != 0) {
       ::close(out_pipe[0]);
       ::close(err_pipe[0]);
@@ -277,7 +285,7 @@ bool Launcher::start_warm(int restart_count, int port, const SignalScope& signal
       failure = !sent ? "cannot reach the template process: " + errno_text(send_errno)
                 : reply.rfind("refused: ", 0) == 0 ? reply.substr(9)
                 : reply.rfind("failed: ", 0) == 0  ? reply.substr(8)
-                : reply.empty() ? "the template process ended before it could fork (" + file + ")"
+                : reply.empty() ? "the template process ended (" + file + ")"
                                 : "unexpected answer '" + reply + "'";
       break;
     }
