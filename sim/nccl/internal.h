@@ -312,7 +312,7 @@ struct accel::nccl_abi::ncclComm {
   // and the cross-memory-attach system calls made.
   std::atomic<uint64_t> by_arena{0}, by_attach{0}, by_staging{0}, attach_calls{0};
   // The shared collectives' tickets (run_shared): done by this rank, and in all (the stream's
-  // count of where the next one's start, as `tickets`, readable from the host).
+  // count of where the next one's tickets start, as `tickets`, readable from the host).
   std::atomic<uint64_t> tickets_done{0}, tickets_total{0};
   uint64_t coll_seq = 0;  // collectives posted (host side)
   std::map<int, uint64_t> send_seq, recv_seq;
