@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -187,6 +188,29 @@ FileLock lock_file(const std::string& path, const std::string& who) {
 
 void unlock_file(int fd) {
   if (fd >= 0) ::close(fd);
+}
+
+bool send_with_descriptors(int sock, const void* data, std::size_t len, const int* fds, std::size_t count) {
+  constexpr std::size_t kMax = 4;
+  if (count > kMax) {
+    errno = EINVAL;
+    return false;
+  }
+  iovec iov{const_cast<void*>(data), len};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMax * sizeof(int))] = {};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  if (count > 0) {
+    h.msg_control = control;
+    h.msg_controllen = CMSG_SPACE(count * sizeof(int));
+    cmsghdr* cm = CMSG_FIRSTHDR(&h);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(count * sizeof(int));
+    std::memcpy(CMSG_DATA(cm), fds, count * sizeof(int));
+  }
+  return ::sendmsg(sock, &h, MSG_NOSIGNAL) == static_cast<ssize_t>(len);
 }
 
 std::string own_directory() {

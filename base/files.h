@@ -76,4 +76,10 @@ void unlock_file(int fd);  // closes the descriptor (the lock goes with it); -1 
 // (libaccel-nccl-sim.so, libaccel-sentencepiece.so). "" when the loader does not say.
 std::string own_directory();
 
+// Sends `len` bytes and up to 4 descriptors (SCM_RIGHTS) in one message over the Unix socket
+// `sock`, without SIGPIPE: true when the whole message went, else false with errno set (the
+// simulated NCCL's coordinator hands out the shared segment so, the launcher a warm start's
+// rank its output pipes).
+bool send_with_descriptors(int sock, const void* data, std::size_t len, const int* fds, std::size_t count);
+
 }  // namespace accel::files

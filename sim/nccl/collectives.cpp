@@ -257,9 +257,8 @@ bool run_shared(ncclComm* c, const Call& call, const comm::NcclOrder& algo, uint
   const uint64_t chunks = (total + per - 1) / per;  // of one rank's buffer (one block)
   const bool per_block = call.kind == kReduceScatter || call.kind == kAllGather;
   const uint64_t items = per_block ? chunks * static_cast<uint64_t>(n) : chunks;
-  const uint64_t first = c->tickets, end = first + items;
-  c->tickets = end;
-  c->tickets_total.store(end, std::memory_order_relaxed);
+  const uint64_t first = c->tickets.load(std::memory_order_relaxed), end = first + items;
+  c->tickets.store(end, std::memory_order_relaxed);
   std::vector<const void*> srcs(static_cast<size_t>(n));
   comm::NcclOrder order = algo;
   order.count = total;

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/files.h"
 #include "base/text.h"
 #include "sim/nccl/internal.h"
 
@@ -160,21 +161,9 @@ void Coordinator::run(double timeout_s) {
   for (int r = 0; r < n; ++r) new (&blocks[r]) RankBlock{};
   for (auto& p : peers) blocks[p.rank].pid = p.pid;
   for (auto& p : peers) {
-    char tag[4] = {'O', 'K', 0, 0};
-    iovec iov{tag, sizeof tag};
-    char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl;
-    msg.msg_controllen = sizeof ctrl;
-    cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+    const char tag[4] = {'O', 'K', 0, 0};
     send_text(p.fd, "OK");
-    ::sendmsg(p.fd, &msg, MSG_NOSIGNAL);
+    files::send_with_descriptors(p.fd, tag, sizeof tag, &mfd, 1);
   }
   ::close(mfd);
   // 3. watch: a connection that closes without "BYE" is a rank that died

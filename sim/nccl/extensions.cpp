@@ -114,7 +114,7 @@ ACCEL_SIM_EXPORT size_t accelSimDataPaths(ncclComm_t c, unsigned long long* coun
   const unsigned long long v[] = {c ? c->by_arena.load() : 0,     c ? c->by_attach.load() : 0,
                                   c ? c->by_staging.load() : 0,   c ? c->attach_calls.load() : 0,
                                   arena_resident(),               c ? c->tickets_done.load() : 0,
-                                  c ? c->tickets_total.load() : 0};
+                                  c ? c->tickets.load() : 0};
   const size_t n = sizeof v / sizeof v[0];
   for (size_t i = 0; i < std::min(n, len); ++i) counts[i] = v[i];
   return n;

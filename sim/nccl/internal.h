@@ -299,7 +299,6 @@ struct accel::nccl_abi::ncclComm {
   char* box_data = nullptr;
   uint64_t slot_bytes = 0, box_bytes = 0;
   uint64_t phase = 0;     // the barrier phases this rank has passed (the stream's)
-  uint64_t tickets = 0;   // the shared work's tickets of the collectives before (run_shared)
   bool direct = false;    // collectives may read and write the peers' buffers (process_vm_readv/writev)
   uint64_t direct_from = 16ull << 20;  // ... those of this many bytes per rank and more
   // The peers' arenas mapped here (null: not reachable, and this rank's own), at the address
@@ -311,9 +310,9 @@ struct accel::nccl_abi::ncclComm {
   // by direct access with cross-memory attach for some peer, staged through the segment;
   // and the cross-memory-attach system calls made.
   std::atomic<uint64_t> by_arena{0}, by_attach{0}, by_staging{0}, attach_calls{0};
-  // The shared collectives' tickets (run_shared): done by this rank, and in all (the stream's
-  // count of where the next one's tickets start, as `tickets`, readable from the host).
-  std::atomic<uint64_t> tickets_done{0}, tickets_total{0};
+  // The shared collectives' tickets (run_shared): in all so far (where the next one's start;
+  // the stream's, read by the host too), and those this rank did.
+  std::atomic<uint64_t> tickets{0}, tickets_done{0};
   uint64_t coll_seq = 0;  // collectives posted (host side)
   std::map<int, uint64_t> send_seq, recv_seq;
   std::map<int, std::pair<double, ncclDataType_t>> premul_ops;  // PreMulSum operators

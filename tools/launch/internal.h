@@ -78,7 +78,8 @@ bool succeeded(int status);
 
 // PROGRAM as execvp() would find it: a name with a slash is a path, otherwise each PATH
 // directory in turn (an empty entry is the current directory; no PATH: /bin:/usr/bin).
-void check_program(const std::string& program);
+// Returns the file it found; throws UsageError saying why there is none.
+std::string check_program(const std::string& program);
 bool is_sim(const Options& o);
 void validate(Options& o, bool separated, const std::vector<std::string>& empty_sim_flags);
 

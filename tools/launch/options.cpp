@@ -40,12 +40,12 @@ std::string not_executable(const std::string& path) {
 
 // PROGRAM as execvp() would find it: a name with a slash is a path, otherwise each PATH
 // directory in turn (an empty entry is the current directory; no PATH: /bin:/usr/bin).
-void check_program(const std::string& program) {
+std::string check_program(const std::string& program) {
   if (program.empty()) throw UsageError("the program name is empty");
   if (program.find('/') != std::string::npos) {
     std::string why = not_executable(program);
     if (!why.empty()) throw UsageError("cannot run '" + program + "': " + why);
-    return;
+    return program;
   }
   const char* env_path = std::getenv("PATH");
   std::string path = env_path ? env_path : "/bin:/usr/bin";
@@ -58,7 +58,7 @@ void check_program(const std::string& program) {
     struct stat st;
     if (::stat(candidate.c_str(), &st) == 0) {
       std::string why = not_executable(candidate);
-      if (why.empty()) return;
+      if (why.empty()) return candidate;
       if (first_problem.empty()) first_problem = candidate + " " + why;
     }
     if (end == std::string::npos) break;

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "base/files.h"
+
 extern char** environ;
 
 namespace accel::launch {
@@ -52,34 +54,11 @@ namespace {
 // --warm-start: libaccel-warm-start.so beside this executable (the build tree) or where it was
 // installed (ACCEL_TOOLS_MODULE_DIR); "" when neither has it.
 std::string warm_start_library() {
-  std::vector<std::string> candidates;
-  char self[4096];
-  const ssize_t len = ::readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len > 0) {
-    std::string dir(self, static_cast<size_t>(len));
-    candidates.push_back(dir.substr(0, dir.find_last_of('/') + 1) + "libaccel-warm-start.so");
+  for (const std::string& dir : {files::own_directory(), std::string(ACCEL_TOOLS_MODULE_DIR)}) {
+    const std::string c = dir + "/libaccel-warm-start.so";
+    if (!dir.empty() && ::access(c.c_str(), R_OK) == 0) return c;
   }
-  candidates.push_back(std::string(ACCEL_TOOLS_MODULE_DIR) + "/libaccel-warm-start.so");
-  for (const auto& c : candidates)
-    if (::access(c.c_str(), R_OK) == 0) return c;
   return "";
-}
-
-// PROGRAM's file as execvp finds it (check_program has checked that it does).
-std::string program_file(const std::string& program) {
-  if (program.find('/') != std::string::npos) return program;
-  const char* env_path = std::getenv("PATH");
-  const std::string path = env_path ? env_path : "/bin:/usr/bin";
-  for (size_t begin = 0;;) {
-    const size_t end = path.find(':', begin);
-    const std::string dir = path.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
-    struct stat st;
-    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
-      return candidate;
-    if (end == std::string::npos) return program;
-    begin = end + 1;
-  }
 }
 
 // "" when `file` is an executable the warm start can fork from: a dynamically linked ELF
@@ -143,8 +122,13 @@ std::string warm_start_refusal(const std::string& file) {
 }  // namespace
 
 bool Launcher::start_warm(int restart_count, int port, const SignalScope& signals) {
-  const std::string file = program_file(o_.command[0]);
-  std::string why = warm_start_refusal(file);
+  std::string file, why;
+  try {
+    file = check_program(o_.command[0]);  // (checked before anything started: gone since?)
+    why = warm_start_refusal(file);
+  } catch (const UsageError& e) {
+    why = e.what();
+  }
   const std::string lib = warm_start_library();
   if (why.empty() && lib.empty())
     why = "libaccel-warm-start.so is neither beside accel nor in " + std::string(ACCEL_TOOLS_MODULE_DIR);
@@ -248,20 +232,8 @@ bool Launcher::start_warm(int restart_count, int port, const SignalScope& signal
       ::close(out_pipe[1]);
       break;
     }
-    iovec iov{msg.data(), msg.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-    msghdr h{};
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    h.msg_control = control;
-    h.msg_controllen = sizeof control;
-    cmsghdr* cm = CMSG_FIRSTHDR(&h);
-    cm->cmsg_level = SOL_SOCKET;
-    cm->cmsg_type = SCM_RIGHTS;
-    cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
     const int fds[2] = {out_pipe[1], err_pipe[1]};
-    std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
-    const bool sent = ::sendmsg(sv[0], &h, MSG_NOSIGNAL) == static_cast<ssize_t>(msg.size());
+    const bool sent = files::send_with_descriptors(sv[0], msg.data(), msg.size(), fds, 2);
     const int send_errno = errno;
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);
