@@ -167,23 +167,31 @@ ACCEL_SIM_EXPORT cudaError_t cudaEventQuery(cudaEvent_t e) {
   return reinterpret_cast<EventHandle*>(e)->s->done.load() ? cudaSuccess : cudaErrorNotReady;
 }
 
-// The host sleeps on the event's word until the stream thread passes it (or the time runs out),
-// where polling would take a core from the ranks' stream threads.
-ACCEL_SIM_EXPORT int accelSimEventWait(cudaEvent_t e, unsigned int microseconds) {
-  if (!e) return 0;
-  EventState& ev = *reinterpret_cast<EventHandle*>(e)->s;
-  if (ev.done.load()) return 1;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(microseconds);
+// Sleeps on the event's word until a stream thread passes it, or until `until` when given, where
+// polling would take a core from the ranks' stream threads. True once the event has passed.
+static bool wait_passed(EventState& ev, const std::chrono::steady_clock::time_point* until) {
+  if (ev.done.load()) return true;
   ev.waiters.fetch_add(1);
   while (!ev.done.load()) {
-    const auto left = until - std::chrono::steady_clock::now();
+    if (!until) {
+      futex(&ev.done, FUTEX_WAIT_PRIVATE, 0, nullptr);  // returns at once unless the word is still 0
+      continue;
+    }
+    const auto left = *until - std::chrono::steady_clock::now();
     if (left <= std::chrono::steady_clock::duration::zero()) break;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     const timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-    futex(&ev.done, FUTEX_WAIT_PRIVATE, 0, &ts);  // returns at once unless the word is still 0
+    futex(&ev.done, FUTEX_WAIT_PRIVATE, 0, &ts);
   }
   ev.waiters.fetch_sub(1);
-  return ev.done.load() ? 1 : 0;
+  return ev.done.load() != 0;
+}
+
+// The host sleeps on the event until it passes or the time runs out.
+ACCEL_SIM_EXPORT int accelSimEventWait(cudaEvent_t e, unsigned int microseconds) {
+  if (!e) return 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(microseconds);
+  return wait_passed(*reinterpret_cast<EventHandle*>(e)->s, &until) ? 1 : 0;
 }
 
 ACCEL_SIM_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
@@ -205,7 +213,7 @@ ACCEL_SIM_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, 
     return cudaSuccess;
   }
   reinterpret_cast<StreamHandle*>(s)->s->enqueue([ev] {
-    while (!ev->done.load()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    wait_passed(*ev, nullptr);  // another stream's event: this stream's thread sleeps until it passes
     std::lock_guard<std::mutex> lk(proc().mu);
     proc().comm_t = std::max(proc().comm_t, ev->vt);
     return true;

@@ -8,6 +8,7 @@
 // abort seen by a peer, mismatched calls. Torch-free.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -56,6 +57,7 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t*, unsigned int);
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t cudaEventDestroy(cudaEvent_t);
 cudaError_t cudaEventQuery(cudaEvent_t);
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int);
 cudaError_t cudaMalloc(void**, size_t);
 cudaError_t cudaFree(void*);
 const char* cudaGetErrorString(cudaError_t);
@@ -679,6 +681,54 @@ TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
     REQUIRE(cudaEventRecord(host, nullptr) == cudaSuccess, "record on the host");
     REQUIRE(accelSimEventWait(host, 0) == 1, "an event of the host's stream has passed");
     cudaEventDestroy(host);
+    cudaEventDestroy(e);
+  }));
+}
+
+// A stream that waits on another stream's event not yet passed (cudaStreamWaitEvent) starts its
+// next work only once it passes, and its thread sleeps meanwhile: while rank 1 is late, rank 0's
+// process makes next to no context switches (a thread polling every 50 us made thousands a
+// second); once rank 1 posts, the waiting stream's own event passes, after the all-reduce.
+TEST(SimNccl, AStreamWaitingOnAnotherStreamsEventSleepsUntilItPasses) {
+  expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
+    std::vector<float> x(1000, static_cast<float>(r + 1));
+    const std::string said = "/tmp/accel-test-stream-wait-" + std::to_string(getppid());
+    if (r == 1) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (access(said.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      unlink(said.c_str());
+    }
+    REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
+    cudaEvent_t e, after;
+    REQUIRE(cudaEventCreateWithFlags(&e, kCudaEventDisableTiming) == cudaSuccess, "event");
+    REQUIRE(cudaEventCreateWithFlags(&after, kCudaEventDisableTiming) == cudaSuccess, "event");
+    REQUIRE(cudaEventRecord(e, s) == cudaSuccess, "record");
+    cudaStream_t other;
+    REQUIRE(cudaStreamCreateWithFlags(&other, kCudaStreamNonBlocking) == cudaSuccess, "stream");
+    REQUIRE(cudaStreamWaitEvent(other, e, 0) == cudaSuccess, "wait");
+    REQUIRE(cudaEventRecord(after, other) == cudaSuccess, "record after the wait");
+    if (r == 0) {
+      auto switches = [] {
+        rusage u{};
+        getrusage(RUSAGE_SELF, &u);
+        return u.ru_nvcsw + u.ru_nivcsw;
+      };
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the stream reaches its wait
+      const long before = switches();
+      REQUIRE(accelSimEventWait(after, 200 * 1000) == 0, "the waiting stream went on before the event");
+      const long made = switches() - before;
+      const bool pending = cudaEventQuery(e) == cudaErrorNotReady;
+      std::FILE* f = std::fopen(said.c_str(), "w");  // rank 1 goes on, whatever the checks say
+      REQUIRE(f != nullptr, "cannot make %s", said.c_str());
+      std::fclose(f);
+      REQUIRE(pending, "the event passed while rank 1 had not posted");
+      REQUIRE(made < 200, "%ld context switches in 0.2 s while the stream waited: it polls", made);
+    }
+    REQUIRE(accelSimEventWait(after, 30u * 1000 * 1000) == 1, "the waiting stream did not go on");
+    REQUIRE(cudaEventQuery(e) == cudaSuccess, "the stream went on before the event it waited for");
+    for (float v : x) REQUIRE(v == 3.f, "all_reduce gave %g", static_cast<double>(v));
+    cudaEventDestroy(after);
     cudaEventDestroy(e);
   }));
 }
