@@ -1,6 +1,7 @@
 #include "base/files.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -215,8 +216,20 @@ bool send_with_descriptors(int sock, const void* data, std::size_t len, const in
 
 std::string own_directory() {
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&own_directory), &info) == 0 || !info.dli_fname) return "";
-  const std::string path = info.dli_fname;
+  link_map* map = nullptr;
+  if (::dladdr1(reinterpret_cast<void*>(&own_directory), &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0)
+    return "";
+  std::string path;
+  if (map && map->l_name && map->l_name[0]) {
+    path = map->l_name;  // a shared object: the path the loader opened
+  } else {
+    // the program itself (the runtime linked statically): the loader knows it only by its
+    // argv[0] ("accel" when found through PATH), the kernel by its file
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return "";
+    path.assign(buf, static_cast<std::size_t>(n));
+  }
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }

@@ -73,7 +73,9 @@ void unlock_file(int fd);  // closes the descriptor (the lock goes with it); -1 
 
 // The directory of the object (libaccel, or the program linking the runtime statically)
 // holding this code: where the libraries it opens at run time lie beside it
-// (libaccel-nccl-sim.so, libaccel-sentencepiece.so). "" when the loader does not say.
+// (libaccel-nccl-sim.so, libaccel-sentencepiece.so, the accel command's libaccel-tools.so).
+// A program's own directory comes from /proc/self/exe (its argv[0] may be a bare name found
+// through PATH); "" when neither the loader nor the kernel says.
 std::string own_directory();
 
 // Sends `len` bytes and up to 4 descriptors (SCM_RIGHTS) in one message over the Unix socket

@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "accel/accel.h"
+#include "base/files.h"
 #include "base/status.h"
 #include "tools/commands.h"
 #include "tools/launch.h"
@@ -125,13 +126,8 @@ std::string unknown_command(const CLI::App& app, int argc, char** argv) {
 // installed: ACCEL_TOOLS_MODULE_DIR), finds its entry and hands it what was parsed.
 int run_module(const accel::tools::Invocation& inv) {
   std::vector<std::string> candidates;
-  char self[4096];
-  const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (len > 0) {
-    std::string dir(self, static_cast<size_t>(len));
-    dir.erase(dir.find_last_of('/') + 1);
-    candidates.push_back(dir + "libaccel-tools.so");
-  }
+  const std::string dir = accel::files::own_directory();
+  if (!dir.empty()) candidates.push_back(dir + "/libaccel-tools.so");
   candidates.push_back(std::string(ACCEL_TOOLS_MODULE_DIR) + "/libaccel-tools.so");
   std::string why;
   for (const auto& path : candidates) {

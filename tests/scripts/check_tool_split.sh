@@ -18,6 +18,12 @@ echo "2. accel --version and accel launch load no libtorch"
 # a command of the module runs through it
 "$tool" sim topologies | grep -q '^8xH100 ' || fail "accel sim topologies printed no 8xH100"
 echo "3. accel sim topologies runs from libaccel-tools.so"
+# found through PATH by its bare name, from another directory, it still finds the module
+# beside itself (the loader knows it as "accel"; the kernel knows its file)
+tool_abs=$(cd "$(dirname "$tool")" && pwd)/$(basename "$tool")
+(cd / && PATH="$(dirname "$tool_abs"):$PATH" "$(basename "$tool_abs")" sim topologies) | grep -q '^8xH100 ' ||
+  fail "accel run through PATH from / did not find its module"
+echo "3b. accel found through PATH from / runs a command of the module"
 # without the module beside it (and none installed where this build would put it), the
 # command that needs it is named with the paths looked at; launch still works
 d=$(mktemp -d)
