@@ -229,8 +229,9 @@ def ring_volume(kind, n):
     return 2.0 * (n - 1) / n if kind == "all_reduce" else (n - 1) / n
 
 
-def cost(sp, th, kind, n, size):
-    """Seconds for one collective, as collective_cost in C++ on a spec topology."""
+def charged(sp, th, kind, n, size):
+    """What the model charges a collective from: (algorithm, protocol) NCCL picks, NCCL's latency
+    (us) and bandwidth (GB/s) for it, and the fitted latency multiplier and efficiency on top."""
     table = nccl_table(sp, kind, n, size)
     a, p = nccl_choice(table, size)
     lat, bw = table[(a, p)]
@@ -239,6 +240,12 @@ def cost(sp, th, kind, n, size):
     eta = th["eta_nvls"] if a in ("nvls", "nvls_tree") else th["eta_net"] if nodes > 1 else th["eta_intra"]
     if p != "Simple":
         eta *= th["eta_ll"]
+    return a, p, lat, bw, k, eta
+
+
+def cost(sp, th, kind, n, size):
+    """Seconds for one collective, as collective_cost in C++ on a spec topology."""
+    _, _, lat, bw, k, eta = charged(sp, th, kind, n, size)
     return LAUNCH + (k * lat + size / (1000.0 * bw * eta)) * 1e-6
 
 

@@ -31,8 +31,6 @@ import fit
 
 KiB = 1024
 BASE_COEFFS = list(fit.COEFFS)
-BASE_COST = fit.cost
-BASE_OBJECTIVE = fit.objective
 EXTRA = {
     "base": [],
     "huber": [],
@@ -73,14 +71,8 @@ def nccl_chunk(sp, algo, kind, n, size):
 
 def make_cost(variant):
     def cost(sp, th, kind, n, size):
-        table = fit.nccl_table(sp, kind, n, size)
-        a, p = fit.nccl_choice(table, size)
-        lat, bw = table[(a, p)]
+        a, p, lat, bw, k, eta = fit.charged(sp, th, kind, n, size)
         nodes = (n + sp["gpn"] - 1) // sp["gpn"]
-        k = th["k_ll"] if p == "LL" else th["k_ll128"] if p == "LL128" else th["k_simple"]
-        eta = th["eta_nvls"] if a in ("nvls", "nvls_tree") else th["eta_net"] if nodes > 1 else th["eta_intra"]
-        if p != "Simple":
-            eta *= th["eta_ll"]
         extra_us = 0.0
         chunk = nccl_chunk(sp, a, kind, n, size) if p == "Simple" else None
         if chunk and variant == "chunk_bytes":

@@ -634,6 +634,20 @@ TEST(SimNccl, AnAbortedPeerFailsTheOthers) {
   }));
 }
 
+// Rank 1 of two posts only once rank 0 has made the file `said` (after its timed checks),
+// however late either one was scheduled; rank 0 makes it with say().
+void wait_for_word(const std::string& said) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (access(said.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  unlink(said.c_str());
+}
+void say(const std::string& said) {
+  std::FILE* f = std::fopen(said.c_str(), "w");
+  REQUIRE(f != nullptr, "cannot make %s", said.c_str());
+  std::fclose(f);
+}
+
 // The host sleeps on an event until the stream thread passes it (accelSimEventWait, what the
 // backend's wait uses): while a peer is late, the wait runs out its time and says so, using
 // next to no CPU; once the peer posts, it returns as the event passes, the result complete.
@@ -643,12 +657,7 @@ TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
     // rank 1 posts once rank 0's timed wait is over (a file rank 0 makes then), however late
     // either one was scheduled
     const std::string said = "/tmp/accel-test-event-wait-" + std::to_string(getppid());
-    if (r == 1) {
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (access(said.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      unlink(said.c_str());
-    }
+    if (r == 1) wait_for_word(said);
     REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
     cudaEvent_t e;
     REQUIRE(cudaEventCreateWithFlags(&e, kCudaEventDisableTiming) == cudaSuccess, "event");
@@ -667,9 +676,7 @@ TEST(SimNccl, TheHostSleepsOnAnEventUntilTheStreamPassesIt) {
       REQUIRE(waited >= 0.045, "the wait returned after %.3f s, not its 0.05 s", waited);
       REQUIRE(used < 0.5 * waited, "the wait used %.3f s of CPU in %.3f s: it polls", used, waited);
       REQUIRE(cudaEventQuery(e) == cudaErrorNotReady, "query");
-      std::FILE* f = std::fopen(said.c_str(), "w");
-      REQUIRE(f != nullptr, "cannot make %s", said.c_str());
-      std::fclose(f);
+      say(said);
     }
     REQUIRE(accelSimEventWait(e, 30u * 1000 * 1000) == 1, "the event did not pass");
     REQUIRE(cudaEventQuery(e) == cudaSuccess, "query after");
@@ -693,12 +700,7 @@ TEST(SimNccl, AStreamWaitingOnAnotherStreamsEventSleepsUntilItPasses) {
   expect_all_ok(run(2, [](int r, ncclComm_t c, cudaStream_t s) {
     std::vector<float> x(1000, static_cast<float>(r + 1));
     const std::string said = "/tmp/accel-test-stream-wait-" + std::to_string(getppid());
-    if (r == 1) {
-      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (access(said.c_str(), F_OK) != 0 && std::chrono::steady_clock::now() < give_up)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      unlink(said.c_str());
-    }
+    if (r == 1) wait_for_word(said);
     REQUIRE(ncclAllReduce(x.data(), x.data(), x.size(), ncclFloat32, ncclSum, c, s) == ncclSuccess, "post");
     cudaEvent_t e, after;
     REQUIRE(cudaEventCreateWithFlags(&e, kCudaEventDisableTiming) == cudaSuccess, "event");
@@ -719,9 +721,7 @@ TEST(SimNccl, AStreamWaitingOnAnotherStreamsEventSleepsUntilItPasses) {
       REQUIRE(accelSimEventWait(after, 200 * 1000) == 0, "the waiting stream went on before the event");
       const long made = switches() - before;
       const bool pending = cudaEventQuery(e) == cudaErrorNotReady;
-      std::FILE* f = std::fopen(said.c_str(), "w");  // rank 1 goes on, whatever the checks say
-      REQUIRE(f != nullptr, "cannot make %s", said.c_str());
-      std::fclose(f);
+      say(said);  // rank 1 goes on, whatever the checks say
       REQUIRE(pending, "the event passed while rank 1 had not posted");
       REQUIRE(made < 200, "%ld context switches in 0.2 s while the stream waited: it polls", made);
     }
