@@ -53,6 +53,7 @@ ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream
 ncclResult_t ncclGroupStart();
 ncclResult_t ncclGroupEnd();
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t*, unsigned int);
+cudaError_t cudaStreamDestroy(cudaStream_t);
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t*, unsigned int);
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t cudaEventDestroy(cudaEvent_t);
@@ -730,6 +731,7 @@ TEST(SimNccl, AStreamWaitingOnAnotherStreamsEventSleepsUntilItPasses) {
     for (float v : x) REQUIRE(v == 3.f, "all_reduce gave %g", static_cast<double>(v));
     cudaEventDestroy(after);
     cudaEventDestroy(e);
+    cudaStreamDestroy(other);
   }));
 }
 
