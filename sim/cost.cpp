@@ -507,6 +507,15 @@ PlatformSpec a100_spec() {
   return s;
 }
 
+PlatformSpec h200_spec() {
+  // H200 SXM: the H100's NVLink 4 (450 GB/s) and NVSwitch with NVLink SHARP, same BF16 peak
+  PlatformSpec s = h100_spec();
+  s.name = "8xH200";
+  s.description = "one node of 8 H200 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (HGX H200)";
+  s.gpu_memory = kH200Memory;
+  return s;
+}
+
 PlatformSpec multi_node(PlatformSpec s, const std::string& name, int nodes, int nics, double nic_gbit,
                         const std::string& fabric) {
   s.name = name;
@@ -540,14 +549,7 @@ bool parse_multi(const std::string& name, const char* gpu, int* nodes, std::stri
 
 PlatformSpec platform_spec(const std::string& name) {
   if (name == "8xH100" || name == "h100") return h100_spec();
-  if (name == "8xH200" || name == "h200") {
-    // H200 SXM: the H100's NVLink 4 (450 GB/s) and NVSwitch with NVLink SHARP, same BF16 peak
-    PlatformSpec s = h100_spec();
-    s.name = "8xH200";
-    s.description = "one node of 8 H200 SXM GPUs, NVLink 4 through NVSwitch with NVLink SHARP (HGX H200)";
-    s.gpu_memory = kH200Memory;
-    return s;
-  }
+  if (name == "8xH200" || name == "h200") return h200_spec();
   if (name == "8xA100" || name == "a100") return a100_spec();
   int nodes = 0;
   std::string fabric;
@@ -588,8 +590,18 @@ PlatformSpec platform_spec(const std::string& name) {
     if (fabric == "RoCE") return multi_node(h100_spec(), name, nodes, 16, 200, "RoCE v2");
     if (fabric == "EFA") return multi_node(h100_spec(), name, nodes, 32, 100, "AWS EFA");
   }
-  if (parse_multi(name, "A100", &nodes, &fabric) && fabric == "IB")
-    return multi_node(a100_spec(), name, nodes, 8, 200, "HDR InfiniBand");
+  if (parse_multi(name, "H200", &nodes, &fabric)) {
+    // HGX H200 nodes with the H100 generation's networks: 8 x 400G NDR InfiniBand, 3200 Gb/s
+    // of RoCE as 16 x 200G (OCI's H100 shape, taken for its H200 one, whose NICs the H6 table
+    // does not print; the tuner prices the node's total, so 8 x 400G gives the same costs)
+    if (fabric == "IB") return multi_node(h200_spec(), name, nodes, 8, 400, "NDR InfiniBand");
+    if (fabric == "RoCE") return multi_node(h200_spec(), name, nodes, 16, 200, "RoCE v2");
+  }
+  if (parse_multi(name, "A100", &nodes, &fabric)) {
+    if (fabric == "IB") return multi_node(a100_spec(), name, nodes, 8, 200, "HDR InfiniBand");
+    // AWS p4d/p4de.24xlarge: 4 x 100 Gb/s EFA (400 Gbps a node)
+    if (fabric == "EFA") return multi_node(a100_spec(), name, nodes, 4, 100, "AWS EFA");
+  }
   unknown_preset(name);
 }
 
@@ -640,9 +652,9 @@ Topology topology_from_spec(const PlatformSpec& s, const SpecCoefficients& c) {
 }
 
 std::vector<std::string> topology_preset_names() {
-  return {"8xH100",        "8xA100",       "8xPCIe",      "Nx8xH100-IB", "8xH200",
-          "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB", "4xGH200",     "Nx4xGH200-Slingshot",
-          "8xA100-40GB"};
+  return {"8xH100",        "8xA100",       "8xPCIe",      "Nx8xH100-IB",  "8xH200",
+          "Nx8xH100-RoCE", "Nx8xH100-EFA", "Nx8xA100-IB", "4xGH200",      "Nx4xGH200-Slingshot",
+          "8xA100-40GB",   "Nx8xH200-IB",  "Nx8xH200-RoCE", "Nx8xA100-EFA"};
 }
 
 Topology topology_preset(const std::string& name) {

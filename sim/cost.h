@@ -92,8 +92,10 @@ struct Topology {
 // "Nx8xH100-RoCE" (16 x 200G RoCE per node), "Nx8xH100-EFA" (32 x 100G EFA per node, AWS
 // p5), "Nx8xA100-IB" (8 x HDR 200G per node), "4xGH200" (4 Grace Hopper superchips, NVLink 4
 // all-to-all, host memory over NVLink-C2C at 450 GB/s a direction) and "Nx4xGH200-Slingshot"
-// (N such nodes, 4 x 200G HPE Slingshot 11 per node, as CSCS's Alps); "8xA100-40GB" is
-// "8xA100" with the 40 GB board's memory. Throws Error(InvalidArgument) naming the known presets.
+// (N such nodes, 4 x 200G HPE Slingshot 11 per node, as CSCS's Alps), "Nx8xH200-IB" and
+// "Nx8xH200-RoCE" (8xH200 nodes with the H100's networks), "Nx8xA100-EFA" (4 x 100G EFA per
+// node, AWS p4d/p4de); "8xA100-40GB" is "8xA100" with the 40 GB board's memory. Throws
+// Error(InvalidArgument) naming the known presets.
 Topology topology_preset(const std::string& name);
 std::vector<std::string> topology_preset_names();
 

@@ -831,7 +831,8 @@ typedef struct accel_sim_options {
     const char *topology;        /* cost-model preset: "8xH100" (default), "8xA100",
                                     "8xA100-40GB", "8xPCIe", "8xH200", "4xGH200",
                                     "Nx8xH100-IB" (e.g. "4x8xH100-IB"), "Nx8xH100-RoCE",
-                                    "Nx8xH100-EFA", "Nx8xA100-IB" */
+                                    "Nx8xH100-EFA", "Nx8xA100-IB", "Nx8xA100-EFA",
+                                    "Nx8xH200-IB", "Nx8xH200-RoCE" */
     double timeout_seconds;      /* finite and > 0: no progress for this long, waiting ranks
                                     fail with ACCEL_ERR_TIMEOUT; default 60 */
     const char *faults;          /* fault injection, comma-separated: "kill:RANK@collective:K"

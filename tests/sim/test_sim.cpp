@@ -957,7 +957,10 @@ TEST(Memory, PresetsCarryTheirGPUsMemoryAndTheMessageIsPyTorchs) {
   EXPECT_EQ(topology_preset("4x8xH100-IB").gpu_memory, gib(79.15));
   EXPECT_EQ(topology_preset("2x8xH100-EFA").gpu_memory, gib(79.15));
   EXPECT_EQ(topology_preset("8xH200").gpu_memory, gib(139.80));
+  EXPECT_EQ(topology_preset("2x8xH200-RoCE").gpu_memory, gib(139.80));
+  EXPECT_EQ(topology_preset("4x8xH200-IB").gpu_memory, gib(139.80));
   EXPECT_EQ(topology_preset("8xA100").gpu_memory, gib(79.15));
+  EXPECT_EQ(topology_preset("2x8xA100-EFA").gpu_memory, gib(79.15));
   EXPECT_EQ(topology_preset("8xA100-40GB").gpu_memory, gib(39.39));
   EXPECT_EQ(topology_preset("2x8xA100-IB").gpu_memory, gib(79.15));
   EXPECT_EQ(topology_preset("8xPCIe").gpu_memory, gib(23.68));

@@ -157,7 +157,7 @@ def run(fn: Callable[[Accelerator], Any], world_size: int = 4, device_memory: Un
     host_memory: each rank's host-memory budget, where offload="optimizer" keeps the optimizer's
     state and master weights (a size as device_memory's; None = unlimited; over it the rank fails
     with OutOfMemoryError naming host memory).
-    topology: "8xH100", "8xA100", "8xA100-40GB", "8xPCIe", "8xH200", "4xGH200", "Nx8xH100-IB", .... timeout: seconds without progress
+    topology: "8xH100", "8xA100", "8xA100-40GB", "8xPCIe", "8xH200", "4xGH200", "Nx8xH100-IB", "Nx8xH200-RoCE", "Nx8xA100-EFA", .... timeout: seconds without progress
     before waiting ranks fail. faults: e.g. "kill:1@collective:3,delay:0:0.5". trace_path:
     Chrome-trace JSON of the timeline. accelerator_kwargs: as accel.Accelerator (seed=,
     strategy=, mixed_precision=, gradient_accumulation_steps=, offload=, ...); the device is the CPU.
