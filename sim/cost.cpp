@@ -585,23 +585,30 @@ PlatformSpec platform_spec(const std::string& name) {
     s.gpu_memory = kRtx4090Memory;
     return s;
   }
-  if (parse_multi(name, "H100", &nodes, &fabric)) {
-    if (fabric == "IB") return multi_node(h100_spec(), name, nodes, 8, 400, "NDR InfiniBand");
-    if (fabric == "RoCE") return multi_node(h100_spec(), name, nodes, 16, 200, "RoCE v2");
-    if (fabric == "EFA") return multi_node(h100_spec(), name, nodes, 32, 100, "AWS EFA");
-  }
-  if (parse_multi(name, "H200", &nodes, &fabric)) {
-    // HGX H200 nodes with the H100 generation's networks: 8 x 400G NDR InfiniBand, 3200 Gb/s
-    // of RoCE as 16 x 200G (OCI's H100 shape, taken for its H200 one, whose NICs the H6 table
-    // does not print; the tuner prices the node's total, so 8 x 400G gives the same costs)
-    if (fabric == "IB") return multi_node(h200_spec(), name, nodes, 8, 400, "NDR InfiniBand");
-    if (fabric == "RoCE") return multi_node(h200_spec(), name, nodes, 16, 200, "RoCE v2");
-  }
-  if (parse_multi(name, "A100", &nodes, &fabric)) {
-    if (fabric == "IB") return multi_node(a100_spec(), name, nodes, 8, 200, "HDR InfiniBand");
-    // AWS p4d/p4de.24xlarge: 4 x 100 Gb/s EFA (400 Gbps a node)
-    if (fabric == "EFA") return multi_node(a100_spec(), name, nodes, 4, 100, "AWS EFA");
-  }
+  // "<N>x8x<gpu>-<fabric>": N nodes of a GPU's 8-GPU node over one of the networks it ships with
+  struct Network {
+    const char* gpu;
+    PlatformSpec (*node)();
+    const char* fabric;
+    int nics;
+    double nic_gbit;
+    const char* label;
+  };
+  static const Network kNetworks[] = {
+      {"H100", h100_spec, "IB", 8, 400, "NDR InfiniBand"},
+      {"H100", h100_spec, "RoCE", 16, 200, "RoCE v2"},  // OCI BM.GPU.H100.8
+      {"H100", h100_spec, "EFA", 32, 100, "AWS EFA"},   // AWS p5.48xlarge
+      // HGX H200 nodes with the H100 generation's networks; RoCE as OCI's H100 shape, taken for
+      // its H200 one, whose NICs the H6 table does not print (the tuner prices the node's
+      // total, so 8 x 400G gives the same costs)
+      {"H200", h200_spec, "IB", 8, 400, "NDR InfiniBand"},
+      {"H200", h200_spec, "RoCE", 16, 200, "RoCE v2"},
+      {"A100", a100_spec, "IB", 8, 200, "HDR InfiniBand"},
+      {"A100", a100_spec, "EFA", 4, 100, "AWS EFA"},  // AWS p4d/p4de.24xlarge: 400 Gbps a node
+  };
+  for (const Network& n : kNetworks)
+    if (parse_multi(name, n.gpu, &nodes, &fabric) && fabric == n.fabric)
+      return multi_node(n.node(), name, nodes, n.nics, n.nic_gbit, n.label);
   unknown_preset(name);
 }
 
